@@ -1,0 +1,33 @@
+"""stalewatch: know, for a flag read, when the git checkout under a running server moved.
+
+Example::
+
+    from stalewatch import Guard, StaleError
+
+    guard = Guard.for_module("run_agent").start()
+    guard.check()          # None while current; raises StaleError after a git pull
+"""
+
+from __future__ import annotations
+
+from .errors import BindError, ConfigError, RefError, StaleError, StalewatchError
+from .guard import Guard
+from .status import Event, Snapshot, Status
+from .watcher import LocalSource, Source
+
+__all__ = [
+    "BindError",
+    "ConfigError",
+    "Event",
+    "Guard",
+    "LocalSource",
+    "RefError",
+    "Snapshot",
+    "Source",
+    "StaleError",
+    "StalewatchError",
+    "Status",
+    "__version__",
+]
+
+__version__ = "0.1.0"

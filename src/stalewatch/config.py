@@ -1,0 +1,59 @@
+"""Defaults, resolved in one place: keyword argument first, then ``STALEWATCH_*``.
+
+==============================  =======  ===============================================
+variable                        default  meaning
+==============================  =======  ===============================================
+``STALEWATCH_VERIFY_INTERVAL``  ``2.0``  seconds between in-process re-verifications
+``STALEWATCH_POLL``             ``0``    ``1``: poll instead of kernel notifications
+``STALEWATCH_POLL_INTERVAL``    ``1.0``  seconds between polls when polling
+``STALEWATCH_GIT``              ``git``  the git executable for binding and reftable
+==============================  =======  ===============================================
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import ConfigError
+
+__all__ = ["git_executable", "poll", "poll_interval", "verify_interval"]
+
+
+def _seconds(name: str, value: float | None, default: float) -> float:
+    env = f"STALEWATCH_{name.upper()}"
+    raw: object = value if value is not None else os.environ.get(env, default)
+    label = name if value is not None else env
+    try:
+        seconds = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(label, raw, "expected a number of seconds") from None
+    if not 0.01 <= seconds <= 3600:
+        raise ConfigError(label, raw, "expected between 0.01 and 3600 seconds")
+    return seconds
+
+
+def verify_interval(value: float | None = None) -> float:
+    """Seconds between the watcher's periodic in-process re-verifications."""
+    return _seconds("verify_interval", value, 2.0)
+
+
+def poll_interval(value: float | None = None) -> float:
+    """Seconds between directory scans when polling instead of using notifications."""
+    return _seconds("poll_interval", value, 1.0)
+
+
+def poll(value: bool | None = None) -> bool:
+    """Whether to poll instead of using the platform's change notifications."""
+    if value is not None:
+        return value
+    raw = os.environ.get("STALEWATCH_POLL", "0").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    raise ConfigError("STALEWATCH_POLL", raw, "expected 1 or 0")
+
+
+def git_executable() -> str:
+    """The ``git`` executable to run (``STALEWATCH_GIT``, default ``git``)."""
+    return os.environ.get("STALEWATCH_GIT") or "git"

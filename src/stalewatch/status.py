@@ -1,0 +1,128 @@
+"""Values a guard reports: :class:`Status`, :class:`Snapshot` and :class:`Event`."""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Event", "Snapshot", "Status", "decide"]
+
+
+class Status(enum.StrEnum):
+    """Where a guard's checkout stands relative to the loaded code.
+
+    ``CURRENT``: HEAD resolves to the loaded commit. ``STALE``: it resolves to another
+    one (C3). ``UNREADABLE``: a revision was known and HEAD can no longer be resolved
+    (C4); blocks like ``STALE``. ``UNTRACKED``: the source is not tracked by any
+    repository (C2); never blocks.
+    """
+
+    CURRENT = "current"
+    STALE = "stale"
+    UNREADABLE = "unreadable"
+    UNTRACKED = "untracked"
+
+    @property
+    def blocks(self) -> bool:
+        """True when the barrier refuses in this status."""
+        return self in (Status.STALE, Status.UNREADABLE)
+
+
+def decide(loaded: str | None, current: str | None, *, readable: bool) -> Status:
+    """The status for a loaded and a current revision of a tracked checkout.
+
+    ``None`` is an unborn branch (no commit). Losing a known revision to an unborn
+    or unreadable HEAD is ``UNREADABLE`` (C4); two different commits are ``STALE``.
+    """
+    if not readable:
+        return Status.UNREADABLE
+    if current == loaded:
+        return Status.CURRENT
+    if current is None:
+        return Status.UNREADABLE
+    return Status.STALE
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A guard's state at one moment.
+
+    Attributes:
+        status: the status.
+        checkout: the working tree watched.
+        loaded_revision: the commit the process loaded (``None``: unborn or untracked).
+        current_revision: what HEAD resolves to now (``None``: unborn or unreadable).
+        generation: increases by one on every change of status or current revision.
+        changed_at: ``time.time()`` of the last change.
+        trusted: whether the barrier may decide from the flag alone right now (C9).
+        mode: how changes are noticed: ``native``, ``polling``, ``daemon`` or ``none``.
+        error: why HEAD is unreadable, when it is.
+    """
+
+    status: Status
+    checkout: Path
+    loaded_revision: str | None
+    current_revision: str | None
+    generation: int
+    changed_at: float
+    trusted: bool = False
+    mode: str = "none"
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checkout": str(self.checkout),
+            "status": self.status.value,
+            "loaded_revision": self.loaded_revision,
+            "current_revision": self.current_revision,
+            "generation": self.generation,
+            "at": self.changed_at,
+            "trusted": self.trusted,
+            "mode": self.mode,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Event:
+    """One change of a guard's status or current revision (C12).
+
+    Attributes:
+        checkout: the working tree watched.
+        status: the new status.
+        previous_status: the status before this change.
+        loaded_revision: the commit the process loaded.
+        current_revision: what HEAD resolves to now.
+        generation: strictly increasing per guard, without gaps.
+        at: ``time.time()`` when the change was observed.
+        error: why HEAD is unreadable, when it is.
+    """
+
+    checkout: Path
+    status: Status
+    previous_status: Status
+    loaded_revision: str | None
+    current_revision: str | None
+    generation: int
+    at: float
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as plain JSON-able values (paths and statuses as strings)."""
+        return {
+            "checkout": str(self.checkout),
+            "status": self.status.value,
+            "previous_status": self.previous_status.value,
+            "loaded_revision": self.loaded_revision,
+            "current_revision": self.current_revision,
+            "generation": self.generation,
+            "at": self.at,
+            "error": self.error,
+        }
+
+    def to_json(self) -> str:
+        """The event as one line of JSON (no newline)."""
+        return json.dumps(self.to_dict(), separators=(",", ":"))

@@ -1,0 +1,393 @@
+"""Noticing that HEAD or a ref moved. The only module that imports watchdog.
+
+A :class:`Watcher` owns one worker thread and one watchdog observer. The observer
+watches HEAD's directory (non-recursive), the common dir (non-recursive, for
+``packed-refs``) and ``refs/`` (recursive) — never ``objects/`` — and its handler
+only sets a wake-up event: no I/O on watchdog's dispatch thread, so reading ``.git``
+can never feed the watch. The worker re-resolves HEAD in-process on each wake-up,
+which coalesces bursts (a rebase) while never losing the last write (C12), and on a
+timer, which backs the events up. It reports health to the guard, which trusts its
+flag only while the watcher is healthy (C9).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+from watchdog.observers.polling import PollingObserver
+
+from . import config
+from .refs import GitDirs, identity
+
+__all__ = ["LocalSource", "OnChange", "OnHealth", "Source", "Watch", "Watcher"]
+
+logger = logging.getLogger(__name__)
+
+OnChange = Callable[[], object]
+"""Called on the watcher's thread when HEAD may have moved: re-resolve and compare."""
+OnHealth = Callable[[bool, str], None]
+"""Called with (trusted, mode) whenever either changes; mode: native/polling/daemon/none."""
+
+# Only writes matter; opened/closed-no-write traffic (watchdog's default mask) would
+# wake us for every read of .git. FileClosedEvent is close-after-write: some
+# filesystems report a rewrite-in-place only that way.
+_EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileDeletedEvent,
+    FileClosedEvent,
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+]
+
+
+class Watch(Protocol):
+    """A running notification feed for one checkout (what a :class:`Source` returns)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class Source(Protocol):
+    """Where a guard learns that its checkout may have moved.
+
+    The default is :class:`LocalSource` (a watchdog thread in this process); a daemon
+    client is another. ``watch`` must call ``on_health(True, mode)`` only once any
+    later change is sure to produce an ``on_change`` call.
+    """
+
+    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watch: ...
+
+
+class LocalSource:
+    """Watch in this process, with a watchdog observer and one worker thread.
+
+    Args:
+        verify_interval: seconds between periodic in-process re-verifications.
+        poll: poll instead of kernel notifications (filesystems without them).
+        poll_interval: seconds between polls.
+
+    Each falls back to its ``STALEWATCH_*`` variable (see :mod:`stalewatch.config`).
+    """
+
+    def __init__(
+        self,
+        *,
+        verify_interval: float | None = None,
+        poll: bool | None = None,
+        poll_interval: float | None = None,
+    ) -> None:
+        self.verify_interval = config.verify_interval(verify_interval)
+        self.poll = config.poll(poll)
+        self.poll_interval = config.poll_interval(poll_interval)
+
+    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watcher:
+        return Watcher(self, dirs, on_change, on_health)
+
+
+class _Native(Observer):  # type: ignore[misc,valid-type]
+    """The platform observer, reporting its own unexpected death at once (C9)."""
+
+    on_exit: Callable[[], None] | None = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            _report_exit(self)
+
+
+class _Polling(PollingObserver):
+    on_exit: Callable[[], None] | None = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            _report_exit(self)
+
+
+def _report_exit(observer: _Native | _Polling) -> None:
+    # should_keep_running() is still True only when the thread ended without stop():
+    # watchdog lets an exception kill its dispatch thread silently.
+    if observer.on_exit is not None and observer.should_keep_running():
+        observer.on_exit()
+
+
+def _native_observer() -> BaseObserver:
+    return _Native()
+
+
+class _Handler(FileSystemEventHandler):
+    """Wakes the worker for writes that can move HEAD's commit; does no I/O itself."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        self._watcher = watcher
+
+    def dispatch(self, event: FileSystemEvent) -> None:
+        try:
+            relevant = self._watcher.relevant
+            if relevant(os.fsdecode(event.src_path)) or (
+                event.event_type == "moved" and relevant(os.fsdecode(event.dest_path))
+            ):
+                self._watcher.wake()
+        except Exception:  # a raising handler kills watchdog's dispatch thread
+            logger.exception("stalewatch: error handling %r", event)
+
+
+class Watcher:
+    """Watches one checkout; calls ``on_change`` on its own thread. See the module doc."""
+
+    def __init__(self, source: LocalSource, dirs: GitDirs, on_change: OnChange, on_health: OnHealth):
+        self._source = source
+        self._dirs = dirs
+        self._on_change = on_change
+        self._on_health = on_health
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._observer: BaseObserver | None = None
+        self._identities: dict[Path, tuple[int, int] | None] = {}
+        self._mode = "none"
+        self._reported: tuple[bool, str] | None = None
+        self._report_lock = threading.Lock()
+        self._restart_needed = True
+        self._resync = False
+        self._limit_logged = False
+        self._handler = _Handler(self)
+        refs = dirs.common_dir / "refs"
+        self._refs_prefix = f"{refs}{os.sep}"
+        self._exact = {str(dirs.head_file), str(dirs.packed_refs)}
+        self._exact.add(str(dirs.common_dir / "reftable" / "tables.list"))
+        self._exact.update(str(p) for p, _ in self._paths())
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker thread, which starts the observer. Idempotent."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._run, name=f"stalewatch-watcher:{self._dirs.worktree}", daemon=True
+        )
+        with _live_lock:
+            _live.add(self)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the observer and the worker, joining them. Harmless to call twice."""
+        self._stop.set()
+        self._wake.set()
+        with _live_lock:
+            _live.discard(self)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+
+    def wake(self) -> None:
+        """Ask the worker to re-resolve now (any thread; coalesces)."""
+        self._wake.set()
+
+    def relevant(self, path: str) -> bool:
+        """Whether a write at ``path`` can change what HEAD resolves to."""
+        if path.endswith(".lock"):
+            return False  # git renames <ref>.lock over <ref>; the rename is what counts
+        return path in self._exact or path.startswith(self._refs_prefix)
+
+    # -- fault signals (other threads) ------------------------------------------
+
+    def _observer_died(self) -> None:
+        logger.error("stalewatch: watchdog observer for %s died; restarting", self._dirs.worktree)
+        self._restart_needed = True
+        self._report(False, self._mode)
+        self._wake.set()
+
+    def queue_overflowed(self) -> None:
+        """Events were lost (inotify queue overflow): distrust the flag until resynced."""
+        self._resync = True
+        self._report(False, self._mode)
+        self._wake.set()
+
+    # -- worker ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        interval = self._source.verify_interval
+        next_tick = 0.0
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now >= next_tick:
+                    next_tick = now + interval
+                    if self._restart_needed or not self._healthy():
+                        self._restart()
+                        continue
+                self._wake.wait(max(0.0, next_tick - now))
+                if self._stop.is_set():
+                    break
+                self._wake.clear()
+                if self._restart_needed:
+                    self._restart()
+                    continue
+                resync, self._resync = self._resync, False
+                self._changed()
+                if resync and not self._resync:
+                    self._report(self._mode == "native", self._mode)
+        except BaseException:
+            logger.exception("stalewatch: watcher for %s crashed", self._dirs.worktree)
+            raise
+        finally:
+            self._report(False, "none")
+            self._close_observer()
+
+    def _changed(self) -> None:
+        try:
+            self._on_change()
+        except Exception:
+            logger.exception("stalewatch: re-resolving %s failed", self._dirs.worktree)
+
+    def _paths(self) -> list[tuple[Path, bool]]:
+        dirs = self._dirs
+        paths = [(dirs.git_dir, False)]
+        if dirs.common_dir != dirs.git_dir:
+            paths.append((dirs.common_dir, False))
+        if dirs.reftable:
+            paths.append((dirs.common_dir / "reftable", False))
+        else:
+            paths.append((dirs.common_dir / "refs", True))
+        return paths
+
+    def _healthy(self) -> bool:
+        observer = self._observer
+        if observer is None or not observer.is_alive():
+            return False
+        if not all(emitter.is_alive() for emitter in observer.emitters):
+            return False
+        # The checkout deleted, moved or re-created: inotify watches follow inodes.
+        return all(identity(path) == ident for path, ident in self._identities.items())
+
+    def _restart(self) -> None:
+        self._restart_needed = False
+        self._report(False, self._mode)
+        self._close_observer()
+        paths = self._paths()
+        identities = {path: identity(path) for path, _ in paths}
+        if None in identities.values():
+            self._mode = "none"  # checkout gone: HEAD reads unreadable; retried on the tick
+            self._changed()
+            return
+        self._observer, self._mode = self._start_observer(paths)
+        self._identities = identities
+        # Resolve only once the watches exist, so no update falls between the two.
+        self._changed()
+        self._report(self._mode == "native", self._mode)
+
+    def _start_observer(self, paths: list[tuple[Path, bool]]) -> tuple[BaseObserver, str]:
+        if not self._source.poll:
+            observer = _native_observer()
+            try:
+                return self._schedule(observer, paths), "native"
+            except OSError as exc:
+                if not self._limit_logged:
+                    self._limit_logged = True
+                    reason = {errno.ENOSPC: "watch limit reached", errno.EMFILE: "instance limit reached"}
+                    logger.warning(
+                        "stalewatch: change notification unavailable for %s (%s); polling every "
+                        "%.1f s, and the barrier re-reads HEAD on each check meanwhile",
+                        self._dirs.worktree,
+                        reason.get(exc.errno or 0, exc.strerror or str(exc)),
+                        self._source.poll_interval,
+                    )
+        return self._schedule(_Polling(timeout=self._source.poll_interval), paths), "polling"
+
+    def _schedule(self, observer: BaseObserver, paths: list[tuple[Path, bool]]) -> BaseObserver:
+        observer.name = f"stalewatch-observer:{self._dirs.worktree}"
+        observer.daemon = True
+        observer.on_exit = self._observer_died  # type: ignore[attr-defined]
+        # Start first, then schedule: a running observer starts each emitter inside
+        # schedule(), so a watch-limit OSError surfaces here and stop() cleans up.
+        observer.start()
+        try:
+            for path, recursive in paths:
+                observer.schedule(self._handler, str(path), recursive=recursive, event_filter=_EVENTS)
+        except BaseException:
+            _stop_observer(observer)
+            raise
+        return observer
+
+    def _close_observer(self) -> None:
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            _stop_observer(observer)
+
+    def _report(self, trusted: bool, mode: str) -> None:
+        # Called from the worker, a dying observer thread and the overflow listener:
+        # the lock keeps the last report the one the guard sees.
+        with self._report_lock:
+            if (trusted, mode) == self._reported:
+                return
+            self._reported = (trusted, mode)
+            try:
+                self._on_health(trusted, mode)
+            except Exception:
+                logger.exception("stalewatch: health callback failed")
+
+
+def _stop_observer(observer: BaseObserver) -> None:
+    observer.on_exit = None  # type: ignore[attr-defined]
+    observer.stop()
+    if observer is not threading.current_thread():
+        observer.join(timeout=2.0)
+
+
+# watchdog logs an inotify queue overflow and moves on without telling handlers;
+# events were lost, so every live watcher must distrust its flag and re-resolve.
+_live: set[Watcher] = set()
+_live_lock = threading.Lock()
+
+
+class _OverflowListener(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        if "overflow" in str(record.msg).lower():
+            with _live_lock:
+                watchers = list(_live)
+            for watcher in watchers:
+                watcher.queue_overflowed()
+
+
+_overflow_listener = _OverflowListener(level=logging.WARNING)
+for _name in ("watchdog.observers.inotify_c", "watchdog.observers.inotify"):
+    logging.getLogger(_name).addHandler(_overflow_listener)
+
+
+def _forget_in_child() -> None:
+    # The parent's watchers have no threads in a forked child (C9: guards restart).
+    global _live_lock  # noqa: PLW0603 - the old lock may be held by a thread that is gone
+    _live_lock = threading.Lock()
+    _live.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

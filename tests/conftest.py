@@ -1,0 +1,94 @@
+"""Shared fixtures: real git repositories in tmp_path, and a no-thread-leak check."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Commits must not depend on the machine's git identity or config.
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "stalewatch tests",
+    "GIT_AUTHOR_EMAIL": "tests@stalewatch.invalid",
+    "GIT_COMMITTER_NAME": "stalewatch tests",
+    "GIT_COMMITTER_EMAIL": "tests@stalewatch.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+
+class Repo:
+    """A real git repository for a test, with helpers that run real git commands."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def git(self, *args: str, check: bool = True) -> str:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=self.path,
+            env={**os.environ, **_GIT_ENV},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"git {' '.join(args)} failed: {done.stderr}")
+        return done.stdout.strip()
+
+    def write(self, name: str, text: str) -> Path:
+        path = self.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    def commit(self, message: str = "change", name: str = "module.py") -> str:
+        """Append a line to ``name``, commit it, return the new HEAD."""
+        path = self.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(f"# {message}\n")
+        self.git("add", name)
+        self.git("commit", "-q", "-m", message)
+        return self.head()
+
+    def head(self) -> str:
+        return self.git("rev-parse", "HEAD")
+
+
+def make_repo(path: Path, *, initial: bool = True) -> Repo:
+    path.mkdir(parents=True, exist_ok=True)
+    repo = Repo(path)
+    repo.git("init", "-q", "-b", "main")
+    if initial:
+        repo.write("module.py", "VALUE = 1\n")
+        repo.git("add", "module.py")
+        repo.git("commit", "-q", "-m", "initial")
+    return repo
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Repo:
+    """A repository at tmp_path/'checkout' with one commit of ``module.py``."""
+    return make_repo(tmp_path / "checkout")
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leak() -> Iterator[None]:
+    """Fail a test that leaves a thread running (a watcher someone forgot to stop)."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 3.0
+    leaked: list[threading.Thread] = []
+    while time.monotonic() < deadline:
+        leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        if not leaked:
+            return
+        leaked[0].join(timeout=0.05)
+    pytest.fail(f"threads leaked: {[t.name for t in leaked]}")
