@@ -92,3 +92,42 @@ def no_thread_leak() -> Iterator[None]:
             return
         leaked[0].join(timeout=0.05)
     pytest.fail(f"threads leaked: {[t.name for t in leaked]}")
+
+
+class Recorder:
+    """Subscribes to a guard and lets a test wait for a status, without sleeping."""
+
+    def __init__(self, guard: object) -> None:
+        import queue
+
+        from stalewatch import Event, Guard
+
+        assert isinstance(guard, Guard)
+        self.events: list[Event] = []
+        self._queue: queue.Queue[Event] = queue.Queue()
+        self.unsubscribe = guard.subscribe(self._on_event)
+
+    def _on_event(self, event: object) -> None:
+        self.events.append(event)  # type: ignore[arg-type]
+        self._queue.put(event)  # type: ignore[arg-type]
+
+    def wait_for(self, status: str, revision: str | None = None, timeout: float = 10.0) -> object:
+        """Return the first not-yet-consumed event with this status (and revision)."""
+        import queue
+
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                event = self._queue.get(timeout=max(0.0, remaining))
+            except queue.Empty:
+                raise AssertionError(
+                    f"no {status} event within {timeout} s; saw {[e.status.value for e in self.events]}"
+                ) from None
+            if event.status.value == status and (revision is None or event.current_revision == revision):
+                return event
+
+
+@pytest.fixture
+def recorder() -> type[Recorder]:
+    return Recorder

@@ -82,6 +82,7 @@ class Guard:
         self._pid = os.getpid()
         self._trusted = False
         self._mode = "none"
+        self._ready = threading.Event()  # set while the flag is trusted
         loaded: str | None = None
         status, current = Status.UNTRACKED, None
         if binding.dirs is not None:
@@ -285,6 +286,10 @@ class Guard:
             self._trusted = trusted
             self._mode = mode
             self._pass = trusted and not self._snap.status.blocks
+            if trusted:
+                self._ready.set()
+            else:
+                self._ready.clear()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -301,6 +306,17 @@ class Guard:
             self._watch.start()
         return self
 
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until the barrier may trust the flag (watcher live, C9); True if it can.
+
+        An untracked guard is always ready. Example::
+
+            guard.start().wait_ready(5)
+        """
+        if self.binding.dirs is None:
+            return True
+        return self._ready.wait(timeout)
+
     def stop(self) -> None:
         """Stop watching and join the watcher's thread. Harmless to call twice."""
         with self._lifecycle:
@@ -311,6 +327,7 @@ class Guard:
                 self._trusted = False
                 self._mode = "none"
                 self._pass = self.binding.dirs is None
+                self._ready.clear()
         if watch is not None:
             watch.stop()
 
@@ -338,6 +355,7 @@ class Guard:
         self._trusted = False
         self._mode = "none"
         self._pass = self.binding.dirs is None
+        self._ready = threading.Event()
         self._pid = os.getpid()
 
     def __repr__(self) -> str:

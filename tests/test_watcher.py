@@ -1,0 +1,297 @@
+"""stalewatch.watcher: what wakes the watcher (C7, C11) and the faults it survives (C9)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import threading
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import Recorder, Repo, make_repo
+
+from stalewatch import Guard, LocalSource, StaleError, Status
+from stalewatch import watcher as watcher_module
+from stalewatch.refs import find_git_dirs
+
+
+def started(guard: Guard) -> Guard:
+    guard.start()
+    assert guard.wait_ready(5), "watcher never became ready"
+    return guard
+
+
+def test_c7_fetch_tags_branches_gc_and_index_writes_do_not_flip(git_repo: Repo, tmp_path: Path) -> None:
+    upstream = make_repo(tmp_path / "upstream")
+    git_repo.git("remote", "add", "origin", str(upstream.path))
+    with started(Guard.for_checkout(git_repo.path)) as guard:
+        rec = Recorder(guard)
+        upstream.commit("upstream work")
+        git_repo.git("fetch", "-q", "origin")
+        git_repo.git("tag", "v1")
+        git_repo.git("tag", "-a", "v2", "-m", "annotated")
+        git_repo.git("branch", "side")
+        git_repo.git("branch", "-D", "side")
+        git_repo.git("gc", "-q")
+        git_repo.git("pack-refs", "--all")
+        git_repo.write("untracked.txt", "x")
+        git_repo.git("add", "untracked.txt")  # index write
+        git_repo.git("reset", "-q")
+        guard.check()
+        # Events are handled in order: the first event must be this sentinel commit.
+        sentinel = git_repo.commit("sentinel")
+        first = rec.wait_for("stale", sentinel)
+        assert rec.events[0] is first
+        assert first.generation == 1
+
+
+def test_only_writes_to_head_and_refs_wake_the_worker(git_repo: Repo) -> None:
+    calls: list[int] = []
+    woke = threading.Event()
+    ready = threading.Event()
+
+    def on_change() -> None:
+        calls.append(1)
+        woke.set()
+
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None
+    watch = LocalSource(verify_interval=60).watch(dirs, on_change, lambda ok, mode: ok and ready.set())
+    watch.start()
+    try:
+        assert ready.wait(5)
+        baseline = len(calls)
+        woke.clear()
+        for _ in range(200):  # opened/closed-no-write traffic and unrelated files
+            (git_repo.path / ".git/HEAD").read_bytes()
+            (git_repo.path / ".git/refs/heads/main").read_bytes()
+            (git_repo.path / ".git/config").read_bytes()
+        (git_repo.path / ".git/description").write_text("unrelated write\n")
+        git_repo.git("update-ref", "refs/heads/other", "HEAD")  # a ref write: one wake
+        assert woke.wait(5)
+        assert len(calls) - baseline <= 2
+    finally:
+        watch.stop()
+
+
+def test_c11_linked_worktree_commit_and_checkout_are_seen(git_repo: Repo, tmp_path: Path) -> None:
+    git_repo.git("worktree", "add", "-q", "-b", "wt", str(tmp_path / "wt"))
+    wt = Repo(tmp_path / "wt")
+    with started(Guard.for_checkout(wt.path)) as guard:
+        rec = Recorder(guard)
+        new = wt.commit("in worktree")  # ref lives in the common dir
+        rec.wait_for("stale", new)
+        wt.git("checkout", "-q", "--detach", "HEAD~1")  # HEAD lives in the worktree's git dir
+        rec.wait_for("current")
+
+
+def test_c11_packed_only_ref_then_commit(git_repo: Repo) -> None:
+    git_repo.git("pack-refs", "--all")
+    with started(Guard.for_checkout(git_repo.path)) as guard:
+        rec = Recorder(guard)
+        new = git_repo.commit("after gc")
+        rec.wait_for("stale", new)
+
+
+def test_c9_handler_exception_does_not_kill_the_watcher(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with started(Guard.for_checkout(git_repo.path)) as guard:
+        rec = Recorder(guard)
+        watcher = guard._watch
+        assert isinstance(watcher, watcher_module.Watcher)
+        real = watcher.relevant
+        failures = iter([True])
+
+        def flaky(path: str) -> bool:
+            if next(failures, False):
+                raise OSError("handler bug")
+            return real(path)
+
+        monkeypatch.setattr(watcher, "relevant", flaky)
+        git_repo.write("note", "x")
+        git_repo.git("add", "note")
+        new = git_repo.commit("after the handler failed")
+        rec.wait_for("stale", new)
+        assert guard.snapshot().trusted
+    assert "error handling" in caplog.text
+
+
+def test_c9_dead_observer_is_distrusted_then_restarted(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    crashes: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", crashes.append)
+    with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.2))) as guard:
+        rec = Recorder(guard)
+        watcher = guard._watch
+        assert isinstance(watcher, watcher_module.Watcher)
+        observer = watcher._observer
+        assert observer is not None
+        # A malformed queue entry makes watchdog's dispatch loop raise: the thread dies
+        # silently, exactly as with a bug inside watchdog.
+        observer.event_queue.put((None, None))
+        observer.join(5)
+        assert not observer.is_alive()
+        assert crashes and crashes[0].thread is observer
+        new = git_repo.commit("while the observer was dead")
+        with pytest.raises(StaleError):  # distrusted or already resynced: never passes
+            guard.check()
+        assert guard.wait_ready(5)  # restarted with a fresh observer
+        assert watcher._observer is not observer
+        rec.wait_for("stale", new)
+        git_repo.git("reset", "-q", "--hard", "HEAD~1")
+        rec.wait_for("current")
+        again = git_repo.commit("after restart")
+        rec.wait_for("stale", again)
+    assert "died" in caplog.text
+
+
+def test_c9_queue_overflow_distrusts_until_resynced(git_repo: Repo) -> None:
+    with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=60))) as guard:
+        rec = Recorder(guard)
+        watcher = guard._watch
+        assert isinstance(watcher, watcher_module.Watcher)
+        health: list[bool] = []
+        original = watcher._on_health
+
+        def spy(trusted: bool, mode: str) -> None:
+            health.append(trusted)
+            original(trusted, mode)
+
+        watcher._on_health = spy
+        # A ref update lost in the overflow: written while no event can reach us.
+        watcher._restart_needed = False
+        new = git_repo.head()
+        # watchdog's own warning is the only signal it gives of an overflow.
+        logging.getLogger("watchdog.observers.inotify_c").warning(
+            "Inotify queue overflowed; filesystem events were lost"
+        )
+        assert guard.wait_ready(5)
+        assert health[:2] == [False, True]
+        guard.check()
+        assert rec.events == []
+        assert new == git_repo.head()
+
+
+def test_c9_real_inotify_overflow_is_detected(git_repo: Repo) -> None:
+    knob = Path("/proc/sys/fs/inotify/max_queued_events")
+    try:
+        old = knob.read_text()
+        knob.write_text("16\n")  # applies to inotify instances created from now on
+    except OSError:
+        pytest.skip("cannot lower fs.inotify.max_queued_events here")
+    try:
+        with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=60))) as guard:
+            rec = Recorder(guard)
+            overflowed = threading.Event()
+            watcher = guard._watch
+            assert isinstance(watcher, watcher_module.Watcher)
+            real = watcher.queue_overflowed
+
+            def spy() -> None:
+                overflowed.set()
+                real()
+
+            watcher.queue_overflowed = spy  # type: ignore[method-assign]
+            # Hold watchdog's reader back? Not possible; flood faster than it drains.
+            refs = git_repo.path / ".git/refs/heads"
+            head = git_repo.head()
+            for i in range(20000):
+                tmp = refs / f"flood{i % 50}.lock"
+                tmp.write_text(head + "\n")
+                tmp.replace(refs / f"flood{i % 50}")
+                if overflowed.is_set():
+                    break
+            assert overflowed.wait(10), "the kernel queue never overflowed"
+            assert guard.wait_ready(5)
+            new = git_repo.commit("after overflow")
+            rec.wait_for("stale", new)
+    finally:
+        knob.write_text(old)
+
+
+class _LimitedObserver(watcher_module._Native):  # type: ignore[misc]
+    """A real native observer on a machine whose inotify watch limit is exhausted."""
+
+    def schedule(self, *args: object, **kwargs: object) -> object:
+        raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+
+def test_c9_watch_limit_falls_back_to_polling_logged_once(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(watcher_module, "_native_observer", _LimitedObserver)
+    guard = Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.2, poll_interval=0.1))
+    with guard:
+        rec = Recorder(guard)
+        rec_ready = guard.wait_ready(0.5)
+        assert not rec_ready  # polling is never trusted for the fast path
+        new = git_repo.commit("while polling")
+        with pytest.raises(StaleError):
+            guard.check()  # the barrier re-reads synchronously
+        snap = guard.snapshot()
+        assert snap.mode == "polling"
+        assert not snap.trusted
+        rec.wait_for("stale", new)
+    assert caplog.text.count("watch limit reached") == 1
+
+
+def test_c9_forced_polling_still_delivers_events(git_repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STALEWATCH_POLL", "1")
+    monkeypatch.setenv("STALEWATCH_POLL_INTERVAL", "0.1")
+    with Guard.for_checkout(git_repo.path) as guard:
+        rec = Recorder(guard)
+        new = git_repo.commit("polled")
+        rec.wait_for("stale", new)
+        assert guard.snapshot().mode == "polling"
+
+
+def test_c9_git_dir_deleted_and_recreated_rewatches(git_repo: Repo, tmp_path: Path) -> None:
+    backup = tmp_path / "backup.git"
+    shutil.copytree(git_repo.path / ".git", backup)
+    with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.1))) as guard:
+        rec = Recorder(guard)
+        shutil.rmtree(git_repo.path / ".git")
+        rec.wait_for("unreadable")
+        assert not guard.snapshot().trusted or guard.status is Status.UNREADABLE
+        shutil.copytree(backup, git_repo.path / ".git")
+        rec.wait_for("current")
+        assert guard.wait_ready(5)
+        new = git_repo.commit("after re-creation")  # seen only if watches were re-made
+        rec.wait_for("stale", new)
+
+
+def test_c9_forked_child_does_not_trust_the_parents_watcher(git_repo: Repo) -> None:
+    with started(Guard.for_checkout(git_repo.path)) as guard:
+        rec = Recorder(guard)
+        read_fd, write_fd = os.pipe()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+            pid = os.fork()
+        if pid == 0:  # child: report, then leave without running pytest's teardown
+            code = 1
+            try:
+                trusted_after_fork = guard.snapshot().trusted
+                git_repo.git("commit", "-q", "--allow-empty", "-m", "in child")
+                try:
+                    guard.check()
+                    raised = False
+                except StaleError:
+                    raised = True
+                os.write(write_fd, f"{trusted_after_fork},{raised}".encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_fd)
+        _, status = os.waitpid(pid, 0)
+        report = os.read(read_fd, 100).decode()
+        os.close(read_fd)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert report == "False,True"
+        # The parent's watcher is untouched by the child and sees the child's commit.
+        rec.wait_for("stale")
+        assert guard.snapshot().trusted
