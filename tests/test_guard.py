@@ -10,8 +10,8 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import Recorder, Repo
 
+from conftest import Recorder, Repo
 from stalewatch import BindError, Event, Guard, StaleError, Status
 
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Repo, make_repo
 
+from conftest import Repo, make_repo
 from stalewatch import BindError, Guard, Status
 from stalewatch.identity import bind_checkout, bind_file, bind_module
 

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import Repo, make_repo
 
+from conftest import Repo, make_repo
 from stalewatch.errors import NeedsGitError, RefError
 from stalewatch.refs import find_git_dirs, resolve_head
 

@@ -11,8 +11,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import Recorder, Repo, make_repo
 
+from conftest import Recorder, Repo, make_repo
 from stalewatch import Guard, LocalSource, StaleError, Status
 from stalewatch import watcher as watcher_module
 from stalewatch.refs import find_git_dirs
