@@ -295,3 +295,29 @@ def test_c9_forked_child_does_not_trust_the_parents_watcher(git_repo: Repo) -> N
         # The parent's watcher is untouched by the child and sees the child's commit.
         rec.wait_for("stale")
         assert guard.snapshot().trusted
+
+
+def test_c9_dead_inotify_reader_thread_is_noticed_and_restarted(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    crashes: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", crashes.append)
+    # Re-verification set to an hour: only the liveness check can rescue this guard.
+    with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=3600))) as guard:
+        rec = Recorder(guard)
+        watcher = guard._watch
+        assert isinstance(watcher, watcher_module.Watcher)
+        readers = [t for t in watcher._observer_threads if type(t).__name__ == "InotifyFD"]
+        assert len(readers) == 1
+        reader = readers[0]
+
+        def boom(event: object) -> None:
+            raise RuntimeError("watchdog reader bug")
+
+        reader.handle_event = boom  # type: ignore[attr-defined]
+        new = git_repo.commit("the reader dies on this event")
+        reader.join(5)
+        assert not reader.is_alive()
+        rec.wait_for("stale", new)  # seen after the restart, within the liveness period
+        assert guard.wait_ready(5)
+    assert "died" in caplog.text

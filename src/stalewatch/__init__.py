@@ -10,6 +10,7 @@ Example::
 
 from __future__ import annotations
 
+from .client import Daemon
 from .errors import BindError, ConfigError, RefError, StaleError, StalewatchError
 from .guard import Guard
 from .status import Event, Snapshot, Status
@@ -18,6 +19,7 @@ from .watcher import LocalSource, Source
 __all__ = [
     "BindError",
     "ConfigError",
+    "Daemon",
     "Event",
     "Guard",
     "LocalSource",

@@ -4,6 +4,7 @@ Exit codes:
     0  success (``watch`` stopped by Ctrl-C or SIGTERM; ``status`` printed a revision)
     1  ``status``: HEAD cannot be resolved (corrupt or unreadable repository)
     2  bad input: usage error, a path that is not a git checkout, an invalid setting
+    3  ``events`` / ``status --socket``: the daemon cannot be reached (see daemon_cli)
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from . import __version__
-from .errors import StalewatchError, short
+from . import __version__, daemon_cli
+from .errors import HeadUnreadableError, StalewatchError, short
 from .guard import Guard
 from .status import Event, Snapshot
 
@@ -41,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="print the checkout's current revision")
     status.add_argument("path", nargs="?", default=".", help="a checkout, or a source file in one")
     status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.add_argument("--socket", help="ask the daemon listening on this socket instead")
+    daemon_cli.add_daemon_commands(sub)
     return parser
 
 
@@ -103,11 +106,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 0 for --help/--version, 2 for usage errors
         return int(exc.code or 0)
     try:
+        if args.command == "status" and args.socket:
+            return daemon_cli.cmd_status(args)
         if args.command == "status":
             return _cmd_status(args)
+        if args.command == "daemon":
+            return daemon_cli.cmd_daemon(args)
+        if args.command == "events":
+            return daemon_cli.cmd_events(args)
         return _cmd_watch(args)
+    except HeadUnreadableError as exc:
+        print(f"stalewatch: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
     except StalewatchError as exc:
         print(f"stalewatch: {exc}", file=sys.stderr)
-        return EXIT_UNREADABLE if "cannot resolve HEAD" in str(exc) else EXIT_USAGE
+        return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK

@@ -28,6 +28,10 @@ class BindError(StalewatchError, ValueError):
         super().__init__(f"{path}: {reason}")
 
 
+class HeadUnreadableError(BindError):
+    """Binding found the checkout but could not resolve its HEAD, and no revision is known."""
+
+
 class RefError(StalewatchError):
     """HEAD or a ref could not be read or parsed.
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 
 from . import gitcmd, identity, refs
-from .errors import BindError, NeedsGitError, RefError, StaleError
+from .errors import BindError, HeadUnreadableError, NeedsGitError, RefError, StaleError
 from .identity import Binding
 from .status import Event, Snapshot, Status, decide
 from .watcher import LocalSource, Source, Watch
@@ -90,7 +90,7 @@ class Guard:
                 current = self._read()
             except RefError as exc:
                 if loaded_revision is _UNSET:
-                    raise BindError(binding.checkout, f"cannot resolve HEAD: {exc}") from None
+                    raise HeadUnreadableError(binding.checkout, f"cannot resolve HEAD: {exc}") from None
                 status = Status.UNREADABLE
             loaded = current if loaded_revision is _UNSET else _checked_revision(loaded_revision)
             if status is not Status.UNREADABLE:

@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -52,6 +53,13 @@ OnHealth = Callable[[bool, str], None]
 # Only writes matter; opened/closed-no-write traffic (watchdog's default mask) would
 # wake us for every read of .git. FileClosedEvent is close-after-write: some
 # filesystems report a rewrite-in-place only that way.
+# watchdog's inotify reader warns, then carries on correctly, when a directory created
+# under a recursive watch (git's refs/remotes/origin on a first fetch) is added twice in
+# a race. It is noise for our users; under -W error it would kill the reader (handled).
+warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
+
+_HEALTH_INTERVAL = 1.0  # seconds between checks that watchdog's threads are alive
+
 _EVENTS: list[type[FileSystemEvent]] = [
     FileCreatedEvent,
     FileModifiedEvent,
@@ -171,6 +179,7 @@ class Watcher:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._observer: BaseObserver | None = None
+        self._observer_threads: list[threading.Thread] = []
         self._identities: dict[Path, tuple[int, int] | None] = {}
         self._mode = "none"
         self._reported: tuple[bool, str] | None = None
@@ -235,19 +244,29 @@ class Watcher:
     # -- worker ------------------------------------------------------------------
 
     def _run(self) -> None:
-        interval = self._source.verify_interval
-        next_tick = 0.0
+        verify_every = self._source.verify_interval
+        # Thread liveness is checked at least every second even when re-verification
+        # is rare: a dead watchdog thread leaves the flag blind until it is noticed.
+        health_every = min(_HEALTH_INTERVAL, verify_every)
+        now = time.monotonic()
+        next_health, next_verify = now, now + verify_every
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
-                if now >= next_tick:
-                    next_tick = now + interval
+                if now >= next_health:
+                    next_health = now + health_every
                     if self._restart_needed or not self._healthy():
                         self._restart()
+                        next_verify = now + verify_every
                         continue
-                self._wake.wait(max(0.0, next_tick - now))
+                if now >= next_verify:
+                    next_verify = now + verify_every
+                    self._wake.set()  # periodic re-verification backs the events up
+                self._wake.wait(max(0.0, min(next_health, next_verify) - now))
                 if self._stop.is_set():
                     break
+                if not self._wake.is_set():
+                    continue
                 self._wake.clear()
                 if self._restart_needed:
                     self._restart()
@@ -284,7 +303,11 @@ class Watcher:
         observer = self._observer
         if observer is None or not observer.is_alive():
             return False
-        if not all(emitter.is_alive() for emitter in observer.emitters):
+        # Every thread watchdog started for us (emitters, the inotify reader) must
+        # still run: an exception kills one silently and the watch goes blind.
+        dead = [t.name for t in self._observer_threads if not t.is_alive()]
+        if dead:
+            logger.error("stalewatch: watchdog threads %s for %s died; restarting", dead, self._dirs.worktree)
             return False
         # The checkout deleted, moved or re-created: inotify watches follow inodes.
         return all(identity(path) == ident for path, ident in self._identities.items())
@@ -306,10 +329,17 @@ class Watcher:
         self._report(self._mode == "native", self._mode)
 
     def _start_observer(self, paths: list[tuple[Path, bool]]) -> tuple[BaseObserver, str]:
+        # One observer is created at a time, so the threads that appear meanwhile are
+        # this observer's (see _schedule).
+        with _start_lock:
+            return self._start_observer_locked(paths)
+
+    def _start_observer_locked(self, paths: list[tuple[Path, bool]]) -> tuple[BaseObserver, str]:
         if not self._source.poll:
-            observer = _native_observer()
+            before = set(threading.enumerate())
+            observer = _native_observer()  # InotifyObserver starts its reader thread here
             try:
-                return self._schedule(observer, paths), "native"
+                return self._schedule(observer, paths, before), "native"
             except OSError as exc:
                 if not self._limit_logged:
                     self._limit_logged = True
@@ -321,9 +351,12 @@ class Watcher:
                         reason.get(exc.errno or 0, exc.strerror or str(exc)),
                         self._source.poll_interval,
                     )
-        return self._schedule(_Polling(timeout=self._source.poll_interval), paths), "polling"
+        before = set(threading.enumerate())
+        return self._schedule(_Polling(timeout=self._source.poll_interval), paths, before), "polling"
 
-    def _schedule(self, observer: BaseObserver, paths: list[tuple[Path, bool]]) -> BaseObserver:
+    def _schedule(
+        self, observer: BaseObserver, paths: list[tuple[Path, bool]], before: set[threading.Thread]
+    ) -> BaseObserver:
         observer.name = f"stalewatch-observer:{self._dirs.worktree}"
         observer.daemon = True
         observer.on_exit = self._observer_died  # type: ignore[attr-defined]
@@ -336,10 +369,16 @@ class Watcher:
         except BaseException:
             _stop_observer(observer)
             raise
+        # The threads watchdog started for this observer (the inotify reader is not
+        # among observer.emitters); other code's threads are filtered out by module.
+        self._observer_threads = [
+            t for t in threading.enumerate() if t not in before and type(t).__module__.startswith("watchdog.")
+        ]
         return observer
 
     def _close_observer(self) -> None:
         observer, self._observer = self._observer, None
+        self._observer_threads = []
         if observer is not None:
             _stop_observer(observer)
 
@@ -367,6 +406,7 @@ def _stop_observer(observer: BaseObserver) -> None:
 # events were lost, so every live watcher must distrust its flag and re-resolve.
 _live: set[Watcher] = set()
 _live_lock = threading.Lock()
+_start_lock = threading.Lock()
 
 
 class _OverflowListener(logging.Handler):
@@ -385,8 +425,9 @@ for _name in ("watchdog.observers.inotify_c", "watchdog.observers.inotify"):
 
 def _forget_in_child() -> None:
     # The parent's watchers have no threads in a forked child (C9: guards restart).
-    global _live_lock  # noqa: PLW0603 - the old lock may be held by a thread that is gone
+    global _live_lock, _start_lock  # noqa: PLW0603 - the old locks may be held by a thread that is gone
     _live_lock = threading.Lock()
+    _start_lock = threading.Lock()
     _live.clear()
 
 

@@ -1,0 +1,354 @@
+"""A guard fed by a running daemon instead of a watcher thread of its own.
+
+Example::
+
+    from stalewatch import Daemon, Guard
+
+    guard = Guard.for_module("run_agent", source=Daemon("/run/stalewatch/stalewatch.sock"))
+    with guard:
+        guard.check()
+
+The daemon's events only say "re-resolve now": the guard re-reads HEAD in-process and
+compares with its own loaded revision, so each worker process decides for itself.
+The flag is trusted only while subscribed to a daemon whose own watcher for this
+checkout is trusted (C9); disconnected, the barrier re-reads synchronously on every
+check, so a dead daemon never lets a stale process through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from . import config
+from .errors import StalewatchError
+from .protocol import (
+    MAX_MESSAGE_LINE,
+    PROTOCOL_VERSION,
+    LineReader,
+    ProtocolError,
+    decode,
+    default_socket_path,
+)
+from .refs import GitDirs
+from .watcher import OnChange, OnHealth
+
+__all__ = ["Daemon", "DaemonUnavailableError", "DaemonWatch", "connect", "follow", "read_status"]
+
+logger = logging.getLogger(__name__)
+
+_FIRST_BACKOFF = 0.05
+_HELLO_TIMEOUT = 5.0  # a daemon that accepted must say hello within this
+
+
+class DaemonUnavailableError(StalewatchError):
+    """The daemon's socket cannot be reached, or it answered something unexpected.
+
+    Attributes:
+        path: the socket path.
+        reason: what went wrong.
+    """
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot reach the stalewatch daemon at {path}: {reason}")
+
+
+def connect(path: Path, timeout: float = 2.0) -> socket.socket:
+    """Connect to the daemon at ``path`` (blocking socket with ``timeout``).
+
+    Raises:
+        DaemonUnavailableError: no such socket, refused, or timed out.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(os.fspath(path))
+    except OSError as exc:
+        sock.close()
+        raise DaemonUnavailableError(path, exc.strerror or str(exc) or type(exc).__name__) from None
+    return sock
+
+
+def _messages(sock: socket.socket, path: Path) -> Iterator[dict[str, Any]]:
+    reader = LineReader(MAX_MESSAGE_LINE)
+    while True:
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            raise DaemonUnavailableError(path, "no answer in time") from None
+        except OSError as exc:
+            raise DaemonUnavailableError(path, exc.strerror or str(exc)) from None
+        if not data:
+            raise DaemonUnavailableError(path, "the daemon closed the connection")
+        try:
+            for line in reader.feed(data):
+                yield decode(line)
+        except ProtocolError as exc:
+            raise DaemonUnavailableError(path, str(exc)) from None
+
+
+def _check_hello(message: dict[str, Any], path: Path) -> None:
+    if message.get("type") == "error":
+        raise DaemonUnavailableError(path, f"{message.get('reason')}: {message.get('detail')}")
+    if message.get("type") != "hello":
+        raise DaemonUnavailableError(path, f"expected a hello line, got {message.get('type')!r}")
+    if message.get("protocol") != PROTOCOL_VERSION:
+        raise DaemonUnavailableError(
+            path, f"protocol {message.get('protocol')!r}; this client speaks {PROTOCOL_VERSION}"
+        )
+
+
+def read_status(path: Path, timeout: float = 5.0) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The daemon's ``hello`` and one ``snapshot`` per checkout, then disconnect.
+
+    Raises:
+        DaemonUnavailableError: unreachable, silent, or not speaking this protocol.
+    """
+    with connect(path, timeout) as sock:
+        messages = _messages(sock, path)
+        hello = next(messages)
+        _check_hello(hello, path)
+        expected = set(hello.get("checkouts") or [])
+        snapshots: list[dict[str, Any]] = []
+        while len(snapshots) < len(expected):
+            message = next(messages)
+            if message.get("type") == "snapshot":
+                snapshots.append(message)
+        return hello, snapshots
+
+
+def follow(path: Path) -> Iterator[dict[str, Any]]:
+    """Every message the daemon sends (``hello`` first), until it disconnects.
+
+    Raises:
+        DaemonUnavailableError: unreachable, disconnected, or not speaking this protocol.
+    """
+    with connect(path) as sock:
+        sock.settimeout(None)
+        messages = _messages(sock, path)
+        hello = next(messages)
+        _check_hello(hello, path)
+        yield hello
+        yield from messages
+
+
+class Daemon:
+    """A :class:`~stalewatch.watcher.Source` fed by a stalewatch daemon's socket.
+
+    Args:
+        socket_path: the daemon's socket; default ``$RUNTIME_DIRECTORY/stalewatch.sock``
+            (else ``$XDG_RUNTIME_DIR``).
+        verify_interval: seconds between periodic in-process re-verifications while
+            connected (``STALEWATCH_VERIFY_INTERVAL``, default 2).
+        max_backoff: longest wait between reconnection attempts, in seconds.
+
+    Example: ``Guard.for_module("run_agent", source=Daemon("/run/stalewatch/stalewatch.sock"))``.
+    """
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str] | None = None,
+        *,
+        verify_interval: float | None = None,
+        max_backoff: float = 2.0,
+    ) -> None:
+        self.socket_path = Path(socket_path) if socket_path is not None else default_socket_path()
+        self.verify_interval = config.verify_interval(verify_interval)
+        self.max_backoff = max_backoff
+
+    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> DaemonWatch:
+        return DaemonWatch(self, dirs, on_change, on_health)
+
+    def __repr__(self) -> str:
+        return f"Daemon({str(self.socket_path)!r})"
+
+
+class _Lost(Exception):
+    """The session ended: disconnected, wedged, or refused."""
+
+
+class DaemonWatch:
+    """One subscription to the daemon for one checkout, on its own thread."""
+
+    def __init__(self, daemon: Daemon, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> None:
+        self._daemon = daemon
+        self._key = str(dirs.worktree)
+        self._on_change = on_change
+        self._on_health = on_health
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._reported: bool | None = None
+        self._unwatched_logged = False
+        self._lost_logged = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"stalewatch-daemon-client:{dirs.worktree}", daemon=True
+        )
+        self._started = False
+
+    def start(self) -> None:
+        """Start the client thread (idempotent)."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Disconnect and join the thread within a second. Harmless to call twice."""
+        with self._lock:
+            self._stop.set()
+            sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed by the thread
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's recv at once
+        if self._started and self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
+
+    # -- the thread -------------------------------------------------------------------
+
+    def _report(self, trusted: bool, mode: str = "daemon") -> None:
+        if trusted == self._reported:
+            return
+        self._reported = trusted
+        try:
+            self._on_health(trusted, mode)
+        except Exception:
+            logger.exception("stalewatch: health callback failed")
+
+    def _changed(self) -> None:
+        try:
+            self._on_change()
+        except Exception:
+            logger.exception("stalewatch: re-resolving %s failed", self._key)
+
+    def _run(self) -> None:
+        backoff = _FIRST_BACKOFF
+        path = self._daemon.socket_path
+        try:
+            while not self._stop.is_set():
+                try:
+                    sock = connect(path, timeout=1.0)
+                except DaemonUnavailableError as exc:
+                    self._report(False)
+                    self._lost(f"{exc.reason}")
+                else:
+                    with self._lock:
+                        self._sock = sock
+                        stopping = self._stop.is_set()
+                    try:
+                        if not stopping and self._session(sock):
+                            backoff = _FIRST_BACKOFF
+                    except _Lost as exc:
+                        self._report(False)  # C9: from now on every check re-reads
+                        if not self._stop.is_set():
+                            self._lost(str(exc))
+                    finally:
+                        with self._lock:
+                            self._sock = None
+                        sock.close()
+                    self._report(False)
+                if self._stop.wait(backoff):
+                    break
+                backoff = min(backoff * 2, self._daemon.max_backoff)
+        finally:
+            self._report(False, "none")
+
+    def _lost(self, reason: str) -> None:
+        if not self._lost_logged:
+            self._lost_logged = True
+            logger.warning(
+                "stalewatch: no daemon at %s for %s (%s); checks re-read HEAD until it is back",
+                self._daemon.socket_path,
+                self._key,
+                reason,
+            )
+
+    def _session(self, sock: socket.socket) -> bool:
+        """Follow one connection; True once it got as far as a hello."""
+        reader = LineReader(MAX_MESSAGE_LINE)
+        interval = self._daemon.verify_interval
+        now = time.monotonic()
+        silent_limit = _HELLO_TIMEOUT
+        last_line = now
+        next_verify = now + interval
+        greeted = False
+        daemon_trusted = False
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now - last_line >= silent_limit:
+                raise _Lost(f"the daemon sent nothing for {now - last_line:.1f} s")
+            if now >= next_verify:
+                next_verify = now + interval
+                self._changed()
+            sock.settimeout(max(0.001, min(next_verify, last_line + silent_limit) - now))
+            try:
+                data = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError as exc:
+                raise _Lost(exc.strerror or str(exc)) from None
+            if not data:
+                raise _Lost("the daemon closed the connection")
+            last_line = time.monotonic()
+            try:
+                messages = [decode(line) for line in reader.feed(data)]
+            except ProtocolError as exc:
+                raise _Lost(str(exc)) from None
+            for message in messages:
+                kind = message["type"]
+                if kind == "hello":
+                    silent_limit = self._hello(message)
+                    greeted = True
+                elif kind == "error":
+                    raise _Lost(f"the daemon refused: {message.get('reason')}: {message.get('detail')}")
+                elif message.get("checkout") != self._key:
+                    continue  # pings, pongs and other checkouts' lines
+                elif kind in ("snapshot", "health"):
+                    daemon_trusted = message.get("trusted") is True
+                    self._subscribed(daemon_trusted, message.get("mode"))
+                elif kind == "event":
+                    self._changed()
+                elif kind == "removed":
+                    self._report(False)
+                    logger.warning("stalewatch: the daemon stopped watching %s", self._key)
+        return greeted
+
+    def _hello(self, message: dict[str, Any]) -> float:
+        if message.get("protocol") != PROTOCOL_VERSION:
+            raise _Lost(f"daemon speaks protocol {message.get('protocol')!r}, not {PROTOCOL_VERSION}")
+        if self._lost_logged:
+            self._lost_logged = False
+            logger.info("stalewatch: reconnected to the daemon at %s", self._daemon.socket_path)
+        if self._key not in (message.get("checkouts") or []):
+            self._report(False)
+            if not self._unwatched_logged:
+                self._unwatched_logged = True
+                logger.warning(
+                    "stalewatch: the daemon at %s does not watch %s; checks re-read HEAD instead",
+                    self._daemon.socket_path,
+                    self._key,
+                )
+        keepalive = message.get("keepalive")
+        if isinstance(keepalive, int | float) and not isinstance(keepalive, bool) and keepalive > 0:
+            return 3.0 * float(keepalive)  # three missed pings: the daemon is wedged
+        return _HELLO_TIMEOUT
+
+    def _subscribed(self, daemon_trusted: bool, mode: object) -> None:
+        if not daemon_trusted:
+            self._report(False)
+            logger.info("stalewatch: the daemon's watcher for %s is not trusted (mode %s)", self._key, mode)
+            return
+        # Subscribed and the daemon's watcher is sound: any later move produces an
+        # event; re-resolve once now for anything before it, then trust the flag.
+        self._changed()
+        self._report(True)

@@ -1,0 +1,458 @@
+"""The daemon: one process watching checkouts and pushing every change to subscribers.
+
+One :class:`DaemonServer` holds a :class:`~stalewatch.guard.Guard` (with a local
+watcher) per checkout, a hook runner per checkout with hooks, and a single-threaded
+``selectors`` loop serving the Unix socket. Guards deliver events on their watcher
+threads into an inbox; the loop encodes each event once and appends it to every
+client's bounded queue, writing without ever blocking, so a slow client only ever
+delays itself (past its bound it is told and dropped). See :mod:`stalewatch.protocol`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import selectors
+import signal
+import socket
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from . import __version__, sdnotify
+from .daemon_clients import Client, ClientSet
+from .daemon_config import CheckoutConfig, DaemonConfig, DaemonConfigError
+from .errors import BindError
+from .guard import Guard
+from .hooks import HookRunner
+from .protocol import (
+    encode,
+    event_message,
+    health_message,
+    hello_message,
+    removed_message,
+    snapshot_message,
+)
+from .refs import GitDirs
+from .status import Event, Status
+from .watcher import LocalSource, OnChange, OnHealth, Watch
+
+__all__ = ["DaemonServer", "bind_checkout"]
+
+logger = logging.getLogger(__name__)
+
+_READY_WAIT = 5.0  # longest wait for the watchers to become trusted before READY=1
+_LOOP_TICK = 1.0  # the loop wakes at least this often (its heartbeat)
+_InboxItem = tuple[str, "_Entry", Any]
+
+
+class _ObservedSource:
+    """A :class:`LocalSource` that records the watcher's heartbeat and health reports.
+
+    The watcher calls ``on_change`` on every periodic re-verification, so a recent
+    heartbeat proves its thread is alive and not wedged: the systemd watchdog pings
+    only on that proof.
+    """
+
+    def __init__(self) -> None:
+        self._inner = LocalSource()
+        self.verify_interval = self._inner.verify_interval
+        self.beat: float | None = None
+        self.trusted = threading.Event()
+        self.on_report: Any = None  # set by the server: called with (trusted, mode)
+
+    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watch:
+        def changed() -> object:
+            self.beat = time.monotonic()
+            return on_change()
+
+        def health(trusted: bool, mode: str) -> None:
+            on_health(trusted, mode)
+            if trusted:
+                self.trusted.set()
+            else:
+                self.trusted.clear()
+            if self.on_report is not None:
+                self.on_report(trusted, mode)
+
+        return self._inner.watch(dirs, changed, health)
+
+
+def bind_checkout(checkout: CheckoutConfig, source: _ObservedSource | None = None) -> Guard:
+    """A guard for one configured checkout (not started).
+
+    Raises:
+        BindError: the path does not exist, is not in a git checkout, or is a file no
+            repository tracks.
+    """
+    options: dict[str, object] = {"source": source or _ObservedSource()}
+    if checkout.revision is not None:
+        options["loaded_revision"] = checkout.revision
+    path = checkout.path
+    if path.is_file():
+        guard = Guard.for_file(path, **options)
+        if not guard.binding.tracked:
+            raise BindError(path, "is not tracked by any git repository; there is nothing to watch")
+        return guard
+    return Guard.for_checkout(path, **options)
+
+
+class _Entry:
+    """One watched checkout: its guard, hooks, and the daemon's generation offset.
+
+    ``base`` keeps generations increasing per checkout across a reload that re-binds
+    it (a new guard starts again at 0).
+    """
+
+    def __init__(self, checkout: CheckoutConfig, guard: Guard, source: _ObservedSource, base: int) -> None:
+        self.config = checkout
+        self.guard = guard
+        self.source = source
+        self.base = base
+        self.key = str(guard.checkout)
+        self.hooks = HookRunner(guard.checkout, checkout.hooks) if checkout.hooks.any else None
+        self.unsubscribe: Any = None
+
+    def generation(self) -> int:
+        return self.base + self.guard.snapshot().generation
+
+
+class DaemonServer:
+    """Serves a configuration on an already listening socket until :meth:`stop`.
+
+    Args:
+        settings: the configuration (checkouts, limits, keepalive).
+        listener: a bound, listening Unix stream socket.
+        reload: returns a fresh configuration on SIGHUP (``None``: nothing to reload).
+    """
+
+    def __init__(self, settings: DaemonConfig, listener: socket.socket, reload: Any = None) -> None:
+        self.settings = settings
+        self._listener = listener
+        self._reload = reload
+        self._entries: dict[str, _Entry] = {}
+        self._inbox: queue.SimpleQueue[_InboxItem] = queue.SimpleQueue()
+        self._selector = selectors.DefaultSelector()
+        self._clients = ClientSet(self._selector, settings.max_clients, settings.client_queue)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._stopping = threading.Event()
+        self._reload_requested = False
+        self._loop_beat = time.monotonic()
+        self._status_text = ""
+        self._watchdog: threading.Thread | None = None
+        for checkout in settings.checkouts:
+            entry = self._make_entry(checkout, 0)
+            if entry.key in self._entries:
+                raise DaemonConfigError("checkout", str(checkout.path), f"{entry.key} is configured twice")
+            self._entries[entry.key] = entry
+
+    # -- control (any thread, or a signal handler) ---------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to stop; :meth:`serve` returns within a second."""
+        self._stopping.set()
+        self._wake()
+
+    def request_reload(self) -> None:
+        """Ask the loop to reload the configuration (what SIGHUP does)."""
+        self._reload_requested = True
+        self._wake()
+
+    def _wake(self) -> None:
+        # A full buffer means a wake-up is already pending; closed means shut down.
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    # -- entries ---------------------------------------------------------------------------
+
+    def _make_entry(self, checkout: CheckoutConfig, base: int) -> _Entry:
+        source = _ObservedSource()
+        guard = bind_checkout(checkout, source)
+        entry = _Entry(checkout, guard, source, base)
+        source.on_report = lambda trusted, mode: self._post(("health", entry, (trusted, mode)))
+        return entry
+
+    def _post(self, item: _InboxItem) -> None:
+        self._inbox.put(item)
+        self._wake()
+
+    def _start_entry(self, entry: _Entry) -> None:
+        hooks = entry.hooks
+
+        def on_event(event: Event) -> None:
+            self._post(("event", entry, event))
+            if hooks is not None:
+                hooks.submit(event, entry.base + event.generation)
+
+        entry.unsubscribe = entry.guard.subscribe(on_event)
+        if hooks is not None:
+            hooks.start()
+        entry.guard.start()
+
+    @staticmethod
+    def _stop_entry(entry: _Entry) -> None:
+        if entry.unsubscribe is not None:
+            entry.unsubscribe()
+        if entry.hooks is not None:
+            entry.hooks.stop()
+        entry.guard.stop()
+
+    # -- serving ---------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Start the watchers, notify systemd, and serve until :meth:`stop` (or a signal)."""
+        handlers = self._install_signals()
+        try:
+            for entry in self._entries.values():
+                self._start_entry(entry)
+            deadline = time.monotonic() + _READY_WAIT
+            for entry in self._entries.values():
+                if not entry.source.trusted.wait(max(0.0, deadline - time.monotonic())):
+                    logger.warning("stalewatch: watcher for %s not trusted yet; serving anyway", entry.key)
+            self._selector.register(self._listener, selectors.EVENT_READ, "listen")
+            self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+            logger.info(
+                "stalewatch: daemon %s serving %s for %d checkouts: %s",
+                __version__,
+                self._listener.getsockname(),
+                len(self._entries),
+                ", ".join(self._entries),
+            )
+            sdnotify.notify(f"READY=1\nSTATUS={self._status()}\nMAINPID={os.getpid()}")
+            self._start_watchdog()
+            self._loop()
+        finally:
+            sdnotify.notify("STOPPING=1")
+            self._shutdown()
+            for signum, previous in handlers.items():
+                signal.signal(signum, previous)
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}  # embedded in a thread: the owner calls stop()/request_reload()
+
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            self.stop()
+
+        def on_hup(signum: int, frame: FrameType | None) -> None:
+            self.request_reload()
+
+        signums = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        handlers: dict[int, Any] = {signum: signal.getsignal(signum) for signum in signums}
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, on_hup)
+        return handlers
+
+    def _loop(self) -> None:
+        next_ping = time.monotonic() + self.settings.keepalive
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            timeout = min(_LOOP_TICK, next_ping - now)
+            closing = self._clients.next_deadline()
+            if closing is not None:
+                timeout = min(timeout, closing - now)
+            for key, mask in self._selector.select(max(0.0, timeout)):
+                if key.data == "listen":
+                    self._clients.accept(self._listener, self._greet)
+                elif key.data == "wake":
+                    self._drain_wake()
+                elif isinstance(key.data, Client):
+                    self._clients.serve(key.data, mask)
+            self._process_inbox()
+            if self._reload_requested:
+                self._reload_requested = False
+                self._do_reload()
+            now = time.monotonic()
+            if now >= next_ping:
+                next_ping = now + self.settings.keepalive
+                self._clients.broadcast(encode({"type": "ping", "at": time.time()}))
+            self._clients.expire(now)
+            self._update_status()
+            self._loop_beat = now
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _process_inbox(self) -> None:
+        while True:
+            try:
+                kind, entry, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if self._entries.get(entry.key) is not entry:
+                continue  # from a guard a reload replaced
+            if kind == "event":
+                self._fan_out(entry, payload)
+            else:
+                trusted, mode = payload
+                level = logging.INFO if trusted else logging.WARNING
+                logger.log(level, "stalewatch: watcher for %s: trusted=%s mode=%s", entry.key, trusted, mode)
+                self._clients.broadcast(encode(health_message(entry.key, trusted, mode)))
+
+    def _fan_out(self, entry: _Entry, event: Event) -> None:
+        generation = entry.base + event.generation
+        level = logging.WARNING if event.status.blocks else logging.INFO
+        logger.log(
+            level,
+            "stalewatch: %s is %s (loaded %s, current %s, generation %d)",
+            entry.key,
+            event.status.value,
+            event.loaded_revision,
+            event.current_revision,
+            generation,
+        )
+        line = encode(event_message(event, generation))
+        for client in self._clients:
+            # A client that connected after the change already has it in its snapshot.
+            if client.gens.get(entry.key, -1) >= generation:
+                continue
+            client.gens[entry.key] = generation
+            self._clients.send(client, line)
+
+    def _greet(self, client: Client) -> None:
+        hello = hello_message(list(self._entries), self.settings.keepalive, __version__)
+        self._clients.send(client, encode(hello), flush=False)
+        for entry in self._entries.values():
+            self._send_snapshot(client, entry)
+
+    def _send_snapshot(self, client: Client, entry: _Entry) -> None:
+        snap = entry.guard.snapshot()
+        generation = entry.base + snap.generation
+        client.gens[entry.key] = generation
+        self._clients.send(client, encode(snapshot_message(snap, generation)), flush=False)
+
+    # -- reload ----------------------------------------------------------------------------
+
+    def _do_reload(self) -> None:
+        if self._reload is None:
+            logger.info("stalewatch: SIGHUP: no configuration file to reload")
+            return
+        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={sdnotify.monotonic_usec()}")
+        failure: Exception | None = None
+        try:
+            self._apply(self._reload())
+        except (DaemonConfigError, BindError) as exc:
+            failure = exc
+        if failure is not None:
+            logger.error("stalewatch: reload failed, keeping the running configuration: %s", failure)
+        sdnotify.notify(f"READY=1\nSTATUS={self._status()}")
+
+    def _apply(self, settings: DaemonConfig) -> None:
+        # Bind every new guard before changing anything, so a bad reload changes nothing.
+        reused: dict[str, _Entry] = {}
+        fresh: dict[str, _Entry] = {}
+        by_config = {(e.config.path, e.config.revision): e for e in self._entries.values()}
+        for checkout in settings.checkouts:
+            old = by_config.get((checkout.path, checkout.revision))
+            entry = old if old is not None else self._make_entry(checkout, 0)
+            if entry.key in reused or entry.key in fresh:
+                raise DaemonConfigError("checkout", str(checkout.path), f"{entry.key} is configured twice")
+            (reused if old is not None else fresh)[entry.key] = entry
+        if settings.socket is not None and settings.socket != self.settings.socket:
+            logger.warning("stalewatch: a new socket path takes effect only after a restart")
+        logging.getLogger().setLevel(settings.log_level.upper())
+        self.settings = settings
+        for key, entry in list(self._entries.items()):
+            if key in reused:
+                continue
+            del self._entries[key]
+            self._stop_entry(entry)
+            if key in fresh:
+                fresh[key].base = entry.generation() + 1
+            else:
+                logger.info("stalewatch: no longer watching %s", key)
+                self._clients.broadcast(encode(removed_message(key)))
+                for client in self._clients:
+                    client.gens.pop(key, None)
+        for entry in reused.values():
+            self._update_entry(entry, settings)
+        for key, entry in fresh.items():
+            self._entries[key] = entry
+            self._start_entry(entry)
+            logger.info("stalewatch: watching %s (loaded %s)", key, entry.guard.loaded_revision)
+            for client in self._clients:
+                self._send_snapshot(client, entry)
+                self._clients.flush(client)
+        self._clients.max_clients = settings.max_clients
+        self._clients.queue_limit = settings.client_queue
+        logger.info("stalewatch: configuration reloaded: %d checkouts", len(self._entries))
+
+    def _update_entry(self, entry: _Entry, settings: DaemonConfig) -> None:
+        key = (entry.config.path, entry.config.revision)
+        checkout = next(c for c in settings.checkouts if (c.path, c.revision) == key)
+        entry.config = checkout
+        if entry.hooks is not None:
+            entry.hooks.update(checkout.hooks)  # dropping every hook leaves an idle runner
+
+    # -- systemd ---------------------------------------------------------------------------
+
+    def _status(self) -> str:
+        counts = {status: 0 for status in Status}
+        untrusted = 0
+        for entry in self._entries.values():
+            snap = entry.guard.snapshot()
+            counts[snap.status] += 1
+            untrusted += not snap.trusted
+        parts = [f"{counts[s]} {s.value}" for s in Status if counts[s]]
+        text = f"{len(self._entries)} checkouts ({', '.join(parts) or 'none'}); {len(self._clients)} clients"
+        return text + (f"; {untrusted} watchers untrusted" if untrusted else "")
+
+    def _update_status(self) -> None:
+        text = self._status()
+        if text != self._status_text:
+            self._status_text = text
+            sdnotify.notify(f"STATUS={text}")
+
+    def _start_watchdog(self) -> None:
+        interval = sdnotify.watchdog_interval()
+        if interval is None:
+            return
+        self._watchdog = threading.Thread(
+            target=self._watchdog_loop, args=(interval,), name="stalewatch-sd-watchdog", daemon=True
+        )
+        self._watchdog.start()
+
+    def alive(self) -> str | None:
+        """``None`` when the loop and every watcher thread beat recently, else why not."""
+        now = time.monotonic()
+        if now - self._loop_beat > 3 * _LOOP_TICK:
+            return f"the socket loop has not run for {now - self._loop_beat:.1f} s"
+        for entry in list(self._entries.values()):
+            beat, interval = entry.source.beat, entry.source.verify_interval
+            if beat is None or now - beat > 3 * interval + 1:
+                return f"the watcher for {entry.key} has not re-verified for {3 * interval + 1:.0f} s"
+        return None
+
+    def _watchdog_loop(self, interval: float) -> None:
+        problem: str | None = None
+        while not self._stopping.wait(interval):
+            now_problem = self.alive()
+            if now_problem is None:
+                sdnotify.notify("WATCHDOG=1")
+            elif now_problem != problem:
+                logger.error("stalewatch: not pinging the systemd watchdog: %s", now_problem)
+            problem = now_problem
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        self._stopping.set()
+        self._clients.close_all()
+        for entry in self._entries.values():
+            self._stop_entry(entry)
+        if self._watchdog is not None:
+            self._watchdog.join(timeout=1.0)
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        logger.info("stalewatch: daemon stopped")

@@ -1,0 +1,42 @@
+"""The public contract: the names ``stalewatch`` exports, and its type marker."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import stalewatch
+
+
+def test_public_names_are_pinned() -> None:
+    assert sorted(stalewatch.__all__) == sorted(
+        [
+            "BindError",
+            "ConfigError",
+            "Event",
+            "Guard",
+            "LocalSource",
+            "RefError",
+            "Snapshot",
+            "Source",
+            "StaleError",
+            "StalewatchError",
+            "Status",
+            "__version__",
+        ]
+    )
+    for name in stalewatch.__all__:
+        assert hasattr(stalewatch, name), name
+
+
+def test_errors_share_one_base_and_the_barrier_error_is_a_runtime_error() -> None:
+    for name in ("BindError", "ConfigError", "RefError", "StaleError"):
+        assert issubclass(getattr(stalewatch, name), stalewatch.StalewatchError)
+    assert issubclass(stalewatch.StaleError, RuntimeError)
+
+
+def test_package_is_typed() -> None:
+    assert resources.files("stalewatch").joinpath("py.typed").is_file()
+
+
+def test_status_values_are_the_wire_names() -> None:
+    assert [s.value for s in stalewatch.Status] == ["current", "stale", "unreadable", "untracked"]
