@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Measure stalewatch's barrier, detection latency and idle cost on a real repository.
+
+Prints, in one run: the median and p99 of ``Guard.check()`` on the flag path and the
+strict path beside Hermes WebUI's three-subprocess check, and their ratios; the latency
+from ``os.replace`` of a ref file to the subscriber seeing the flag flip, over
+``--updates`` updates; the watcher's CPU over ``--idle`` idle seconds; the process RSS.
+Figures are printed, never asserted. ``--quick`` runs tiny counts (a smoke test).
+
+Usage: python scripts/bench.py [--updates 500] [--idle 10] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import watchdog.version
+
+from stalewatch import Event, Guard, StaleError
+
+_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "bench",
+    "GIT_AUTHOR_EMAIL": "bench@stalewatch.invalid",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "bench@stalewatch.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=_ENV, capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+
+
+def make_repo(root: Path) -> tuple[Path, str, str]:
+    repo = root / "checkout"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "run_agent.py").write_text("class AIAgent: ...\n")
+    git(repo, "add", "run_agent.py")
+    git(repo, "commit", "-q", "-m", "a")
+    a = git(repo, "rev-parse", "HEAD")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "b")
+    b = git(repo, "rev-parse", "HEAD")
+    git(repo, "reset", "-q", "--hard", a)
+    return repo, a, b
+
+
+def reference_check(repo: Path) -> None:
+    """Hermes WebUI's guard today: three git processes per check."""
+    source = repo / "run_agent.py"
+    top = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(
+        ["git", "--literal-pathspecs", "ls-files", "--error-unmatch", "--", str(source)],
+        cwd=top,
+        capture_output=True,
+        check=True,
+    )
+    subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=top, capture_output=True, check=True)
+
+
+def per_call(fn: Callable[[], object], batches: int, per_batch: int) -> list[float]:
+    """Seconds per call, one figure per batch (a batch amortises the timer's own cost)."""
+    out = []
+    for _ in range(batches):
+        t0 = time.perf_counter_ns()
+        for _ in range(per_batch):
+            fn()
+        out.append((time.perf_counter_ns() - t0) / per_batch / 1e9)
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def fmt(seconds: float) -> str:
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:8.1f} ns"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:8.2f} µs"
+    return f"{seconds * 1e3:8.2f} ms"
+
+
+def row(name: str, values: list[float], reference: float | None = None) -> None:
+    med, p99 = statistics.median(values), pct(values, 0.99)
+    ratio = f"   {reference / med:>12,.0f}× faster" if reference else ""
+    print(f"  {name:<34} median {fmt(med)}   p99 {fmt(p99)}{ratio}")
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def detection_latency(guard: Guard, repo: Path, a: str, b: str, updates: int) -> list[float]:
+    """Latency from os.replace of the branch ref to the subscriber seeing the flip."""
+    flipped = threading.Event()
+    seen_at: list[int] = []
+
+    def on_event(event: Event) -> None:
+        seen_at.append(time.perf_counter_ns())
+        flipped.set()
+
+    unsubscribe = guard.subscribe(on_event)
+    ref = repo / ".git/refs/heads/main"
+    lock = ref.with_name("main.lock")
+    latencies = []
+    try:
+        for i in range(updates):
+            target = b if i % 2 == 0 else a
+            flipped.clear()
+            lock.write_text(target + "\n")
+            t0 = time.perf_counter_ns()
+            os.replace(lock, ref)  # exactly what git does
+            if not flipped.wait(5):
+                raise RuntimeError(f"update {i} was not detected within 5 s")
+            latencies.append((seen_at[-1] - t0) / 1e9)
+    finally:
+        unsubscribe()
+    return latencies
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, default=500)
+    parser.add_argument("--idle", type=float, default=10.0)
+    parser.add_argument("--quick", action="store_true", help="tiny counts: checks the script runs")
+    args = parser.parse_args()
+    updates, idle = (20, 0.5) if args.quick else (args.updates, args.idle)
+    batches, ref_runs = (20, 10) if args.quick else (2000, 200)
+
+    print(f"stalewatch bench: Python {platform.python_version()}, watchdog {watchdog.version.VERSION_STRING}, ")
+    print(f"  {git(Path.cwd(), '--version')}, {os.cpu_count()} CPUs, {platform.machine()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        repo, a, b = make_repo(Path(tmp))
+        rss_before = rss_mb()
+        guard = Guard.for_file(repo / "run_agent.py")
+        with guard:
+            if not guard.wait_ready(10):
+                print("watcher never became ready", file=sys.stderr)
+                return 1
+            print("\nbarrier (per call)")
+            reference = per_call(lambda: reference_check(repo), ref_runs, 1)
+            ref_median = statistics.median(reference)
+            flag = per_call(guard.check, batches, 1000)
+            strict = per_call(lambda: guard.check(strict=True), batches // 10, 100)
+
+            def empty() -> None:
+                return None
+
+            overhead = per_call(empty, batches, 1000)
+            row("check()  flag path", flag, ref_median)
+            row("check(strict=True)", strict, ref_median)
+            row("reference: 3 git subprocesses", reference)
+            row("(an empty Python call, for scale)", overhead)
+
+            print(f"\ndetection: os.replace of the branch ref -> event ({updates} updates)")
+            latency = detection_latency(guard, repo, a, b, updates)
+            row("ref update -> flag flipped", latency)
+            try:
+                guard.check()
+            except StaleError:
+                pass
+
+            print(f"\nidle for {idle:.0f} s")
+            stop = threading.Event()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            stop.wait(idle)
+            cpu = time.process_time() - cpu0
+            wall = time.perf_counter() - wall0
+            print(f"  process CPU while idle              {cpu * 1e3:8.2f} ms = {100 * cpu / wall:.3f} %")
+            print(f"  RSS                                 {rss_mb():8.1f} MB (+{rss_mb() - rss_before:.1f} MB for the guard)")
+            threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+            print(f"  threads                             {len(threads)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

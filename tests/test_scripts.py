@@ -1,0 +1,30 @@
+"""The benchmark script runs end to end (its figures are printed, never asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def test_bench_quick_prints_every_figure() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for label in (
+        "check()  flag path",
+        "check(strict=True)",
+        "reference: 3 git subprocesses",
+        "ref update -> flag flipped",
+        "process CPU while idle",
+        "RSS",
+    ):
+        assert label in done.stdout
+    assert "Traceback" not in done.stderr
