@@ -12,6 +12,7 @@ def test_public_names_are_pinned() -> None:
         [
             "BindError",
             "ConfigError",
+            "Daemon",
             "Event",
             "Guard",
             "LocalSource",

@@ -321,3 +321,41 @@ def test_c9_dead_inotify_reader_thread_is_noticed_and_restarted(
         rec.wait_for("stale", new)  # seen after the restart, within the liveness period
         assert guard.wait_ready(5)
     assert "died" in caplog.text
+
+
+def test_c11_reftable_is_watched_through_tables_list_and_resolved_by_git(git_repo: Repo) -> None:
+    # git 2.39 on this machine cannot create reftable repositories; the layout marker
+    # makes stalewatch treat the repository as one, and git resolves HEAD as usual.
+    tables = git_repo.path / ".git/reftable/tables.list"
+    tables.parent.mkdir()
+    tables.write_text("")
+    with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=3600))) as guard:
+        rec = Recorder(guard)
+        assert guard.loaded_revision == git_repo.head()
+        new = git_repo.commit("reftable update")
+        # What a reftable git does on every ref update: rename tables.list.lock over it.
+        lock = tables.with_name("tables.list.lock")
+        lock.write_text("0x000001-0x000002-0.ref\n")
+        os.replace(lock, tables)
+        rec.wait_for("stale", new)
+
+
+def test_c12_a_burst_coalesces_and_the_final_state_arrives(git_repo: Repo) -> None:
+    a = git_repo.head()
+    b = git_repo.commit("b")
+    git_repo.git("reset", "-q", "--hard", a)
+    ref = git_repo.path / ".git/refs/heads/main"
+    lock = ref.with_name("main.lock")
+    with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=3600))) as guard:
+        rec = Recorder(guard)
+        writes = 201
+        for i in range(writes):  # a rebase-like burst, ending on b
+            lock.write_text((b if i % 2 == 0 else a) + "\n")
+            os.replace(lock, ref)
+        # The burst's events may still be in flight: the final one must name b.
+        while guard.snapshot().current_revision != b:
+            rec.wait_for("stale", b)
+        assert len(rec.events) <= writes
+        assert rec.events[-1].current_revision == b
+        assert [e.generation for e in rec.events] == list(range(1, len(rec.events) + 1))
+        assert guard.snapshot().current_revision == b
