@@ -359,3 +359,27 @@ def test_c12_a_burst_coalesces_and_the_final_state_arrives(git_repo: Repo) -> No
         assert rec.events[-1].current_revision == b
         assert [e.generation for e in rec.events] == list(range(1, len(rec.events) + 1))
         assert guard.snapshot().current_revision == b
+
+
+def test_c9_a_failing_worker_turn_is_survived(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.1))) as guard:
+        rec = Recorder(guard)
+        watcher = guard._watch
+        assert isinstance(watcher, watcher_module.Watcher)
+        real = watcher._healthy
+        failed = threading.Event()
+
+        def flaky() -> bool:
+            if not failed.is_set():
+                failed.set()
+                raise OSError("transient failure inside the worker")
+            return real()
+
+        monkeypatch.setattr(watcher, "_healthy", flaky)
+        assert failed.wait(5)
+        new = git_repo.commit("after the failure")
+        rec.wait_for("stale", new)
+        assert guard.wait_ready(5)
+    assert "failed; restarting" in caplog.text

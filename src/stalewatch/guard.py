@@ -29,7 +29,6 @@ __all__ = ["Guard"]
 
 logger = logging.getLogger(__name__)
 
-_UNSET: str = "\0unset"
 _guards: weakref.WeakSet[Guard] = weakref.WeakSet()
 
 
@@ -42,7 +41,7 @@ class Guard:
 
     Args:
         binding: what to watch (from :mod:`stalewatch.identity`).
-        loaded_revision: the full commit id the process loaded; default: HEAD now.
+        loaded_revision: the full commit id the process loaded; ``None``: HEAD now.
         latch: stay blocked after a rollback instead of returning to current (C8).
         source: where change notifications come from; default a
             :class:`~stalewatch.watcher.LocalSource` (a watchdog thread here).
@@ -61,7 +60,7 @@ class Guard:
         self,
         binding: Binding,
         *,
-        loaded_revision: str | None = _UNSET,
+        loaded_revision: str | None = None,
         latch: bool = False,
         source: Source | None = None,
     ) -> None:
@@ -89,10 +88,10 @@ class Guard:
             try:
                 current = self._read()
             except RefError as exc:
-                if loaded_revision is _UNSET:
+                if loaded_revision is None:
                     raise HeadUnreadableError(binding.checkout, f"cannot resolve HEAD: {exc}") from None
                 status = Status.UNREADABLE
-            loaded = current if loaded_revision is _UNSET else _checked_revision(loaded_revision)
+            loaded = current if loaded_revision is None else _checked_revision(loaded_revision)
             if status is not Status.UNREADABLE:
                 status = decide(loaded, current, readable=True)
         self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time())
@@ -104,29 +103,53 @@ class Guard:
     # -- constructors -----------------------------------------------------------------
 
     @classmethod
-    def for_module(cls, name: str, **options: object) -> Guard:
+    def for_module(
+        cls,
+        name: str,
+        *,
+        loaded_revision: str | None = None,
+        latch: bool = False,
+        source: Source | None = None,
+    ) -> Guard:
         """Guard the checkout that supplied ``sys.modules[name]`` (C1).
 
         Example: ``Guard.for_module("run_agent")``. Options as for :class:`Guard`.
         """
-        return cls(identity.bind_module(name), **options)  # type: ignore[arg-type]
+        binding = identity.bind_module(name)
+        return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
 
     @classmethod
-    def for_file(cls, path: str | os.PathLike[str], **options: object) -> Guard:
+    def for_file(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        loaded_revision: str | None = None,
+        latch: bool = False,
+        source: Source | None = None,
+    ) -> Guard:
         """Guard the checkout whose repository tracks exactly this source file (C2).
 
         Example: ``Guard.for_file(run_agent.__file__)``. An untracked file gives an
         ``UNTRACKED`` guard that never blocks.
         """
-        return cls(identity.bind_file(os.fspath(path)), **options)  # type: ignore[arg-type]
+        binding = identity.bind_file(os.fspath(path))
+        return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
 
     @classmethod
-    def for_checkout(cls, path: str | os.PathLike[str], **options: object) -> Guard:
+    def for_checkout(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        loaded_revision: str | None = None,
+        latch: bool = False,
+        source: Source | None = None,
+    ) -> Guard:
         """Guard a whole working tree; ``path`` is any file or directory inside it.
 
         Example: ``Guard.for_checkout("/srv/hermes-agent")``.
         """
-        return cls(identity.bind_checkout(os.fspath(path)), **options)  # type: ignore[arg-type]
+        binding = identity.bind_checkout(os.fspath(path))
+        return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
 
     # -- the barrier ------------------------------------------------------------------
 
@@ -363,8 +386,8 @@ class Guard:
         return f"<Guard {snap.status.value} {snap.checkout} loaded={snap.loaded_revision}>"
 
 
-def _checked_revision(revision: str | None) -> str | None:
-    if revision is not None and not refs.is_object_id(revision):
+def _checked_revision(revision: str) -> str:
+    if not refs.is_object_id(revision):
         raise BindError(revision, "loaded_revision must be a full commit id (40 or 64 hex digits)")
     return revision
 

@@ -58,6 +58,9 @@ OnHealth = Callable[[bool, str], None]
 # a race. It is noise for our users; under -W error it would kill the reader (handled).
 warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
 
+# OSError numbers meaning "no change notification here": fall back to polling.
+_NO_NOTIFICATION = frozenset({errno.ENOSPC, errno.EMFILE, errno.ENFILE, errno.ENOSYS})
+
 _HEALTH_INTERVAL = 1.0  # seconds between checks that watchdog's threads are alive
 
 _EVENTS: list[type[FileSystemEvent]] = [
@@ -252,35 +255,45 @@ class Watcher:
         next_health, next_verify = now, now + verify_every
         try:
             while not self._stop.is_set():
-                now = time.monotonic()
-                if now >= next_health:
-                    next_health = now + health_every
-                    if self._restart_needed or not self._healthy():
-                        self._restart()
-                        next_verify = now + verify_every
-                        continue
-                if now >= next_verify:
-                    next_verify = now + verify_every
-                    self._wake.set()  # periodic re-verification backs the events up
-                self._wake.wait(max(0.0, min(next_health, next_verify) - now))
-                if self._stop.is_set():
-                    break
-                if not self._wake.is_set():
-                    continue
-                self._wake.clear()
-                if self._restart_needed:
-                    self._restart()
-                    continue
-                resync, self._resync = self._resync, False
-                self._changed()
-                if resync and not self._resync:
-                    self._report(self._mode == "native", self._mode)
-        except BaseException:
-            logger.exception("stalewatch: watcher for %s crashed", self._dirs.worktree)
-            raise
+                try:
+                    next_health, next_verify = self._step(
+                        next_health, next_verify, health_every, verify_every
+                    )
+                except Exception:
+                    # Never a dead watcher: distrust, back off one period, start over.
+                    logger.exception("stalewatch: watcher for %s failed; restarting", self._dirs.worktree)
+                    self._restart_needed = True
+                    self._report(False, self._mode)
+                    self._stop.wait(health_every)
         finally:
             self._report(False, "none")
             self._close_observer()
+
+    def _step(
+        self, next_health: float, next_verify: float, health_every: float, verify_every: float
+    ) -> tuple[float, float]:
+        """One turn of the worker loop; returns the next health and verify deadlines."""
+        now = time.monotonic()
+        if now >= next_health:
+            next_health = now + health_every
+            if self._restart_needed or not self._healthy():
+                self._restart()
+                return next_health, now + verify_every
+        if now >= next_verify:
+            next_verify = now + verify_every
+            self._wake.set()  # periodic re-verification backs the events up
+        self._wake.wait(max(0.0, min(next_health, next_verify) - now))
+        if self._stop.is_set() or not self._wake.is_set():
+            return next_health, next_verify
+        self._wake.clear()  # before resolving: a write from now on wakes us again (C12)
+        if self._restart_needed:
+            self._restart()
+            return next_health, next_verify
+        resync, self._resync = self._resync, False
+        self._changed()
+        if resync and not self._resync:
+            self._report(self._mode == "native", self._mode)
+        return next_health, next_verify
 
     def _changed(self) -> None:
         try:
@@ -322,7 +335,14 @@ class Watcher:
             self._mode = "none"  # checkout gone: HEAD reads unreadable; retried on the tick
             self._changed()
             return
-        self._observer, self._mode = self._start_observer(paths)
+        try:
+            self._observer, self._mode = self._start_observer(paths)
+        except OSError as exc:  # e.g. a directory vanished between the check and the watch
+            logger.warning("stalewatch: cannot watch %s yet (%s); retrying", self._dirs.worktree, exc)
+            self._mode = "none"
+            self._restart_needed = True
+            self._changed()
+            return
         self._identities = identities
         # Resolve only once the watches exist, so no update falls between the two.
         self._changed()
@@ -337,13 +357,16 @@ class Watcher:
     def _start_observer_locked(self, paths: list[tuple[Path, bool]]) -> tuple[BaseObserver, str]:
         if not self._source.poll:
             before = set(threading.enumerate())
-            observer = _native_observer()  # InotifyObserver starts its reader thread here
             try:
+                observer = _native_observer()  # InotifyObserver starts its reader thread here
                 return self._schedule(observer, paths, before), "native"
             except OSError as exc:
+                if exc.errno not in _NO_NOTIFICATION:
+                    raise
                 if not self._limit_logged:
                     self._limit_logged = True
                     reason = {errno.ENOSPC: "watch limit reached", errno.EMFILE: "instance limit reached"}
+                    reason[errno.ENOSYS] = "not supported by this kernel"
                     logger.warning(
                         "stalewatch: change notification unavailable for %s (%s); polling every "
                         "%.1f s, and the barrier re-reads HEAD on each check meanwhile",
@@ -374,6 +397,9 @@ class Watcher:
         self._observer_threads = [
             t for t in threading.enumerate() if t not in before and type(t).__module__.startswith("watchdog.")
         ]
+        for thread in self._observer_threads:
+            if thread is not observer:  # named, so a thread dump says whose it is
+                thread.name = f"stalewatch-{type(thread).__name__}:{self._dirs.worktree}"
         return observer
 
     def _close_observer(self) -> None:
