@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -67,21 +69,26 @@ def test_invalid_setting_is_a_usage_error(
     assert "STALEWATCH_VERIFY_INTERVAL" in capsys.readouterr().err
 
 
-def _spawn_watch(path: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+@contextmanager
+def _watch_process(path: Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
+    """A real ``stalewatch watch`` process, killed and reaped whatever the test does."""
+    with subprocess.Popen(
         [sys.executable, "-m", "stalewatch", "watch", *extra, str(path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    ) as proc:
+        try:
+            yield proc
+        finally:
+            proc.kill()
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
 def test_watch_process_prints_changes_and_exits_cleanly(git_repo: Repo, stop_signal: signal.Signals) -> None:
-    proc = _spawn_watch(git_repo.path, "--json")
-    try:
-        assert proc.stdout is not None
+    with _watch_process(git_repo.path, "--json") as proc:
+        assert proc.stdout is not None and proc.stderr is not None
         first = json.loads(proc.stdout.readline())
         assert (first["type"], first["status"]) == ("snapshot", "current")
         new = git_repo.commit("seen by the watch command")
@@ -89,18 +96,11 @@ def test_watch_process_prints_changes_and_exits_cleanly(git_repo: Repo, stop_sig
         assert (event["type"], event["status"], event["current_revision"]) == ("event", "stale", new)
         proc.send_signal(stop_signal)
         assert proc.wait(timeout=5) == EXIT_OK
-        assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
-    finally:
-        proc.kill()
-        proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        assert "Traceback" not in proc.stderr.read()
 
 
 def test_watch_process_human_lines(git_repo: Repo) -> None:
-    proc = _spawn_watch(git_repo.path)
-    try:
+    with _watch_process(git_repo.path) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("current")
         new = git_repo.commit("human")
@@ -109,12 +109,6 @@ def test_watch_process_human_lines(git_repo: Repo) -> None:
         assert new[:7] in line
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=5) == EXIT_OK
-    finally:
-        proc.kill()
-        proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def test_watch_process_on_bad_path_exits_2(tmp_path: Path) -> None:
