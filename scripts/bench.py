@@ -13,6 +13,7 @@ Usage: python scripts/bench.py [--updates 500] [--idle 10] [--quick]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -131,7 +132,7 @@ def detection_latency(guard: Guard, repo: Path, a: str, b: str, updates: int) ->
             flipped.clear()
             lock.write_text(target + "\n")
             t0 = time.perf_counter_ns()
-            os.replace(lock, ref)  # exactly what git does
+            lock.replace(ref)  # rename(2) over the ref: exactly what git does
             if not flipped.wait(5):
                 raise RuntimeError(f"update {i} was not detected within 5 s")
             latencies.append((seen_at[-1] - t0) / 1e9)
@@ -149,7 +150,8 @@ def main() -> int:
     updates, idle = (20, 0.5) if args.quick else (args.updates, args.idle)
     batches, ref_runs = (20, 10) if args.quick else (2000, 200)
 
-    print(f"stalewatch bench: Python {platform.python_version()}, watchdog {watchdog.version.VERSION_STRING}, ")
+    versions = f"Python {platform.python_version()}, watchdog {watchdog.version.VERSION_STRING}"
+    print(f"stalewatch bench: {versions},")
     print(f"  {git(Path.cwd(), '--version')}, {os.cpu_count()} CPUs, {platform.machine()}")
     with tempfile.TemporaryDirectory() as tmp:
         repo, a, b = make_repo(Path(tmp))
@@ -177,10 +179,8 @@ def main() -> int:
             print(f"\ndetection: os.replace of the branch ref -> event ({updates} updates)")
             latency = detection_latency(guard, repo, a, b, updates)
             row("ref update -> flag flipped", latency)
-            try:
+            with contextlib.suppress(StaleError):
                 guard.check()
-            except StaleError:
-                pass
 
             print(f"\nidle for {idle:.0f} s")
             stop = threading.Event()
@@ -189,7 +189,9 @@ def main() -> int:
             cpu = time.process_time() - cpu0
             wall = time.perf_counter() - wall0
             print(f"  process CPU while idle              {cpu * 1e3:8.2f} ms = {100 * cpu / wall:.3f} %")
-            print(f"  RSS                                 {rss_mb():8.1f} MB (+{rss_mb() - rss_before:.1f} MB for the guard)")
+            rss = rss_mb()
+            added = f"(+{rss - rss_before:.1f} MB for the guard)"
+            print(f"  RSS                                 {rss:8.1f} MB {added}")
             threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
             print(f"  threads                             {len(threads)}")
     return 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-import torture  # noqa: E402
+import torture
 
 
 def test_c7_c8_c11_c12_random_git_operations_are_tracked_exactly(tmp_path: Path) -> None:

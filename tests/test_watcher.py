@@ -336,7 +336,7 @@ def test_c11_reftable_is_watched_through_tables_list_and_resolved_by_git(git_rep
         # What a reftable git does on every ref update: rename tables.list.lock over it.
         lock = tables.with_name("tables.list.lock")
         lock.write_text("0x000001-0x000002-0.ref\n")
-        os.replace(lock, tables)
+        lock.replace(tables)
         rec.wait_for("stale", new)
 
 
@@ -351,7 +351,7 @@ def test_c12_a_burst_coalesces_and_the_final_state_arrives(git_repo: Repo) -> No
         writes = 201
         for i in range(writes):  # a rebase-like burst, ending on b
             lock.write_text((b if i % 2 == 0 else a) + "\n")
-            os.replace(lock, ref)
+            lock.replace(ref)
         # The burst's events may still be in flight: the final one must name b.
         while guard.snapshot().current_revision != b:
             rec.wait_for("stale", b)
