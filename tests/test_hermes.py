@@ -2,7 +2,7 @@
 
 Each test builds a Hermes Agent checkout (``run_agent.py`` with ``class AIAgent``) in a
 real git repository, imports it as the WebUI does, commits, and checks the contract
-points (C1–C6, C10) through the WebUI's own surface.
+points (C1 to C6, C10) through the WebUI's own surface.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import types
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -89,9 +90,9 @@ def test_get_ai_agent_class_binds_to_the_loaded_checkout_and_starts_a_guard(agen
     cls = hermes.get_ai_agent_class()
     module = sys.modules["run_agent"]
     assert cls is module.AIAgent
-    assert hermes._AGENT_REVISION == agent.head()
-    assert hermes._AGENT_SOURCE_DIR == agent.path.resolve()
-    assert hermes._AGENT_MODULE_PATH == (agent.path / "run_agent.py").resolve()
+    assert agent.head() == hermes._AGENT_REVISION
+    assert agent.path.resolve() == hermes._AGENT_SOURCE_DIR
+    assert (agent.path / "run_agent.py").resolve() == hermes._AGENT_MODULE_PATH
     guard = hermes.current_guard()
     assert guard is not None
     assert guard.checkout == agent.path.resolve()
@@ -109,11 +110,11 @@ def test_c1_identity_comes_from_the_loaded_module_not_the_configured_dir(
     loaded = make_agent(tmp_path / "loaded")
     monkeypatch.setenv("HERMES_WEBUI_AGENT_DIR", str(configured.path))
     hermes._reset_for_tests()
-    assert hermes._AGENT_DIR == configured.path.resolve()
+    assert configured.path.resolve() == hermes._AGENT_DIR
     put_on_path(loaded.path)
 
     hermes.get_ai_agent_class()
-    assert hermes._AGENT_SOURCE_DIR == loaded.path.resolve()
+    assert loaded.path.resolve() == hermes._AGENT_SOURCE_DIR
     configured.commit("unrelated", name="run_agent.py")
     hermes.ensure_agent_runtime_current()  # the configured checkout means nothing
     loaded.commit("update", name="run_agent.py")
@@ -183,14 +184,14 @@ def test_c10_a_commit_followed_at_once_by_a_check_raises_without_a_subprocess(
         "type": "agent_runtime_stale",
         "retryable": True,
     }
-    assert hermes._AGENT_REVISION == loaded  # C5: the known revision stays
+    assert loaded == hermes._AGENT_REVISION  # C5: the known revision stays
 
     agent.git("reset", "-q", "--hard", loaded)  # C8: a rollback is current again
     hermes.ensure_agent_runtime_current()
     assert read_spy.calls == []
 
 
-class no_git_calls:  # noqa: N801 - reads as a statement in the tests
+class no_git_calls:
     """Context manager: record (and refuse) stalewatch git runs inside the block."""
 
     def __enter__(self) -> list[list[str]]:
@@ -201,11 +202,11 @@ class no_git_calls:  # noqa: N801 - reads as a statement in the tests
             self.calls.append(args)
             raise AssertionError(f"git {args} was run on the checked path")
 
-        gitcmd.run_git = refuse  # type: ignore[assignment]
+        gitcmd.run_git = refuse
         return self.calls
 
     def __exit__(self, *exc: object) -> None:
-        gitcmd.run_git = self._saved  # type: ignore[assignment]
+        gitcmd.run_git = self._saved
 
 
 def test_without_a_running_guard_the_synchronous_read_decides(agent: Repo, read_spy: ReadSpy) -> None:
@@ -267,7 +268,7 @@ def test_c4_c5_an_unreadable_checkout_fails_closed_and_keeps_the_revision(agent:
     assert "Restart Hermes WebUI" in str(info.value)
     with pytest.raises(hermes.AgentRuntimeChangedError):
         hermes._capture_loaded_agent_revision()  # a re-bind cannot downgrade (C5)
-    assert hermes._AGENT_REVISION == loaded
+    assert loaded == hermes._AGENT_REVISION
 
     head_file.write_text(original)
     hermes.ensure_agent_runtime_current()
@@ -298,11 +299,34 @@ def test_c6_swapping_run_agent_in_sys_modules_is_not_a_change(agent: Repo, tmp_p
 
     hermes.ensure_agent_runtime_current()
     hermes._capture_loaded_agent_revision()
-    assert hermes._AGENT_REVISION == loaded
-    assert hermes._AGENT_SOURCE_DIR == agent.path.resolve()
+    assert loaded == hermes._AGENT_REVISION
+    assert agent.path.resolve() == hermes._AGENT_SOURCE_DIR
     agent.commit("update", name="run_agent.py")  # the checkout still defines staleness
     with pytest.raises(hermes.AgentRuntimeChangedError):
         hermes.ensure_agent_runtime_current()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX-only")
+def test_a_forked_worker_restarts_its_watcher(agent: Repo) -> None:
+    hermes.get_ai_agent_class()
+    assert hermes.wait_until_watching(10)
+    with warnings.catch_warnings():  # Python >= 3.12 warns about forking with threads
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: report through the exit code, skip pytest's teardown
+        code = 10
+        try:
+            guard = hermes.current_guard()
+            code = 11
+            if guard is not None and not guard.snapshot().trusted:  # the thread did not survive
+                code = 12
+                hermes.ensure_agent_runtime_current()  # decided by the read; restarts it
+                code = 0 if hermes.wait_until_watching(10) else 13
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert hermes.wait_until_watching(0)  # the parent's watcher is untouched
 
 
 # -- untracked (C2) -----------------------------------------------------------------
@@ -362,7 +386,7 @@ def test_no_known_revision_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
     [("a" * 40, False), ("b" * 40, True), (None, True), (OSError("gone"), True)],
 )
 def test_a_replaced_read_decides_against_the_known_revision(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reading: str | None | Exception, raises: bool
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reading: str | Exception | None, raises: bool
 ) -> None:
     def fake(agent_dir: Path | None, *, module_path: Path | None = None) -> str | None:
         assert agent_dir == tmp_path
@@ -386,7 +410,7 @@ def test_the_error_is_built_from_one_message() -> None:
     assert str(exc) == "Hermes Agent was updated. Restart Hermes WebUI."
     assert isinstance(exc, RuntimeError)
     assert isinstance(exc, StalewatchError)
-    copy = pickle.loads(pickle.dumps(exc))  # crosses process boundaries intact
+    copy = pickle.loads(pickle.dumps(exc))  # noqa: S301 - our own bytes; crosses process boundaries
     assert type(copy) is hermes.AgentRuntimeChangedError
     assert str(copy) == str(exc)
     assert hermes.agent_runtime_stale_payload(exc) == {
@@ -407,7 +431,7 @@ def test_a_web_barrier_answers_409_with_the_hermes_payload(agent: Repo) -> None:
     barrier = WSGIBarrier(app, hermes.ensure_agent_runtime_current, ["/api/chat"], kind="agent_runtime_stale")
     statuses: list[str] = []
     body = b"".join(
-        barrier({"REQUEST_METHOD": "POST", "PATH_INFO": "/api/chat"}, lambda s, h: statuses.append(s))  # type: ignore[arg-type,func-returns-value]
+        barrier({"REQUEST_METHOD": "POST", "PATH_INFO": "/api/chat"}, lambda s, h: statuses.append(s))  # type: ignore[arg-type]
     )
     assert statuses == ["409 Conflict"]
     payload = json.loads(body)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 from conftest import Repo
-from stalewatch import Guard
+from stalewatch import Event, Guard
 from stalewatch.sse import KEEPALIVE, EventStream, format_message
 from web_helpers import SSEReader, echo_asgi, echo_wsgi, request, route_asgi, route_wsgi, serve
 
@@ -34,6 +34,25 @@ def serve_stream(kind: str, stream: EventStream) -> Iterator[int]:
         finally:
             stream.close()  # a server waits for open responses before it stops
             assert stream.wait_for_clients(0, 10)
+
+
+class LiveSubscriptions:
+    """Wraps ``guard.subscribe`` to count subscriptions not yet unsubscribed."""
+
+    def __init__(self, guard: Guard, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.live = 0
+        self._subscribe = guard.subscribe
+        monkeypatch.setattr(guard, "subscribe", self)
+
+    def __call__(self, callback: Callable[[Event], object]) -> Callable[[], None]:
+        unsubscribe = self._subscribe(callback)
+        self.live += 1
+
+        def counted() -> None:
+            self.live -= 1
+            unsubscribe()
+
+        return counted
 
 
 def is_keepalive(lines: list[str]) -> bool:
@@ -92,15 +111,20 @@ def test_an_idle_stream_sends_keepalive_comments(kind: str, guard: Guard) -> Non
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_client_that_disconnects_is_unsubscribed(kind: str, git_repo: Repo, guard: Guard) -> None:
+def test_a_client_that_disconnects_is_unsubscribed(
+    kind: str, git_repo: Repo, guard: Guard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    subscriptions = LiveSubscriptions(guard, monkeypatch)
     # A WSGI server notices a gone client only when it writes: keep-alives do that.
     stream = EventStream(guard, keepalive=0.05)
     with serve_stream(kind, stream) as port:
         reader = SSEReader(port)
         reader.message()
         assert stream.wait_for_clients(1, 10)
+        assert subscriptions.live == 1
         reader.close()
         assert stream.wait_for_clients(0, 10)
+        assert subscriptions.live == 0
         git_repo.commit("update")  # delivering to nobody is fine
         assert guard.refresh().status.value == "stale"
         assert request(port, "GET", "/still-serving")[0] == 200
@@ -117,12 +141,13 @@ def test_only_get_and_head_are_served(kind: str, guard: Guard) -> None:
         assert stream.clients == 0
 
 
-def test_a_slow_client_is_resynced_with_a_snapshot(git_repo: Repo) -> None:
+def test_a_slow_client_is_resynced_with_a_snapshot(git_repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
     # No watcher: each refresh() is one event, so the queue overflows deterministically.
     guard = Guard.for_file(git_repo.path / "module.py")
+    subscriptions = LiveSubscriptions(guard, monkeypatch)
     stream = EventStream(guard, queue_size=2, keepalive=30)
     statuses: list[str] = []
-    body = stream.wsgi({"REQUEST_METHOD": "GET"}, lambda status, headers: statuses.append(status))  # type: ignore[arg-type,func-returns-value]
+    body = stream.wsgi({"REQUEST_METHOD": "GET"}, lambda status, headers: statuses.append(status))  # type: ignore[arg-type]
     assert statuses == ["200 OK"]
     try:
         assert next(body).startswith(b"retry: 3000\n\nevent: current\n")
@@ -140,7 +165,7 @@ def test_a_slow_client_is_resynced_with_a_snapshot(git_repo: Repo) -> None:
         assert data["current_revision"] == git_repo.head()
     finally:
         body.close()  # type: ignore[attr-defined]
-    assert stream.clients == 0  # closing the iterator unsubscribed
+    assert (stream.clients, subscriptions.live) == (0, 0)  # closing the iterator unsubscribed
 
 
 def test_format_message_is_one_data_line() -> None:

@@ -30,16 +30,14 @@ class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
 @contextmanager
 def serve_wsgi(app: WSGIApplication) -> Iterator[int]:
     """Serve ``app`` with wsgiref on a thread per request; yield the port."""
-    server = make_server(
-        "127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
-    )
+    server = make_server("127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-wsgiref"
     )

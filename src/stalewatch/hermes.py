@@ -40,7 +40,6 @@ from .errors import NeedsGitError, RefError, StaleError, StalewatchError, short
 from .guard import Guard
 from .refs import GitDirs
 from .status import Status
-from .watcher import LocalSource, OnChange, OnHealth, Source, Watch
 
 __all__ = [
     "AgentRuntimeChangedError",
@@ -228,24 +227,6 @@ def _resolve(dirs: GitDirs) -> str | None:
 # -- the guard ----------------------------------------------------------------------
 
 
-class _HealthTap:
-    """A :class:`~stalewatch.watcher.Source` that passes through and records health."""
-
-    def __init__(self, inner: Source) -> None:
-        self._inner = inner
-        self.healthy = threading.Event()
-
-    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watch:
-        def health(trusted: bool, mode: str) -> None:
-            on_health(trusted, mode)  # the guard first, so waiters see it trusted
-            if trusted:
-                self.healthy.set()
-            else:
-                self.healthy.clear()
-
-        return self._inner.watch(dirs, on_change, health)
-
-
 @dataclass(frozen=True)
 class _Bound:
     """A running guard and exactly what it was bound for."""
@@ -254,7 +235,6 @@ class _Bound:
     source_dir: Path
     module_path: Path
     revision: str
-    tap: _HealthTap = field(compare=False)
     pid: int = field(default_factory=os.getpid)
 
     def serves(self, source_dir: object, module_path: object, revision: str) -> bool:
@@ -284,9 +264,8 @@ def _bind_guard(source_dir: Path, module_path: Path, revision: str) -> None:
     old, _BOUND = _BOUND, None
     if old is not None:
         old.guard.stop()
-    tap = _HealthTap(LocalSource())
     try:
-        guard = Guard.for_file(module_path, loaded_revision=revision, source=tap)
+        guard = Guard.for_file(module_path, loaded_revision=revision)
     except StalewatchError as exc:
         logger.warning("stalewatch.hermes: no watcher for %s (%s); checks read git instead", module_path, exc)
         return
@@ -294,7 +273,7 @@ def _bind_guard(source_dir: Path, module_path: Path, revision: str) -> None:
         # The guard's own read disagrees with the one that bound (the checkout moved
         # in between, or _read_agent_revision was replaced): let the read decide.
         return
-    _BOUND = _Bound(guard, source_dir, module_path, revision, tap)
+    _BOUND = _Bound(guard, source_dir, module_path, revision)
     guard.start()
 
 
@@ -325,7 +304,7 @@ def wait_until_watching(timeout: float = 5.0) -> bool:
     Example: ``assert hermes.wait_until_watching(5)``.
     """
     bound = _BOUND
-    return bound is not None and bound.tap.healthy.wait(timeout) and bound.guard.snapshot().trusted
+    return bound is not None and bound.guard.wait_ready(timeout)
 
 
 def stop() -> None:
