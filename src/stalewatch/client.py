@@ -330,7 +330,6 @@ class DaemonWatch:
             self._lost_logged = False
             logger.info("stalewatch: reconnected to the daemon at %s", self._daemon.socket_path)
         if self._key not in (message.get("checkouts") or []):
-            self._report(False)
             if not self._unwatched_logged:
                 self._unwatched_logged = True
                 logger.warning(
@@ -338,6 +337,7 @@ class DaemonWatch:
                     self._daemon.socket_path,
                     self._key,
                 )
+            self._report(False)
         keepalive = message.get("keepalive")
         if isinstance(keepalive, int | float) and not isinstance(keepalive, bool) and keepalive > 0:
             return 3.0 * float(keepalive)  # three missed pings: the daemon is wedged

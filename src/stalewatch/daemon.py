@@ -88,16 +88,14 @@ def bind_checkout(checkout: CheckoutConfig, source: _ObservedSource | None = Non
         BindError: the path does not exist, is not in a git checkout, or is a file no
             repository tracks.
     """
-    options: dict[str, object] = {"source": source or _ObservedSource()}
-    if checkout.revision is not None:
-        options["loaded_revision"] = checkout.revision
+    feed = source or _ObservedSource()
     path = checkout.path
     if path.is_file():
-        guard = Guard.for_file(path, **options)
+        guard = Guard.for_file(path, loaded_revision=checkout.revision, source=feed)
         if not guard.binding.tracked:
             raise BindError(path, "is not tracked by any git repository; there is nothing to watch")
         return guard
-    return Guard.for_checkout(path, **options)
+    return Guard.for_checkout(path, loaded_revision=checkout.revision, source=feed)
 
 
 class _Entry:
@@ -115,6 +113,8 @@ class _Entry:
         self.key = str(guard.checkout)
         self.hooks = HookRunner(guard.checkout, checkout.hooks) if checkout.hooks.any else None
         self.unsubscribe: Any = None
+        self.was_trusted = False
+        self.health: tuple[bool, str] | None = None  # last (trusted, mode) reported
 
     def generation(self) -> int:
         return self.base + self.guard.snapshot().generation
@@ -129,14 +129,22 @@ class DaemonServer:
         reload: returns a fresh configuration on SIGHUP (``None``: nothing to reload).
     """
 
-    def __init__(self, settings: DaemonConfig, listener: socket.socket, reload: Any = None) -> None:
+    def __init__(self, settings: DaemonConfig, reload: Any = None) -> None:
         self.settings = settings
-        self._listener = listener
         self._reload = reload
         self._entries: dict[str, _Entry] = {}
+        # Bind every checkout first: a bad one fails before anything is opened.
+        for checkout in settings.checkouts:
+            entry = self._make_entry(checkout, 0)
+            if entry.key in self._entries:
+                raise DaemonConfigError("checkout", str(checkout.path), f"{entry.key} is configured twice")
+            self._entries[entry.key] = entry
+        self._listener: socket.socket | None = None
         self._inbox: queue.SimpleQueue[_InboxItem] = queue.SimpleQueue()
         self._selector = selectors.DefaultSelector()
-        self._clients = ClientSet(self._selector, settings.max_clients, settings.client_queue)
+        self._clients = ClientSet(
+            self._selector, settings.max_clients, settings.client_queue, settings.client_buffer
+        )
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -145,11 +153,6 @@ class DaemonServer:
         self._loop_beat = time.monotonic()
         self._status_text = ""
         self._watchdog: threading.Thread | None = None
-        for checkout in settings.checkouts:
-            entry = self._make_entry(checkout, 0)
-            if entry.key in self._entries:
-                raise DaemonConfigError("checkout", str(checkout.path), f"{entry.key} is configured twice")
-            self._entries[entry.key] = entry
 
     # -- control (any thread, or a signal handler) ---------------------------------------
 
@@ -204,8 +207,14 @@ class DaemonServer:
 
     # -- serving ---------------------------------------------------------------------------
 
-    def serve(self) -> None:
-        """Start the watchers, notify systemd, and serve until :meth:`stop` (or a signal)."""
+    def serve(self, listener: socket.socket) -> None:
+        """Start the watchers, notify systemd, and serve until :meth:`stop` (or a signal).
+
+        Args:
+            listener: a bound, listening, non-blocking Unix stream socket (the caller
+                owns it and closes it afterwards).
+        """
+        self._listener = listener
         handlers = self._install_signals()
         try:
             for entry in self._entries.values():
@@ -214,18 +223,19 @@ class DaemonServer:
             for entry in self._entries.values():
                 if not entry.source.trusted.wait(max(0.0, deadline - time.monotonic())):
                     logger.warning("stalewatch: watcher for %s not trusted yet; serving anyway", entry.key)
-            self._selector.register(self._listener, selectors.EVENT_READ, "listen")
+            self._process_inbox()  # start-up health reports: logged, nobody to tell yet
+            self._selector.register(listener, selectors.EVENT_READ, "listen")
             self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
             logger.info(
                 "stalewatch: daemon %s serving %s for %d checkouts: %s",
                 __version__,
-                self._listener.getsockname(),
+                listener.getsockname(),
                 len(self._entries),
                 ", ".join(self._entries),
             )
             sdnotify.notify(f"READY=1\nSTATUS={self._status()}\nMAINPID={os.getpid()}")
             self._start_watchdog()
-            self._loop()
+            self._loop(listener)
         finally:
             sdnotify.notify("STOPPING=1")
             self._shutdown()
@@ -249,7 +259,7 @@ class DaemonServer:
         signal.signal(signal.SIGHUP, on_hup)
         return handlers
 
-    def _loop(self) -> None:
+    def _loop(self, listener: socket.socket) -> None:
         next_ping = time.monotonic() + self.settings.keepalive
         while not self._stopping.is_set():
             now = time.monotonic()
@@ -259,7 +269,7 @@ class DaemonServer:
                 timeout = min(timeout, closing - now)
             for key, mask in self._selector.select(max(0.0, timeout)):
                 if key.data == "listen":
-                    self._clients.accept(self._listener, self._greet)
+                    self._clients.accept(listener, self._greet)
                 elif key.data == "wake":
                     self._drain_wake()
                 elif isinstance(key.data, Client):
@@ -294,8 +304,11 @@ class DaemonServer:
             if kind == "event":
                 self._fan_out(entry, payload)
             else:
-                trusted, mode = payload
-                level = logging.INFO if trusted else logging.WARNING
+                if payload == entry.health:
+                    continue
+                trusted, mode = entry.health = payload
+                level = logging.WARNING if entry.was_trusted and not trusted else logging.INFO
+                entry.was_trusted |= trusted
                 logger.log(level, "stalewatch: watcher for %s: trusted=%s mode=%s", entry.key, trusted, mode)
                 self._clients.broadcast(encode(health_message(entry.key, trusted, mode)))
 
@@ -385,6 +398,7 @@ class DaemonServer:
                 self._clients.flush(client)
         self._clients.max_clients = settings.max_clients
         self._clients.queue_limit = settings.client_queue
+        self._clients.buffer = settings.client_buffer
         logger.info("stalewatch: configuration reloaded: %d checkouts", len(self._entries))
 
     def _update_entry(self, entry: _Entry, settings: DaemonConfig) -> None:
@@ -445,7 +459,13 @@ class DaemonServer:
 
     # -- shutdown --------------------------------------------------------------------------
 
+    def close(self) -> None:
+        """Release what :meth:`serve` would have (when it is never called)."""
+        self._shutdown()
+
     def _shutdown(self) -> None:
+        if self._selector.get_map() is None:
+            return  # already shut down
         self._stopping.set()
         self._clients.close_all()
         for entry in self._entries.values():
@@ -455,4 +475,4 @@ class DaemonServer:
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
-        logger.info("stalewatch: daemon stopped")
+        logger.debug("stalewatch: daemon stopped")

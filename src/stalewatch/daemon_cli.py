@@ -179,19 +179,21 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     reload = (lambda: _load(args)) if args.config else None
     handler = _logging_handler(settings.log_level)
     try:
+        server = DaemonServer(settings, reload)
+    except StalewatchError as exc:
+        logging.getLogger().removeHandler(handler)
+        print(f"stalewatch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         sock, lock = listen(path)
     except StalewatchError as exc:
+        server.close()
         logging.getLogger().removeHandler(handler)
         print(f"stalewatch: {exc}", file=sys.stderr)
         return EXIT_USAGE
     bound = path.stat()
     try:
-        try:
-            server = DaemonServer(settings, sock, reload)
-        except StalewatchError as exc:
-            print(f"stalewatch: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        server.serve()
+        server.serve(sock)
     except Exception:
         logger.exception("stalewatch: the daemon failed")
         return EXIT_FAILED

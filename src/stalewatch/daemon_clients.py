@@ -54,17 +54,22 @@ class ClientSet:
         selector: the loop's selector (clients register with themselves as data).
         max_clients: connections past this are told and closed at once.
         queue_limit: lines a client may have queued unread before it is dropped.
+        buffer: the kernel send buffer per client (``SO_SNDBUF``), in bytes.
     """
 
-    def __init__(self, selector: selectors.BaseSelector, max_clients: int, queue_limit: int) -> None:
+    def __init__(
+        self, selector: selectors.BaseSelector, max_clients: int, queue_limit: int, buffer: int
+    ) -> None:
         self._selector = selector
         self.max_clients = max_clients
         self.queue_limit = queue_limit
+        self.buffer = buffer
         self._clients: dict[int, Client] = {}
         self._numbers = 0
 
     def __len__(self) -> int:
-        return len(self._clients)
+        """The clients being served (a dropped one no longer counts)."""
+        return sum(1 for c in self._clients.values() if c.closing_at is None)
 
     def __iter__(self) -> Iterator[Client]:
         """The clients still being served (not those closing after a drop)."""
@@ -81,7 +86,10 @@ class ClientSet:
                 logger.warning("stalewatch: cannot accept a client: %s", exc)
                 return
             sock.setblocking(False)
-            if len(self._clients) >= self.max_clients:
+            # Lines the kernel holds for a client that does not read are invisible to
+            # the queue bound: keep that share small so a stuck client is noticed.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.buffer)
+            if len(self) >= self.max_clients:
                 logger.warning("stalewatch: refusing a client: %d clients already", len(self._clients))
                 detail = f"the daemon serves at most {self.max_clients} clients"
                 with contextlib.suppress(OSError):  # best effort: it is refused either way
@@ -192,6 +200,12 @@ class ClientSet:
             return
         if client.mask:
             self._selector.unregister(client.sock)
+        # Closing with unread input makes the kernel reset the connection, and the
+        # client may then lose the error line it was sent: discard the input first.
+        with contextlib.suppress(OSError):
+            for _ in range(64):
+                if not client.sock.recv(65536):
+                    break
         client.sock.close()
 
     def next_deadline(self) -> float | None:

@@ -6,6 +6,7 @@ Example::
     keepalive = 5.0                              # seconds between ping lines
     max_clients = 256
     client_queue = 1024                          # lines queued per client before it is dropped
+    client_buffer = 65536                        # socket send buffer per client, in bytes
     log_level = "info"
 
     [[checkout]]
@@ -25,7 +26,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from .refs import is_object_id
 __all__ = ["CheckoutConfig", "DaemonConfig", "DaemonConfigError", "HookConfig", "load", "with_checkouts"]
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
-_TOP_KEYS = {"socket", "keepalive", "max_clients", "client_queue", "log_level", "checkout"}
+_TOP_KEYS = {"socket", "keepalive", "max_clients", "client_queue", "client_buffer", "log_level", "checkout"}
 _HOOK_KEYS = ("on_stale", "on_current", "on_unreadable")
 _CHECKOUT_KEYS = {"path", "revision", "hook_timeout", "hold_while", *_HOOK_KEYS}
 
@@ -94,6 +95,7 @@ class DaemonConfig:
     keepalive: float = 5.0
     max_clients: int = 256
     client_queue: int = 1024
+    client_buffer: int = 65536
     log_level: str = "info"
     checkouts: tuple[CheckoutConfig, ...] = ()
     file: Path | None = None
@@ -236,6 +238,8 @@ def load(file: Path) -> DaemonConfig:
         config["max_clients"] = reader.integer(data, "max_clients", 1, 100_000)
     if "client_queue" in data:
         config["client_queue"] = reader.integer(data, "client_queue", 1, 10_000_000)
+    if "client_buffer" in data:
+        config["client_buffer"] = reader.integer(data, "client_buffer", 1024, 64 << 20)
     if "log_level" in data:
         level = data["log_level"]
         if not isinstance(level, str) or level.lower() not in _LOG_LEVELS:
@@ -251,12 +255,4 @@ def load(file: Path) -> DaemonConfig:
 def with_checkouts(config: DaemonConfig, paths: Sequence[str]) -> DaemonConfig:
     """``config`` plus checkouts named on the command line (no hooks, HEAD as loaded)."""
     extra = tuple(CheckoutConfig(Path(path).expanduser().absolute()) for path in paths)
-    return DaemonConfig(
-        socket=config.socket,
-        keepalive=config.keepalive,
-        max_clients=config.max_clients,
-        client_queue=config.client_queue,
-        log_level=config.log_level,
-        checkouts=config.checkouts + extra,
-        file=config.file,
-    )
+    return replace(config, checkouts=config.checkouts + extra)

@@ -128,6 +128,7 @@ class HookRunner:
             with self._cond:
                 pending, self._pending = self._pending, None
                 if pending is None:
+                    self._state = "idle"
                     continue
                 self._state = "running"
             try:

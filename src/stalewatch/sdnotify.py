@@ -35,7 +35,13 @@ def notify(state: str, environ: Mapping[str, str] | None = None) -> bool:
         address = "\0" + address[1:]
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            # Never block: a receiver that stopped reading fills its queue after ~10
+            # datagrams, and the daemon's loop must not wait for it.
+            sock.setblocking(False)
             sock.sendto(state.encode(), address)
+    except BlockingIOError:
+        logger.debug("stalewatch: systemd's notification queue is full; dropped %r", state)
+        return False
     except OSError as exc:
         logger.warning("stalewatch: cannot notify systemd at %s: %s", env.get("NOTIFY_SOCKET"), exc)
         return False
