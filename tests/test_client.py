@@ -19,8 +19,8 @@ from daemon_helpers import WAIT, short_dir, start_daemon
 from stalewatch import Daemon, Guard, StaleError
 from stalewatch.client import DaemonWatch
 from stalewatch.refs import GitDirs
+from stalewatch.source import OnChange, OnHealth
 from stalewatch.status import Event
-from stalewatch.watcher import OnChange, OnHealth
 
 
 @pytest.fixture

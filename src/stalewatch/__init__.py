@@ -13,8 +13,9 @@ from __future__ import annotations
 from .client import Daemon
 from .errors import BindError, ConfigError, RefError, StaleError, StalewatchError
 from .guard import Guard
+from .source import Source
 from .status import Event, Snapshot, Status
-from .watcher import LocalSource, Source
+from .watcher import LocalSource
 
 __all__ = [
     "BindError",

@@ -38,7 +38,7 @@ from .protocol import (
     default_socket_path,
 )
 from .refs import GitDirs
-from .watcher import OnChange, OnHealth
+from .source import OnChange, OnHealth
 
 __all__ = ["Daemon", "DaemonUnavailableError", "DaemonWatch", "connect", "follow", "read_status"]
 
@@ -142,7 +142,7 @@ def follow(path: Path) -> Iterator[dict[str, Any]]:
 
 
 class Daemon:
-    """A :class:`~stalewatch.watcher.Source` fed by a stalewatch daemon's socket.
+    """A :class:`~stalewatch.source.Source` fed by a stalewatch daemon's socket.
 
     Args:
         socket_path: the daemon's socket; default ``$RUNTIME_DIRECTORY/stalewatch.sock``

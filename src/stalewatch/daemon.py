@@ -37,8 +37,9 @@ from .protocol import (
     snapshot_message,
 )
 from .refs import GitDirs
+from .source import OnChange, OnHealth, Watch
 from .status import Event, Status
-from .watcher import LocalSource, OnChange, OnHealth, Watch
+from .watcher import LocalSource
 
 __all__ = ["DaemonServer", "bind_checkout"]
 

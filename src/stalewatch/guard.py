@@ -22,8 +22,9 @@ from types import TracebackType
 from . import gitcmd, identity, refs
 from .errors import BindError, HeadUnreadableError, NeedsGitError, RefError, StaleError
 from .identity import Binding
+from .source import Source, Watch
 from .status import Event, Snapshot, Status, decide
-from .watcher import LocalSource, Source, Watch
+from .watcher import LocalSource
 
 __all__ = ["Guard"]
 

@@ -20,7 +20,6 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -40,15 +39,12 @@ from watchdog.observers.polling import PollingObserver
 
 from . import config
 from .refs import GitDirs, identity
+from .source import OnChange, OnHealth
 
-__all__ = ["LocalSource", "OnChange", "OnHealth", "Source", "Watch", "Watcher"]
+__all__ = ["LocalSource", "Watcher"]
 
 logger = logging.getLogger(__name__)
 
-OnChange = Callable[[], object]
-"""Called on the watcher's thread when HEAD may have moved: re-resolve and compare."""
-OnHealth = Callable[[bool, str], None]
-"""Called with (trusted, mode) whenever either changes; mode: native/polling/daemon/none."""
 
 # Only writes matter; opened/closed-no-write traffic (watchdog's default mask) would
 # wake us for every read of .git. FileClosedEvent is close-after-write: some
@@ -73,25 +69,6 @@ _EVENTS: list[type[FileSystemEvent]] = [
     DirDeletedEvent,
     DirMovedEvent,
 ]
-
-
-class Watch(Protocol):
-    """A running notification feed for one checkout (what a :class:`Source` returns)."""
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-
-class Source(Protocol):
-    """Where a guard learns that its checkout may have moved.
-
-    The default is :class:`LocalSource` (a watchdog thread in this process); a daemon
-    client is another. ``watch`` must call ``on_health(True, mode)`` only once any
-    later change is sure to produce an ``on_change`` call.
-    """
-
-    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watch: ...
 
 
 class LocalSource:
