@@ -146,6 +146,7 @@ def main() -> int:
     parser.add_argument("--updates", type=int, default=500)
     parser.add_argument("--idle", type=float, default=10.0)
     parser.add_argument("--quick", action="store_true", help="tiny counts: checks the script runs")
+    parser.add_argument("--no-daemon", action="store_true", help="skip scripts/bench_daemon.py")
     args = parser.parse_args()
     updates, idle = (20, 0.5) if args.quick else (args.updates, args.idle)
     batches, ref_runs = (20, 10) if args.quick else (2000, 200)
@@ -194,7 +195,15 @@ def main() -> int:
             print(f"  RSS                                 {rss:8.1f} MB {added}")
             threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
             print(f"  threads                             {len(threads)}")
-    return 0
+    if args.no_daemon:
+        return 0
+    # The daemon's figures come from its own script, in a separate process so the
+    # in-process figures above are not disturbed by a daemon sharing this interpreter.
+    print("\ndaemon (scripts/bench_daemon.py)", flush=True)
+    small = ["--updates", "20", "--fanout", "5", "--fanout-updates", "3", "--idle", "0.5"]
+    daemon_args = small if args.quick else ["--idle", str(idle)]
+    bench_daemon = Path(__file__).with_name("bench_daemon.py")
+    return subprocess.run([sys.executable, str(bench_daemon), *daemon_args], check=False).returncode
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ def test_bench_quick_prints_every_figure() -> None:
         "ref update -> flag flipped",
         "process CPU while idle",
         "RSS",
+        "daemon: ref rename -> event at 1 subscriber",
+        "daemon: fan-out to 5, last subscriber",
+        "daemon idle",
     ):
         assert label in done.stdout
     assert "Traceback" not in done.stderr
