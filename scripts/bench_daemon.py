@@ -24,33 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-GIT_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "bench",
-    "GIT_AUTHOR_EMAIL": "bench@invalid",
-    "GIT_COMMITTER_NAME": "bench",
-    "GIT_COMMITTER_EMAIL": "bench@invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
-def make_repo(path: Path) -> tuple[str, str]:
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    (path / "m.py").write_text("A = 1\n")
-    git(path, "add", "m.py")
-    git(path, "commit", "-q", "-m", "a")
-    first = git(path, "rev-parse", "HEAD")
-    (path / "m.py").write_text("A = 2\n")
-    git(path, "commit", "-q", "-am", "b")
-    return first, git(path, "rev-parse", "HEAD")
+from bench import git, make_repo  # the same two-commit repository as the in-process bench
 
 
 def move_ref(ref: Path, revision: str) -> float:
@@ -102,8 +76,8 @@ def in_process(repo: Path, ref: Path, revisions: tuple[str, str], updates: int) 
     latencies = []
     with guard:
         guard.check(strict=True)
-        while not guard.snapshot().trusted:
-            time.sleep(0.01)  # a benchmark, not a test: wait for the watcher to start
+        if not guard.wait_ready(10):
+            raise SystemExit("the in-process watcher never became ready")
         for i in range(updates):
             start = move_ref(ref, revisions[(i + 1) % 2])
             latencies.append(events.get(timeout=5) - start)
@@ -121,8 +95,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="swb-", dir="/tmp"))
     daemon = None
     try:
-        repo = work / "repo"
-        revisions = make_repo(repo)
+        repo, first, second = make_repo(work)
+        revisions = (first, second)
         ref = repo / ".git" / "refs" / "heads" / "main"
         move_ref(ref, revisions[0])
         print(

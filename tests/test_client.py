@@ -262,3 +262,26 @@ def test_no_daemon_at_all_still_blocks(workdir: Path, git_repo: Repo) -> None:
         git_repo.commit()
         with pytest.raises(StaleError):
             guard.check()
+
+
+def test_an_unexpected_client_error_is_survived(
+    fake: FakeDaemon, git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = str(git_repo.path.resolve())
+    real = DaemonWatch._session
+    failures = iter([True])
+
+    def flaky(self: DaemonWatch, sock: socket.socket) -> bool:
+        if next(failures, False):
+            raise ValueError("a bug in the client")
+        return real(self, sock)
+
+    monkeypatch.setattr(DaemonWatch, "_session", flaky)
+    source = Observed(fake.path)
+    with Guard.for_checkout(git_repo.path, source=source) as guard:
+        fake.accept()  # the first session fails at once
+        conn = fake.accept()  # and the client reconnects instead of dying
+        _send(conn, _hello(key), _snapshot(key, True))
+        source.wait_health(True)
+        assert guard.snapshot().trusted
+    assert "failed; reconnecting" in caplog.text

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import socket
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +22,8 @@ from stalewatch.status import Event, Status
 
 # The hook reports its argv and environment to the test over a Unix socket, then
 # waits for the test's go-ahead byte, prints a line and exits with the code it got.
+# It exits with _exit(): the kernel closes its socket only after the exit status is
+# fixed, so once the test sees the socket close nothing can turn the exit into a kill.
 HOOK = r"""
 import json, os, socket, sys
 sock = socket.socket(socket.AF_UNIX)
@@ -29,8 +31,8 @@ sock.connect(sys.argv[1])
 env = {k: v for k, v in os.environ.items() if k.startswith(("STALEWATCH_", "NOTIFY_"))}
 sock.sendall(json.dumps({"argv": sys.argv[2:], "env": env, "pid": os.getpid()}).encode() + b"\n")
 code = sock.recv(1)
-print("hook output line")
-sys.exit(code[0] if code else 0)
+print("hook output line", flush=True)
+os._exit(code[0] if code else 0)
 """
 
 
@@ -102,6 +104,12 @@ def runner_factory() -> Iterator[Any]:
         runner.stop()
 
 
+def finish(runner: HookRunner, conn: socket.socket, code: int = 0) -> None:
+    """Let the hook waiting on ``conn`` exit with ``code``; wait until the runner is idle."""
+    conn.send(bytes([code]))
+    assert runner.wait_until_idle(WAIT)
+
+
 def test_hook_gets_argv_literally_and_the_event_in_env(
     hooks: HookServer, runner_factory: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -118,8 +126,7 @@ def test_hook_gets_argv_literally_and_the_event_in_env(
         assert env["STALEWATCH_CURRENT_REVISION"] == "b" * 40
         assert env["STALEWATCH_GENERATION"] == "5"
         assert env["STALEWATCH_CHECKOUT"] == "/srv/app"
-        conn.send(bytes([3]))
-        assert runner.wait_until_idle(WAIT)
+        finish(runner, conn, 3)
     assert "hook output line" in caplog.text
     assert "exited 3" in caplog.text
 
@@ -132,8 +139,7 @@ def test_only_the_matching_hook_runs(hooks: HookServer, runner_factory: Any) -> 
     runner.submit(_event(Status.CURRENT, "a" * 40, 2), 2)
     conn, report = hooks.next_run()
     assert report["argv"] == ["current"]
-    conn.send(b"\0")
-    assert runner.wait_until_idle(WAIT)
+    finish(runner, conn)
 
 
 def test_one_at_a_time_and_later_events_coalesce(hooks: HookServer, runner_factory: Any) -> None:
@@ -152,8 +158,7 @@ def test_one_at_a_time_and_later_events_coalesce(hooks: HookServer, runner_facto
     second, report = hooks.next_run()
     assert report["env"]["STALEWATCH_GENERATION"] == "4"
     assert report["env"]["STALEWATCH_CURRENT_REVISION"] == "d" * 40
-    second.send(b"\0")
-    assert runner.wait_until_idle(WAIT)
+    finish(runner, second)
     assert not hooks.pending()
 
 
@@ -169,6 +174,31 @@ def test_timeout_kills_the_hook(
     assert "timed out after 0.3 s" in caplog.text
 
 
+# A hook that starts a process in a session of its own (as a daemonizing restart script
+# does), which keeps the hook's output pipe open, then waits for the test like HOOK.
+ESCAPING_HOOK = f"""
+import os, subprocess, sys
+subprocess.Popen([sys.executable, "-c", {HOOK!r}, sys.argv[1], "escaped"], start_new_session=True)
+os.execv(sys.executable, [sys.executable, "-c", {HOOK!r}, sys.argv[1], "hook"])
+"""
+
+
+def test_timeout_does_not_wait_for_a_process_that_left_the_group(
+    hooks: HookServer, runner_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    command = (sys.executable, "-c", ESCAPING_HOOK, str(hooks.path))
+    runner = runner_factory(HookConfig(on_stale=command, timeout=0.3))
+    with caplog.at_level(logging.INFO, logger="stalewatch.hooks"):
+        runner.submit(_event(Status.STALE), 1)
+        roles = {report["argv"][0]: conn for conn, report in (hooks.next_run() for _ in range(2))}
+        hook, escaped = roles["hook"], roles["escaped"]
+        assert runner.wait_until_idle(WAIT)  # while the escaped process still holds the pipe
+        assert hook.recv(1) == b""  # the hook itself was killed
+        escaped.send(b"\0")  # let the escaped process finish
+    assert "timed out after 0.3 s" in caplog.text
+    assert "still holds its output" in caplog.text
+
+
 def test_hold_while_marker_exists(hooks: HookServer, runner_factory: Any, tmp_path: Path) -> None:
     marker = tmp_path / "updating"
     marker.touch()
@@ -180,8 +210,7 @@ def test_hold_while_marker_exists(hooks: HookServer, runner_factory: Any, tmp_pa
     marker.unlink()  # the updater finished
     conn, report = hooks.next_run()
     assert report["env"]["STALEWATCH_CURRENT_REVISION"] == "c" * 40
-    conn.send(b"\0")
-    assert runner.wait_until_idle(WAIT)
+    finish(runner, conn)
     assert not hooks.pending()
 
 
@@ -194,8 +223,7 @@ def test_missing_command_is_logged_and_later_hooks_still_run(
     assert "cannot run on_stale hook" in caplog.text
     runner.submit(_event(Status.CURRENT, "a" * 40, 2), 2)
     conn, _ = hooks.next_run()
-    conn.send(b"\0")
-    assert runner.wait_until_idle(WAIT)
+    finish(runner, conn)
 
 
 def test_stop_ends_a_running_hook_quickly(hooks: HookServer) -> None:
@@ -227,12 +255,30 @@ def test_daemon_runs_the_hook_after_a_commit(hooks: HookServer, git_repo: Repo) 
             assert env["STALEWATCH_CHECKOUT"] == str(git_repo.path.resolve())
             assert not any(key.startswith("NOTIFY_") for key in env)  # systemd's are ours alone
             conn.send(b"\0")
-            assert conn.recv(1) == b""  # the hook exited
-            # Its exit is logged by the hook thread right after; poll the log (bounded).
-            deadline, tick = time.monotonic() + WAIT, threading.Event()
-            while "exited 0" not in daemon.log_text() and time.monotonic() < deadline:
-                tick.wait(0.02)
-            daemon.stop()
+            assert conn.recv(1) == b""  # the hook exited (with status 0: see HOOK)
+            # Stopping joins the hook thread, so its log lines are all written by now.
+            assert daemon.stop() == 0
         log = daemon.log_text()
         assert "on_stale hook for" in log and "exited 0" in log
         assert "hook output line" in log
+
+
+def test_reload_adds_hooks_to_a_checkout_watched_without_any(hooks: HookServer, git_repo: Repo) -> None:
+    """SIGHUP keeps the watch and starts running the hooks it now names."""
+    with short_dir() as workdir:
+        config = workdir / "c.toml"
+        config.write_text(f'[[checkout]]\npath = "{git_repo.path}"\n')
+        with start_daemon(workdir, "--config", str(config)) as daemon, Subscriber(daemon.socket) as sub:
+            greet(sub)
+            argv = ", ".join(json.dumps(part) for part in hooks.command("added"))
+            config.write_text(f'[[checkout]]\npath = "{git_repo.path}"\non_stale = [{argv}]\n')
+            daemon.signal(signal.SIGHUP)
+            daemon.notes.wait_for(lambda m: m.startswith("RELOADING=1"))
+            daemon.notes.wait_for(lambda m: m.startswith("READY=1"))
+            new = git_repo.commit()
+            assert sub.next("event")["current_revision"] == new
+            conn, report = hooks.next_run()
+            assert report["argv"] == ["added"]
+            assert report["env"]["STALEWATCH_CURRENT_REVISION"] == new
+            conn.send(b"\0")
+            assert conn.recv(1) == b""

@@ -78,25 +78,37 @@ def connect(path: Path, timeout: float = 2.0) -> socket.socket:
     return sock
 
 
+def _receive(sock: socket.socket, reader: LineReader, path: Path) -> list[dict[str, Any]] | None:
+    """The messages one ``recv`` completes; ``None`` when the socket's timeout came first.
+
+    Raises:
+        DaemonUnavailableError: the connection failed or closed, or a line broke the protocol.
+    """
+    try:
+        data = sock.recv(65536)
+    except TimeoutError:
+        return None
+    except OSError as exc:
+        raise DaemonUnavailableError(path, exc.strerror or str(exc)) from None
+    if not data:
+        raise DaemonUnavailableError(path, "the daemon closed the connection")
+    try:
+        return [decode(line) for line in reader.feed(data)]
+    except ProtocolError as exc:
+        raise DaemonUnavailableError(path, str(exc)) from None
+
+
 def _messages(sock: socket.socket, path: Path) -> Iterator[dict[str, Any]]:
     reader = LineReader(MAX_MESSAGE_LINE)
     while True:
-        try:
-            data = sock.recv(65536)
-        except TimeoutError:
-            raise DaemonUnavailableError(path, "no answer in time") from None
-        except OSError as exc:
-            raise DaemonUnavailableError(path, exc.strerror or str(exc)) from None
-        if not data:
-            raise DaemonUnavailableError(path, "the daemon closed the connection")
-        try:
-            for line in reader.feed(data):
-                yield decode(line)
-        except ProtocolError as exc:
-            raise DaemonUnavailableError(path, str(exc)) from None
+        messages = _receive(sock, reader, path)
+        if messages is None:
+            raise DaemonUnavailableError(path, "no answer in time")
+        yield from messages
 
 
 def _check_hello(message: dict[str, Any], path: Path) -> None:
+    """Raise unless ``message`` is a hello in this protocol (an ``error`` line: why not)."""
     if message.get("type") == "error":
         raise DaemonUnavailableError(path, f"{message.get('reason')}: {message.get('detail')}")
     if message.get("type") != "hello":
@@ -172,10 +184,6 @@ class Daemon:
         return f"Daemon({str(self.socket_path)!r})"
 
 
-class _Lost(Exception):
-    """The session ended: disconnected, wedged, or refused."""
-
-
 class DaemonWatch:
     """One subscription to the daemon for one checkout, on its own thread."""
 
@@ -188,8 +196,7 @@ class DaemonWatch:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._reported: bool | None = None
-        self._unwatched_logged = False
-        self._lost_logged = False
+        self._warned: set[str] = set()  # topics already warned about (once each)
         self._thread = threading.Thread(
             target=self._run, name=f"stalewatch-daemon-client:{dirs.worktree}", daemon=True
         )
@@ -231,50 +238,54 @@ class DaemonWatch:
         except Exception:
             logger.exception("stalewatch: re-resolving %s failed", self._key)
 
+    def _warn_once(self, topic: str, message: str, *args: object) -> None:
+        if topic not in self._warned:
+            self._warned.add(topic)
+            logger.warning(message, *args)
+
     def _run(self) -> None:
         backoff = _FIRST_BACKOFF
-        path = self._daemon.socket_path
         try:
             while not self._stop.is_set():
                 try:
-                    sock = connect(path, timeout=1.0)
+                    if self._follow():
+                        backoff = _FIRST_BACKOFF
                 except DaemonUnavailableError as exc:
+                    self._report(False)  # C9: from now on every check re-reads
+                    if not self._stop.is_set():
+                        self._warn_once(
+                            "lost",
+                            "stalewatch: no daemon at %s for %s (%s); checks re-read HEAD until it is back",
+                            self._daemon.socket_path,
+                            self._key,
+                            exc.reason,
+                        )
+                except Exception:  # never a dead client: distrust, log, reconnect after the backoff
                     self._report(False)
-                    self._lost(f"{exc.reason}")
-                else:
-                    with self._lock:
-                        self._sock = sock
-                        stopping = self._stop.is_set()
-                    try:
-                        if not stopping and self._session(sock):
-                            backoff = _FIRST_BACKOFF
-                    except _Lost as exc:
-                        self._report(False)  # C9: from now on every check re-reads
-                        if not self._stop.is_set():
-                            self._lost(str(exc))
-                    finally:
-                        with self._lock:
-                            self._sock = None
-                        sock.close()
-                    self._report(False)
+                    logger.exception("stalewatch: daemon client for %s failed; reconnecting", self._key)
+                self._report(False)
                 if self._stop.wait(backoff):
                     break
                 backoff = min(backoff * 2, self._daemon.max_backoff)
         finally:
             self._report(False, "none")
 
-    def _lost(self, reason: str) -> None:
-        if not self._lost_logged:
-            self._lost_logged = True
-            logger.warning(
-                "stalewatch: no daemon at %s for %s (%s); checks re-read HEAD until it is back",
-                self._daemon.socket_path,
-                self._key,
-                reason,
-            )
+    def _follow(self) -> bool:
+        """Connect and follow the daemon until the connection ends; True once greeted."""
+        sock = connect(self._daemon.socket_path, timeout=1.0)
+        with self._lock:
+            self._sock = sock  # from now on stop() wakes the thread by shutting it down
+            stopping = self._stop.is_set()
+        try:
+            return not stopping and self._session(sock)
+        finally:
+            with self._lock:
+                self._sock = None
+            sock.close()
 
     def _session(self, sock: socket.socket) -> bool:
         """Follow one connection; True once it got as far as a hello."""
+        path = self._daemon.socket_path
         reader = LineReader(MAX_MESSAGE_LINE)
         interval = self._daemon.verify_interval
         now = time.monotonic()
@@ -282,40 +293,28 @@ class DaemonWatch:
         last_line = now
         next_verify = now + interval
         greeted = False
-        daemon_trusted = False
         while not self._stop.is_set():
             now = time.monotonic()
             if now - last_line >= silent_limit:
-                raise _Lost(f"the daemon sent nothing for {now - last_line:.1f} s")
+                raise DaemonUnavailableError(path, f"the daemon sent nothing for {now - last_line:.1f} s")
             if now >= next_verify:
                 next_verify = now + interval
                 self._changed()
             sock.settimeout(max(0.001, min(next_verify, last_line + silent_limit) - now))
-            try:
-                data = sock.recv(65536)
-            except TimeoutError:
+            messages = _receive(sock, reader, path)
+            if messages is None:
                 continue
-            except OSError as exc:
-                raise _Lost(exc.strerror or str(exc)) from None
-            if not data:
-                raise _Lost("the daemon closed the connection")
             last_line = time.monotonic()
-            try:
-                messages = [decode(line) for line in reader.feed(data)]
-            except ProtocolError as exc:
-                raise _Lost(str(exc)) from None
             for message in messages:
                 kind = message["type"]
-                if kind == "hello":
+                if kind in ("hello", "error"):
+                    _check_hello(message, path)  # raises for an error line or another protocol
                     silent_limit = self._hello(message)
                     greeted = True
-                elif kind == "error":
-                    raise _Lost(f"the daemon refused: {message.get('reason')}: {message.get('detail')}")
                 elif message.get("checkout") != self._key:
                     continue  # pings, pongs and other checkouts' lines
                 elif kind in ("snapshot", "health"):
-                    daemon_trusted = message.get("trusted") is True
-                    self._subscribed(daemon_trusted, message.get("mode"))
+                    self._subscribed(message.get("trusted") is True, message.get("mode"))
                 elif kind == "event":
                     self._changed()
                 elif kind == "removed":
@@ -324,19 +323,18 @@ class DaemonWatch:
         return greeted
 
     def _hello(self, message: dict[str, Any]) -> float:
-        if message.get("protocol") != PROTOCOL_VERSION:
-            raise _Lost(f"daemon speaks protocol {message.get('protocol')!r}, not {PROTOCOL_VERSION}")
-        if self._lost_logged:
-            self._lost_logged = False
+        """Note a (checked) hello; return how long the daemon may stay silent."""
+        if "lost" in self._warned:
+            self._warned.discard("lost")
             logger.info("stalewatch: reconnected to the daemon at %s", self._daemon.socket_path)
-        if self._key not in (message.get("checkouts") or []):
-            if not self._unwatched_logged:
-                self._unwatched_logged = True
-                logger.warning(
-                    "stalewatch: the daemon at %s does not watch %s; checks re-read HEAD instead",
-                    self._daemon.socket_path,
-                    self._key,
-                )
+        checkouts = message.get("checkouts")
+        if not isinstance(checkouts, list) or self._key not in checkouts:
+            self._warn_once(
+                "unwatched",
+                "stalewatch: the daemon at %s does not watch %s; checks re-read HEAD instead",
+                self._daemon.socket_path,
+                self._key,
+            )
             self._report(False)
         keepalive = message.get("keepalive")
         if isinstance(keepalive, int | float) and not isinstance(keepalive, bool) and keepalive > 0:

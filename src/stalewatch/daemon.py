@@ -5,14 +5,14 @@ watcher) per checkout, a hook runner per checkout with hooks, and a single-threa
 ``selectors`` loop serving the Unix socket. Guards deliver events on their watcher
 threads into an inbox; the loop encodes each event once and appends it to every
 client's bounded queue, writing without ever blocking, so a slow client only ever
-delays itself (past its bound it is told and dropped). See :mod:`stalewatch.protocol`.
+delays itself (past its bound it is told and dropped). See :mod:`stalewatch.protocol`;
+systemd notifications and the watchdog's proof of life are :mod:`stalewatch.supervision`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import queue
 import selectors
 import signal
@@ -22,7 +22,7 @@ import time
 from types import FrameType
 from typing import Any
 
-from . import __version__, sdnotify
+from . import __version__
 from .daemon_clients import Client, ClientSet
 from .daemon_config import CheckoutConfig, DaemonConfig, DaemonConfigError
 from .errors import BindError
@@ -36,10 +36,8 @@ from .protocol import (
     removed_message,
     snapshot_message,
 )
-from .refs import GitDirs
-from .source import OnChange, OnHealth, Watch
-from .status import Event, Status
-from .watcher import LocalSource
+from .status import Event
+from .supervision import ObservedSource, Supervisor, status_text
 
 __all__ = ["DaemonServer", "bind_checkout"]
 
@@ -50,46 +48,14 @@ _LOOP_TICK = 1.0  # the loop wakes at least this often (its heartbeat)
 _InboxItem = tuple[str, "_Entry", Any]
 
 
-class _ObservedSource:
-    """A :class:`LocalSource` that records the watcher's heartbeat and health reports.
-
-    The watcher calls ``on_change`` on every periodic re-verification, so a recent
-    heartbeat proves its thread is alive and not wedged: the systemd watchdog pings
-    only on that proof.
-    """
-
-    def __init__(self) -> None:
-        self._inner = LocalSource()
-        self.verify_interval = self._inner.verify_interval
-        self.beat: float | None = None
-        self.trusted = threading.Event()
-        self.on_report: Any = None  # set by the server: called with (trusted, mode)
-
-    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watch:
-        def changed() -> object:
-            self.beat = time.monotonic()
-            return on_change()
-
-        def health(trusted: bool, mode: str) -> None:
-            on_health(trusted, mode)
-            if trusted:
-                self.trusted.set()
-            else:
-                self.trusted.clear()
-            if self.on_report is not None:
-                self.on_report(trusted, mode)
-
-        return self._inner.watch(dirs, changed, health)
-
-
-def bind_checkout(checkout: CheckoutConfig, source: _ObservedSource | None = None) -> Guard:
+def bind_checkout(checkout: CheckoutConfig, source: ObservedSource | None = None) -> Guard:
     """A guard for one configured checkout (not started).
 
     Raises:
         BindError: the path does not exist, is not in a git checkout, or is a file no
             repository tracks.
     """
-    feed = source or _ObservedSource()
+    feed = source or ObservedSource()
     path = checkout.path
     if path.is_file():
         guard = Guard.for_file(path, loaded_revision=checkout.revision, source=feed)
@@ -106,7 +72,7 @@ class _Entry:
     it (a new guard starts again at 0).
     """
 
-    def __init__(self, checkout: CheckoutConfig, guard: Guard, source: _ObservedSource, base: int) -> None:
+    def __init__(self, checkout: CheckoutConfig, guard: Guard, source: ObservedSource, base: int) -> None:
         self.config = checkout
         self.guard = guard
         self.source = source
@@ -122,11 +88,10 @@ class _Entry:
 
 
 class DaemonServer:
-    """Serves a configuration on an already listening socket until :meth:`stop`.
+    """Serves a configuration on a listening socket (see :meth:`serve`) until :meth:`stop`.
 
     Args:
         settings: the configuration (checkouts, limits, keepalive).
-        listener: a bound, listening Unix stream socket.
         reload: returns a fresh configuration on SIGHUP (``None``: nothing to reload).
     """
 
@@ -140,7 +105,6 @@ class DaemonServer:
             if entry.key in self._entries:
                 raise DaemonConfigError("checkout", str(checkout.path), f"{entry.key} is configured twice")
             self._entries[entry.key] = entry
-        self._listener: socket.socket | None = None
         self._inbox: queue.SimpleQueue[_InboxItem] = queue.SimpleQueue()
         self._selector = selectors.DefaultSelector()
         self._clients = ClientSet(
@@ -151,9 +115,8 @@ class DaemonServer:
         self._wake_w.setblocking(False)
         self._stopping = threading.Event()
         self._reload_requested = False
-        self._loop_beat = time.monotonic()
-        self._status_text = ""
-        self._watchdog: threading.Thread | None = None
+        self._supervisor = Supervisor(_LOOP_TICK)
+        self._supervisor.watching(self._watchers())
 
     # -- control (any thread, or a signal handler) ---------------------------------------
 
@@ -175,7 +138,7 @@ class DaemonServer:
     # -- entries ---------------------------------------------------------------------------
 
     def _make_entry(self, checkout: CheckoutConfig, base: int) -> _Entry:
-        source = _ObservedSource()
+        source = ObservedSource()
         guard = bind_checkout(checkout, source)
         entry = _Entry(checkout, guard, source, base)
         source.on_report = lambda trusted, mode: self._post(("health", entry, (trusted, mode)))
@@ -186,16 +149,15 @@ class DaemonServer:
         self._wake()
 
     def _start_entry(self, entry: _Entry) -> None:
-        hooks = entry.hooks
-
         def on_event(event: Event) -> None:
             self._post(("event", entry, event))
+            hooks = entry.hooks  # read each time: a reload may add the runner
             if hooks is not None:
                 hooks.submit(event, entry.base + event.generation)
 
         entry.unsubscribe = entry.guard.subscribe(on_event)
-        if hooks is not None:
-            hooks.start()
+        if entry.hooks is not None:
+            entry.hooks.start()
         entry.guard.start()
 
     @staticmethod
@@ -215,7 +177,6 @@ class DaemonServer:
             listener: a bound, listening, non-blocking Unix stream socket (the caller
                 owns it and closes it afterwards).
         """
-        self._listener = listener
         handlers = self._install_signals()
         try:
             for entry in self._entries.values():
@@ -234,11 +195,10 @@ class DaemonServer:
                 len(self._entries),
                 ", ".join(self._entries),
             )
-            sdnotify.notify(f"READY=1\nSTATUS={self._status()}\nMAINPID={os.getpid()}")
-            self._start_watchdog()
+            self._supervisor.ready(self._status())
             self._loop(listener)
         finally:
-            sdnotify.notify("STOPPING=1")
+            self._supervisor.stopping()
             self._shutdown()
             for signum, previous in handlers.items():
                 signal.signal(signum, previous)
@@ -284,8 +244,8 @@ class DaemonServer:
                 next_ping = now + self.settings.keepalive
                 self._clients.broadcast(encode({"type": "ping", "at": time.time()}))
             self._clients.expire(now)
-            self._update_status()
-            self._loop_beat = now
+            self._supervisor.status(self._status())
+            self._supervisor.beat()
 
     def _drain_wake(self) -> None:
         try:
@@ -351,7 +311,7 @@ class DaemonServer:
         if self._reload is None:
             logger.info("stalewatch: SIGHUP: no configuration file to reload")
             return
-        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={sdnotify.monotonic_usec()}")
+        self._supervisor.reloading()
         failure: Exception | None = None
         try:
             self._apply(self._reload())
@@ -359,7 +319,7 @@ class DaemonServer:
             failure = exc
         if failure is not None:
             logger.error("stalewatch: reload failed, keeping the running configuration: %s", failure)
-        sdnotify.notify(f"READY=1\nSTATUS={self._status()}")
+        self._supervisor.reloaded(self._status())
 
     def _apply(self, settings: DaemonConfig) -> None:
         # Bind every new guard before changing anything, so a bad reload changes nothing.
@@ -397,6 +357,7 @@ class DaemonServer:
             for client in self._clients:
                 self._send_snapshot(client, entry)
                 self._clients.flush(client)
+        self._supervisor.watching(self._watchers())
         self._clients.max_clients = settings.max_clients
         self._clients.queue_limit = settings.client_queue
         self._clients.buffer = settings.client_buffer
@@ -408,55 +369,20 @@ class DaemonServer:
         entry.config = checkout
         if entry.hooks is not None:
             entry.hooks.update(checkout.hooks)  # dropping every hook leaves an idle runner
+        elif checkout.hooks.any:  # the first hooks of a checkout watched without any
+            entry.hooks = HookRunner(entry.guard.checkout, checkout.hooks).start()
 
     # -- systemd ---------------------------------------------------------------------------
 
+    def _watchers(self) -> list[tuple[str, ObservedSource]]:
+        return [(key, entry.source) for key, entry in self._entries.items()]
+
     def _status(self) -> str:
-        counts = {status: 0 for status in Status}
-        untrusted = 0
-        for entry in self._entries.values():
-            snap = entry.guard.snapshot()
-            counts[snap.status] += 1
-            untrusted += not snap.trusted
-        parts = [f"{counts[s]} {s.value}" for s in Status if counts[s]]
-        text = f"{len(self._entries)} checkouts ({', '.join(parts) or 'none'}); {len(self._clients)} clients"
-        return text + (f"; {untrusted} watchers untrusted" if untrusted else "")
-
-    def _update_status(self) -> None:
-        text = self._status()
-        if text != self._status_text:
-            self._status_text = text
-            sdnotify.notify(f"STATUS={text}")
-
-    def _start_watchdog(self) -> None:
-        interval = sdnotify.watchdog_interval()
-        if interval is None:
-            return
-        self._watchdog = threading.Thread(
-            target=self._watchdog_loop, args=(interval,), name="stalewatch-sd-watchdog", daemon=True
-        )
-        self._watchdog.start()
+        return status_text((entry.guard.snapshot() for entry in self._entries.values()), len(self._clients))
 
     def alive(self) -> str | None:
         """``None`` when the loop and every watcher thread beat recently, else why not."""
-        now = time.monotonic()
-        if now - self._loop_beat > 3 * _LOOP_TICK:
-            return f"the socket loop has not run for {now - self._loop_beat:.1f} s"
-        for entry in list(self._entries.values()):
-            beat, interval = entry.source.beat, entry.source.verify_interval
-            if beat is None or now - beat > 3 * interval + 1:
-                return f"the watcher for {entry.key} has not re-verified for {3 * interval + 1:.0f} s"
-        return None
-
-    def _watchdog_loop(self, interval: float) -> None:
-        problem: str | None = None
-        while not self._stopping.wait(interval):
-            now_problem = self.alive()
-            if now_problem is None:
-                sdnotify.notify("WATCHDOG=1")
-            elif now_problem != problem:
-                logger.error("stalewatch: not pinging the systemd watchdog: %s", now_problem)
-            problem = now_problem
+        return self._supervisor.alive()
 
     # -- shutdown --------------------------------------------------------------------------
 
@@ -471,8 +397,6 @@ class DaemonServer:
         self._clients.close_all()
         for entry in self._entries.values():
             self._stop_entry(entry)
-        if self._watchdog is not None:
-            self._watchdog.join(timeout=1.0)
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()

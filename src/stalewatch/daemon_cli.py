@@ -166,46 +166,43 @@ def _remove_stale(path: Path) -> None:
     raise SocketPathError(path, "a daemon is already listening on it")
 
 
+def _fail(exc: Exception, code: int) -> int:
+    print(f"stalewatch: {exc}", file=sys.stderr)
+    return code
+
+
 def cmd_daemon(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground until SIGTERM/SIGINT."""
-    try:
-        settings = _load(args)
-        if not settings.checkouts:
-            raise SocketPathError(None, "nothing to watch: name a CHECKOUT or add [[checkout]] tables")
-        path = Path(args.socket) if args.socket else settings.socket or default_socket_path()
-    except StalewatchError as exc:
-        print(f"stalewatch: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    reload = (lambda: _load(args)) if args.config else None
-    handler = _logging_handler(settings.log_level)
-    try:
-        server = DaemonServer(settings, reload)
-    except StalewatchError as exc:
-        logging.getLogger().removeHandler(handler)
-        print(f"stalewatch: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        sock, lock = listen(path)
-    except StalewatchError as exc:
-        server.close()
-        logging.getLogger().removeHandler(handler)
-        print(f"stalewatch: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    bound = path.stat()
-    try:
-        server.serve(sock)
-    except Exception:
-        logger.exception("stalewatch: the daemon failed")
-        return EXIT_FAILED
-    finally:
-        sock.close()
-        with contextlib.suppress(OSError):
-            now = path.stat()
-            if (now.st_dev, now.st_ino) == (bound.st_dev, bound.st_ino):
-                path.unlink()  # only our own socket, never a successor's
-        os.close(lock)
-        logging.getLogger().removeHandler(handler)
+    with contextlib.ExitStack() as cleanup:  # undone in reverse, on every way out
+        try:
+            settings = _load(args)
+            if not settings.checkouts:
+                raise SocketPathError(None, "nothing to watch: name a CHECKOUT or add [[checkout]] tables")
+            path = Path(args.socket) if args.socket else settings.socket or default_socket_path()
+            handler = _logging_handler(settings.log_level)
+            cleanup.callback(logging.getLogger().removeHandler, handler)
+            server = DaemonServer(settings, (lambda: _load(args)) if args.config else None)
+            cleanup.callback(server.close)
+            sock, lock = listen(path)
+        except StalewatchError as exc:
+            return _fail(exc, EXIT_USAGE)
+        cleanup.callback(os.close, lock)
+        cleanup.callback(_unlink_if_ours, path, path.stat())
+        cleanup.callback(sock.close)
+        try:
+            server.serve(sock)
+        except Exception:
+            logger.exception("stalewatch: the daemon failed")
+            return EXIT_FAILED
     return EXIT_OK
+
+
+def _unlink_if_ours(path: Path, bound: os.stat_result) -> None:
+    """Remove our socket file, never a successor's that replaced it meanwhile."""
+    with contextlib.suppress(OSError):
+        now = path.stat()
+        if (now.st_dev, now.st_ino) == (bound.st_dev, bound.st_ino):
+            path.unlink()
 
 
 # -- clients of a running daemon ------------------------------------------------------------
@@ -261,11 +258,9 @@ def cmd_events(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return EXIT_OK
     except SocketPathError as exc:
-        print(f"stalewatch: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(exc, EXIT_USAGE)
     except DaemonUnavailableError as exc:
-        print(f"stalewatch: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return _fail(exc, EXIT_UNREACHABLE)
     return EXIT_OK
 
 
@@ -274,8 +269,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         _, snapshots = read_status(Path(args.socket))
     except DaemonUnavailableError as exc:
-        print(f"stalewatch: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return _fail(exc, EXIT_UNREACHABLE)
     for snapshot in snapshots:
         if args.json:
             print(json.dumps(snapshot, separators=(",", ":")))

@@ -195,12 +195,7 @@ class HookRunner:
                 output, _ = proc.communicate(timeout=config.timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _signal_group(proc, signal.SIGTERM)
-                try:
-                    output, _ = proc.communicate(timeout=_KILL_GRACE)
-                except subprocess.TimeoutExpired:
-                    _signal_group(proc, signal.SIGKILL)
-                    output, _ = proc.communicate()
+                output = _end(proc)
         finally:
             with self._cond:
                 self._proc = None
@@ -242,6 +237,25 @@ class HookRunner:
         else:
             what = f"was killed by signal {-code}" if code < 0 else f"exited {code}"
             logger.warning("stalewatch: %s hook %s for %s %s", name, list(argv), self.checkout, what)
+
+
+def _end(proc: subprocess.Popen[bytes]) -> bytes:
+    """End a timed-out hook's process group; return its output, if it can be had."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        _signal_group(proc, signum)
+        try:
+            return proc.communicate(timeout=_KILL_GRACE)[0]
+        except subprocess.TimeoutExpired:
+            continue
+    # Something that left the group (setsid) still holds the output pipe: stop
+    # reading instead of waiting for it forever, and reap the hook itself.
+    logger.warning("stalewatch: a process the hook started still holds its output; not reading it")
+    if proc.stdout is not None:
+        proc.stdout.close()
+    proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=_KILL_GRACE)
+    return b""
 
 
 def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:

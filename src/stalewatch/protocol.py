@@ -5,7 +5,7 @@ checkout, then ``event`` lines as statuses change, ``health`` lines when its own
 watcher for a checkout becomes trusted or untrusted, ``snapshot``/``removed`` lines when
 a reload adds, re-binds or drops a checkout, and a ``ping`` every ``keepalive`` seconds.
 A client may write ``{"type": "ping"}`` lines (answered with ``pong``); anything else
-closes that client after an ``error`` line. See ``docs/daemon.md`` for every field.
+closes that client after an ``error`` line. Every field: README, "Protocol (version 1)".
 
 This module is pure: encoding, decoding, line splitting and the default socket path.
 """
