@@ -122,3 +122,11 @@ def test_watch_process_on_bad_path_exits_2(tmp_path: Path) -> None:
     assert done.returncode == EXIT_USAGE
     assert "does not exist" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_status_of_a_repository_without_commits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import make_repo
+
+    repo = make_repo(tmp_path / "empty", initial=False)
+    assert main(["status", str(repo.path)]) == EXIT_OK
+    assert capsys.readouterr().out.startswith("(no commit yet)")

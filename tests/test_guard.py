@@ -282,3 +282,46 @@ def test_snapshot_and_event_are_frozen_and_json(git_repo: Repo) -> None:
     assert data["status"] == "stale"
     assert data["generation"] == 1
     assert data["checkout"] == str(git_repo.path.resolve())
+
+
+def test_c7_renaming_the_checked_out_branch_is_not_a_false_alarm(git_repo: Repo) -> None:
+    # git renames the ref before rewriting HEAD: for a moment HEAD names a missing ref.
+    with started(Guard.for_checkout(git_repo.path)) as guard:
+        rec = Recorder(guard)
+        for i in range(5):
+            git_repo.git("branch", "-m", f"renamed-{i}")
+            guard.check(strict=True)
+        sentinel = git_repo.commit("sentinel")
+        first = rec.wait_for("stale", sentinel)
+        assert rec.events[0] is first  # no unreadable/current pair before it
+
+
+def test_c12_reads_are_applied_in_the_order_they_were_made(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guard = Guard.for_checkout(git_repo.path)
+    real = guard._read
+    entered, release = threading.Event(), threading.Event()
+    calls = iter([True])
+
+    def slow_first_read() -> str | None:
+        value = real()  # reads the old HEAD...
+        if next(calls, False):
+            entered.set()
+            release.wait(5)  # ...and is slow to apply it
+        return value
+
+    monkeypatch.setattr(guard, "_read", slow_first_read)
+    slow = threading.Thread(target=guard.refresh)
+    slow.start()
+    assert entered.wait(5)
+    new = git_repo.commit("lands while the slow read is in flight")
+    fast_done = threading.Event()
+    fast = threading.Thread(target=lambda: (guard.refresh(), fast_done.set()))
+    fast.start()
+    assert not fast_done.wait(0.2)  # the later read waits for the earlier one to apply
+    release.set()
+    slow.join(5)
+    fast.join(5)
+    assert guard.snapshot().current_revision == new  # the later read wins
+    assert guard.status is Status.STALE

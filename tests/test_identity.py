@@ -116,3 +116,17 @@ def test_checkout_from_any_path_inside(git_repo: Repo) -> None:
     sub = git_repo.path / "pkg"
     sub.mkdir()
     assert bind_checkout(sub).checkout == git_repo.path.resolve()
+
+
+def test_c2_inherited_git_dir_does_not_point_binding_elsewhere(
+    git_repo: Repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = make_repo(tmp_path / "other")
+    other.write("stray.py", "x = 1\n")
+    other.git("add", "stray.py")
+    other.git("commit", "-q", "-m", "stray")
+    stray = git_repo.write("stray.py", "x = 1\n")  # untracked in its own checkout
+    monkeypatch.setenv("GIT_DIR", str(other.path / ".git"))  # as exported to a git hook
+    monkeypatch.setenv("GIT_WORK_TREE", str(other.path))
+    assert not bind_file(stray).tracked
+    assert bind_file(git_repo.path / "module.py").tracked

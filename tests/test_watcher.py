@@ -16,6 +16,7 @@ from conftest import Recorder, Repo, make_repo
 from stalewatch import Guard, LocalSource, StaleError, Status
 from stalewatch import watcher as watcher_module
 from stalewatch.refs import find_git_dirs
+from stalewatch.watchplan import Relevance
 
 
 def started(guard: Guard) -> Guard:
@@ -48,20 +49,24 @@ def test_c7_fetch_tags_branches_gc_and_index_writes_do_not_flip(git_repo: Repo, 
         assert first.generation == 1
 
 
-def test_only_writes_to_head_and_refs_wake_the_worker(git_repo: Repo) -> None:
+def test_only_writes_that_can_move_head_wake_the_worker(git_repo: Repo) -> None:
     ready = threading.Event()
     dirs = find_git_dirs(git_repo.path.resolve())
     assert dirs is not None
     watch = LocalSource(verify_interval=3600).watch(dirs, lambda: None, lambda ok, mode: ok and ready.set())
     assert isinstance(watch, watcher_module.Watcher)
-    wakes: list[str] = []
+    seen: list[Relevance] = []
     woke = threading.Event()
+    real = watch.signal
 
-    def spy() -> None:  # the handler's decision, counted before any coalescing
-        wakes.append("wake")
-        woke.set()
+    def spy(relevance: Relevance) -> None:  # the handler's decision, before any coalescing
+        if relevance is not Relevance.NONE:
+            seen.append(relevance)
+        if relevance is Relevance.REF:
+            woke.set()
+        real(relevance)
 
-    watch.wake = spy  # type: ignore[method-assign]
+    watch.signal = spy  # type: ignore[method-assign]
     watch.start()
     try:
         assert ready.wait(5)
@@ -71,10 +76,15 @@ def test_only_writes_to_head_and_refs_wake_the_worker(git_repo: Repo) -> None:
             (git_repo.path / ".git/config").read_bytes()
         (git_repo.path / ".git/description").write_text("unrelated write\n")
         (git_repo.path / ".git/index").write_bytes((git_repo.path / ".git/index").read_bytes())
-        # Events arrive in order: the sentinel ref write must be the first and only wake.
-        git_repo.git("update-ref", "refs/heads/other", "HEAD")
+        git_repo.git("update-ref", "refs/heads/other", "HEAD")  # not HEAD's branch (C7)
+        git_repo.git("tag", "v1")
+        # Events arrive in order: the sentinel commit must be the first thing that matters,
+        # announced by its .lock and woken once by the rename.
+        git_repo.git("commit", "-q", "--allow-empty", "-m", "sentinel")
         assert woke.wait(5)
-        assert wakes == ["wake"]
+        assert seen[0] is Relevance.LOCK  # announced by its lock file
+        assert seen.count(Relevance.REF) == 1
+        assert set(seen) == {Relevance.LOCK, Relevance.REF}
     finally:
         watch.stop()
 
@@ -105,19 +115,19 @@ def test_c9_handler_exception_does_not_kill_the_watcher(
         rec = Recorder(guard)
         watcher = guard._watch
         assert isinstance(watcher, watcher_module.Watcher)
-        real = watcher.relevant
+        real = watcher.signal
         failures = iter([True])
 
-        def flaky(path: str) -> bool:
-            if next(failures, False):
+        def flaky(relevance: Relevance) -> None:
+            if relevance is not Relevance.NONE and next(failures, False):
                 raise OSError("handler bug")
-            return real(path)
+            real(relevance)
 
-        monkeypatch.setattr(watcher, "relevant", flaky)
-        git_repo.write("note", "x")
-        git_repo.git("add", "note")
-        new = git_repo.commit("after the handler failed")
-        rec.wait_for("stale", new)
+        monkeypatch.setattr(watcher, "signal", flaky)
+        first = git_repo.commit("the handler fails on this one's first event")
+        rec.wait_for("stale", first)  # seen anyway: its lock and its rename both wake
+        second = git_repo.commit("and the dispatch thread is still alive for this one")
+        rec.wait_for("stale", second)
         assert guard.snapshot().trusted
     assert "error handling" in caplog.text
 
@@ -152,31 +162,40 @@ def test_c9_dead_observer_is_distrusted_then_restarted(
     assert "died" in caplog.text
 
 
-def test_c9_queue_overflow_distrusts_until_resynced(git_repo: Repo) -> None:
-    with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=60))) as guard:
+def test_c9_queue_overflow_resyncs_an_update_whose_event_was_lost(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=3600))) as guard:
         rec = Recorder(guard)
         watcher = guard._watch
         assert isinstance(watcher, watcher_module.Watcher)
-        health: list[bool] = []
-        original = watcher._on_health
-
-        def spy(trusted: bool, mode: str) -> None:
-            health.append(trusted)
-            original(trusted, mode)
-
-        watcher._on_health = spy
-        # A ref update lost in the overflow: written while no event can reach us.
-        watcher._restart_needed = False
-        new = git_repo.head()
+        real = watcher.signal
+        monkeypatch.setattr(watcher, "signal", lambda relevance: None)  # events lost
+        lost = git_repo.commit("its events fall into the overflow")
+        guard.check()  # the flag cannot know yet: this is what an overflow does
+        monkeypatch.setattr(watcher, "signal", real)
         # watchdog's own warning is the only signal it gives of an overflow.
         logging.getLogger("watchdog.observers.inotify_c").warning(
             "Inotify queue overflowed; filesystem events were lost"
         )
+        rec.wait_for("stale", lost)
         assert guard.wait_ready(5)
-        assert health[:2] == [False, True]
-        guard.check()
-        assert rec.events == []
-        assert new == git_repo.head()
+        with pytest.raises(StaleError):
+            guard.check()
+
+
+def test_c9_silenced_watchdog_logger_is_reported(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    quiet = logging.getLogger("watchdog")
+    before = quiet.level
+    quiet.setLevel(logging.ERROR)  # a common way to quiet watchdog
+    try:
+        with started(Guard.for_checkout(git_repo.path)):
+            pass
+    finally:
+        quiet.setLevel(before)
+    assert "overflows go unnoticed" in caplog.text
 
 
 def test_c9_real_inotify_overflow_is_detected(git_repo: Repo) -> None:
@@ -242,6 +261,50 @@ def test_c9_watch_limit_falls_back_to_polling_logged_once(
     assert caplog.text.count("watch limit reached") == 1
 
 
+class _LimitAfter(watcher_module._Native):  # type: ignore[misc]
+    """A real native observer whose inotify watch limit runs out after ``allowed`` watches."""
+
+    allowed = 0
+
+    def schedule(self, *args: object, **kwargs: object) -> object:
+        if _LimitAfter.allowed <= 0:
+            raise OSError(errno.ENOSPC, "inotify watch limit reached")
+        _LimitAfter.allowed -= 1
+        return super().schedule(*args, **kwargs)
+
+
+def test_c9_watch_limit_reached_part_way_falls_back_to_polling(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watcher_module, "_native_observer", _LimitAfter)
+    monkeypatch.setattr(_LimitAfter, "allowed", 2)  # fewer than the plan needs
+    source = LocalSource(verify_interval=0.2, poll_interval=0.1)
+    with Guard.for_checkout(git_repo.path, source=source) as guard:
+        rec = Recorder(guard)
+        assert not guard.wait_ready(0.3)
+        assert guard.snapshot().mode == "polling"
+        new = git_repo.commit("while polling")
+        with pytest.raises(StaleError):
+            guard.check()
+        rec.wait_for("stale", new)
+
+
+def test_c9_watch_limit_reached_when_head_moves_to_a_new_directory(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watcher_module, "_native_observer", _LimitAfter)
+    monkeypatch.setattr(_LimitAfter, "allowed", 100)
+    source = LocalSource(verify_interval=3600, poll_interval=0.1)
+    with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
+        rec = Recorder(guard)
+        _LimitAfter.allowed = 0  # the limit is reached by another process meanwhile
+        git_repo.git("checkout", "-q", "-b", "feature/deep")  # needs refs/heads/feature watched
+        new = git_repo.commit("on the new branch")
+        rec.wait_for("stale", new)
+        assert guard.snapshot().mode == "polling"
+        assert not guard.snapshot().trusted
+
+
 def test_c9_forced_polling_still_delivers_events(git_repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STALEWATCH_POLL", "1")
     monkeypatch.setenv("STALEWATCH_POLL_INTERVAL", "0.1")
@@ -265,6 +328,19 @@ def test_c9_git_dir_deleted_and_recreated_rewatches(git_repo: Repo, tmp_path: Pa
         assert guard.wait_ready(5)
         new = git_repo.commit("after re-creation")  # seen only if watches were re-made
         rec.wait_for("stale", new)
+
+
+def test_c4_checkout_swapped_by_rename_is_seen_at_once(git_repo: Repo, tmp_path: Path) -> None:
+    replacement = tmp_path / "replacement"
+    subprocess_clone = Repo(tmp_path)
+    subprocess_clone.git("clone", "-q", str(git_repo.path), str(replacement))
+    newer = Repo(replacement).commit("the new release")
+    with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=3600))) as guard:
+        rec = Recorder(guard)
+        git_repo.path.rename(tmp_path / "old-release")  # an atomic deploy: swap directories
+        replacement.rename(git_repo.path)
+        rec.wait_for("stale", newer)  # not 1 s later at the health tick, and not never
+        assert guard.wait_ready(5)
 
 
 def test_c9_forked_child_does_not_trust_the_parents_watcher(git_repo: Repo) -> None:
@@ -309,7 +385,7 @@ def test_c9_dead_inotify_reader_thread_is_noticed_and_restarted(
         rec = Recorder(guard)
         watcher = guard._watch
         assert isinstance(watcher, watcher_module.Watcher)
-        readers = [t for t in watcher._observer_threads if type(t).__name__ == "InotifyFD"]
+        readers = [t for t in watcher._reader_threads if type(t).__name__ == "InotifyFD"]
         assert len(readers) == 1
         reader = readers[0]
 

@@ -22,7 +22,7 @@ from types import FrameType
 from . import __version__, daemon_cli
 from .errors import HeadUnreadableError, StalewatchError, short
 from .guard import Guard
-from .status import Event, Snapshot
+from .status import Event, Snapshot, Status
 
 EXIT_OK = 0
 EXIT_UNREADABLE = 1
@@ -67,8 +67,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
     snap = guard.snapshot()
     if args.json:
         print(_line(snap, as_json=True))
+    elif snap.status is Status.UNTRACKED:
+        print(f"(untracked) {snap.checkout}")
     else:
-        print(snap.current_revision or f"(untracked) {snap.checkout}")
+        print(snap.current_revision or f"(no commit yet) {snap.checkout}")
     return EXIT_OK
 
 

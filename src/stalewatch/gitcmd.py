@@ -18,6 +18,29 @@ from .refs import is_object_id
 __all__ = ["is_tracked", "rev_parse_head", "run_git"]
 
 _TIMEOUT = 10.0
+# What `git rev-parse --local-env-vars` lists: git exports these to hooks, so a server
+# restarted by an updater's hook inherits them, and they would point every git call
+# here at another repository than the checkout's (C2).
+_REPOSITORY_VARIABLES = frozenset(
+    {
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_COMMON_DIR",
+        "GIT_CONFIG",
+        "GIT_CONFIG_COUNT",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_DIR",
+        "GIT_GRAFT_FILE",
+        "GIT_IMPLICIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_INTERNAL_SUPER_PREFIX",
+        "GIT_NO_REPLACE_OBJECTS",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_PREFIX",
+        "GIT_REPLACE_REF_BASE",
+        "GIT_SHALLOW_FILE",
+        "GIT_WORK_TREE",
+    }
+)
 # Keeps Windows from flashing a console window for every call (Hermes WebUI's complaint).
 _NO_WINDOW = getattr(subprocess, "CREATE_NO_WINDOW", 0)
 
@@ -29,7 +52,8 @@ def run_git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
         FileNotFoundError: no ``git`` executable.
         subprocess.TimeoutExpired: git did not answer within the timeout.
     """
-    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    env = {k: v for k, v in os.environ.items() if k not in _REPOSITORY_VARIABLES}
+    env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
     return subprocess.run(
         [config.git_executable(), *args],
         cwd=cwd,

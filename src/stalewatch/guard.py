@@ -31,6 +31,8 @@ __all__ = ["Guard"]
 logger = logging.getLogger(__name__)
 
 _guards: weakref.WeakSet[Guard] = weakref.WeakSet()
+# Seconds to look again when HEAD names a missing branch while a revision is known.
+_MISSING_REF_GRACE = (0.001, 0.004, 0.016, 0.064)
 
 
 class Guard:
@@ -74,8 +76,7 @@ class Guard:
         self._pending: deque[Event] = deque()
         self._subscribers: dict[int, Callable[[Event], object]] = {}
         self._ids = itertools.count()
-        self._tickets = itertools.count()
-        self._applied = -1
+        self._refresh_lock = threading.Lock()  # one read-and-apply at a time (C12)
         self._watch: Watch | None = None
         self._token: object = None
         self._restart_after_fork = False
@@ -232,7 +233,9 @@ class Guard:
             try:
                 while self._pending:
                     event = self._pending.popleft()
-                    for callback in list(self._subscribers.values()):
+                    for key, callback in list(self._subscribers.items()):
+                        if key not in self._subscribers:
+                            continue  # unsubscribed while this event was being delivered
                         try:
                             callback(event)
                         except Exception:
@@ -254,24 +257,40 @@ class Guard:
     def refresh(self) -> Snapshot:
         """Re-resolve HEAD now, update the status (emitting an event on change), return it.
 
-        Safe from any thread. A read that started earlier never overwrites one that
-        started later, so a slow reader cannot roll the status back.
+        Safe from any thread. Reads are serialised per guard and each result is applied
+        before the next read starts, so results are applied in the order HEAD was read:
+        a slow reader can never roll the status back (C12).
         """
         if self.binding.dirs is None:
             return self.snapshot()
-        ticket = next(self._tickets)
-        try:
-            current, error = self._read(), None
-        except RefError as exc:
-            current, error = None, str(exc)
-        self._apply(ticket, current, error)
+        with self._refresh_lock:
+            current, error = self._read_settled()
+            self._apply(current, error)
+        self._drain()  # outside the lock: a subscriber may call check(strict=True)
         return self.snapshot()
 
-    def _apply(self, ticket: int, current: str | None, error: str | None) -> None:
+    def _read_once(self) -> tuple[str | None, str | None]:
+        try:
+            return self._read(), None
+        except RefError as exc:
+            return None, str(exc)
+
+    def _read_settled(self) -> tuple[str | None, str | None]:
+        current, error = self._read_once()
+        snap = self._snap
+        if current is None and error is None and snap.loaded_revision and snap.current_revision:
+            # HEAD names a branch without a commit. `git branch -m` passes through this
+            # state (the ref is renamed before HEAD is rewritten): look again briefly
+            # before calling a known revision lost (C4), not to raise a false alarm.
+            for delay in _MISSING_REF_GRACE:
+                time.sleep(delay)  # waits for another process (git), not for a thread
+                current, error = self._read_once()
+                if current is not None or error is not None:
+                    break
+        return current, error
+
+    def _apply(self, current: str | None, error: str | None) -> None:
         with self._lock:
-            if ticket < self._applied:
-                return
-            self._applied = ticket
             old = self._snap
             status = decide(old.loaded_revision, current, readable=error is None)
             if self._latch and old.status.blocks and status is Status.CURRENT:
@@ -301,7 +320,6 @@ class Guard:
                     error,
                 )
             )
-        self._drain()
 
     def _on_health(self, token: object, trusted: bool, mode: str) -> None:
         with self._lock:
@@ -373,6 +391,7 @@ class Guard:
         self._lock = threading.Lock()
         self._lifecycle = threading.Lock()
         self._deliver_lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
         self._restart_after_fork = self._watch is not None
         self._watch = None
         self._token = None

@@ -10,6 +10,7 @@ branches. Reftable repositories raise :class:`NeedsGitError`: their tables are n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from .errors import NeedsGitError, RefError
 
-__all__ = ["GitDirs", "find_git_dirs", "is_object_id", "resolve_head"]
+__all__ = ["GitDirs", "find_git_dirs", "head_chain", "identity", "is_object_id", "resolve_head"]
 
 _HEX = frozenset("0123456789abcdef")
 _MAX_SMALL_FILE = 4096  # HEAD and loose refs are one line; never read a corrupt giant
@@ -196,8 +197,14 @@ def read_ref(dirs: GitDirs, name: str) -> str | None:
     return lookup_packed(dirs.packed_refs, name)
 
 
-def resolve_head(dirs: GitDirs) -> str | None:
+def resolve_head(dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
     """Resolve HEAD to a full commit id, in-process.
+
+    Args:
+        dirs: the checkout's git directories.
+        chain: if given, receives the loose-ref path of every symbolic ref HEAD goes
+            through (``refs/heads/main``…), as far as resolution got: the files whose
+            writes can move HEAD's commit.
 
     Returns:
         The object id HEAD points to, or ``None`` when HEAD names a branch that does
@@ -219,6 +226,8 @@ def resolve_head(dirs: GitDirs) -> str | None:
             name = value[len("ref:") :].strip()
             if not _valid_ref_name(name):
                 raise RefError(dirs.head_file, f"symbolic ref names an invalid ref {name[:80]!r}")
+            if chain is not None:
+                chain.append(_ref_path(dirs, name))
             target = read_ref(dirs, name)
             if target is None:
                 return None
@@ -228,6 +237,19 @@ def resolve_head(dirs: GitDirs) -> str | None:
             return value
         raise RefError(dirs.head_file, f"not a commit id or symbolic ref: {value[:80]!r}")
     raise RefError(dirs.head_file, f"symbolic refs nested deeper than {_MAX_SYMREF_DEPTH}")
+
+
+def head_chain(dirs: GitDirs) -> list[Path]:
+    """The loose-ref paths HEAD's commit depends on (see :func:`resolve_head`); never raises.
+
+    Empty for a detached HEAD or a reftable repository.
+    """
+    chain: list[Path] = []
+    if not dirs.reftable:
+        # On an error, what was collected before it still tells what to watch.
+        with contextlib.suppress(RefError):
+            resolve_head(dirs, chain)
+    return chain
 
 
 def identity(path: Path) -> tuple[int, int] | None:

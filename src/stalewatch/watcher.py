@@ -12,6 +12,7 @@ flag only while the watcher is healthy (C9).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -34,12 +35,13 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
+from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 
 from . import config
 from .refs import GitDirs, identity
 from .source import OnChange, OnHealth
+from .watchplan import Plan, Relevance, plan
 
 __all__ = ["LocalSource", "Watcher"]
 
@@ -134,20 +136,19 @@ def _native_observer() -> BaseObserver:
 
 
 class _Handler(FileSystemEventHandler):
-    """Wakes the worker for writes that can move HEAD's commit; does no I/O itself."""
+    """Sorts events by the current plan and wakes the worker; does no I/O itself."""
 
     def __init__(self, watcher: Watcher) -> None:
         self._watcher = watcher
 
     def dispatch(self, event: FileSystemEvent) -> None:
         try:
-            watcher = self._watcher
-            path = os.fsdecode(event.src_path)
-            moved_to = os.fsdecode(event.dest_path) if event.event_type == "moved" else ""
-            if watcher.relevant(path) or (moved_to and watcher.relevant(moved_to)):
-                watcher.wake()
-            elif path.endswith(".lock") and watcher.relevant(path[: -len(".lock")]):
-                watcher.update_in_flight()
+            plan = self._watcher.plan
+            paths = [os.fsdecode(event.src_path)]
+            if event.event_type == "moved":
+                paths.append(os.fsdecode(event.dest_path))
+            for relevance in {plan.relevance(path) for path in paths}:
+                self._watcher.signal(relevance)
         except Exception:  # a raising handler kills watchdog's dispatch thread
             logger.exception("stalewatch: error handling %r", event)
 
@@ -163,23 +164,27 @@ class Watcher:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        # The observer, its watches and its threads: changed by the worker, closed by
+        # stop() from the caller's thread as well, always under this lock.
+        self._observer_lock = threading.Lock()
         self._observer: BaseObserver | None = None
-        self._observer_threads: list[threading.Thread] = []
-        self._identities: dict[Path, tuple[int, int] | None] = {}
+        self._watches: dict[Path, ObservedWatch] = {}
+        self._reader_threads: list[threading.Thread] = []
+        self._identities: dict[str, tuple[int, int] | None] = {}
+        self.plan = Plan(frozenset(), frozenset(), frozenset(), frozenset())
         self._mode = "none"
-        self._reported: tuple[bool, str] | None = None
+        # Health reports come from the worker, a dying observer and the overflow
+        # listener. A fault bumps _faults; the worker restores trust only if no fault
+        # arrived while it re-resolved, so a late fault can never be overwritten.
         self._report_lock = threading.Lock()
+        self._reported: tuple[bool, str] | None = None
+        self._faults = 0
         self._restart_needed = True
         self._resync = False
         self._lock_seen = False
         self._followups: list[float] = []  # worker-only: re-resolve deadlines after a .lock
-        self._limit_logged = False
+        self._polling_only = False  # set once notifications proved unavailable
         self._handler = _Handler(self)
-        refs = dirs.common_dir / "refs"
-        self._refs_prefix = f"{refs}{os.sep}"
-        self._exact = {str(dirs.head_file), str(dirs.packed_refs)}
-        self._exact.add(str(dirs.common_dir / "reftable" / "tables.list"))
-        self._exact.update(str(p) for p, _ in self._paths())
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -192,52 +197,66 @@ class Watcher:
         )
         with _live_lock:
             _live.add(self)
+        _warn_if_overflow_log_is_silenced()
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the observer and the worker, joining them. Harmless to call twice."""
+        """Stop the observer and the worker, joining them. Harmless to call twice.
+
+        The observer is stopped from this thread, so watchdog's threads are gone within
+        a second even while the worker is busy in a slow subscriber callback.
+        """
         self._stop.set()
         self._wake.set()
         with _live_lock:
             _live.discard(self)
+        self._close_observer()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=2.0)
+            thread.join(timeout=1.0)
+            if thread.is_alive():
+                logger.warning(
+                    "stalewatch: %s is still in a callback; it ends when that returns", thread.name
+                )
 
     def wake(self) -> None:
         """Ask the worker to re-resolve now (any thread; coalesces)."""
         self._wake.set()
 
-    def update_in_flight(self) -> None:
-        """A ``<ref>.lock`` appeared: git will rename it over the ref in a moment.
-
-        watchdog holds a rename's first half for up to 0.5 s when its emitter thread
-        picks it up before the second half arrives (measured: 11 of 5,000 updates), and
-        every later event of that directory waits behind it. The lock file's own event
-        is not held, so re-resolving shortly after it catches the rename regardless.
-        """
-        self._lock_seen = True
-        self._wake.set()
-
-    def relevant(self, path: str) -> bool:
-        """Whether a write at ``path`` can change what HEAD resolves to."""
-        if path.endswith(".lock"):
-            return False  # git renames <ref>.lock over <ref>; the rename is what counts
-        return path in self._exact or path.startswith(self._refs_prefix)
+    def signal(self, relevance: Relevance) -> None:
+        """React to a write the plan classified (called on watchdog's dispatch thread)."""
+        if relevance is Relevance.REF:
+            self._wake.set()
+        elif relevance is Relevance.LOCK:
+            # watchdog holds a rename's first half for up to 0.5 s when its emitter
+            # picks it up before the second half arrives (measured: 11 in 5,000 ref
+            # updates), and every later event of that directory waits behind it. The
+            # lock file's own event is not held: look again shortly after it.
+            self._lock_seen = True
+            self._wake.set()
+        elif relevance is Relevance.ANCHOR:
+            self._fault()
+            self._restart_needed = True
+            self._wake.set()
 
     # -- fault signals (other threads) ------------------------------------------
 
     def _observer_died(self) -> None:
         logger.error("stalewatch: watchdog observer for %s died; restarting", self._dirs.worktree)
+        self._fault()
         self._restart_needed = True
-        self._report(False, self._mode)
         self._wake.set()
 
     def queue_overflowed(self) -> None:
         """Events were lost (inotify queue overflow): distrust the flag until resynced."""
+        self._fault()
         self._resync = True
-        self._report(False, self._mode)
         self._wake.set()
+
+    def _fault(self) -> None:
+        with self._report_lock:
+            self._faults += 1
+            self._set_health(False, self._mode)
 
     # -- worker ------------------------------------------------------------------
 
@@ -257,8 +276,8 @@ class Watcher:
                 except Exception:
                     # Never a dead watcher: distrust, back off one period, start over.
                     logger.exception("stalewatch: watcher for %s failed; restarting", self._dirs.worktree)
+                    self._fault()
                     self._restart_needed = True
-                    self._report(False, self._mode)
                     self._stop.wait(health_every)
         finally:
             self._report(False, "none")
@@ -291,10 +310,10 @@ class Watcher:
         if self._restart_needed:
             self._restart()
             return next_health, next_verify
+        faults = self._faults
         resync, self._resync = self._resync, False
-        self._changed()
-        if resync and not self._resync:
-            self._report(self._mode == "native", self._mode)
+        if self._resolve_checked() and resync:
+            self._report_unless_faulted(faults)
         return next_health, next_verify
 
     def _changed(self) -> None:
@@ -303,124 +322,187 @@ class Watcher:
         except Exception:
             logger.exception("stalewatch: re-resolving %s failed", self._dirs.worktree)
 
-    def _paths(self) -> list[tuple[Path, bool]]:
-        dirs = self._dirs
-        paths = [(dirs.git_dir, False)]
-        if dirs.common_dir != dirs.git_dir:
-            paths.append((dirs.common_dir, False))
-        if dirs.reftable:
-            paths.append((dirs.common_dir / "reftable", False))
-        else:
-            paths.append((dirs.common_dir / "refs", True))
-        return paths
+    def _resolve(self) -> None:
+        """Re-resolve HEAD, then move the watches with it; again if they moved.
+
+        A branch switch changes which ref matters. The watches move after the
+        resolve, so one more resolve covers a write that landed in between.
+        """
+        self._changed()
+        if self._observer is not None and self._replan():
+            self._changed()
+
+    def _replan(self) -> bool:
+        """Bring the watches in line with a fresh plan; True if they changed.
+
+        Raises:
+            OSError: a watch could not be added (the watch limit): the caller restarts.
+        """
+        new = plan(self._dirs)
+        with self._observer_lock:
+            observer = self._observer
+            if observer is None:
+                return False
+            self.plan = new
+            if new.watch == self._watches.keys():
+                return False
+            for path in self._watches.keys() - new.watch:
+                watch = self._watches.pop(path)
+                with contextlib.suppress(KeyError):  # gone with its directory already
+                    observer.unschedule(watch)
+            for path in new.watch - self._watches.keys():
+                try:
+                    self._watches[path] = observer.schedule(
+                        self._handler, str(path), recursive=False, event_filter=_EVENTS
+                    )
+                except (FileNotFoundError, NotADirectoryError):
+                    self._wake.set()  # git removed it since the plan was made: plan again
+            self._name_threads(observer)
+        return True
 
     def _healthy(self) -> bool:
         observer = self._observer
         if observer is None or not observer.is_alive():
             return False
-        # Every thread watchdog started for us (emitters, the inotify reader) must
-        # still run: an exception kills one silently and the watch goes blind.
-        dead = [t.name for t in self._observer_threads if not t.is_alive()]
+        # Every thread watchdog started for us must still run: an exception kills one
+        # silently and its watch goes blind. An emitter also ends when its directory
+        # is deleted; that is a change of plan, not a fault.
+        dead = [t.name for t in self._reader_threads if not t.is_alive()]
+        dead += [e.name for e in list(observer.emitters) if not e.is_alive() and Path(e.watch.path).is_dir()]
         if dead:
             logger.error("stalewatch: watchdog threads %s for %s died; restarting", dead, self._dirs.worktree)
             return False
         # The checkout deleted, moved or re-created: inotify watches follow inodes.
-        return all(identity(path) == ident for path, ident in self._identities.items())
+        return all(identity(Path(path)) == ident for path, ident in self._identities.items())
 
     def _restart(self) -> None:
+        faults = self._faults
         self._restart_needed = False
         self._report(False, self._mode)
         self._close_observer()
-        paths = self._paths()
-        identities = {path: identity(path) for path, _ in paths}
+        anchors = plan(self._dirs).anchors
+        identities = {path: identity(Path(path)) for path in anchors}
         if None in identities.values():
             self._mode = "none"  # checkout gone: HEAD reads unreadable; retried on the tick
             self._changed()
             return
         try:
-            self._observer, self._mode = self._start_observer(paths)
+            mode = self._start_observer()
         except OSError as exc:  # e.g. a directory vanished between the check and the watch
             logger.warning("stalewatch: cannot watch %s yet (%s); retrying", self._dirs.worktree, exc)
             self._mode = "none"
             self._restart_needed = True
             self._changed()
             return
+        self._mode = mode
         self._identities = identities
         # Resolve only once the watches exist, so no update falls between the two.
-        self._changed()
-        self._report(self._mode == "native", self._mode)
+        if self._resolve_checked():
+            self._report_unless_faulted(faults)  # trusted only when native
 
-    def _start_observer(self, paths: list[tuple[Path, bool]]) -> tuple[BaseObserver, str]:
+    def _resolve_checked(self) -> bool:
+        """:meth:`_resolve`; when a new watch hits the limit, restart polling (False)."""
+        try:
+            self._resolve()
+        except OSError as exc:
+            if exc.errno not in _NO_NOTIFICATION or self._mode == "polling":
+                raise
+            self._notification_unavailable(exc)
+            self._restart()
+            return False
+        return True
+
+    def _start_observer(self) -> str:
         # One observer is created at a time, so the threads that appear meanwhile are
-        # this observer's (see _schedule).
-        with _start_lock:
-            return self._start_observer_locked(paths)
+        # this observer's (see _adopt).
+        with _start_lock, self._observer_lock:
+            if self._stop.is_set():
+                raise OSError(errno.ESHUTDOWN, "stopping")
+            if not self._source.poll and not self._polling_only:
+                before = set(threading.enumerate())
+                try:
+                    self._adopt(_native_observer(), before)  # inotify starts its reader here
+                except OSError as exc:
+                    if exc.errno not in _NO_NOTIFICATION:
+                        raise
+                    self._notification_unavailable(exc)
+                else:
+                    return "native"
+            self._adopt(_Polling(timeout=self._source.poll_interval), set(threading.enumerate()))
+            return "polling"
 
-    def _start_observer_locked(self, paths: list[tuple[Path, bool]]) -> tuple[BaseObserver, str]:
-        if not self._source.poll:
-            before = set(threading.enumerate())
-            try:
-                observer = _native_observer()  # InotifyObserver starts its reader thread here
-                return self._schedule(observer, paths, before), "native"
-            except OSError as exc:
-                if exc.errno not in _NO_NOTIFICATION:
-                    raise
-                if not self._limit_logged:
-                    self._limit_logged = True
-                    reason = {errno.ENOSPC: "watch limit reached", errno.EMFILE: "instance limit reached"}
-                    reason[errno.ENOSYS] = "not supported by this kernel"
-                    logger.warning(
-                        "stalewatch: change notification unavailable for %s (%s); polling every "
-                        "%.1f s, and the barrier re-reads HEAD on each check meanwhile",
-                        self._dirs.worktree,
-                        reason.get(exc.errno or 0, exc.strerror or str(exc)),
-                        self._source.poll_interval,
-                    )
-        before = set(threading.enumerate())
-        return self._schedule(_Polling(timeout=self._source.poll_interval), paths, before), "polling"
+    def _notification_unavailable(self, exc: OSError) -> None:
+        if not self._polling_only:
+            self._polling_only = True  # from now on this watcher polls
+            reason = {errno.ENOSPC: "watch limit reached", errno.EMFILE: "instance limit reached"}
+            reason[errno.ENOSYS] = "not supported by this kernel"
+            logger.warning(
+                "stalewatch: change notification unavailable for %s (%s); polling every "
+                "%.1f s, and the barrier re-reads HEAD on each check meanwhile",
+                self._dirs.worktree,
+                reason.get(exc.errno or 0, exc.strerror or str(exc)),
+                self._source.poll_interval,
+            )
 
-    def _schedule(
-        self, observer: BaseObserver, paths: list[tuple[Path, bool]], before: set[threading.Thread]
-    ) -> BaseObserver:
+    def _adopt(self, observer: BaseObserver, before: set[threading.Thread]) -> None:
+        """Start ``observer`` with the current plan's watches (under _observer_lock)."""
         observer.name = f"stalewatch-observer:{self._dirs.worktree}"
         observer.daemon = True
         observer.on_exit = self._observer_died  # type: ignore[attr-defined]
         # Start first, then schedule: a running observer starts each emitter inside
         # schedule(), so a watch-limit OSError surfaces here and stop() cleans up.
         observer.start()
+        self.plan = plan(self._dirs)
         try:
-            for path, recursive in paths:
-                observer.schedule(self._handler, str(path), recursive=recursive, event_filter=_EVENTS)
+            self._watches = {
+                path: observer.schedule(self._handler, str(path), recursive=False, event_filter=_EVENTS)
+                for path in self.plan.watch
+            }
         except BaseException:
+            self._watches = {}
             _stop_observer(observer)
             raise
-        # The threads watchdog started for this observer (the inotify reader is not
-        # among observer.emitters); other code's threads are filtered out by module.
-        self._observer_threads = [
-            t for t in threading.enumerate() if t not in before and type(t).__module__.startswith("watchdog.")
+        self._observer = observer
+        # The inotify reader is not among observer.emitters; threads of other code
+        # started meanwhile are filtered out by module.
+        self._reader_threads = [
+            t
+            for t in threading.enumerate()
+            if t not in before and t is not observer and t not in observer.emitters
+            if type(t).__module__.startswith("watchdog.")
         ]
-        for thread in self._observer_threads:
-            if thread is not observer:  # named, so a thread dump says whose it is
-                thread.name = f"stalewatch-{type(thread).__name__}:{self._dirs.worktree}"
-        return observer
+        self._name_threads(observer)
+
+    def _name_threads(self, observer: BaseObserver) -> None:
+        for thread in [*self._reader_threads, *observer.emitters]:  # so a thread dump says whose
+            thread.name = f"stalewatch-{type(thread).__name__}:{self._dirs.worktree}"
 
     def _close_observer(self) -> None:
-        observer, self._observer = self._observer, None
-        self._observer_threads = []
+        with self._observer_lock:
+            observer, self._observer = self._observer, None
+            self._watches = {}
+            self._reader_threads = []
         if observer is not None:
             _stop_observer(observer)
 
-    def _report(self, trusted: bool, mode: str) -> None:
-        # Called from the worker, a dying observer thread and the overflow listener:
-        # the lock keeps the last report the one the guard sees.
+    def _report_unless_faulted(self, faults: int) -> None:
         with self._report_lock:
-            if (trusted, mode) == self._reported:
-                return
-            self._reported = (trusted, mode)
-            try:
-                self._on_health(trusted, mode)
-            except Exception:
-                logger.exception("stalewatch: health callback failed")
+            if self._faults == faults and not self._stop.is_set():
+                self._set_health(self._mode == "native", self._mode)
+
+    def _report(self, trusted: bool, mode: str) -> None:
+        with self._report_lock:
+            self._set_health(trusted, mode)
+
+    def _set_health(self, trusted: bool, mode: str) -> None:
+        # Under _report_lock: the last report is the one the guard sees.
+        if (trusted, mode) == self._reported:
+            return
+        self._reported = (trusted, mode)
+        try:
+            self._on_health(trusted, mode)
+        except Exception:
+            logger.exception("stalewatch: health callback failed")
 
 
 def _stop_observer(observer: BaseObserver) -> None:
@@ -437,6 +519,19 @@ _live_lock = threading.Lock()
 _start_lock = threading.Lock()
 
 
+_OVERFLOW_LOGGERS = ("watchdog.observers.inotify_c", "watchdog.observers.inotify")
+
+
+def _warn_if_overflow_log_is_silenced() -> None:
+    # The level check happens before any handler runs: a watchdog logger quieted below
+    # WARNING hides overflows from us, leaving only the periodic re-verification.
+    if not all(logging.getLogger(name).isEnabledFor(logging.WARNING) for name in _OVERFLOW_LOGGERS):
+        logger.warning(
+            "stalewatch: watchdog's warnings are silenced, so inotify queue overflows go "
+            "unnoticed; lost updates are caught only by the periodic re-verification"
+        )
+
+
 class _OverflowListener(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if "overflow" in str(record.msg).lower():
@@ -447,7 +542,7 @@ class _OverflowListener(logging.Handler):
 
 
 _overflow_listener = _OverflowListener(level=logging.WARNING)
-for _name in ("watchdog.observers.inotify_c", "watchdog.observers.inotify"):
+for _name in _OVERFLOW_LOGGERS:
     logging.getLogger(_name).addHandler(_overflow_listener)
 
 

@@ -1,0 +1,89 @@
+"""What to watch for one checkout, and which writes matter: pure, no threads, no watchdog.
+
+Only a few files can move HEAD's commit: ``HEAD``, the loose ref of each symbolic ref
+HEAD goes through (``refs/heads/main``), ``packed-refs``, and reftable's
+``tables.list``. A plan watches just their directories, each non-recursively, so a
+watch that cannot be added (the inotify watch limit) always raises instead of being
+skipped inside a recursive watch, and ``git fetch`` or tag traffic never wakes anyone
+(C7). It also watches the worktree and its parent, so the checkout or its ``.git``
+being moved, deleted or swapped is seen at once (C4). A plan is remade whenever HEAD
+is re-resolved: switching branches moves the watches with HEAD.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+from .refs import GitDirs, head_chain
+
+__all__ = ["Plan", "Relevance", "plan"]
+
+_LOCK = ".lock"
+
+
+class Relevance(enum.Enum):
+    """What a write at some path means to the watcher."""
+
+    NONE = "none"  # nothing that can move HEAD's commit
+    REF = "ref"  # re-resolve HEAD (and re-plan: the chain may have changed)
+    LOCK = "lock"  # git is about to rename <ref>.lock over <ref>: look again shortly
+    ANCHOR = "anchor"  # the checkout or a git dir itself moved: re-watch from scratch
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The directories to watch and the paths in them that matter.
+
+    Attributes:
+        watch: existing directories to watch, each non-recursively.
+        anchors: the worktree, its git dirs and its ``.git``: identity checked on
+            every health tick, and a write *at* one of these paths means "re-watch".
+        files: files whose writes can move HEAD's commit.
+        parents: directories on the way from ``refs/`` to a chain ref; created or
+            deleted (``git checkout -b a/b``, ``pack-refs``), they change the plan.
+    """
+
+    watch: frozenset[Path]
+    anchors: frozenset[str]
+    files: frozenset[str]
+    parents: frozenset[str]
+
+    def relevance(self, path: str) -> Relevance:
+        """What a write at ``path`` (created, modified, moved to/from, deleted) means."""
+        if path in self.files or path in self.parents:
+            return Relevance.REF
+        if path.endswith(_LOCK) and path[: -len(_LOCK)] in self.files:
+            return Relevance.LOCK
+        if path in self.anchors:
+            return Relevance.ANCHOR
+        return Relevance.NONE
+
+
+def plan(dirs: GitDirs) -> Plan:
+    """Make the watch plan for ``dirs`` from what HEAD names now (reads HEAD and refs)."""
+    files = {dirs.head_file, dirs.packed_refs}
+    anchors = {dirs.worktree, dirs.worktree / ".git", dirs.git_dir, dirs.common_dir}
+    watch = {dirs.worktree.parent, dirs.worktree, dirs.git_dir, dirs.common_dir}
+    parents: set[Path] = set()
+    if dirs.reftable:
+        for base in {dirs.git_dir, dirs.common_dir}:  # a worktree has its own stack
+            files.add(base / "reftable" / "tables.list")
+            watch.add(base / "reftable")
+    for ref in head_chain(dirs):
+        files.add(ref)
+        base = dirs.git_dir if ref.is_relative_to(dirs.git_dir / "refs") else dirs.common_dir
+        # Watch the ref's directory, or the deepest one of its ancestors that exists,
+        # so the directory's creation is seen and the plan moves down to it.
+        directory = ref.parent
+        while directory != base and not directory.is_dir():
+            directory = directory.parent
+        watch.add(directory)
+        parents.update(p for p in ref.parents if p.is_relative_to(base / "refs") and p != base / "refs")
+    return Plan(
+        watch=frozenset(p for p in watch if p.is_dir()),
+        anchors=frozenset(str(p) for p in anchors),
+        files=frozenset(str(p) for p in files),
+        parents=frozenset(str(p) for p in parents),
+    )
