@@ -325,3 +325,26 @@ def test_c12_reads_are_applied_in_the_order_they_were_made(
     fast.join(5)
     assert guard.snapshot().current_revision == new  # the later read wins
     assert guard.status is Status.STALE
+
+
+def test_stop_returns_within_a_second_even_during_a_slow_subscriber(
+    git_repo: Repo, caplog: pytest.LogCaptureFixture
+) -> None:
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(event: Event) -> None:
+        inside.set()
+        release.wait(10)
+
+    guard = started(Guard.for_checkout(git_repo.path))
+    guard.subscribe(slow)
+    git_repo.commit("delivered to a slow subscriber on the watcher thread")
+    assert inside.wait(5)
+    t0 = time.monotonic()
+    guard.stop()
+    assert time.monotonic() - t0 < 1.5
+    # watchdog's threads are gone already; only the worker waits for the callback.
+    busy = [t.name for t in threading.enumerate() if t.name.startswith("stalewatch")]
+    assert all(name.startswith("stalewatch-watcher") for name in busy)
+    assert "still in a callback" in caplog.text
+    release.set()

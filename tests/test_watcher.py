@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest import Recorder, Repo, make_repo
-from stalewatch import Guard, LocalSource, StaleError, Status
+from stalewatch import Guard, LocalSource, StaleError
 from stalewatch import watcher as watcher_module
 from stalewatch.refs import find_git_dirs
+from stalewatch.watcher import observers as observers_module
 from stalewatch.watchplan import Relevance
 
 
@@ -78,13 +79,10 @@ def test_only_writes_that_can_move_head_wake_the_worker(git_repo: Repo) -> None:
         (git_repo.path / ".git/index").write_bytes((git_repo.path / ".git/index").read_bytes())
         git_repo.git("update-ref", "refs/heads/other", "HEAD")  # not HEAD's branch (C7)
         git_repo.git("tag", "v1")
-        # Events arrive in order: the sentinel commit must be the first thing that matters,
-        # announced by its .lock and woken once by the rename.
+        # Events arrive in order: the sentinel commit must be the first thing that matters.
         git_repo.git("commit", "-q", "--allow-empty", "-m", "sentinel")
         assert woke.wait(5)
-        assert seen[0] is Relevance.LOCK  # announced by its lock file
-        assert seen.count(Relevance.REF) == 1
-        assert set(seen) == {Relevance.LOCK, Relevance.REF}
+        assert seen == [Relevance.REF]
     finally:
         watch.stop()
 
@@ -111,7 +109,8 @@ def test_c11_packed_only_ref_then_commit(git_repo: Repo) -> None:
 def test_c9_handler_exception_does_not_kill_the_watcher(
     git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with started(Guard.for_checkout(git_repo.path)) as guard:
+    source = LocalSource(verify_interval=0.2)  # re-verification recovers the lost wake-up
+    with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
         rec = Recorder(guard)
         watcher = guard._watch
         assert isinstance(watcher, watcher_module.Watcher)
@@ -125,7 +124,7 @@ def test_c9_handler_exception_does_not_kill_the_watcher(
 
         monkeypatch.setattr(watcher, "signal", flaky)
         first = git_repo.commit("the handler fails on this one's first event")
-        rec.wait_for("stale", first)  # seen anyway: its lock and its rename both wake
+        rec.wait_for("stale", first)
         second = git_repo.commit("and the dispatch thread is still alive for this one")
         rec.wait_for("stale", second)
         assert guard.snapshot().trusted
@@ -150,11 +149,11 @@ def test_c9_dead_observer_is_distrusted_then_restarted(
         assert not observer.is_alive()
         assert crashes and crashes[0].thread is observer
         new = git_repo.commit("while the observer was dead")
-        with pytest.raises(StaleError):  # distrusted or already resynced: never passes
+        rec.wait_for("stale", new)  # seen by the restarted observer or the resync
+        assert guard.wait_ready(5)
+        assert watcher._observer is not observer  # restarted with a fresh observer
+        with pytest.raises(StaleError):
             guard.check()
-        assert guard.wait_ready(5)  # restarted with a fresh observer
-        assert watcher._observer is not observer
-        rec.wait_for("stale", new)
         git_repo.git("reset", "-q", "--hard", "HEAD~1")
         rec.wait_for("current")
         again = git_repo.commit("after restart")
@@ -235,7 +234,7 @@ def test_c9_real_inotify_overflow_is_detected(git_repo: Repo) -> None:
         knob.write_text(old)
 
 
-class _LimitedObserver(watcher_module._Native):  # type: ignore[misc]
+class _LimitedObserver(observers_module._Native):  # type: ignore[misc]
     """A real native observer on a machine whose inotify watch limit is exhausted."""
 
     def schedule(self, *args: object, **kwargs: object) -> object:
@@ -245,7 +244,7 @@ class _LimitedObserver(watcher_module._Native):  # type: ignore[misc]
 def test_c9_watch_limit_falls_back_to_polling_logged_once(
     git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(watcher_module, "_native_observer", _LimitedObserver)
+    monkeypatch.setattr(observers_module, "native_observer", _LimitedObserver)
     guard = Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.2, poll_interval=0.1))
     with guard:
         rec = Recorder(guard)
@@ -261,7 +260,7 @@ def test_c9_watch_limit_falls_back_to_polling_logged_once(
     assert caplog.text.count("watch limit reached") == 1
 
 
-class _LimitAfter(watcher_module._Native):  # type: ignore[misc]
+class _LimitAfter(observers_module._Native):  # type: ignore[misc]
     """A real native observer whose inotify watch limit runs out after ``allowed`` watches."""
 
     allowed = 0
@@ -276,7 +275,7 @@ class _LimitAfter(watcher_module._Native):  # type: ignore[misc]
 def test_c9_watch_limit_reached_part_way_falls_back_to_polling(
     git_repo: Repo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(watcher_module, "_native_observer", _LimitAfter)
+    monkeypatch.setattr(observers_module, "native_observer", _LimitAfter)
     monkeypatch.setattr(_LimitAfter, "allowed", 2)  # fewer than the plan needs
     source = LocalSource(verify_interval=0.2, poll_interval=0.1)
     with Guard.for_checkout(git_repo.path, source=source) as guard:
@@ -292,7 +291,7 @@ def test_c9_watch_limit_reached_part_way_falls_back_to_polling(
 def test_c9_watch_limit_reached_when_head_moves_to_a_new_directory(
     git_repo: Repo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(watcher_module, "_native_observer", _LimitAfter)
+    monkeypatch.setattr(observers_module, "native_observer", _LimitAfter)
     monkeypatch.setattr(_LimitAfter, "allowed", 100)
     source = LocalSource(verify_interval=3600, poll_interval=0.1)
     with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
@@ -322,7 +321,8 @@ def test_c9_git_dir_deleted_and_recreated_rewatches(git_repo: Repo, tmp_path: Pa
         rec = Recorder(guard)
         shutil.rmtree(git_repo.path / ".git")
         rec.wait_for("unreadable")
-        assert not guard.snapshot().trusted or guard.status is Status.UNREADABLE
+        with pytest.raises(StaleError):
+            guard.check()
         shutil.copytree(backup, git_repo.path / ".git")
         rec.wait_for("current")
         assert guard.wait_ready(5)
@@ -463,26 +463,18 @@ def test_c9_a_failing_worker_turn_is_survived(
     assert "failed; restarting" in caplog.text
 
 
-def test_a_ref_lock_file_schedules_follow_up_resolves(git_repo: Repo) -> None:
-    # watchdog can hold a rename's first half for 0.5 s; the .lock that precedes every
-    # git ref update is seen promptly, and the watcher looks again shortly after it.
-    calls: list[float] = []
-    several = threading.Event()
-    ready = threading.Event()
-
-    def on_change() -> None:
-        calls.append(1)
-        if len(calls) >= 4:
-            several.set()
-
-    dirs = find_git_dirs(git_repo.path.resolve())
-    assert dirs is not None
-    watch = LocalSource(verify_interval=3600).watch(dirs, on_change, lambda ok, mode: ok and ready.set())
-    watch.start()
-    try:
-        assert ready.wait(5)
-        calls.clear()
-        (git_repo.path / ".git/refs/heads/main.lock").write_text("in flight\n")  # never renamed
-        assert several.wait(5), f"only {len(calls)} re-resolves after the lock appeared"
-    finally:
-        watch.stop()
+def test_watchdogs_rename_hold_is_removed_for_our_emitters(git_repo: Repo) -> None:
+    # watchdog holds a rename's first half up to 0.5 s and, in a race, stalls every
+    # later event of the directory behind it (11 of 5,000 ref updates measured). This
+    # pins the internal setting stalewatch relies on, so a watchdog upgrade that moves
+    # it fails here instead of bringing back half-second detections.
+    with started(Guard.for_checkout(git_repo.path)) as guard:
+        watcher = guard._watch
+        assert isinstance(watcher, watcher_module.Watcher)
+        observer = watcher._observer
+        assert observer is not None
+        emitters = list(observer.emitters)
+        assert emitters
+        for emitter in emitters:
+            assert isinstance(emitter, observers_module._Emitter)
+            assert emitter._inotify._move_event_grouper._queue.delay == 0

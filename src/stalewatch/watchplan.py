@@ -20,15 +20,12 @@ from .refs import GitDirs, head_chain
 
 __all__ = ["Plan", "Relevance", "plan"]
 
-_LOCK = ".lock"
-
 
 class Relevance(enum.Enum):
     """What a write at some path means to the watcher."""
 
     NONE = "none"  # nothing that can move HEAD's commit
     REF = "ref"  # re-resolve HEAD (and re-plan: the chain may have changed)
-    LOCK = "lock"  # git is about to rename <ref>.lock over <ref>: look again shortly
     ANCHOR = "anchor"  # the checkout or a git dir itself moved: re-watch from scratch
 
 
@@ -54,8 +51,6 @@ class Plan:
         """What a write at ``path`` (created, modified, moved to/from, deleted) means."""
         if path in self.files or path in self.parents:
             return Relevance.REF
-        if path.endswith(_LOCK) and path[: -len(_LOCK)] in self.files:
-            return Relevance.LOCK
         if path in self.anchors:
             return Relevance.ANCHOR
         return Relevance.NONE

@@ -1,13 +1,14 @@
-"""Noticing that HEAD or a ref moved. The only module that imports watchdog.
+"""Noticing that HEAD or a ref moved. With :mod:`.observers`, the only code importing watchdog.
 
 A :class:`Watcher` owns one worker thread and one watchdog observer. The observer
-watches HEAD's directory (non-recursive), the common dir (non-recursive, for
-``packed-refs``) and ``refs/`` (recursive) — never ``objects/`` — and its handler
-only sets a wake-up event: no I/O on watchdog's dispatch thread, so reading ``.git``
-can never feed the watch. The worker re-resolves HEAD in-process on each wake-up,
-which coalesces bursts (a rebase) while never losing the last write (C12), and on a
-timer, which backs the events up. It reports health to the guard, which trusts its
-flag only while the watcher is healthy (C9).
+watches the directories of a :class:`~stalewatch.watchplan.Plan` — those of HEAD, of
+the refs HEAD goes through and of ``packed-refs``, each non-recursively, never
+``objects/`` — and its handler only classifies the path and sets a wake-up event: no
+I/O on watchdog's dispatch thread, so reading ``.git`` can never feed the watch. The
+worker re-resolves HEAD in-process on each wake-up, which coalesces bursts (a rebase)
+while never losing the last write (C12), and on a timer, which backs the events up.
+It reports health to the guard, which trusts its flag only while the watcher is
+healthy (C9).
 """
 
 from __future__ import annotations
@@ -18,62 +19,26 @@ import logging
 import os
 import threading
 import time
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 
-from watchdog.events import (
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers.api import BaseObserver, ObservedWatch
-from watchdog.observers.polling import PollingObserver
 
-from . import config
-from .refs import GitDirs, identity
-from .source import OnChange, OnHealth
-from .watchplan import Plan, Relevance, plan
+from .. import config
+from ..refs import GitDirs, identity
+from ..source import OnChange, OnHealth
+from ..watchplan import Plan, Relevance, plan
+from . import observers
 
 __all__ = ["LocalSource", "Watcher"]
 
 logger = logging.getLogger(__name__)
 
 
-# Only writes matter; opened/closed-no-write traffic (watchdog's default mask) would
-# wake us for every read of .git. FileClosedEvent is close-after-write: some
-# filesystems report a rewrite-in-place only that way.
-# watchdog's inotify reader warns, then carries on correctly, when a directory created
-# under a recursive watch (git's refs/remotes/origin on a first fetch) is added twice in
-# a race. It is noise for our users; under -W error it would kill the reader (handled).
-warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
-
 # OSError numbers meaning "no change notification here": fall back to polling.
 _NO_NOTIFICATION = frozenset({errno.ENOSPC, errno.EMFILE, errno.ENFILE, errno.ENOSYS})
 
-# Seconds after a <ref>.lock appears at which HEAD is re-resolved (see update_in_flight).
-_FOLLOWUPS = (0.002, 0.01, 0.05, 0.2)
-
 _HEALTH_INTERVAL = 1.0  # seconds between checks that watchdog's threads are alive
-
-_EVENTS: list[type[FileSystemEvent]] = [
-    FileCreatedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileDeletedEvent,
-    FileClosedEvent,
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-]
 
 
 class LocalSource:
@@ -100,39 +65,6 @@ class LocalSource:
 
     def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watcher:
         return Watcher(self, dirs, on_change, on_health)
-
-
-class _Native(Observer):  # type: ignore[misc,valid-type]
-    """The platform observer, reporting its own unexpected death at once (C9)."""
-
-    on_exit: Callable[[], None] | None = None
-
-    def run(self) -> None:
-        try:
-            super().run()
-        finally:
-            _report_exit(self)
-
-
-class _Polling(PollingObserver):
-    on_exit: Callable[[], None] | None = None
-
-    def run(self) -> None:
-        try:
-            super().run()
-        finally:
-            _report_exit(self)
-
-
-def _report_exit(observer: _Native | _Polling) -> None:
-    # should_keep_running() is still True only when the thread ended without stop():
-    # watchdog lets an exception kill its dispatch thread silently.
-    if observer.on_exit is not None and observer.should_keep_running():
-        observer.on_exit()
-
-
-def _native_observer() -> BaseObserver:
-    return _Native()
 
 
 class _Handler(FileSystemEventHandler):
@@ -181,8 +113,6 @@ class Watcher:
         self._faults = 0
         self._restart_needed = True
         self._resync = False
-        self._lock_seen = False
-        self._followups: list[float] = []  # worker-only: re-resolve deadlines after a .lock
         self._polling_only = False  # set once notifications proved unavailable
         self._handler = _Handler(self)
 
@@ -195,9 +125,8 @@ class Watcher:
         self._thread = threading.Thread(
             target=self._run, name=f"stalewatch-watcher:{self._dirs.worktree}", daemon=True
         )
-        with _live_lock:
-            _live.add(self)
-        _warn_if_overflow_log_is_silenced()
+        observers.track(self)
+        observers.warn_if_overflow_log_is_silenced()
         self._thread.start()
 
     def stop(self) -> None:
@@ -208,8 +137,7 @@ class Watcher:
         """
         self._stop.set()
         self._wake.set()
-        with _live_lock:
-            _live.discard(self)
+        observers.untrack(self)
         self._close_observer()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -226,13 +154,6 @@ class Watcher:
     def signal(self, relevance: Relevance) -> None:
         """React to a write the plan classified (called on watchdog's dispatch thread)."""
         if relevance is Relevance.REF:
-            self._wake.set()
-        elif relevance is Relevance.LOCK:
-            # watchdog holds a rename's first half for up to 0.5 s when its emitter
-            # picks it up before the second half arrives (measured: 11 in 5,000 ref
-            # updates), and every later event of that directory waits behind it. The
-            # lock file's own event is not held: look again shortly after it.
-            self._lock_seen = True
             self._wake.set()
         elif relevance is Relevance.ANCHOR:
             self._fault()
@@ -296,17 +217,10 @@ class Watcher:
         if now >= next_verify:
             next_verify = now + verify_every
             self._wake.set()  # periodic re-verification backs the events up
-        deadline = min(next_health, next_verify, *self._followups[:1])
-        self._wake.wait(max(0.0, deadline - now))
-        now = time.monotonic()
-        due = [t for t in self._followups if t <= now]
-        if self._stop.is_set() or not (self._wake.is_set() or due):
+        self._wake.wait(max(0.0, min(next_health, next_verify) - now))
+        if self._stop.is_set() or not self._wake.is_set():
             return next_health, next_verify
-        self._followups = [t for t in self._followups if t > now]
         self._wake.clear()  # before resolving: a write from now on wakes us again (C12)
-        if self._lock_seen:
-            self._lock_seen = False
-            self._followups = [now + delay for delay in _FOLLOWUPS]
         if self._restart_needed:
             self._restart()
             return next_health, next_verify
@@ -353,7 +267,7 @@ class Watcher:
             for path in new.watch - self._watches.keys():
                 try:
                     self._watches[path] = observer.schedule(
-                        self._handler, str(path), recursive=False, event_filter=_EVENTS
+                        self._handler, str(path), recursive=False, event_filter=observers.EVENTS
                     )
                 except (FileNotFoundError, NotADirectoryError):
                     self._wake.set()  # git removed it since the plan was made: plan again
@@ -415,20 +329,20 @@ class Watcher:
     def _start_observer(self) -> str:
         # One observer is created at a time, so the threads that appear meanwhile are
         # this observer's (see _adopt).
-        with _start_lock, self._observer_lock:
+        with observers.start_lock, self._observer_lock:
             if self._stop.is_set():
                 raise OSError(errno.ESHUTDOWN, "stopping")
             if not self._source.poll and not self._polling_only:
                 before = set(threading.enumerate())
                 try:
-                    self._adopt(_native_observer(), before)  # inotify starts its reader here
+                    self._adopt(observers.native_observer(), before)  # inotify starts its reader here
                 except OSError as exc:
                     if exc.errno not in _NO_NOTIFICATION:
                         raise
                     self._notification_unavailable(exc)
                 else:
                     return "native"
-            self._adopt(_Polling(timeout=self._source.poll_interval), set(threading.enumerate()))
+            self._adopt(observers.polling_observer(self._source.poll_interval), set(threading.enumerate()))
             return "polling"
 
     def _notification_unavailable(self, exc: OSError) -> None:
@@ -455,12 +369,14 @@ class Watcher:
         self.plan = plan(self._dirs)
         try:
             self._watches = {
-                path: observer.schedule(self._handler, str(path), recursive=False, event_filter=_EVENTS)
+                path: observer.schedule(
+                    self._handler, str(path), recursive=False, event_filter=observers.EVENTS
+                )
                 for path in self.plan.watch
             }
         except BaseException:
             self._watches = {}
-            _stop_observer(observer)
+            observers.stop_observer(observer)
             raise
         self._observer = observer
         # The inotify reader is not among observer.emitters; threads of other code
@@ -483,7 +399,7 @@ class Watcher:
             self._watches = {}
             self._reader_threads = []
         if observer is not None:
-            _stop_observer(observer)
+            observers.stop_observer(observer)
 
     def _report_unless_faulted(self, faults: int) -> None:
         with self._report_lock:
@@ -503,55 +419,3 @@ class Watcher:
             self._on_health(trusted, mode)
         except Exception:
             logger.exception("stalewatch: health callback failed")
-
-
-def _stop_observer(observer: BaseObserver) -> None:
-    observer.on_exit = None  # type: ignore[attr-defined]
-    observer.stop()
-    if observer is not threading.current_thread():
-        observer.join(timeout=2.0)
-
-
-# watchdog logs an inotify queue overflow and moves on without telling handlers;
-# events were lost, so every live watcher must distrust its flag and re-resolve.
-_live: set[Watcher] = set()
-_live_lock = threading.Lock()
-_start_lock = threading.Lock()
-
-
-_OVERFLOW_LOGGERS = ("watchdog.observers.inotify_c", "watchdog.observers.inotify")
-
-
-def _warn_if_overflow_log_is_silenced() -> None:
-    # The level check happens before any handler runs: a watchdog logger quieted below
-    # WARNING hides overflows from us, leaving only the periodic re-verification.
-    if not all(logging.getLogger(name).isEnabledFor(logging.WARNING) for name in _OVERFLOW_LOGGERS):
-        logger.warning(
-            "stalewatch: watchdog's warnings are silenced, so inotify queue overflows go "
-            "unnoticed; lost updates are caught only by the periodic re-verification"
-        )
-
-
-class _OverflowListener(logging.Handler):
-    def emit(self, record: logging.LogRecord) -> None:
-        if "overflow" in str(record.msg).lower():
-            with _live_lock:
-                watchers = list(_live)
-            for watcher in watchers:
-                watcher.queue_overflowed()
-
-
-_overflow_listener = _OverflowListener(level=logging.WARNING)
-for _name in _OVERFLOW_LOGGERS:
-    logging.getLogger(_name).addHandler(_overflow_listener)
-
-
-def _forget_in_child() -> None:
-    # The parent's watchers have no threads in a forked child (C9: guards restart).
-    global _live_lock, _start_lock  # noqa: PLW0603 - the old locks may be held by a thread that is gone
-    _live_lock = threading.Lock()
-    _start_lock = threading.Lock()
-    _live.clear()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
