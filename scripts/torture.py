@@ -183,9 +183,13 @@ class Torture:
         self.n += 1  # new directories under refs/heads each time
         git(self.repo, "checkout", "-q", "-b", f"a{self.n}/b/c")
 
-    def op_switch(self) -> None:
+    def op_switch(self) -> bool:
+        branches = self._branches()  # all may be gone: update-ref -d while detached
+        if not branches:
+            return False
         # A branch checked out in another worktree is refused by git: that is fine.
-        git(self.repo, "checkout", "-q", self.rng.choice(self._branches()), check=False)
+        git(self.repo, "checkout", "-q", self.rng.choice(branches), check=False)
+        return True
 
     def op_switch_packed(self) -> bool:
         others = self._others()
@@ -228,16 +232,22 @@ class Torture:
     def op_reset_to_loaded(self) -> None:
         git(self.repo, "reset", "-q", "--hard", self.loaded)
 
-    def op_merge_ff(self) -> None:
-        other = self.rng.choice(self._branches())
-        git(self.repo, "merge", "-q", "--ff-only", other, check=False)
+    def op_merge_ff(self) -> bool:
+        branches = self._branches()
+        if not branches:
+            return False
+        git(self.repo, "merge", "-q", "--ff-only", self.rng.choice(branches), check=False)
+        return True
 
-    def op_rebase(self) -> None:
+    def op_rebase(self) -> bool:
+        branches = self._branches()
+        if not branches:
+            return False
         # Replays every commit of HEAD not in `onto`: HEAD moves once per commit.
-        onto = self.rng.choice(self._branches())
-        git(self.repo, "rebase", "-q", onto, check=False)
+        git(self.repo, "rebase", "-q", self.rng.choice(branches), check=False)
         if self._rebasing():  # a conflict: abort moves HEAD back, which we must see too
             git(self.repo, "rebase", "--abort")
+        return True
 
     def op_cherry_pick(self) -> bool:
         others = self._others()

@@ -478,3 +478,19 @@ def test_watchdogs_rename_hold_is_removed_for_our_emitters(git_repo: Repo) -> No
         for emitter in emitters:
             assert isinstance(emitter, observers_module._Emitter)
             assert emitter._inotify._move_event_grouper._queue.delay == 0
+
+
+def test_c11_branch_directory_packed_away_and_recreated_is_rewatched(
+    git_repo: Repo, caplog: pytest.LogCaptureFixture
+) -> None:
+    git_repo.git("checkout", "-q", "-b", "feature/x")
+    source = LocalSource(verify_interval=3600)  # only events can explain what follows
+    with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
+        rec = Recorder(guard)
+        for i in range(3):
+            git_repo.git("pack-refs", "--all")  # removes refs/heads/feature/ itself
+            assert not (git_repo.path / ".git/refs/heads/feature").exists()
+            new = git_repo.commit(f"recreates refs/heads/feature/x ({i})")
+            rec.wait_for("stale", new)
+        assert guard.snapshot().trusted
+    assert "died" not in caplog.text

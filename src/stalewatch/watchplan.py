@@ -66,6 +66,7 @@ def plan(dirs: GitDirs) -> Plan:
         for base in {dirs.git_dir, dirs.common_dir}:  # a worktree has its own stack
             files.add(base / "reftable" / "tables.list")
             watch.add(base / "reftable")
+    watch = {p for p in watch if p.is_dir()}
     for ref in head_chain(dirs):
         files.add(ref)
         base = dirs.git_dir if ref.is_relative_to(dirs.git_dir / "refs") else dirs.common_dir
@@ -77,7 +78,9 @@ def plan(dirs: GitDirs) -> Plan:
         watch.add(directory)
         parents.update(p for p in ref.parents if p.is_relative_to(base / "refs") and p != base / "refs")
     return Plan(
-        watch=frozenset(p for p in watch if p.is_dir()),
+        # Ref directories are not filtered again: one git removes right after the check
+        # above fails to be watched, and the watcher plans again (never a blind gap).
+        watch=frozenset(watch),
         anchors=frozenset(str(p) for p in anchors),
         files=frozenset(str(p) for p in files),
         parents=frozenset(str(p) for p in parents),

@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 _NO_NOTIFICATION = frozenset({errno.ENOSPC, errno.EMFILE, errno.ENFILE, errno.ENOSYS})
 
 _HEALTH_INTERVAL = 1.0  # seconds between checks that watchdog's threads are alive
+_MAX_REPLANS = 5  # re-plans per wake-up before yielding to the next turn
 
 
 class LocalSource:
@@ -100,7 +101,9 @@ class Watcher:
         # stop() from the caller's thread as well, always under this lock.
         self._observer_lock = threading.Lock()
         self._observer: BaseObserver | None = None
-        self._watches: dict[Path, ObservedWatch] = {}
+        # Each watched directory with the (device, inode) it had when watched: inotify
+        # follows the inode, so a directory deleted and re-created needs a new watch.
+        self._watches: dict[Path, tuple[ObservedWatch, tuple[int, int] | None]] = {}
         self._reader_threads: list[threading.Thread] = []
         self._identities: dict[str, tuple[int, int] | None] = {}
         self.plan = Plan(frozenset(), frozenset(), frozenset(), frozenset())
@@ -243,8 +246,14 @@ class Watcher:
         resolve, so one more resolve covers a write that landed in between.
         """
         self._changed()
-        if self._observer is not None and self._replan():
+        # Until the plan holds still: a directory git creates between a plan and its
+        # watch (checkout -b a/b) is found by the next plan, and a resolve after each
+        # change of watches covers a write that landed before the watch existed.
+        for _ in range(_MAX_REPLANS):
+            if self._observer is None or not self._replan():
+                return
             self._changed()
+        self._wake.set()  # still moving: another turn
 
     def _replan(self) -> bool:
         """Bring the watches in line with a fresh plan; True if they changed.
@@ -258,21 +267,25 @@ class Watcher:
             if observer is None:
                 return False
             self.plan = new
-            if new.watch == self._watches.keys():
+            replaced = {p for p, (_, ident) in self._watches.items() if identity(p) != ident}
+            if new.watch == self._watches.keys() and not replaced:
                 return False
-            for path in self._watches.keys() - new.watch:
-                watch = self._watches.pop(path)
+            for path in (self._watches.keys() - new.watch) | replaced:
+                watch, _ = self._watches.pop(path)
                 with contextlib.suppress(KeyError):  # gone with its directory already
                     observer.unschedule(watch)
             for path in new.watch - self._watches.keys():
                 try:
-                    self._watches[path] = observer.schedule(
-                        self._handler, str(path), recursive=False, event_filter=observers.EVENTS
-                    )
+                    self._watch_dir(observer, path)
                 except (FileNotFoundError, NotADirectoryError):
                     self._wake.set()  # git removed it since the plan was made: plan again
             self._name_threads(observer)
         return True
+
+    def _watch_dir(self, observer: BaseObserver, path: Path) -> None:
+        ident = identity(path)  # before the watch: a later swap shows up as a mismatch
+        watch = observer.schedule(self._handler, str(path), recursive=False, event_filter=observers.EVENTS)
+        self._watches[path] = (watch, ident)
 
     def _healthy(self) -> bool:
         observer = self._observer
@@ -282,7 +295,14 @@ class Watcher:
         # silently and its watch goes blind. An emitter also ends when its directory
         # is deleted; that is a change of plan, not a fault.
         dead = [t.name for t in self._reader_threads if not t.is_alive()]
-        dead += [e.name for e in list(observer.emitters) if not e.is_alive() and Path(e.watch.path).is_dir()]
+        for emitter in list(observer.emitters):
+            if emitter.is_alive():
+                continue
+            path = Path(emitter.watch.path)
+            if path in self._watches and identity(path) == self._watches[path][1]:
+                dead.append(emitter.name)  # its directory is still there: a real fault
+            else:
+                self._wake.set()  # its directory went away: re-plan, not restart
         if dead:
             logger.error("stalewatch: watchdog threads %s for %s died; restarting", dead, self._dirs.worktree)
             return False
@@ -367,13 +387,13 @@ class Watcher:
         # schedule(), so a watch-limit OSError surfaces here and stop() cleans up.
         observer.start()
         self.plan = plan(self._dirs)
+        self._watches = {}
         try:
-            self._watches = {
-                path: observer.schedule(
-                    self._handler, str(path), recursive=False, event_filter=observers.EVENTS
-                )
-                for path in self.plan.watch
-            }
+            for path in self.plan.watch:
+                try:
+                    self._watch_dir(observer, path)
+                except (FileNotFoundError, NotADirectoryError):
+                    self._wake.set()  # git removed it since the plan was made: plan again
         except BaseException:
             self._watches = {}
             observers.stop_observer(observer)
