@@ -20,31 +20,10 @@ from types import FrameType
 
 import uvicorn
 
+from example_wsgi import PAGE  # the same page; scripts/ is on sys.path when run
 from stalewatch import Guard
 from stalewatch.sse import EventStream
 from stalewatch.web import ASGIApp, ASGIBarrier, Receive, Scope, Send
-
-# The same page as the WSGI example.
-PAGE = b"""<!doctype html>
-<title>stalewatch example</title>
-<p id="banner" hidden style="background:#fdd;padding:1em">
-  The code was updated while this server was running: restart it.</p>
-<p>Status: <b id="status">connecting</b></p>
-<button onclick="chat()">POST /api/chat</button> <span id="answer"></span>
-<script>
-const events = new EventSource("/events");
-for (const name of ["current", "stale", "unreadable", "untracked"]) {
-  events.addEventListener(name, () => {
-    document.getElementById("status").textContent = name;
-    document.getElementById("banner").hidden = name !== "stale" && name !== "unreadable";
-  });
-}
-async function chat() {
-  const response = await fetch("/api/chat", {method: "POST", body: "hello"});
-  document.getElementById("answer").textContent = response.status + " " + await response.text();
-}
-</script>
-"""
 
 
 async def application(scope: Scope, receive: Receive, send: Send) -> None:

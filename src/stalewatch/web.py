@@ -28,13 +28,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from .errors import StaleError
 from .guard import Guard
-
-if TYPE_CHECKING:
-    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 __all__ = [
     "CONFLICT",
@@ -60,6 +58,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+App = TypeVar("App")
 
 
 def stale_payload(exc: BaseException, *, kind: str = "code_stale") -> dict[str, Any]:
@@ -156,7 +155,34 @@ RouteSpec = Routes | Iterable[str] | Callable[[str, str], bool]
 """Route prefixes, a ``(method, path)`` predicate, or a :class:`Routes`."""
 
 
-class WSGIBarrier:
+class _Barrier(Generic[App]):
+    """What both barriers share: the routes, the check and the refusal body."""
+
+    def __init__(
+        self,
+        app: App,
+        check: Check,
+        routes: RouteSpec,
+        *,
+        methods: Iterable[str] | None = None,
+        strict: bool = False,
+        kind: str = "code_stale",
+    ) -> None:
+        self.app = app
+        self.check = check
+        self.routes = _routes(routes, methods)
+        self.strict = strict
+        self.kind = kind
+
+    def _refusal_body(self, method: str, path: str) -> bytes | None:
+        """The 409 body when this request is on a guarded route and the code is stale."""
+        if not self.routes(method, path):
+            return None
+        exc = refusal(self.check, strict=self.strict)
+        return None if exc is None else stale_body(exc, kind=self.kind)
+
+
+class WSGIBarrier(_Barrier[WSGIApplication]):
     """WSGI middleware answering 409 for the named routes while the code is stale.
 
     The path matched is ``PATH_INFO`` (the path inside the application).
@@ -172,35 +198,16 @@ class WSGIBarrier:
     Example: ``app = WSGIBarrier(app, guard, routes=["/api/chat"], methods=["POST"])``.
     """
 
-    def __init__(
-        self,
-        app: WSGIApplication,
-        check: Check,
-        routes: RouteSpec,
-        *,
-        methods: Iterable[str] | None = None,
-        strict: bool = False,
-        kind: str = "code_stale",
-    ) -> None:
-        self.app = app
-        self.check = check
-        self.routes = _routes(routes, methods)
-        self.strict = strict
-        self.kind = kind
-
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         method = str(environ.get("REQUEST_METHOD") or "GET")
-        path = str(environ.get("PATH_INFO") or "/")
-        if self.routes(method, path):
-            exc = refusal(self.check, strict=self.strict)
-            if exc is not None:
-                body = stale_body(exc, kind=self.kind)
-                start_response(_CONFLICT_LINE, _headers(body))
-                return [body]
+        body = self._refusal_body(method, str(environ.get("PATH_INFO") or "/"))
+        if body is not None:
+            start_response(_CONFLICT_LINE, _headers(body))
+            return [body]
         return self.app(environ, start_response)
 
 
-class ASGIBarrier:
+class ASGIBarrier(_Barrier[ASGIApp]):
     """ASGI middleware answering 409 for the named routes while the code is stale.
 
     Only ``http`` requests are guarded; websocket and lifespan scopes pass through.
@@ -219,29 +226,10 @@ class ASGIBarrier:
     Example: ``app = ASGIBarrier(app, guard, routes=["/api/chat"], methods=["POST"])``.
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        check: Check,
-        routes: RouteSpec,
-        *,
-        methods: Iterable[str] | None = None,
-        strict: bool = False,
-        kind: str = "code_stale",
-    ) -> None:
-        self.app = app
-        self.check = check
-        self.routes = _routes(routes, methods)
-        self.strict = strict
-        self.kind = kind
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.routes(
-            str(scope.get("method", "GET")), str(scope.get("path", "/"))
-        ):
-            exc = refusal(self.check, strict=self.strict)
-            if exc is not None:
-                body = stale_body(exc, kind=self.kind)
+        if scope["type"] == "http":
+            body = self._refusal_body(str(scope.get("method", "GET")), str(scope.get("path", "/")))
+            if body is not None:
                 headers = [(k.lower().encode(), v.encode()) for k, v in _headers(body)]
                 await send({"type": "http.response.start", "status": CONFLICT, "headers": headers})
                 await send({"type": "http.response.body", "body": body})
