@@ -494,3 +494,28 @@ def test_c11_branch_directory_packed_away_and_recreated_is_rewatched(
             rec.wait_for("stale", new)
         assert guard.snapshot().trusted
     assert "died" not in caplog.text
+
+
+def test_c11_switching_branch_in_the_same_directory_then_committing_is_seen(git_repo: Repo) -> None:
+    # The switch is resolved while the old plan (watching main) still sorts events: a
+    # commit on the new branch landing before the plan moves must not be ignored.
+    git_repo.git("branch", "other")
+    git_repo.commit("main moves on, so the switch changes HEAD's commit")
+    source = LocalSource(verify_interval=3600)  # only events can explain what follows
+    with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
+        rec = Recorder(guard)
+        entered, release = threading.Event(), threading.Event()
+        first = iter([True])
+
+        def hold_first(event: object) -> None:  # a slow subscriber, held by the test
+            if next(first, False):
+                entered.set()
+                release.wait(5)
+
+        guard.subscribe(hold_first)
+        git_repo.git("switch", "-q", "other")
+        assert entered.wait(5)  # the worker is inside the switch's event now
+        new = git_repo.commit("on other, before the watcher re-plans")
+        release.set()
+        while guard.snapshot().current_revision != new:
+            rec.wait_for("stale", new)

@@ -3,10 +3,12 @@
 Only a few files can move HEAD's commit: ``HEAD``, the loose ref of each symbolic ref
 HEAD goes through (``refs/heads/main``), ``packed-refs``, and reftable's
 ``tables.list``. A plan watches just their directories, each non-recursively, so a
-watch that cannot be added (the inotify watch limit) always raises instead of being
-skipped inside a recursive watch, and ``git fetch`` or tag traffic never wakes anyone
-(C7). It also watches the worktree and its parent, so the checkout or its ``.git``
-being moved, deleted or swapped is seen at once (C4). A plan is remade whenever HEAD
+watch refused for lack of inotify watches raises instead of being skipped inside a
+recursive watch, and ``git fetch`` or tag traffic never wakes anyone (C7). It also
+watches the worktree and its parent, so the checkout or its ``.git`` being moved,
+deleted or swapped is seen at once (C4); watchdog silently skips a directory it may
+not read (a traverse-only parent), and the watcher's identity check every second
+backs that case up. A plan is remade whenever HEAD
 is re-resolved: switching branches moves the watches with HEAD.
 """
 

@@ -173,13 +173,13 @@ class Watcher:
 
     def queue_overflowed(self) -> None:
         """Events were lost (inotify queue overflow): distrust the flag until resynced."""
-        self._fault()
-        self._resync = True
+        self._fault(resync=True)
         self._wake.set()
 
-    def _fault(self) -> None:
+    def _fault(self, *, resync: bool = False) -> None:
         with self._report_lock:
             self._faults += 1
+            self._resync = self._resync or resync
             self._set_health(False, self._mode)
 
     # -- worker ------------------------------------------------------------------
@@ -227,10 +227,12 @@ class Watcher:
         if self._restart_needed:
             self._restart()
             return next_health, next_verify
-        faults = self._faults
-        resync, self._resync = self._resync, False
-        if self._resolve_checked() and resync:
-            self._report_unless_faulted(faults)
+        with self._report_lock:  # taken together: a fault in between is never lost
+            faults, resync, self._resync = self._faults, self._resync, False
+        if self._resolve_checked() and resync and not self._report_unless_faulted(faults):
+            with self._report_lock:
+                self._resync = True  # another fault arrived meanwhile: resync again
+            self._wake.set()
         return next_health, next_verify
 
     def _changed(self) -> None:
@@ -266,10 +268,16 @@ class Watcher:
             observer = self._observer
             if observer is None:
                 return False
-            self.plan = new
-            replaced = {p for p, (_, ident) in self._watches.items() if identity(p) != ident}
+            # The old plan sorted the events that arrived since the last resolve: if it
+            # named other files (HEAD switched branch in the same directory), a write to
+            # the new branch may have been ignored, so the caller must resolve again.
+            changed, self.plan = new != self.plan, new
+            # Watches to make anew: an emitter ends when its directory is deleted, and a
+            # directory re-created (even on the same inode) needs a new watch.
+            dead = {Path(e.watch.path) for e in list(observer.emitters) if not e.is_alive()}
+            replaced = {p for p, (_, ident) in self._watches.items() if p in dead or identity(p) != ident}
             if new.watch == self._watches.keys() and not replaced:
-                return False
+                return changed
             for path in (self._watches.keys() - new.watch) | replaced:
                 watch, _ = self._watches.pop(path)
                 with contextlib.suppress(KeyError):  # gone with its directory already
@@ -295,14 +303,8 @@ class Watcher:
         # silently and its watch goes blind. An emitter also ends when its directory
         # is deleted; that is a change of plan, not a fault.
         dead = [t.name for t in self._reader_threads if not t.is_alive()]
-        for emitter in list(observer.emitters):
-            if emitter.is_alive():
-                continue
-            path = Path(emitter.watch.path)
-            if path in self._watches and identity(path) == self._watches[path][1]:
-                dead.append(emitter.name)  # its directory is still there: a real fault
-            else:
-                self._wake.set()  # its directory went away: re-plan, not restart
+        if any(not emitter.is_alive() for emitter in list(observer.emitters)):
+            self._wake.set()  # its directory was deleted, or it crashed: re-planning replaces it
         if dead:
             logger.error("stalewatch: watchdog threads %s for %s died; restarting", dead, self._dirs.worktree)
             return False
@@ -323,6 +325,8 @@ class Watcher:
         try:
             mode = self._start_observer()
         except OSError as exc:  # e.g. a directory vanished between the check and the watch
+            if self._stop.is_set():
+                return  # stop() is closing us: not a failure
             logger.warning("stalewatch: cannot watch %s yet (%s); retrying", self._dirs.worktree, exc)
             self._mode = "none"
             self._restart_needed = True
@@ -399,19 +403,19 @@ class Watcher:
             observers.stop_observer(observer)
             raise
         self._observer = observer
-        # The inotify reader is not among observer.emitters; threads of other code
-        # started meanwhile are filtered out by module.
+        # The inotify reader is not among observer.emitters. Our observers are created
+        # one at a time (start_lock), so a new InotifyFD thread is this one's.
         self._reader_threads = [
-            t
-            for t in threading.enumerate()
-            if t not in before and t is not observer and t not in observer.emitters
-            if type(t).__module__.startswith("watchdog.")
+            t for t in threading.enumerate() if t not in before and type(t).__name__ == "InotifyFD"
         ]
         self._name_threads(observer)
 
     def _name_threads(self, observer: BaseObserver) -> None:
-        for thread in [*self._reader_threads, *observer.emitters]:  # so a thread dump says whose
-            thread.name = f"stalewatch-{type(thread).__name__}:{self._dirs.worktree}"
+        # Named, so a thread dump (or a log line about a dead thread) says whose it is.
+        for thread in self._reader_threads:
+            thread.name = f"stalewatch-inotify:{self._dirs.worktree}"
+        for emitter in list(observer.emitters):
+            emitter.name = f"stalewatch-emitter:{emitter.watch.path}"
 
     def _close_observer(self) -> None:
         with self._observer_lock:
@@ -421,10 +425,13 @@ class Watcher:
         if observer is not None:
             observers.stop_observer(observer)
 
-    def _report_unless_faulted(self, faults: int) -> None:
+    def _report_unless_faulted(self, faults: int) -> bool:
+        """Report the mode's trust unless a fault came after ``faults``; False if one did."""
         with self._report_lock:
-            if self._faults == faults and not self._stop.is_set():
-                self._set_health(self._mode == "native", self._mode)
+            if self._faults != faults or self._stop.is_set():
+                return False
+            self._set_health(self._mode == "native", self._mode)
+            return True
 
     def _report(self, trusted: bool, mode: str) -> None:
         with self._report_lock:
