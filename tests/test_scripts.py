@@ -31,3 +31,16 @@ def test_bench_quick_prints_every_figure() -> None:
     ):
         assert label in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_bench_hermes_quick_prints_every_figure() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_hermes.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for label in ("decided by the guard", "decided by the read", "WebUI today"):
+        assert label in done.stdout
