@@ -12,7 +12,6 @@ Routes: ``/`` (the page), ``POST /api/chat`` (guarded), ``/events`` (the stream)
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import socket
@@ -20,7 +19,7 @@ from types import FrameType
 
 import uvicorn
 
-from example_wsgi import PAGE  # the same page; scripts/ is on sys.path when run
+from example_wsgi import PAGE, arguments  # the same page and options; scripts/ is on sys.path
 from stalewatch import Guard
 from stalewatch.sse import EventStream
 from stalewatch.web import ASGIApp, ASGIBarrier, Receive, Scope, Send
@@ -64,11 +63,7 @@ class Server(uvicorn.Server):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkout", nargs="?", default=".", help="a git checkout to guard (default: .)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    args = parser.parse_args()
+    args = arguments(__doc__.splitlines()[0])
 
     # A pre-forking server must start watchers after the fork; one process here.
     with Guard.for_checkout(args.checkout) as guard:

@@ -74,12 +74,17 @@ def build(guard: Guard, stream: EventStream) -> WSGIApplication:
     return app
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str) -> argparse.Namespace:
+    """The command line both examples take: a checkout, --host and --port."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("checkout", nargs="?", default=".", help="a git checkout to guard (default: .)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0])
 
     with Guard.for_checkout(args.checkout) as guard:
         stream = EventStream(guard)

@@ -1,4 +1,4 @@
-"""The benchmark script runs end to end (its figures are printed, never asserted)."""
+"""The benchmark scripts run end to end (their figures are printed, never asserted)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,21 @@ from pathlib import Path
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
-def test_bench_quick_prints_every_figure() -> None:
+def run_quick(script: str) -> str:
     done = subprocess.run(
-        [sys.executable, str(SCRIPTS / "bench.py"), "--quick"],
+        [sys.executable, str(SCRIPTS / script), "--quick"],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stdout
+
+
+def test_bench_quick_prints_every_figure() -> None:
+    out = run_quick("bench.py")
     for label in (
         "check()  flag path",
         "check(strict=True)",
@@ -29,18 +35,10 @@ def test_bench_quick_prints_every_figure() -> None:
         "daemon: fan-out to 5, last subscriber",
         "daemon idle",
     ):
-        assert label in done.stdout
-    assert "Traceback" not in done.stderr
+        assert label in out
 
 
 def test_bench_hermes_quick_prints_every_figure() -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPTS / "bench_hermes.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    out = run_quick("bench_hermes.py")
     for label in ("decided by the guard", "decided by the read", "WebUI today"):
-        assert label in done.stdout
+        assert label in out
