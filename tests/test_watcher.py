@@ -20,6 +20,20 @@ from stalewatch.watcher import observers as observers_module
 from stalewatch.watchplan import Relevance
 
 
+@pytest.fixture
+def crashes(monkeypatch: pytest.MonkeyPatch) -> list[threading.ExceptHookArgs]:
+    """Threads that die of an exception during the test (a fault the test injects)."""
+    seen: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", seen.append)
+    return seen
+
+
+def watcher_of(guard: Guard) -> watcher_module.Watcher:
+    watcher = guard._watch
+    assert isinstance(watcher, watcher_module.Watcher)
+    return watcher
+
+
 def started(guard: Guard) -> Guard:
     guard.start()
     assert guard.wait_ready(5), "watcher never became ready"
@@ -112,8 +126,7 @@ def test_c9_handler_exception_does_not_kill_the_watcher(
     source = LocalSource(verify_interval=0.2)  # re-verification recovers the lost wake-up
     with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
         rec = Recorder(guard)
-        watcher = guard._watch
-        assert isinstance(watcher, watcher_module.Watcher)
+        watcher = watcher_of(guard)
         real = watcher.signal
         failures = iter([True])
 
@@ -132,14 +145,11 @@ def test_c9_handler_exception_does_not_kill_the_watcher(
 
 
 def test_c9_dead_observer_is_distrusted_then_restarted(
-    git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    git_repo: Repo, crashes: list[threading.ExceptHookArgs], caplog: pytest.LogCaptureFixture
 ) -> None:
-    crashes: list[threading.ExceptHookArgs] = []
-    monkeypatch.setattr(threading, "excepthook", crashes.append)
     with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.2))) as guard:
         rec = Recorder(guard)
-        watcher = guard._watch
-        assert isinstance(watcher, watcher_module.Watcher)
+        watcher = watcher_of(guard)
         observer = watcher._observer
         assert observer is not None
         # A malformed queue entry makes watchdog's dispatch loop raise: the thread dies
@@ -166,8 +176,7 @@ def test_c9_queue_overflow_resyncs_an_update_whose_event_was_lost(
 ) -> None:
     with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=3600))) as guard:
         rec = Recorder(guard)
-        watcher = guard._watch
-        assert isinstance(watcher, watcher_module.Watcher)
+        watcher = watcher_of(guard)
         real = watcher.signal
         monkeypatch.setattr(watcher, "signal", lambda relevance: None)  # events lost
         lost = git_repo.commit("its events fall into the overflow")
@@ -376,15 +385,12 @@ def test_c9_forked_child_does_not_trust_the_parents_watcher(git_repo: Repo) -> N
 
 
 def test_c9_dead_inotify_reader_thread_is_noticed_and_restarted(
-    git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    git_repo: Repo, crashes: list[threading.ExceptHookArgs], caplog: pytest.LogCaptureFixture
 ) -> None:
-    crashes: list[threading.ExceptHookArgs] = []
-    monkeypatch.setattr(threading, "excepthook", crashes.append)
     # Re-verification set to an hour: only the liveness check can rescue this guard.
     with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=3600))) as guard:
         rec = Recorder(guard)
-        watcher = guard._watch
-        assert isinstance(watcher, watcher_module.Watcher)
+        watcher = watcher_of(guard)
         readers = [t for t in watcher._reader_threads if type(t).__name__ == "InotifyFD"]
         assert len(readers) == 1
         reader = readers[0]
@@ -444,8 +450,7 @@ def test_c9_a_failing_worker_turn_is_survived(
 ) -> None:
     with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.1))) as guard:
         rec = Recorder(guard)
-        watcher = guard._watch
-        assert isinstance(watcher, watcher_module.Watcher)
+        watcher = watcher_of(guard)
         real = watcher._healthy
         failed = threading.Event()
 
@@ -469,8 +474,7 @@ def test_watchdogs_rename_hold_is_removed_for_our_emitters(git_repo: Repo) -> No
     # pins the internal setting stalewatch relies on, so a watchdog upgrade that moves
     # it fails here instead of bringing back half-second detections.
     with started(Guard.for_checkout(git_repo.path)) as guard:
-        watcher = guard._watch
-        assert isinstance(watcher, watcher_module.Watcher)
+        watcher = watcher_of(guard)
         observer = watcher._observer
         assert observer is not None
         emitters = list(observer.emitters)
