@@ -216,3 +216,34 @@ def greet(sub: Subscriber) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 REQUIRED = ("type", "checkout", "status", "loaded_revision", "current_revision", "generation", "at")
+
+
+class LineReader:
+    """Reads a child's pipe line by line with a timeout (select, never a blind sleep)."""
+
+    def __init__(self, pipe: Any) -> None:
+        self.pipe = pipe
+        self.buffer = b""
+
+    def line(self, timeout: float = WAIT) -> str:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no line within {timeout} s (buffered {self.buffer[:200]!r})")
+            ready, _, _ = select.select([self.pipe], [], [], left)
+            if ready:
+                data = os.read(self.pipe.fileno(), 65536)
+                if not data:
+                    raise AssertionError(f"pipe closed (buffered {self.buffer[:200]!r})")
+                self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+    def until(self, predicate: Any, timeout: float = WAIT) -> str:
+        """Consume lines until one matches ``predicate``; return it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self.line(max(0.0, deadline - time.monotonic()))
+            if predicate(line):
+                return line

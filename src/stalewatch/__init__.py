@@ -10,12 +10,12 @@ Example::
 
 from __future__ import annotations
 
-from .client import Daemon
-from .errors import BindError, ConfigError, RefError, StaleError, StalewatchError
-from .guard import Guard
-from .source import Source
-from .status import Event, Snapshot, Status
-from .watcher import LocalSource
+from .core.errors import BindError, ConfigError, RefError, StaleError, StalewatchError
+from .core.guard import Guard
+from .core.status import Event, Snapshot, Status
+from .daemon.client import Daemon
+from .watching.local import LocalSource
+from .watching.source import Source
 
 __all__ = [
     "BindError",

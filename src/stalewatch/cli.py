@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from . import __version__, daemon_cli
-from .errors import HeadUnreadableError, StalewatchError, short
-from .guard import Guard
-from .status import Event, Snapshot, Status
+from . import __version__
+from .core.errors import HeadUnreadableError, StalewatchError, short
+from .core.guard import Guard
+from .core.status import Event, Snapshot, Status
+from .daemon import cli as daemon_cli
 
 EXIT_OK = 0
 EXIT_UNREADABLE = 1

@@ -1,0 +1,402 @@
+"""The guard: owns the stale flag, its generation and the barrier.
+
+The barrier's fast path is one attribute read (``self._pass``), recomputed under a lock
+whenever the status or the watcher's health changes. Everything else — re-reading
+HEAD, raising, delivering events — happens off that path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+
+from ..git import command, refs
+from ..watching.local import LocalSource
+from ..watching.source import Source, Watch
+from . import identity
+from .delivery import Subscribers
+from .errors import BindError, HeadUnreadableError, NeedsGitError, RefError, StaleError
+from .identity import Binding
+from .status import Event, Snapshot, Status, decide
+
+__all__ = ["Guard"]
+
+logger = logging.getLogger(__name__)
+
+_guards: weakref.WeakSet[Guard] = weakref.WeakSet()
+# Seconds to look again when HEAD names a missing branch while a revision is known.
+_MISSING_REF_GRACE = (0.001, 0.004, 0.016, 0.064)
+
+
+class Guard:
+    """A revision guard for the checkout that supplied some code.
+
+    Build one with :meth:`for_module`, :meth:`for_file` or :meth:`for_checkout`; use it
+    as a context manager (or :meth:`start` / :meth:`stop`) to run its watcher; call
+    :meth:`check` on every request.
+
+    Args:
+        binding: what to watch (from :mod:`.identity`).
+        loaded_revision: the full commit id the process loaded; ``None``: HEAD now.
+        latch: stay blocked after a rollback instead of returning to current (C8).
+        source: where change notifications come from; default a
+            :class:`~stalewatch.watching.local.LocalSource` (a watchdog thread here).
+
+    Example::
+
+        guard = Guard.for_module("run_agent")
+        with guard:
+            guard.check()            # raises StaleError once the checkout moved
+
+    Raises:
+        BindError: bad input, or HEAD unreadable while no revision is known (C5).
+    """
+
+    def __init__(
+        self,
+        binding: Binding,
+        *,
+        loaded_revision: str | None = None,
+        latch: bool = False,
+        source: Source | None = None,
+    ) -> None:
+        self.binding = binding
+        self._latch = latch
+        self._source: Source = source if source is not None else LocalSource()
+        self._lock = threading.Lock()  # serialises state changes: generation order (C12)
+        self._lifecycle = threading.Lock()
+        self._subscribers = Subscribers()
+        self._refresh_lock = threading.Lock()  # one read-and-apply at a time (C12)
+        self._watch: Watch | None = None
+        self._token: object = None
+        self._restart_after_fork = False
+        self._pid = os.getpid()
+        self._trusted = False
+        self._mode = "none"
+        self._ready = threading.Event()  # set while the flag is trusted
+        loaded: str | None = None
+        status, current = Status.UNTRACKED, None
+        if binding.dirs is not None:
+            try:
+                current = self._read()
+            except RefError as exc:
+                if loaded_revision is None:
+                    raise HeadUnreadableError(binding.checkout, f"cannot resolve HEAD: {exc}") from None
+                status = Status.UNREADABLE
+            loaded = current if loaded_revision is None else _checked_revision(loaded_revision)
+            if status is not Status.UNREADABLE:
+                status = decide(loaded, current, readable=True)
+        self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time())
+        self._stale = status.blocks
+        # The barrier flag (C9): True only when the flag may be trusted and passes.
+        self._pass = status is Status.UNTRACKED
+        _guards.add(self)
+
+    # -- constructors -----------------------------------------------------------------
+
+    @classmethod
+    def for_module(
+        cls,
+        name: str,
+        *,
+        loaded_revision: str | None = None,
+        latch: bool = False,
+        source: Source | None = None,
+    ) -> Guard:
+        """Guard the checkout that supplied ``sys.modules[name]`` (C1).
+
+        Example: ``Guard.for_module("run_agent")``. Options as for :class:`Guard`.
+        """
+        binding = identity.bind_module(name)
+        return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
+
+    @classmethod
+    def for_file(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        loaded_revision: str | None = None,
+        latch: bool = False,
+        source: Source | None = None,
+    ) -> Guard:
+        """Guard the checkout whose repository tracks exactly this source file (C2).
+
+        Example: ``Guard.for_file(run_agent.__file__)``. An untracked file gives an
+        ``UNTRACKED`` guard that never blocks.
+        """
+        binding = identity.bind_file(os.fspath(path))
+        return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
+
+    @classmethod
+    def for_checkout(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        loaded_revision: str | None = None,
+        latch: bool = False,
+        source: Source | None = None,
+    ) -> Guard:
+        """Guard a whole working tree; ``path`` is any file or directory inside it.
+
+        Example: ``Guard.for_checkout("/srv/hermes-agent")``.
+        """
+        binding = identity.bind_checkout(os.fspath(path))
+        return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
+
+    # -- the barrier ------------------------------------------------------------------
+
+    def check(self, strict: bool = False) -> None:
+        """Return while the loaded code is current (or untracked); raise otherwise.
+
+        Args:
+            strict: re-resolve HEAD in-process first, so any update completed before
+                the call is seen (C10; ~20 µs, no subprocess except for reftable).
+
+        Raises:
+            StaleError: the checkout moved (C3) or became unreadable (C4).
+        """
+        if self._pass and not strict:
+            return
+        self._check_slow(strict)
+
+    def _check_slow(self, strict: bool) -> None:
+        if self.binding.dirs is None:
+            return
+        if self._pid != os.getpid():  # fork without our at-fork hook (os.fork is hooked)
+            self._after_fork_in_child()
+        if self._restart_after_fork:
+            self._restart_after_fork = False
+            self.start()
+        if strict or not self._trusted:
+            self.refresh()  # C9: the flag cannot be trusted, or the caller wants C10
+        snap = self._snap
+        if snap.status.blocks:
+            raise StaleError(snap.checkout, snap.loaded_revision, snap.current_revision, snap.status)
+
+    @property
+    def status(self) -> Status:
+        """The status as last observed (no I/O)."""
+        return self._snap.status
+
+    @property
+    def stale(self) -> bool:
+        """The flag itself: True while the status blocks (``STALE`` or ``UNREADABLE``)."""
+        return self._stale
+
+    @property
+    def checkout(self) -> Path:
+        return self.binding.checkout
+
+    @property
+    def loaded_revision(self) -> str | None:
+        return self._snap.loaded_revision
+
+    def snapshot(self) -> Snapshot:
+        """The current state, frozen, including whether the flag is trusted right now."""
+        return replace(self._snap, trusted=self._trusted, mode=self._mode)
+
+    # -- events -----------------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
+        """Call ``callback(event)`` on every later change; returns an unsubscribe function.
+
+        Each subscriber sees each event once, in generation order (C12). Callbacks run
+        on the thread that observed the change (the watcher's, or one calling
+        :meth:`check`), one at a time; keep them short. One that raises is logged and
+        never stops the watcher or the other subscribers.
+        """
+        return self._subscribers.add(callback)
+
+    # -- reading and deciding ---------------------------------------------------------
+
+    def _read(self, chain: list[Path] | None = None) -> str | None:
+        dirs = self.binding.dirs
+        if dirs is None:
+            raise RefError(self.binding.checkout, "untracked: nothing to resolve")
+        try:
+            return refs.resolve_head(dirs, chain)
+        except NeedsGitError:
+            return command.rev_parse_head(dirs.worktree)
+
+    def refresh(self) -> Snapshot:
+        """Re-resolve HEAD now, update the status (emitting an event on change), return it.
+
+        Safe from any thread. Reads are serialised per guard and each result is applied
+        before the next read starts, so results are applied in the order HEAD was read:
+        a slow reader can never roll the status back (C12).
+        """
+        self._changed()
+        return self.snapshot()
+
+    def _changed(self) -> list[Path]:
+        """The source's ``on_change``: re-resolve, apply, deliver; return HEAD's ref chain.
+
+        The chain (the loose refs HEAD's resolution went through) tells the watcher
+        which files to watch, so it never has to resolve HEAD a second time.
+        """
+        chain: list[Path] = []
+        if self.binding.dirs is None:
+            return chain
+        with self._refresh_lock:
+            current, error = self._read_settled(chain)
+            self._apply(current, error)
+        self._subscribers.drain()  # outside the lock: a subscriber may call check(strict=True)
+        return chain
+
+    def _read_once(self, chain: list[Path]) -> tuple[str | None, str | None]:
+        chain.clear()  # only the last attempt's chain counts
+        try:
+            return self._read(chain), None
+        except RefError as exc:
+            return None, str(exc)
+
+    def _read_settled(self, chain: list[Path]) -> tuple[str | None, str | None]:
+        current, error = self._read_once(chain)
+        snap = self._snap
+        if current is None and error is None and snap.loaded_revision and snap.current_revision:
+            # HEAD names a branch without a commit. `git branch -m` passes through this
+            # state (the ref is renamed before HEAD is rewritten): look again briefly
+            # before calling a known revision lost (C4), not to raise a false alarm.
+            for delay in _MISSING_REF_GRACE:
+                time.sleep(delay)  # waits for another process (git), not for a thread
+                current, error = self._read_once(chain)
+                if current is not None or error is not None:
+                    break
+        return current, error
+
+    def _apply(self, current: str | None, error: str | None) -> None:
+        with self._lock:
+            old = self._snap
+            status = decide(old.loaded_revision, current, readable=error is None)
+            if self._latch and old.status.blocks and status is Status.CURRENT:
+                status = Status.STALE
+            if status is old.status and current == old.current_revision:
+                return
+            new = replace(
+                old,
+                status=status,
+                current_revision=current,
+                generation=old.generation + 1,
+                changed_at=time.time(),
+                error=error,
+            )
+            self._snap = new
+            self._stale = status.blocks
+            self._pass = self._trusted and not status.blocks
+            self._subscribers.push(
+                Event(
+                    new.checkout,
+                    status,
+                    old.status,
+                    new.loaded_revision,
+                    current,
+                    new.generation,
+                    new.changed_at,
+                    error,
+                )
+            )
+
+    def _on_health(self, token: object, trusted: bool, mode: str) -> None:
+        with self._lock:
+            if token is not self._token:
+                return  # a report from a watch this guard no longer runs
+            self._trusted = trusted
+            self._mode = mode
+            self._pass = trusted and not self._snap.status.blocks
+            if trusted:
+                self._ready.set()
+            else:
+                self._ready.clear()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> Guard:
+        """Start watching (a no-op for an untracked guard, or when already started)."""
+        dirs = self.binding.dirs
+        with self._lifecycle:
+            if dirs is None or self._watch is not None:
+                return self
+            token = self._token = object()
+            self._watch = self._source.watch(
+                dirs, self._changed, lambda trusted, mode: self._on_health(token, trusted, mode)
+            )
+            self._watch.start()
+        return self
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until the barrier may trust the flag (watcher live, C9); True if it can.
+
+        An untracked guard is always ready. Example::
+
+            guard.start().wait_ready(5)
+        """
+        if self.binding.dirs is None:
+            return True
+        return self._ready.wait(timeout)
+
+    def stop(self) -> None:
+        """Stop watching and join the watcher's thread. Harmless to call twice."""
+        with self._lifecycle:
+            watch, self._watch = self._watch, None
+            self._restart_after_fork = False
+            with self._lock:
+                self._token = None
+                self._trusted = False
+                self._mode = "none"
+                self._pass = self.binding.dirs is None
+                self._ready.clear()
+        if watch is not None:
+            watch.stop()
+
+    def __enter__(self) -> Guard:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _after_fork_in_child(self) -> None:
+        # Threads do not survive fork(), and the parent's observer shares its inotify
+        # fd and kill pipe with the parent: stopping it here would stop the parent's.
+        # Forget it; the first check() in the child starts a fresh watcher.
+        self._lock = threading.Lock()
+        self._lifecycle = threading.Lock()
+        self._subscribers.after_fork()
+        self._refresh_lock = threading.Lock()
+        self._restart_after_fork = self._watch is not None
+        self._watch = None
+        self._token = None
+        self._trusted = False
+        self._mode = "none"
+        self._pass = self.binding.dirs is None
+        self._ready = threading.Event()
+        self._pid = os.getpid()
+
+    def __repr__(self) -> str:
+        snap = self._snap
+        return f"<Guard {snap.status.value} {snap.checkout} loaded={snap.loaded_revision}>"
+
+
+def _checked_revision(revision: str) -> str:
+    if not refs.is_object_id(revision):
+        raise BindError(revision, "loaded_revision must be a full commit id (40 or 64 hex digits)")
+    return revision
+
+
+def _forget_watchers_in_child() -> None:
+    for guard in list(_guards):
+        guard._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_forget_watchers_in_child)

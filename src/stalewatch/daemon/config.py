@@ -1,0 +1,258 @@
+"""The daemon's configuration file (TOML, read with :mod:`tomllib`).
+
+Example::
+
+    socket = "/run/stalewatch/stalewatch.sock"   # optional; --socket wins
+    keepalive = 5.0                              # seconds between ping lines
+    max_clients = 256
+    client_queue = 1024                          # lines queued per client before it is dropped
+    client_buffer = 65536                        # socket send buffer per client, in bytes
+    log_level = "info"
+
+    [[checkout]]
+    path = "/srv/hermes-agent"                   # a checkout, or a source file in one
+    revision = "0123...cdef"                     # optional; default: HEAD when the daemon starts
+    on_stale = ["systemctl", "--no-block", "restart", "hermes-webui.service"]
+    on_current = ["logger", "stalewatch: back to the loaded revision"]
+    on_unreadable = ["logger", "-p", "err", "stalewatch: checkout unreadable"]
+    hook_timeout = 60.0
+    hold_while = "/srv/hermes-agent/.updating"   # run hooks only once this file is gone
+
+Every error names the file, the line where it can be found, and the key.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ConfigError
+from ..git.refs import is_object_id
+
+__all__ = ["CheckoutConfig", "DaemonConfig", "DaemonConfigError", "HookConfig", "load", "with_checkouts"]
+
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+_TOP_KEYS = {"socket", "keepalive", "max_clients", "client_queue", "client_buffer", "log_level", "checkout"}
+_HOOK_KEYS = ("on_stale", "on_current", "on_unreadable")
+_CHECKOUT_KEYS = {"path", "revision", "hook_timeout", "hold_while", *_HOOK_KEYS}
+
+
+class DaemonConfigError(ConfigError):
+    """The daemon's configuration is unreadable or invalid.
+
+    Attributes:
+        name: the key, e.g. ``checkout[2].on_stale`` (as for :class:`ConfigError`).
+        value: the rejected value.
+        reason: what is wrong.
+        file: the configuration file, ``None`` for command-line input.
+        line: the 1-based line of the key in ``file``, when it can be found.
+    """
+
+    def __init__(
+        self, name: str, value: object, reason: str, *, file: Path | None = None, line: int | None = None
+    ) -> None:
+        super().__init__(name, value, reason)
+        self.reason = reason
+        self.file = file
+        self.line = line
+        where = f"{file}:{line}: " if file is not None and line else f"{file}: " if file is not None else ""
+        self.args = (f"{where}{name}: {reason}",)
+
+
+@dataclass(frozen=True)
+class HookConfig:
+    """Commands to run on status changes of one checkout (argv lists, never a shell)."""
+
+    on_stale: tuple[str, ...] | None = None
+    on_current: tuple[str, ...] | None = None
+    on_unreadable: tuple[str, ...] | None = None
+    timeout: float = 60.0
+    hold_while: Path | None = None
+
+    @property
+    def any(self) -> bool:
+        return bool(self.on_stale or self.on_current or self.on_unreadable)
+
+
+@dataclass(frozen=True)
+class CheckoutConfig:
+    """One checkout to watch: ``path`` (a checkout or a source file in it), its hooks."""
+
+    path: Path
+    revision: str | None = None
+    hooks: HookConfig = field(default_factory=HookConfig)
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Everything the daemon reads from its file (defaults when there is none)."""
+
+    socket: Path | None = None
+    keepalive: float = 5.0
+    max_clients: int = 256
+    client_queue: int = 1024
+    client_buffer: int = 65536
+    log_level: str = "info"
+    checkouts: tuple[CheckoutConfig, ...] = ()
+    file: Path | None = None
+
+
+def _locate(text: str, table: int | None, key: str | None) -> int | None:
+    """The line of ``key`` at top level (``table`` None) or in the n-th ``[[checkout]]``."""
+    section: int | None = None
+    seen = -1
+    pattern = re.compile(rf"""^\s*(["']?){re.escape(key)}\1\s*=""") if key else None
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("[[") and stripped[2:].split("]")[0].strip() == "checkout":
+            seen += 1
+            section = seen
+            if key is None and section == table:
+                return number
+            continue
+        if stripped.startswith("["):
+            section = -2  # some other table
+            continue
+        if pattern is not None and section == table and pattern.match(line):
+            return number
+    return None
+
+
+class _Reader:
+    def __init__(self, file: Path, text: str) -> None:
+        self.file = file
+        self.text = text
+        self.base = file.parent
+
+    def fail(self, name: str, value: object, reason: str, table: int | None, key: str | None) -> None:
+        raise DaemonConfigError(name, value, reason, file=self.file, line=_locate(self.text, table, key))
+
+    def number(self, data: dict[str, Any], key: str, table: int | None, low: float, high: float) -> float:
+        value = data[key]
+        name = _name(table, key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(name, value, "expected a number", table, key)
+        if not low <= value <= high:
+            self.fail(name, value, f"expected between {low:g} and {high:g}", table, key)
+        return float(value)
+
+    def integer(self, data: dict[str, Any], key: str, low: int, high: int) -> int:
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            self.fail(key, value, f"expected a whole number between {low} and {high}", None, key)
+        return int(value)
+
+    def path(self, data: dict[str, Any], key: str, table: int | None) -> Path:
+        value = data[key]
+        if not isinstance(value, str) or not value:
+            self.fail(_name(table, key), value, "expected a non-empty path string", table, key)
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else self.base / path  # relative to the file
+
+    def argv(self, data: dict[str, Any], key: str, table: int) -> tuple[str, ...]:
+        value = data[key]
+        if (
+            not isinstance(value, list)
+            or not value
+            or not all(isinstance(part, str) for part in value)
+            or not value[0]
+        ):
+            self.fail(
+                _name(table, key),
+                value,
+                'expected a non-empty list of strings, e.g. ["systemctl", "restart", "web"] '
+                "(a command is never run through a shell)",
+                table,
+                key,
+            )
+        return tuple(value)
+
+    def checkout(self, data: object, table: int) -> CheckoutConfig:
+        if not isinstance(data, dict):
+            raise DaemonConfigError(
+                f"checkout[{table + 1}]",
+                data,
+                "expected a [[checkout]] table",
+                file=self.file,
+                line=_locate(self.text, None, "checkout"),
+            )
+        for key in data:
+            if key not in _CHECKOUT_KEYS:
+                known = ", ".join(sorted(_CHECKOUT_KEYS))
+                self.fail(_name(table, key), data[key], f"unknown key (known: {known})", table, key)
+        if "path" not in data:
+            self.fail(_name(table, "path"), None, "missing: every [[checkout]] needs a path", table, None)
+        revision = data.get("revision")
+        if revision is not None and (not isinstance(revision, str) or not is_object_id(revision)):
+            self.fail(
+                _name(table, "revision"),
+                revision,
+                "expected a full commit id (40 or 64 lower-case hex digits)",
+                table,
+                "revision",
+            )
+        hooks = HookConfig(
+            **{key: self.argv(data, key, table) for key in _HOOK_KEYS if key in data},
+            timeout=self.number(data, "hook_timeout", table, 0.1, 86400) if "hook_timeout" in data else 60.0,
+            hold_while=self.path(data, "hold_while", table) if "hold_while" in data else None,
+        )
+        return CheckoutConfig(self.path(data, "path", table), revision, hooks)
+
+
+def _name(table: int | None, key: str) -> str:
+    return key if table is None else f"checkout[{table + 1}].{key}"
+
+
+def load(file: Path) -> DaemonConfig:
+    """Read and validate a configuration file.
+
+    Raises:
+        DaemonConfigError: the file cannot be read, is not TOML, or a key is invalid
+            (the message names the file, the line and the key).
+    """
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise DaemonConfigError("config", str(file), f"cannot read: {reason}", file=file) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        found = re.search(r"at line (\d+)", str(exc))
+        line = int(found.group(1)) if found else None
+        raise DaemonConfigError("TOML", None, f"invalid: {exc}", file=file, line=line) from None
+    reader = _Reader(file, text)
+    for key in data:
+        if key not in _TOP_KEYS:
+            reader.fail(key, data[key], f"unknown key (known: {', '.join(sorted(_TOP_KEYS))})", None, key)
+    config: dict[str, Any] = {"file": file}
+    if "socket" in data:
+        config["socket"] = reader.path(data, "socket", None)
+    if "keepalive" in data:
+        config["keepalive"] = reader.number(data, "keepalive", None, 0.05, 3600)
+    if "max_clients" in data:
+        config["max_clients"] = reader.integer(data, "max_clients", 1, 100_000)
+    if "client_queue" in data:
+        config["client_queue"] = reader.integer(data, "client_queue", 1, 10_000_000)
+    if "client_buffer" in data:
+        config["client_buffer"] = reader.integer(data, "client_buffer", 1024, 64 << 20)
+    if "log_level" in data:
+        level = data["log_level"]
+        if not isinstance(level, str) or level.lower() not in _LOG_LEVELS:
+            reader.fail("log_level", level, f"expected one of {', '.join(_LOG_LEVELS)}", None, "log_level")
+        config["log_level"] = str(level).lower()
+    tables = data.get("checkout", [])
+    if not isinstance(tables, list):
+        reader.fail("checkout", tables, "expected [[checkout]] tables", None, "checkout")
+    config["checkouts"] = tuple(reader.checkout(table, index) for index, table in enumerate(tables))
+    return DaemonConfig(**config)
+
+
+def with_checkouts(config: DaemonConfig, paths: Sequence[str]) -> DaemonConfig:
+    """``config`` plus checkouts named on the command line (no hooks, HEAD as loaded)."""
+    extra = tuple(CheckoutConfig(Path(path).expanduser().absolute()) for path in paths)
+    return replace(config, checkouts=config.checkouts + extra)

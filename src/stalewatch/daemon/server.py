@@ -1,0 +1,336 @@
+"""The daemon: one process watching checkouts and pushing every change to subscribers.
+
+One :class:`DaemonServer` holds a :class:`~.checkout.Checkout` (a guard with a local
+watcher) per checkout, a hook runner per checkout with hooks, and a single-threaded
+``selectors`` loop serving the Unix socket. Guards deliver events on their watcher
+threads into an inbox; the loop encodes each event once and appends it to every
+client's bounded queue, writing without ever blocking, so a slow client only ever
+delays itself (past its bound it is told and dropped). See :mod:`.protocol`;
+systemd notifications and the watchdog's proof of life are :mod:`.supervision`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import selectors
+import signal
+import socket
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from .. import __version__
+from ..core.errors import BindError
+from ..core.status import Event
+from .checkout import Checkout
+from .clients import Client, ClientSet
+from .config import CheckoutConfig, DaemonConfig, DaemonConfigError
+from .protocol import (
+    encode,
+    event_message,
+    health_message,
+    hello_message,
+    removed_message,
+    snapshot_message,
+)
+from .supervision import ObservedSource, Supervisor, status_text
+
+__all__ = ["DaemonServer"]
+
+logger = logging.getLogger(__name__)
+
+_READY_WAIT = 5.0  # longest wait for the watchers to become trusted before READY=1
+_LOOP_TICK = 1.0  # the loop wakes at least this often (its heartbeat)
+_InboxItem = tuple[str, Checkout, Any]
+
+
+class DaemonServer:
+    """Serves a configuration on a listening socket (see :meth:`serve`) until :meth:`stop`.
+
+    Args:
+        settings: the configuration (checkouts, limits, keepalive).
+        reload: returns a fresh configuration on SIGHUP (``None``: nothing to reload).
+    """
+
+    def __init__(self, settings: DaemonConfig, reload: Any = None) -> None:
+        self.settings = settings
+        self._reload = reload
+        self._entries: dict[str, Checkout] = {}
+        # Bind every checkout first: a bad one fails before anything is opened.
+        for checkout in settings.checkouts:
+            entry = self._make_entry(checkout, 0)
+            if entry.key in self._entries:
+                raise DaemonConfigError("checkout", str(checkout.path), f"{entry.key} is configured twice")
+            self._entries[entry.key] = entry
+        self._inbox: queue.SimpleQueue[_InboxItem] = queue.SimpleQueue()
+        self._selector = selectors.DefaultSelector()
+        self._clients = ClientSet(
+            self._selector, settings.max_clients, settings.client_queue, settings.client_buffer
+        )
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._stopping = threading.Event()
+        self._reload_requested = False
+        self._supervisor = Supervisor(_LOOP_TICK)
+        self._supervisor.watching(self._watchers())
+
+    # -- control (any thread, or a signal handler) ---------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to stop; :meth:`serve` returns within a second."""
+        self._stopping.set()
+        self._wake()
+
+    def request_reload(self) -> None:
+        """Ask the loop to reload the configuration (what SIGHUP does)."""
+        self._reload_requested = True
+        self._wake()
+
+    def _wake(self) -> None:
+        # A full buffer means a wake-up is already pending; closed means shut down.
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    # -- entries ---------------------------------------------------------------------------
+
+    def _make_entry(self, checkout: CheckoutConfig, base: int) -> Checkout:
+        return Checkout(checkout, self._post, base)
+
+    def _post(self, kind: str, entry: Checkout, payload: Any) -> None:
+        # Any thread (a watcher's): the loop handles it on its next turn.
+        self._inbox.put((kind, entry, payload))
+        self._wake()
+
+    # -- serving ---------------------------------------------------------------------------
+
+    def serve(self, listener: socket.socket) -> None:
+        """Start the watchers, notify systemd, and serve until :meth:`stop` (or a signal).
+
+        Args:
+            listener: a bound, listening, non-blocking Unix stream socket (the caller
+                owns it and closes it afterwards).
+        """
+        handlers = self._install_signals()
+        try:
+            for entry in self._entries.values():
+                entry.start()
+            deadline = time.monotonic() + _READY_WAIT
+            for entry in self._entries.values():
+                if not entry.source.trusted.wait(max(0.0, deadline - time.monotonic())):
+                    logger.warning("stalewatch: watcher for %s not trusted yet; serving anyway", entry.key)
+            self._process_inbox()  # start-up health reports: logged, nobody to tell yet
+            self._selector.register(listener, selectors.EVENT_READ, "listen")
+            self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+            logger.info(
+                "stalewatch: daemon %s serving %s for %d checkouts: %s",
+                __version__,
+                listener.getsockname(),
+                len(self._entries),
+                ", ".join(self._entries),
+            )
+            self._supervisor.ready(self._status())
+            self._loop(listener)
+        finally:
+            self._supervisor.stopping()
+            self._shutdown()
+            for signum, previous in handlers.items():
+                signal.signal(signum, previous)
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}  # embedded in a thread: the owner calls stop()/request_reload()
+
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            self.stop()
+
+        def on_hup(signum: int, frame: FrameType | None) -> None:
+            self.request_reload()
+
+        signums = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        handlers: dict[int, Any] = {signum: signal.getsignal(signum) for signum in signums}
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, on_hup)
+        return handlers
+
+    def _loop(self, listener: socket.socket) -> None:
+        next_ping = time.monotonic() + self.settings.keepalive
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            timeout = min(_LOOP_TICK, next_ping - now)
+            closing = self._clients.next_deadline()
+            if closing is not None:
+                timeout = min(timeout, closing - now)
+            for key, mask in self._selector.select(max(0.0, timeout)):
+                if key.data == "listen":
+                    self._clients.accept(listener, self._greet)
+                elif key.data == "wake":
+                    self._drain_wake()
+                elif isinstance(key.data, Client):
+                    self._clients.serve(key.data, mask)
+            self._process_inbox()
+            if self._reload_requested:
+                self._reload_requested = False
+                self._do_reload()
+            now = time.monotonic()
+            if now >= next_ping:
+                next_ping = now + self.settings.keepalive
+                self._clients.broadcast(encode({"type": "ping", "at": time.time()}))
+            self._clients.expire(now)
+            self._supervisor.status(self._status())
+            self._supervisor.beat()
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _process_inbox(self) -> None:
+        while True:
+            try:
+                kind, entry, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if self._entries.get(entry.key) is not entry:
+                continue  # from a guard a reload replaced
+            if kind == "event":
+                self._fan_out(entry, payload)
+            else:
+                if payload == entry.health:
+                    continue
+                trusted, mode = entry.health = payload
+                level = logging.WARNING if entry.was_trusted and not trusted else logging.INFO
+                entry.was_trusted |= trusted
+                logger.log(level, "stalewatch: watcher for %s: trusted=%s mode=%s", entry.key, trusted, mode)
+                self._clients.broadcast(encode(health_message(entry.key, trusted, mode)))
+
+    def _fan_out(self, entry: Checkout, event: Event) -> None:
+        generation = entry.base + event.generation
+        level = logging.WARNING if event.status.blocks else logging.INFO
+        logger.log(
+            level,
+            "stalewatch: %s is %s (loaded %s, current %s, generation %d)",
+            entry.key,
+            event.status.value,
+            event.loaded_revision,
+            event.current_revision,
+            generation,
+        )
+        line = encode(event_message(event, generation))
+        for client in self._clients:
+            # A client that connected after the change already has it in its snapshot.
+            if client.gens.get(entry.key, -1) >= generation:
+                continue
+            client.gens[entry.key] = generation
+            self._clients.send(client, line)
+
+    def _greet(self, client: Client) -> None:
+        hello = hello_message(list(self._entries), self.settings.keepalive, __version__)
+        self._clients.send(client, encode(hello), flush=False)
+        for entry in self._entries.values():
+            self._send_snapshot(client, entry)
+
+    def _send_snapshot(self, client: Client, entry: Checkout) -> None:
+        snap = entry.guard.snapshot()
+        generation = entry.base + snap.generation
+        client.gens[entry.key] = generation
+        self._clients.send(client, encode(snapshot_message(snap, generation)), flush=False)
+
+    # -- reload ----------------------------------------------------------------------------
+
+    def _do_reload(self) -> None:
+        if self._reload is None:
+            logger.info("stalewatch: SIGHUP: no configuration file to reload")
+            return
+        self._supervisor.reloading()
+        failure: Exception | None = None
+        try:
+            self._apply(self._reload())
+        except (DaemonConfigError, BindError) as exc:
+            failure = exc
+        if failure is not None:
+            logger.error("stalewatch: reload failed, keeping the running configuration: %s", failure)
+        self._supervisor.reloaded(self._status())
+
+    def _apply(self, settings: DaemonConfig) -> None:
+        # Bind every new guard before changing anything, so a bad reload changes nothing.
+        reused: dict[str, Checkout] = {}
+        fresh: dict[str, Checkout] = {}
+        by_config = {(e.config.path, e.config.revision): e for e in self._entries.values()}
+        for checkout in settings.checkouts:
+            old = by_config.get((checkout.path, checkout.revision))
+            entry = old if old is not None else self._make_entry(checkout, 0)
+            if entry.key in reused or entry.key in fresh:
+                raise DaemonConfigError("checkout", str(checkout.path), f"{entry.key} is configured twice")
+            (reused if old is not None else fresh)[entry.key] = entry
+        if settings.socket is not None and settings.socket != self.settings.socket:
+            logger.warning("stalewatch: a new socket path takes effect only after a restart")
+        logging.getLogger().setLevel(settings.log_level.upper())
+        self.settings = settings
+        for key, entry in list(self._entries.items()):
+            if key in reused:
+                continue
+            del self._entries[key]
+            entry.stop()
+            if key in fresh:
+                fresh[key].base = entry.generation() + 1
+            else:
+                logger.info("stalewatch: no longer watching %s", key)
+                self._clients.broadcast(encode(removed_message(key)))
+                for client in self._clients:
+                    client.gens.pop(key, None)
+        for entry in reused.values():
+            self._update_entry(entry, settings)
+        for key, entry in fresh.items():
+            self._entries[key] = entry
+            entry.start()
+            logger.info("stalewatch: watching %s (loaded %s)", key, entry.guard.loaded_revision)
+            for client in self._clients:
+                self._send_snapshot(client, entry)
+                self._clients.flush(client)
+        self._supervisor.watching(self._watchers())
+        self._clients.max_clients = settings.max_clients
+        self._clients.queue_limit = settings.client_queue
+        self._clients.buffer = settings.client_buffer
+        logger.info("stalewatch: configuration reloaded: %d checkouts", len(self._entries))
+
+    @staticmethod
+    def _update_entry(entry: Checkout, settings: DaemonConfig) -> None:
+        key = (entry.config.path, entry.config.revision)
+        entry.update(next(c for c in settings.checkouts if (c.path, c.revision) == key))
+
+    # -- systemd ---------------------------------------------------------------------------
+
+    def _watchers(self) -> list[tuple[str, ObservedSource]]:
+        return [(key, entry.source) for key, entry in self._entries.items()]
+
+    def _status(self) -> str:
+        return status_text((entry.guard.snapshot() for entry in self._entries.values()), len(self._clients))
+
+    def alive(self) -> str | None:
+        """``None`` when the loop and every watcher thread beat recently, else why not."""
+        return self._supervisor.alive()
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release what :meth:`serve` would have (when it is never called)."""
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._selector.get_map() is None:
+            return  # already shut down
+        self._stopping.set()
+        self._clients.close_all()
+        for entry in self._entries.values():
+            entry.stop()
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        logger.debug("stalewatch: daemon stopped")

@@ -1,0 +1,261 @@
+"""Reading git's HEAD and refs in-process: pure functions, no threads, no subprocesses.
+
+Everything here reads files and returns values. ``resolve_head`` costs ~20 µs for a
+loose ref, which is what lets a strict barrier check see a completed update without
+spawning ``git`` (C10). Layouts covered (C11): ``.git`` directory; ``.git`` file with
+``gitdir:`` (worktrees, submodules) and ``commondir``; symbolic and detached HEAD;
+loose refs; packed refs with peeled ``^`` lines; branch names with slashes; unborn
+branches. Reftable repositories raise :class:`NeedsGitError`: their tables are not parsed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import NeedsGitError, RefError
+
+__all__ = ["GitDirs", "find_git_dirs", "head_chain", "identity", "is_object_id", "resolve_head"]
+
+_HEX = frozenset("0123456789abcdef")
+_MAX_SMALL_FILE = 4096  # HEAD and loose refs are one line; never read a corrupt giant
+_MAX_SYMREF_DEPTH = 5  # git's own limit for chains of symbolic refs
+# Refs that live in a worktree's own git dir rather than the common dir (git-worktree(1)).
+_PER_WORKTREE_PREFIXES = ("refs/bisect/", "refs/worktree/", "refs/rewritten/")
+
+
+@dataclass(frozen=True)
+class GitDirs:
+    """Where a working tree's git data lives.
+
+    Attributes:
+        worktree: top of the working tree (resolved).
+        git_dir: the directory holding this worktree's ``HEAD``.
+        common_dir: the directory holding ``refs/`` and ``packed-refs`` (equal to
+            ``git_dir`` except in linked worktrees).
+        reftable: the repository stores refs in reftable format.
+    """
+
+    worktree: Path
+    git_dir: Path
+    common_dir: Path
+    reftable: bool = False
+
+    @property
+    def head_file(self) -> Path:
+        return self.git_dir / "HEAD"
+
+    @property
+    def packed_refs(self) -> Path:
+        return self.common_dir / "packed-refs"
+
+
+def is_object_id(text: str) -> bool:
+    """True for a full SHA-1 (40) or SHA-256 (64) hex object id in lower case."""
+    return len(text) in (40, 64) and _HEX.issuperset(text)
+
+
+def _read_small(path: Path) -> str | None:
+    """Return a small file's text, ``None`` when it does not exist.
+
+    Raises:
+        RefError: the file exists but cannot be read (permission, I/O error, loop).
+    """
+    try:
+        # O_NONBLOCK: a FIFO planted where a ref should be must not hang the reader.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                return None  # refs/heads/a is a directory when only a/b exists
+            raise RefError(path, "not a regular file")
+        data = os.read(fd, _MAX_SMALL_FILE + 1)
+    except OSError as exc:
+        raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    if len(data) > _MAX_SMALL_FILE:
+        raise RefError(path, f"larger than {_MAX_SMALL_FILE} bytes; not a ref")
+    return data.decode("utf-8", "surrogateescape")
+
+
+def find_git_dirs(start: Path) -> GitDirs | None:
+    """Find the git data of the working tree enclosing ``start`` (a resolved path).
+
+    Walks up from ``start`` (or its parent, for a file) to the first ``.git``
+    directory or ``.git`` file, the way git discovers a repository. Returns ``None``
+    when no ancestor has one.
+
+    Raises:
+        RefError: a ``.git`` file or ``commondir`` exists but cannot be read or parsed.
+    """
+    here = start if start.is_dir() else start.parent
+    for directory in (here, *here.parents):
+        dotgit = directory / ".git"
+        if dotgit.is_dir():
+            return _layout(directory, dotgit)
+        if dotgit.is_file():
+            text = _read_small(dotgit) or ""
+            if not text.startswith("gitdir:"):
+                raise RefError(dotgit, "a .git file must start with 'gitdir:'")
+            target = Path(text[len("gitdir:") :].strip())
+            git_dir = (directory / target) if not target.is_absolute() else target
+            return _layout(directory, git_dir.resolve())
+    return None
+
+
+def _layout(worktree: Path, git_dir: Path) -> GitDirs:
+    common_text = _read_small(git_dir / "commondir")
+    common_dir = git_dir
+    if common_text is not None and common_text.strip():
+        common = Path(common_text.strip())
+        common_dir = (common if common.is_absolute() else git_dir / common).resolve()
+    return GitDirs(worktree, git_dir, common_dir, reftable=_uses_reftable(common_dir))
+
+
+def _uses_reftable(common_dir: Path) -> bool:
+    if (common_dir / "reftable").is_dir():
+        return True
+    config = _read_config(common_dir / "config")
+    return "refstorage = reftable" in config or "refstorage=reftable" in config
+
+
+def _read_config(path: Path) -> str:
+    try:
+        return path.read_text("utf-8", "replace").lower()
+    except OSError:
+        return ""
+
+
+def _ref_path(dirs: GitDirs, name: str) -> Path:
+    if name == "HEAD" or name.startswith(_PER_WORKTREE_PREFIXES):
+        return dirs.git_dir / name
+    return dirs.common_dir / name
+
+
+def _valid_ref_name(name: str) -> bool:
+    parts = name.split("/")
+    return (
+        name.startswith("refs/")
+        and all(parts)
+        and not any(p.startswith(".") or p.endswith(".lock") for p in parts)
+        and ".." not in name
+        and not any(c in name for c in "\0\\ ~^:?*[")
+    )
+
+
+def lookup_packed(path: Path, name: str) -> str | None:
+    """Return the object id ``packed-refs`` at ``path`` holds for ``name``, if any.
+
+    Peeled lines (``^<id>``, the commit an annotated tag points to) are skipped;
+    every line read up to the match is validated.
+
+    Raises:
+        RefError: the file cannot be read or has a malformed line.
+    """
+    try:
+        text = path.read_bytes().decode("utf-8", "surrogateescape")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("^"):
+            if not is_object_id(line[1:]):
+                raise RefError(path, f"malformed peeled line {number}: {line[:80]!r}")
+            continue
+        oid, _, ref = line.partition(" ")
+        if not is_object_id(oid) or not ref:
+            raise RefError(path, f"malformed line {number}: {line[:80]!r}")
+        if ref == name:
+            return oid
+    return None
+
+
+def read_ref(dirs: GitDirs, name: str) -> str | None:
+    """Return the raw value of ref ``name`` (an id or ``ref: …``), ``None`` if absent.
+
+    A loose ref file wins over ``packed-refs``, as in git.
+    """
+    loose = _read_small(_ref_path(dirs, name))
+    if loose is not None:
+        value = loose.strip()
+        if not value:
+            raise RefError(_ref_path(dirs, name), "empty ref file")
+        return value
+    if name.startswith(_PER_WORKTREE_PREFIXES):
+        return None
+    return lookup_packed(dirs.packed_refs, name)
+
+
+def resolve_head(dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
+    """Resolve HEAD to a full commit id, in-process.
+
+    Args:
+        dirs: the checkout's git directories.
+        chain: if given, receives the loose-ref path of every symbolic ref HEAD goes
+            through (``refs/heads/main``…), as far as resolution got: the files whose
+            writes can move HEAD's commit.
+
+    Returns:
+        The object id HEAD points to, or ``None`` when HEAD names a branch that does
+        not exist (an unborn branch, e.g. a repository without commits).
+
+    Raises:
+        NeedsGitError: reftable storage; resolve with ``git rev-parse`` instead.
+        RefError: HEAD is missing, unreadable or corrupt, a ref is malformed, or a
+            symbolic ref chain is too deep.
+    """
+    if dirs.reftable:
+        raise NeedsGitError(dirs.common_dir / "reftable", "reftable refs are resolved by git")
+    head = _read_small(dirs.head_file)
+    if head is None:
+        raise RefError(dirs.head_file, "HEAD does not exist")
+    value = head.strip()
+    for _ in range(_MAX_SYMREF_DEPTH):
+        if value.startswith("ref:"):
+            name = value[len("ref:") :].strip()
+            if not _valid_ref_name(name):
+                raise RefError(dirs.head_file, f"symbolic ref names an invalid ref {name[:80]!r}")
+            if chain is not None:
+                chain.append(_ref_path(dirs, name))
+            target = read_ref(dirs, name)
+            if target is None:
+                return None
+            value = target
+            continue
+        if is_object_id(value):
+            return value
+        raise RefError(dirs.head_file, f"not a commit id or symbolic ref: {value[:80]!r}")
+    raise RefError(dirs.head_file, f"symbolic refs nested deeper than {_MAX_SYMREF_DEPTH}")
+
+
+def head_chain(dirs: GitDirs) -> list[Path]:
+    """The loose-ref paths HEAD's commit depends on (see :func:`resolve_head`); never raises.
+
+    Empty for a detached HEAD or a reftable repository.
+    """
+    chain: list[Path] = []
+    if not dirs.reftable:
+        # On an error, what was collected before it still tells what to watch.
+        with contextlib.suppress(RefError):
+            resolve_head(dirs, chain)
+    return chain
+
+
+def identity(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) of a directory, ``None`` when it is gone or unreadable."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)

@@ -1,0 +1,36 @@
+"""Watching in this process: :class:`LocalSource`, the default source of a guard."""
+
+from __future__ import annotations
+
+from ..core import settings
+from ..git.refs import GitDirs
+from .source import OnChange, OnHealth
+from .watcher import Watcher
+
+__all__ = ["LocalSource"]
+
+
+class LocalSource:
+    """Watch in this process, with a watchdog observer and one worker thread.
+
+    Args:
+        verify_interval: seconds between periodic in-process re-verifications.
+        poll: poll instead of kernel notifications (filesystems without them).
+        poll_interval: seconds between polls.
+
+    Each falls back to its ``STALEWATCH_*`` variable (see :mod:`stalewatch.core.settings`).
+    """
+
+    def __init__(
+        self,
+        *,
+        verify_interval: float | None = None,
+        poll: bool | None = None,
+        poll_interval: float | None = None,
+    ) -> None:
+        self.verify_interval = settings.verify_interval(verify_interval)
+        self.poll = settings.poll(poll)
+        self.poll_interval = settings.poll_interval(poll_interval)
+
+    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watcher:
+        return Watcher(self, dirs, on_change, on_health)

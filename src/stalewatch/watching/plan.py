@@ -1,0 +1,101 @@
+"""What to watch for one checkout, and which writes matter: pure, no threads, no watchdog.
+
+Only a few files can move HEAD's commit: ``HEAD``, the loose ref of each symbolic ref
+HEAD goes through (``refs/heads/main``), ``packed-refs``, and reftable's
+``tables.list``. A plan watches just their directories, each non-recursively, so a
+watch refused for lack of inotify watches raises instead of being skipped inside a
+recursive watch, and ``git fetch`` or tag traffic never wakes anyone (C7). It also
+watches the worktree and its parent, so the checkout or its ``.git`` being moved,
+deleted or swapped is seen at once (C4); watchdog silently skips a directory it may
+not read (a traverse-only parent), and the watcher's identity check every second
+backs that case up. A plan is remade whenever HEAD
+is re-resolved: switching branches moves the watches with HEAD.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..git.refs import GitDirs, head_chain
+
+__all__ = ["Plan", "Relevance", "anchors", "plan"]
+
+
+class Relevance(enum.Enum):
+    """What a write at some path means to the watcher."""
+
+    NONE = "none"  # nothing that can move HEAD's commit
+    REF = "ref"  # re-resolve HEAD (and re-plan: the chain may have changed)
+    ANCHOR = "anchor"  # the checkout or a git dir itself moved: re-watch from scratch
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The directories to watch and the paths in them that matter.
+
+    Attributes:
+        watch: existing directories to watch, each non-recursively.
+        anchors: the worktree, its git dirs and its ``.git``: identity checked on
+            every health tick, and a write *at* one of these paths means "re-watch".
+        files: files whose writes can move HEAD's commit.
+        parents: directories on the way from ``refs/`` to a chain ref; created or
+            deleted (``git checkout -b a/b``, ``pack-refs``), they change the plan.
+    """
+
+    watch: frozenset[Path]
+    anchors: frozenset[str]
+    files: frozenset[str]
+    parents: frozenset[str]
+
+    def relevance(self, path: str) -> Relevance:
+        """What a write at ``path`` (created, modified, moved to/from, deleted) means."""
+        if path in self.files or path in self.parents:
+            return Relevance.REF
+        if path in self.anchors:
+            return Relevance.ANCHOR
+        return Relevance.NONE
+
+
+def anchors(dirs: GitDirs) -> frozenset[str]:
+    """The worktree, its ``.git`` and its git dirs: moved or replaced, they mean "re-watch"."""
+    return frozenset(str(p) for p in (dirs.worktree, dirs.worktree / ".git", dirs.git_dir, dirs.common_dir))
+
+
+def plan(dirs: GitDirs, chain: Sequence[Path] | None = None) -> Plan:
+    """Make the watch plan for ``dirs``.
+
+    Args:
+        dirs: the checkout's git directories.
+        chain: the loose refs HEAD's last resolution went through (what
+            :func:`~stalewatch.git.refs.resolve_head` collects); ``None``: read HEAD
+            now to find them.
+    """
+    files = {dirs.head_file, dirs.packed_refs}
+    watch = {dirs.worktree.parent, dirs.worktree, dirs.git_dir, dirs.common_dir}
+    parents: set[Path] = set()
+    if dirs.reftable:
+        for base in {dirs.git_dir, dirs.common_dir}:  # a worktree has its own stack
+            files.add(base / "reftable" / "tables.list")
+            watch.add(base / "reftable")
+    watch = {p for p in watch if p.is_dir()}
+    for ref in head_chain(dirs) if chain is None else chain:
+        files.add(ref)
+        base = dirs.git_dir if ref.is_relative_to(dirs.git_dir / "refs") else dirs.common_dir
+        # Watch the ref's directory, or the deepest one of its ancestors that exists,
+        # so the directory's creation is seen and the plan moves down to it.
+        directory = ref.parent
+        while directory != base and not directory.is_dir():
+            directory = directory.parent
+        watch.add(directory)
+        parents.update(p for p in ref.parents if p.is_relative_to(base / "refs") and p != base / "refs")
+    return Plan(
+        # Ref directories are not filtered again: one git removes right after the check
+        # above fails to be watched, and the watcher plans again (never a blind gap).
+        watch=frozenset(watch),
+        anchors=anchors(dirs),
+        files=frozenset(str(p) for p in files),
+        parents=frozenset(str(p) for p in parents),
+    )

@@ -1,0 +1,45 @@
+"""The interface between a guard and whatever tells it that its checkout may have moved.
+
+A guard does not care where notifications come from: :class:`~stalewatch.LocalSource`
+runs a watchdog thread in this process, :class:`~stalewatch.Daemon` listens to a
+stalewatch daemon's socket. Both implement :class:`Source`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from ..git.refs import GitDirs
+
+__all__ = ["OnChange", "OnHealth", "Source", "Watch"]
+
+OnChange = Callable[[], Sequence[Path] | None]
+"""Called on the watcher's thread when HEAD may have moved: re-resolve and compare.
+
+Returns the loose-ref files HEAD's resolution went through (``refs/heads/main``…),
+so a watcher can move its watches without resolving HEAD again; ``None`` when the
+callee cannot tell (the watcher then reads the chain itself).
+"""
+OnHealth = Callable[[bool, str], None]
+"""Called with (trusted, mode) whenever either changes; mode: native/polling/daemon/none."""
+
+
+class Watch(Protocol):
+    """A running notification feed for one checkout (what a :class:`Source` returns)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class Source(Protocol):
+    """Where a guard learns that its checkout may have moved.
+
+    The default is :class:`LocalSource` (a watchdog thread in this process); a daemon
+    client is another. ``watch`` must call ``on_health(True, mode)`` only once any
+    later change is sure to produce an ``on_change`` call.
+    """
+
+    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watch: ...

@@ -1,0 +1,237 @@
+"""Route barriers for WSGI and ASGI applications: answer 409 once the code is stale.
+
+Wrap an application and name the routes to protect; every other request goes to the
+application untouched (its body is never read: :class:`ASGIBarrier` never calls
+``receive()`` and :class:`WSGIBarrier` never reads ``wsgi.input`` for it). A refused
+request gets ``409 Conflict`` with the JSON body of :func:`stale_payload`.
+
+Example (WSGI)::
+
+    from stalewatch import Guard
+    from stalewatch.web import WSGIBarrier
+
+    guard = Guard.for_module("myapp.handlers").start()
+    app = WSGIBarrier(app, guard, routes=["/api/chat"], methods=["POST"])
+
+Example (ASGI, with Hermes WebUI's check)::
+
+    from stalewatch import hermes
+    from stalewatch.web import ASGIBarrier
+
+    app = ASGIBarrier(app, hermes.ensure_agent_runtime_current, routes=["/api/chat"],
+                      kind="agent_runtime_stale")
+
+Server-Sent Events of each status change live in :mod:`stalewatch.sse`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any, Generic, TypeVar
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+from ..core.errors import StaleError
+from ..core.guard import Guard
+
+__all__ = [
+    "CONFLICT",
+    "ASGIBarrier",
+    "Check",
+    "Routes",
+    "WSGIBarrier",
+    "refusal",
+    "stale_body",
+    "stale_payload",
+]
+
+CONFLICT = 409
+"""The status code of a refused request: the server's code conflicts with the checkout."""
+
+_CONFLICT_LINE = "409 Conflict"
+
+Check = Guard | Callable[[], object]
+"""What a barrier asks: a :class:`~stalewatch.Guard`, or a callable raising StaleError."""
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+App = TypeVar("App")
+
+
+def stale_payload(exc: BaseException, *, kind: str = "code_stale") -> dict[str, Any]:
+    """The JSON body of a refusal: ``{"error": str(exc), "type": kind, "retryable": True}``.
+
+    ``retryable`` tells a client the same request will succeed once the server has
+    restarted. Example: ``stale_payload(exc, kind="agent_runtime_stale")``.
+    """
+    return {"error": str(exc), "type": kind, "retryable": True}
+
+
+def stale_body(exc: BaseException, *, kind: str = "code_stale") -> bytes:
+    """:func:`stale_payload` encoded as UTF-8 JSON, ready to send."""
+    return json.dumps(stale_payload(exc, kind=kind)).encode()
+
+
+def _headers(body: bytes) -> list[tuple[str, str]]:
+    return [
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+        ("Cache-Control", "no-store"),  # a refusal must never be served from a cache
+    ]
+
+
+def refusal(check: Check, *, strict: bool = False) -> StaleError | None:
+    """Run the barrier: the :class:`~stalewatch.StaleError` it raised, or ``None``.
+
+    Args:
+        check: a guard (its :meth:`~stalewatch.Guard.check` is called) or a callable
+            such as ``hermes.ensure_agent_runtime_current``.
+        strict: for a guard, re-read HEAD first (C10: a commit completed before the
+            request is seen by it; ~20 µs). Ignored for a callable.
+
+    Example: ``if (exc := refusal(guard)) is not None: ...``.
+    """
+    try:
+        if isinstance(check, Guard):
+            check.check(strict=strict)
+        else:
+            check()
+    except StaleError as exc:
+        return exc
+    return None
+
+
+class Routes:
+    """Which requests a barrier guards.
+
+    Args:
+        routes: path prefixes, matched per segment (``"/api/chat"`` matches
+            ``/api/chat`` and ``/api/chat/x`` but not ``/api/chatty``; ``"/"`` matches
+            everything), or a predicate ``(method, path) -> bool``.
+        methods: HTTP methods to guard (any case); ``None`` guards every method.
+
+    Example: ``Routes(["/api/chat", "/api/run"], methods=["POST"])``.
+    """
+
+    def __init__(
+        self,
+        routes: Iterable[str] | Callable[[str, str], bool],
+        methods: Iterable[str] | None = None,
+    ) -> None:
+        self._predicate: Callable[[str, str], bool] | None = None
+        self._prefixes: tuple[str, ...] = ()
+        if callable(routes):
+            self._predicate = routes
+        else:
+            prefixes = [routes] if isinstance(routes, str) else list(routes)
+            if not all(isinstance(p, str) and p.startswith("/") for p in prefixes):
+                raise ValueError(f"route prefixes must be paths starting with '/': {prefixes!r}")
+            self._prefixes = tuple(p.rstrip("/") for p in prefixes)
+        self._methods = None if methods is None else frozenset(m.upper() for m in methods)
+
+    def __call__(self, method: str, path: str) -> bool:
+        """True when a request with this method and path must pass the barrier."""
+        if self._methods is not None and method.upper() not in self._methods:
+            return False
+        if self._predicate is not None:
+            return bool(self._predicate(method, path))
+        return any(not p or path == p or path.startswith(f"{p}/") for p in self._prefixes)
+
+
+def _routes(
+    routes: Routes | Iterable[str] | Callable[[str, str], bool], methods: Iterable[str] | None
+) -> Routes:
+    if isinstance(routes, Routes):
+        if methods is not None:
+            raise ValueError("give methods to Routes(...) or to the barrier, not both")
+        return routes
+    return Routes(routes, methods)
+
+
+RouteSpec = Routes | Iterable[str] | Callable[[str, str], bool]
+"""Route prefixes, a ``(method, path)`` predicate, or a :class:`Routes`."""
+
+
+class _Barrier(Generic[App]):
+    """What both barriers share: the routes, the check and the refusal body."""
+
+    def __init__(
+        self,
+        app: App,
+        check: Check,
+        routes: RouteSpec,
+        *,
+        methods: Iterable[str] | None = None,
+        strict: bool = False,
+        kind: str = "code_stale",
+    ) -> None:
+        self.app = app
+        self.check = check
+        self.routes = _routes(routes, methods)
+        self.strict = strict
+        self.kind = kind
+
+    def _refusal_body(self, method: str, path: str) -> bytes | None:
+        """The 409 body when this request is on a guarded route and the code is stale."""
+        if not self.routes(method, path):
+            return None
+        exc = refusal(self.check, strict=self.strict)
+        return None if exc is None else stale_body(exc, kind=self.kind)
+
+
+class WSGIBarrier(_Barrier[WSGIApplication]):
+    """WSGI middleware answering 409 for the named routes while the code is stale.
+
+    The path matched is ``PATH_INFO`` (the path inside the application).
+
+    Args:
+        app: the WSGI application to protect.
+        check: a :class:`~stalewatch.Guard` or a callable raising ``StaleError``.
+        routes: prefixes, a predicate or a :class:`Routes` (see there).
+        methods: methods to guard; ``None``: all.
+        strict: a guard re-reads HEAD on each guarded request (C10).
+        kind: the payload's ``type``.
+
+    Example: ``app = WSGIBarrier(app, guard, routes=["/api/chat"], methods=["POST"])``.
+    """
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        method = str(environ.get("REQUEST_METHOD") or "GET")
+        body = self._refusal_body(method, str(environ.get("PATH_INFO") or "/"))
+        if body is not None:
+            start_response(_CONFLICT_LINE, _headers(body))
+            return [body]
+        return self.app(environ, start_response)
+
+
+class ASGIBarrier(_Barrier[ASGIApp]):
+    """ASGI middleware answering 409 for the named routes while the code is stale.
+
+    Only ``http`` requests are guarded; websocket and lifespan scopes pass through.
+    The path matched is ``scope["path"]``. The check runs on the event loop (a guard's
+    is sub-microsecond, or ~20 µs strict); a callable that spawns processes blocks it
+    for that long.
+
+    Args:
+        app: the ASGI application to protect.
+        check: a :class:`~stalewatch.Guard` or a callable raising ``StaleError``.
+        routes: prefixes, a predicate or a :class:`Routes`.
+        methods: methods to guard; ``None``: all.
+        strict: a guard re-reads HEAD on each guarded request (C10).
+        kind: the payload's ``type``.
+
+    Example: ``app = ASGIBarrier(app, guard, routes=["/api/chat"], methods=["POST"])``.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            body = self._refusal_body(str(scope.get("method", "GET")), str(scope.get("path", "/")))
+            if body is not None:
+                headers = [(k.lower().encode(), v.encode()) for k, v in _headers(body)]
+                await send({"type": "http.response.start", "status": CONFLICT, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)

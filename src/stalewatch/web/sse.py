@@ -1,0 +1,299 @@
+"""Server-Sent Events of a guard's status, for WSGI and ASGI servers.
+
+A page subscribes with ``new EventSource("/events")`` and learns at once when the
+code under the server moved, without polling. Each stream sends, in order:
+
+- ``retry: <ms>`` (the browser's reconnect delay), then the current snapshot as
+  ``event: <status>``, ``id: <generation>``, and JSON ``data:`` holding
+  ``{"type": "snapshot", **Snapshot.to_dict()}``;
+- one message per status change: ``event: <status>`` (``current``, ``stale``,
+  ``unreadable``), ``id: <generation>``, and ``{"type": "event", **Event.to_dict()}``
+  (the same ``type`` tags as the daemon's protocol);
+- a ``: keep-alive`` comment whenever nothing was sent for ``keepalive`` seconds, so
+  proxies keep the connection and a server notices a client that has gone.
+
+Each client has a bounded queue. A client too slow to drain it loses the queued
+events and gets a fresh snapshot instead, so the last status always arrives (C12).
+Disconnecting unsubscribes the client.
+
+Example::
+
+    from stalewatch.sse import EventStream
+
+    stream = EventStream(guard)
+    # WSGI: route GET /events to stream.wsgi; ASGI: route it to stream.asgi
+    # on shutdown: stream.close()
+
+and in the page::
+
+    new EventSource("/events").addEventListener("stale", () => showRestartBanner());
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..core.guard import Guard
+from ..core.status import Event, Snapshot
+from .barrier import Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIEnvironment
+
+__all__ = ["KEEPALIVE", "EventStream", "format_message"]
+
+KEEPALIVE = b": keep-alive\n\n"
+"""The comment sent when a stream has been idle for its keep-alive interval."""
+
+_HEADERS = [
+    ("Content-Type", "text/event-stream; charset=utf-8"),
+    ("Cache-Control", "no-cache"),
+    ("X-Accel-Buffering", "no"),  # nginx would otherwise buffer the stream
+]
+
+
+def format_message(event: str, data: Mapping[str, Any], *, id: int | None = None) -> bytes:
+    """One SSE message: ``event:``, optional ``id:``, one JSON ``data:`` line, blank line.
+
+    Example: ``format_message("stale", event.to_dict(), id=event.generation)``.
+    """
+    head = f"event: {event}\n" + (f"id: {id}\n" if id is not None else "")
+    # json.dumps escapes newlines inside strings, so the data is always one line.
+    return f"{head}data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _snapshot_message(snap: Snapshot) -> bytes:
+    return format_message(snap.status.value, {"type": "snapshot", **snap.to_dict()}, id=snap.generation)
+
+
+def _event_message(event: Event) -> bytes:
+    return format_message(event.status.value, {"type": "event", **event.to_dict()}, id=event.generation)
+
+
+class _Client:
+    """One connected stream: a bounded queue filled by the guard, drained by the writer."""
+
+    def __init__(self, limit: int, notify: Callable[[], None]) -> None:
+        self._limit = limit
+        self._notify = notify
+        self._lock = threading.Lock()
+        self._events: deque[Event] = deque()
+        self._overflowed = False
+        self.closed = False
+
+    def push(self, event: Event) -> None:
+        """The guard's subscriber callback (any thread): queue, never block."""
+        with self._lock:
+            if len(self._events) >= self._limit:
+                self._events.clear()  # replaced by a snapshot when the writer catches up
+                self._overflowed = True
+            else:
+                self._events.append(event)
+        self._notify()
+
+    def close(self) -> None:
+        self.closed = True
+        self._notify()
+
+    def take(self) -> tuple[list[Event], bool]:
+        with self._lock:
+            events = list(self._events)
+            self._events.clear()
+            overflowed, self._overflowed = self._overflowed, False
+        return events, overflowed
+
+
+class EventStream:
+    """A Server-Sent Events endpoint pushing each status change of ``guard``.
+
+    One object serves both interfaces: :meth:`wsgi` is a WSGI application and
+    :meth:`asgi` an ASGI one; mount either at the path the page listens on. Other
+    methods than GET and HEAD get 405.
+
+    Args:
+        guard: the guard whose status to stream (start it, or events never come).
+        keepalive: seconds of silence before a ``: keep-alive`` comment.
+        queue_size: events buffered per client before it is resynced with a snapshot.
+        retry_ms: the reconnect delay the browser is told to use.
+
+    Example::
+
+        stream = EventStream(guard, keepalive=15)
+        app = dispatch({"/events": stream.wsgi}, default=app)   # your router
+    """
+
+    def __init__(
+        self, guard: Guard, *, keepalive: float = 15.0, queue_size: int = 64, retry_ms: int = 3000
+    ) -> None:
+        if keepalive <= 0 or queue_size < 1 or retry_ms < 0:
+            raise ValueError("keepalive must be > 0, queue_size >= 1 and retry_ms >= 0")
+        self.guard = guard
+        self.keepalive = keepalive
+        self.queue_size = queue_size
+        self.retry_ms = retry_ms
+        self._clients: set[_Client] = set()
+        self._changed = threading.Condition()
+        self._closed = False
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    @property
+    def clients(self) -> int:
+        """How many streams are open right now."""
+        with self._changed:
+            return len(self._clients)
+
+    def wait_for_clients(self, count: int, timeout: float) -> bool:
+        """Block until exactly ``count`` streams are open; False on timeout.
+
+        For graceful shutdown and tests. Example: ``stream.wait_for_clients(0, 5.0)``.
+        """
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self._clients) == count, timeout)
+
+    def close(self) -> None:
+        """End every open stream and refuse new ones (each gets a snapshot and ends).
+
+        Call it before stopping the server: a server waits for open responses.
+        """
+        with self._changed:
+            self._closed = True
+            clients = list(self._clients)
+        for client in clients:
+            client.close()
+
+    def _open(self, notify: Callable[[], None]) -> tuple[_Client, Callable[[], None], Snapshot]:
+        client = _Client(self.queue_size, notify)
+        with self._changed:
+            self._clients.add(client)
+            self._changed.notify_all()
+            if self._closed:
+                client.closed = True
+        # Subscribe before reading the snapshot: nothing can fall between the two, and
+        # events already covered by the snapshot are skipped by generation.
+        unsubscribe = self.guard.subscribe(client.push)
+        return client, unsubscribe, self.guard.snapshot()
+
+    def _close(self, client: _Client, unsubscribe: Callable[[], None]) -> None:
+        unsubscribe()
+        with self._changed:
+            self._clients.discard(client)
+            self._changed.notify_all()
+
+    def _start(self, snap: Snapshot) -> bytes:
+        return f"retry: {self.retry_ms}\n\n".encode() + _snapshot_message(snap)
+
+    def _pending(self, client: _Client, last: int) -> tuple[bytes, int]:
+        """Everything to send since generation ``last``, and the new ``last``."""
+        events, overflowed = client.take()
+        chunks: list[bytes] = []
+        if overflowed:
+            snap = self.guard.snapshot()
+            if snap.generation > last:
+                chunks.append(_snapshot_message(snap))
+                last = snap.generation
+        for event in events:
+            if event.generation > last:
+                chunks.append(_event_message(event))
+                last = event.generation
+        return b"".join(chunks), last
+
+    # -- WSGI -------------------------------------------------------------------------
+
+    def wsgi(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterator[bytes]:
+        """The WSGI application. The server's thread stays with the stream while open.
+
+        A gone client is noticed at the next write (a change or a keep-alive), when
+        the server closes the iterator; that unsubscribes it.
+        """
+        if str(environ.get("REQUEST_METHOD", "GET")).upper() not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Length", "0")])
+            return iter(())
+        start_response("200 OK", list(_HEADERS))
+        if str(environ.get("REQUEST_METHOD", "GET")).upper() == "HEAD":
+            return iter(())
+        return self._wsgi_stream()
+
+    def _wsgi_stream(self) -> Iterator[bytes]:
+        # A generator: subscribing happens on the first next(), inside the try whose
+        # finally runs when the server closes the iterator, so nothing can leak.
+        wake = threading.Event()
+        client, unsubscribe, snap = self._open(wake.set)
+        try:
+            yield self._start(snap)
+            last = snap.generation
+            while not client.closed:
+                if not wake.wait(self.keepalive):
+                    yield KEEPALIVE
+                    continue
+                wake.clear()  # before taking: a push after this sets it again
+                data, last = self._pending(client, last)
+                if data:
+                    yield data
+        finally:
+            self._close(client, unsubscribe)
+
+    # -- ASGI -------------------------------------------------------------------------
+
+    async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI application (``http`` scopes only).
+
+        Reads ``receive()`` only to notice the client's disconnect, which ends the
+        stream at once.
+        """
+        if scope["type"] != "http":
+            raise ValueError(f"EventStream serves HTTP only, not {scope['type']!r}")
+        if str(scope.get("method", "GET")).upper() not in ("GET", "HEAD"):
+            headers = [(b"allow", b"GET, HEAD"), (b"content-length", b"0")]
+            await send({"type": "http.response.start", "status": 405, "headers": headers})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if str(scope.get("method", "GET")).upper() == "HEAD":
+            headers = [(k.lower().encode(), v.encode()) for k, v in _HEADERS]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def notify() -> None:  # from the guard's (watcher) thread
+            # RuntimeError: the loop is closed, so this stream is over anyway.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(wake.set)
+
+        client, unsubscribe, snap = self._open(notify)
+        listener = asyncio.ensure_future(_await_disconnect(receive, client))
+        try:
+            headers = [(k.lower().encode(), v.encode()) for k, v in _HEADERS]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": self._start(snap), "more_body": True})
+            last = snap.generation
+            while not client.closed:
+                try:
+                    await asyncio.wait_for(wake.wait(), self.keepalive)
+                except TimeoutError:
+                    await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+                    continue
+                wake.clear()
+                data, last = self._pending(client, last)
+                if data:
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+            if not listener.done():  # closed by the server, not by the client: end cleanly
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            listener.cancel()
+            self._close(client, unsubscribe)
+
+
+async def _await_disconnect(receive: Receive, client: _Client) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            client.close()
+            return

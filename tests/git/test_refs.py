@@ -1,0 +1,160 @@
+"""stalewatch.git.refs: resolving HEAD in-process across every layout (C11), and bad input."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import Repo, make_repo
+from stalewatch.core.errors import NeedsGitError, RefError
+from stalewatch.git.refs import find_git_dirs, resolve_head
+
+
+def resolve(path: Path) -> str | None:
+    dirs = find_git_dirs(path.resolve())
+    assert dirs is not None
+    return resolve_head(dirs)
+
+
+def test_c11_symbolic_head_on_loose_ref(git_repo: Repo) -> None:
+    assert resolve(git_repo.path) == git_repo.head()
+
+
+def test_c11_detached_head(git_repo: Repo) -> None:
+    first = git_repo.head()
+    git_repo.commit("second")
+    git_repo.git("checkout", "-q", "--detach", first)
+    assert resolve(git_repo.path) == first
+
+
+def test_c11_packed_only_after_gc_with_peeled_tags(git_repo: Repo) -> None:
+    git_repo.git("tag", "-a", "v1", "-m", "annotated")  # gives a ^peeled line
+    git_repo.git("branch", "other")
+    git_repo.git("pack-refs", "--all")
+    assert not (git_repo.path / ".git/refs/heads/main").exists()
+    packed = (git_repo.path / ".git/packed-refs").read_text()
+    assert "\n^" in packed
+    assert resolve(git_repo.path) == git_repo.head()
+
+
+def test_c11_loose_ref_wins_over_packed(git_repo: Repo) -> None:
+    git_repo.git("pack-refs", "--all")
+    new = git_repo.commit("after pack")  # writes a loose ref, packed one is older
+    assert resolve(git_repo.path) == new
+
+
+def test_c11_branch_name_with_slashes(git_repo: Repo) -> None:
+    git_repo.git("checkout", "-q", "-b", "feature/deep/name")
+    new = git_repo.commit("on feature")
+    assert resolve(git_repo.path) == new
+
+
+def test_c11_unborn_branch_resolves_to_none(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "empty", initial=False)
+    assert resolve(repo.path) is None
+
+
+def test_c11_linked_worktree_uses_its_own_head_and_common_refs(git_repo: Repo, tmp_path: Path) -> None:
+    git_repo.git("worktree", "add", "-q", "-b", "wt", str(tmp_path / "wt"))
+    dirs = find_git_dirs((tmp_path / "wt").resolve())
+    assert dirs is not None
+    assert dirs.git_dir != dirs.common_dir
+    assert dirs.common_dir == (git_repo.path / ".git").resolve()
+    wt = Repo(tmp_path / "wt")
+    new = wt.commit("in worktree")
+    assert resolve_head(dirs) == new
+    assert resolve(git_repo.path) != new
+
+
+def test_c11_submodule_gitfile(git_repo: Repo, tmp_path: Path) -> None:
+    inner = make_repo(tmp_path / "inner")
+    git_repo.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(inner.path), "sub")
+    sub = git_repo.path / "sub"
+    assert (sub / ".git").is_file()
+    assert resolve(sub) == inner.head()
+
+
+def test_c11_checkout_through_symlink(git_repo: Repo, tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(git_repo.path)
+    assert resolve(link / "module.py") == git_repo.head()
+
+
+def test_c11_reftable_asks_git(git_repo: Repo) -> None:
+    # git 2.39 cannot create reftable repositories; the layout marker is what we detect.
+    (git_repo.path / ".git/reftable").mkdir()
+    with pytest.raises(NeedsGitError):
+        resolve(git_repo.path)
+
+
+def test_no_repository_gives_none(tmp_path: Path) -> None:
+    assert find_git_dirs(tmp_path.resolve()) is None
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("garbage\n", "not a commit id"),
+        ("ref: refs/heads/../../etc/passwd\n", "invalid ref"),
+        ("ref: HEAD\n", "invalid ref"),
+        ("", "not a commit id"),
+    ],
+)
+def test_corrupt_head_is_a_clear_error(git_repo: Repo, content: str, message: str) -> None:
+    (git_repo.path / ".git/HEAD").write_text(content)
+    with pytest.raises(RefError, match=message) as info:
+        resolve(git_repo.path)
+    assert Path(info.value.path).name == "HEAD"
+
+
+def test_head_naming_a_missing_ref_is_unborn(git_repo: Repo) -> None:
+    (git_repo.path / ".git/HEAD").write_text("ref: refs/heads/nope\n")
+    assert resolve(git_repo.path) is None
+
+
+def test_malformed_packed_refs_is_a_clear_error(git_repo: Repo) -> None:
+    git_repo.git("pack-refs", "--all")
+    packed = git_repo.path / ".git/packed-refs"
+    packed.write_text("# pack-refs with: peeled\nnot-a-sha refs/heads/main\n")
+    with pytest.raises(RefError, match="malformed line 2"):
+        resolve(git_repo.path)
+
+
+def test_missing_head_is_a_clear_error(git_repo: Repo) -> None:
+    (git_repo.path / ".git/HEAD").unlink()
+    with pytest.raises(RefError, match="does not exist"):
+        resolve(git_repo.path)
+
+
+def test_fifo_in_place_of_a_ref_does_not_hang(git_repo: Repo) -> None:
+    ref = git_repo.path / ".git/refs/heads/main"
+    ref.unlink()
+    os.mkfifo(ref)
+    with pytest.raises(RefError, match="not a regular file"):
+        resolve(git_repo.path)
+
+
+def test_symref_loop_is_a_clear_error(git_repo: Repo) -> None:
+    heads = git_repo.path / ".git/refs/heads"
+    (heads / "a").write_text("ref: refs/heads/b\n")
+    (heads / "b").write_text("ref: refs/heads/a\n")
+    (git_repo.path / ".git/HEAD").write_text("ref: refs/heads/a\n")
+    with pytest.raises(RefError, match="nested deeper"):
+        resolve(git_repo.path)
+
+
+def test_gitfile_without_gitdir_line_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / ".git").write_text("nonsense\n")
+    with pytest.raises(RefError, match="gitdir"):
+        find_git_dirs(tmp_path.resolve())
+
+
+def test_deleted_git_dir_is_unreadable(git_repo: Repo) -> None:
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None
+    shutil.rmtree(git_repo.path / ".git")
+    with pytest.raises(RefError):
+        resolve_head(dirs)

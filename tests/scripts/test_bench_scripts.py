@@ -1,0 +1,44 @@
+"""The benchmark scripts run end to end (their figures are printed, never asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def run_quick(script: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / script), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stdout
+
+
+def test_bench_quick_prints_every_figure() -> None:
+    out = run_quick("bench.py")
+    for label in (
+        "check()  flag path",
+        "check(strict=True)",
+        "reference: 3 git subprocesses",
+        "ref update -> flag flipped",
+        "process CPU while idle",
+        "RSS",
+        "daemon: ref rename -> event at 1 subscriber",
+        "daemon: fan-out to 5, last subscriber",
+        "daemon idle",
+    ):
+        assert label in out
+
+
+def test_bench_hermes_quick_prints_every_figure() -> None:
+    out = run_quick("bench_hermes.py")
+    for label in ("decided by the guard", "decided by the read", "WebUI today"):
+        assert label in out
