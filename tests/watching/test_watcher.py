@@ -563,3 +563,18 @@ def test_c11_switching_branch_in_the_same_directory_then_committing_is_seen(git_
         release.set()
         while guard.snapshot().current_revision != new:
             rec.wait_for("stale", new)
+
+
+def test_c11_symlinked_head_commit_is_seen_with_reverification_off(git_repo: Repo) -> None:
+    # core.preferSymlinkRefs: HEAD is a symlink to refs/heads/side. Read through, it
+    # looked detached: refs/heads was never watched and a commit went unseen (issue 12).
+    git_repo.git("branch", "side")
+    git_repo.git("-c", "core.preferSymlinkRefs=true", "checkout", "-q", "side")
+    assert (git_repo.path / ".git/HEAD").is_symlink()
+    source = LocalSource(verify_interval=3600)  # only events can explain what follows
+    with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
+        rec = Recorder(guard)
+        new = git_repo.commit("on the symlinked branch")
+        rec.wait_for("stale", new)
+        with pytest.raises(StaleError):
+            guard.check()
