@@ -1,0 +1,90 @@
+"""A daemon started while another process holds every inotify instance the user may have.
+
+This test takes every inotify instance left to the user (``fs.inotify.max_user_instances``,
+128 here, shared with every program of the user) for about a second: anything else
+starting a watcher meanwhile falls back to polling. It lets go as soon as the
+daemon has said it polls.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import make_repo
+from daemon_helpers import WAIT, LineReader, Notifications, Subscriber, daemon_command, greet, short_dir
+
+# Opens inotify instances until the kernel refuses (EMFILE), reports, holds them until
+# its stdin closes, then exits: the kernel frees them all with the process.
+HOLDER = r"""
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while (fd := libc.inotify_init()) >= 0:
+    held.append(fd)
+print(len(held), ctypes.get_errno(), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_daemon_polls_while_every_instance_is_taken_says_so_and_returns_to_native(tmp_path: Path) -> None:
+    repos = [make_repo(tmp_path / "a"), make_repo(tmp_path / "b")]
+    with short_dir() as work:
+        notes = Notifications(work / "notify")
+        env = {**os.environ, "NOTIFY_SOCKET": str(notes.path)}
+        env.pop("JOURNAL_STREAM", None)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        daemon: subprocess.Popen[bytes] | None = None
+        try:
+            held, code = map(int, LineReader(holder.stdout).line().split())
+            assert code == errno.EMFILE, f"the kernel never refused an instance after {held}"
+            daemon = subprocess.Popen(
+                daemon_command("--socket", str(work / "d.sock"), *(str(r.path) for r in repos)),
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=env,
+            )
+            log = LineReader(daemon.stderr)
+            said = log.until(lambda line: "change notification unavailable" in line)
+            assert "instance limit reached" in said
+            assert "retrying native notification" in said
+            # The other process lets go (as an editor or a sync tool would).
+            holder.stdin.close()  # type: ignore[union-attr]
+            holder.wait(timeout=WAIT)
+            # Each watcher's health reports, as the server logs (and broadcasts) them.
+            polling: set[str] = set()
+            native: set[str] = set()
+            while native != {str(r.path) for r in repos}:
+                line = log.until(lambda line: "stalewatch: watcher for " in line, timeout=3 * WAIT)
+                path = line.split("watcher for ", 1)[1].split(": trusted=", 1)[0]
+                if "trusted=False mode=polling" in line:
+                    polling.add(path)
+                elif "trusted=True mode=native" in line:
+                    assert path in polling  # it said it polled first
+                    native.add(path)
+            notes.wait_for(lambda m: "READY=1" in m.split("\n"))
+            with Subscriber(work / "d.sock") as sub:
+                _, snapshots = greet(sub)
+                assert {(s["trusted"], s["mode"]) for s in snapshots} == {(True, "native")}
+                new = repos[1].commit("seen natively")
+                event = sub.next("event")
+                assert event["current_revision"] == new
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait(timeout=WAIT)
+            if daemon is not None:
+                if daemon.poll() is None:
+                    daemon.send_signal(signal.SIGTERM)
+                daemon.wait(timeout=WAIT)
+                daemon.stderr.close()  # type: ignore[union-attr]
+            holder.stdout.close()  # type: ignore[union-attr]
+            if holder.stdin is not None and not holder.stdin.closed:
+                holder.stdin.close()
+            notes.close()
