@@ -44,6 +44,9 @@ logger = logging.getLogger(__name__)
 
 _READY_WAIT = 5.0  # longest wait for the watchers to become trusted before READY=1
 _LOOP_TICK = 1.0  # the loop wakes at least this often (its heartbeat)
+# STATUS= costs a snapshot per checkout (milliseconds for a thousand): it is made only
+# after a change, on a quiet turn (never between an event and the next), or after this.
+_STATUS_QUIET, _STATUS_LATEST = 0.05, 1.0
 _InboxItem = tuple[str, Checkout, Any]
 
 
@@ -75,6 +78,7 @@ class DaemonServer:
         self._wake_w.setblocking(False)
         self._stopping = threading.Event()
         self._reload_requested = False
+        self._changes = 0  # events and health reports handled, and reloads: STATUS= may differ
         self._supervisor = Supervisor(_LOOP_TICK)
         self._supervisor.watching(self._watchers())
 
@@ -159,19 +163,26 @@ class DaemonServer:
 
     def _loop(self, listener: socket.socket) -> None:
         next_ping = time.monotonic() + self.settings.keepalive
+        shown: tuple[int, int] | None = None  # (changes, clients) STATUS= was made for
+        status_by = 0.0
         while not self._stopping.is_set():
             now = time.monotonic()
             timeout = min(_LOOP_TICK, next_ping - now)
             closing = self._clients.next_deadline()
             if closing is not None:
                 timeout = min(timeout, closing - now)
-            for key, mask in self._selector.select(max(0.0, timeout)):
+            pending = shown != (self._changes, len(self._clients))
+            if pending:
+                timeout = min(timeout, _STATUS_QUIET)
+            ready = self._selector.select(max(0.0, timeout))
+            for key, mask in ready:
                 if key.data == "listen":
                     self._clients.accept(listener, self._greet)
                 elif key.data == "wake":
                     self._drain_wake()
                 elif isinstance(key.data, Client):
                     self._clients.serve(key.data, mask)
+            changes = self._changes
             self._process_inbox()
             if self._reload_requested:
                 self._reload_requested = False
@@ -181,7 +192,13 @@ class DaemonServer:
                 next_ping = now + self.settings.keepalive
                 self._clients.broadcast(encode({"type": "ping", "at": time.time()}))
             self._clients.expire(now)
-            self._supervisor.status(self._status())
+            wanted = (self._changes, len(self._clients))
+            if not pending and wanted != shown:
+                status_by = now + _STATUS_LATEST
+            quiet = not ready and changes == self._changes
+            if wanted != shown and (quiet or now >= status_by):
+                shown = wanted
+                self._supervisor.status(self._status())
             self._supervisor.beat()
 
     def _drain_wake(self) -> None:
@@ -199,6 +216,7 @@ class DaemonServer:
                 return
             if self._entries.get(entry.key) is not entry:
                 continue  # from a guard a reload replaced
+            self._changes += 1
             if kind == "event":
                 self._fan_out(entry, payload)
             else:
@@ -249,6 +267,7 @@ class DaemonServer:
             logger.info("stalewatch: SIGHUP: no configuration file to reload")
             return
         self._supervisor.reloading()
+        self._changes += 1
         failure: Exception | None = None
         try:
             self._apply(self._reload())
