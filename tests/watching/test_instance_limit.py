@@ -15,76 +15,99 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import make_repo
+from conftest import Repo, make_repo
 from daemon_helpers import WAIT, LineReader, Notifications, Subscriber, daemon_command, greet, short_dir
 
-# Opens inotify instances until the kernel refuses (EMFILE), reports, holds them until
-# its stdin closes, then exits: the kernel frees them all with the process.
+# Opens inotify instances until the kernel refuses (EMFILE) and reports; then keeps
+# taking any instance another process frees, until its stdin closes; then exits and
+# the kernel frees them all.
 HOLDER = r"""
-import ctypes, sys
+import ctypes, select, sys
 libc = ctypes.CDLL(None, use_errno=True)
 held = []
 while (fd := libc.inotify_init()) >= 0:
     held.append(fd)
 print(len(held), ctypes.get_errno(), flush=True)
-sys.stdin.read()
+while not select.select([sys.stdin], [], [], 0.002)[0]:
+    while (fd := libc.inotify_init()) >= 0:
+        held.append(fd)
 """
+
+
+class _RaceLost(Exception):
+    """Another program freed an instance and the daemon got it: start over."""
+
+
+def _attempt(work: Path, repos: list[Repo], notes: Notifications) -> None:
+    env = {**os.environ, "NOTIFY_SOCKET": str(notes.path)}
+    env.pop("JOURNAL_STREAM", None)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    daemon: subprocess.Popen[bytes] | None = None
+    try:
+        held, code = map(int, LineReader(holder.stdout).line().split())
+        assert code == errno.EMFILE, f"the kernel never refused an instance after {held}"
+        daemon = subprocess.Popen(
+            daemon_command("--socket", str(work / "d.sock"), *(str(r.path) for r in repos)),
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        log = LineReader(daemon.stderr)
+        said = log.until(lambda line: "change notification unavailable" in line or "mode=native" in line)
+        if "mode=native" in said:
+            raise _RaceLost(said)
+        assert "instance limit reached" in said
+        assert "retrying native notification" in said
+        # The other process lets go (as an editor or a sync tool would).
+        holder.stdin.close()  # type: ignore[union-attr]
+        holder.wait(timeout=WAIT)
+        log.until(lambda line: "available again" in line, timeout=3 * WAIT)
+        # Each watcher's health reports, as the server logs (and broadcasts) them.
+        polling: set[str] = set()
+        native: set[str] = set()
+        while native != {str(r.path) for r in repos}:
+            line = log.until(lambda line: "stalewatch: watcher for " in line, timeout=3 * WAIT)
+            path = line.split("watcher for ", 1)[1].split(": trusted=", 1)[0]
+            if "trusted=False mode=polling" in line:
+                polling.add(path)
+            elif "trusted=True mode=native" in line:
+                assert path in polling  # it said it polled first
+                native.add(path)
+        notes.wait_for(lambda m: "READY=1" in m.split("\n"))
+        with Subscriber(work / "d.sock") as sub:
+            _, snapshots = greet(sub)
+            assert {(s["trusted"], s["mode"]) for s in snapshots} == {(True, "native")}
+            new = repos[1].commit("seen natively")
+            event = sub.next("event")
+            assert event["current_revision"] == new
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=WAIT)
+        if daemon is not None:
+            if daemon.poll() is None:
+                daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=WAIT)
+            daemon.stderr.close()  # type: ignore[union-attr]
+        holder.stdout.close()  # type: ignore[union-attr]
+        if holder.stdin is not None and not holder.stdin.closed:
+            holder.stdin.close()
 
 
 def test_daemon_polls_while_every_instance_is_taken_says_so_and_returns_to_native(tmp_path: Path) -> None:
     repos = [make_repo(tmp_path / "a"), make_repo(tmp_path / "b")]
-    with short_dir() as work:
-        notes = Notifications(work / "notify")
-        env = {**os.environ, "NOTIFY_SOCKET": str(notes.path)}
-        env.pop("JOURNAL_STREAM", None)
-        holder = subprocess.Popen(
-            [sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
-        daemon: subprocess.Popen[bytes] | None = None
-        try:
-            held, code = map(int, LineReader(holder.stdout).line().split())
-            assert code == errno.EMFILE, f"the kernel never refused an instance after {held}"
-            daemon = subprocess.Popen(
-                daemon_command("--socket", str(work / "d.sock"), *(str(r.path) for r in repos)),
-                stdin=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                env=env,
-            )
-            log = LineReader(daemon.stderr)
-            said = log.until(lambda line: "change notification unavailable" in line)
-            assert "instance limit reached" in said
-            assert "retrying native notification" in said
-            # The other process lets go (as an editor or a sync tool would).
-            holder.stdin.close()  # type: ignore[union-attr]
-            holder.wait(timeout=WAIT)
-            # Each watcher's health reports, as the server logs (and broadcasts) them.
-            polling: set[str] = set()
-            native: set[str] = set()
-            while native != {str(r.path) for r in repos}:
-                line = log.until(lambda line: "stalewatch: watcher for " in line, timeout=3 * WAIT)
-                path = line.split("watcher for ", 1)[1].split(": trusted=", 1)[0]
-                if "trusted=False mode=polling" in line:
-                    polling.add(path)
-                elif "trusted=True mode=native" in line:
-                    assert path in polling  # it said it polled first
-                    native.add(path)
-            notes.wait_for(lambda m: "READY=1" in m.split("\n"))
-            with Subscriber(work / "d.sock") as sub:
-                _, snapshots = greet(sub)
-                assert {(s["trusted"], s["mode"]) for s in snapshots} == {(True, "native")}
-                new = repos[1].commit("seen natively")
-                event = sub.next("event")
-                assert event["current_revision"] == new
-        finally:
-            if holder.poll() is None:
-                holder.kill()
-                holder.wait(timeout=WAIT)
-            if daemon is not None:
-                if daemon.poll() is None:
-                    daemon.send_signal(signal.SIGTERM)
-                daemon.wait(timeout=WAIT)
-                daemon.stderr.close()  # type: ignore[union-attr]
-            holder.stdout.close()  # type: ignore[union-attr]
-            if holder.stdin is not None and not holder.stdin.closed:
-                holder.stdin.close()
-            notes.close()
+    for attempt in range(3):
+        with short_dir() as work:
+            notes = Notifications(work / "notify")
+            try:
+                _attempt(work, repos, notes)
+            except _RaceLost:
+                # Other programs of this user open and close instances all the time; one
+                # freed between the holder's last try and the daemon's start. Not what
+                # this test is about: hold them all again.
+                if attempt == 2:
+                    raise
+            else:
+                return
+            finally:
+                notes.close()

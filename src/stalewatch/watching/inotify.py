@@ -308,9 +308,11 @@ class Inotify:
                 if mask & _SELF and not name:
                     for registration in watch.registrations:
                         calls.append((registration.listener.on_inotify, registration, b"", mask))
-                    if mask & _IGNORED:  # the kernel dropped the watch: the directory is gone
-                        for registration in watch.registrations:
-                            registration.alive = False
+                        # Deleted, unmounted or moved away: this registration no longer
+                        # watches the directory at its path (a moved one's watch follows
+                        # the inode elsewhere until removed).
+                        registration.alive = False
+                    if mask & _IGNORED:  # the kernel dropped the watch
                         del self._watches[wd]
                     continue
                 for registration in watch.registrations:

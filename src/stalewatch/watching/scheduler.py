@@ -7,7 +7,9 @@ turn began always gets a turn of its own). Timers (periodic re-verification, ret
 live in one heap the idle workers wait on, so no thread exists per checkout.
 
 Workers start on demand, up to :data:`MAX_WORKERS` (one for a single guard), so a
-subscriber that blocks one worker delays only its own checkout. A worker that dies
+subscriber that blocks one worker delays only its own checkout. One idle worker keeps
+time (waits for the next timer); the others wait for work without a timeout, so a
+timer wakes one thread, not all of them. A worker that dies
 (a ``SystemExit`` from a callback, a bug here) is reported, its task told that its
 turn was lost, and a new worker takes its place.
 """
@@ -57,13 +59,17 @@ class Scheduler:
     """Worker threads and a timer heap shared by every task of the process."""
 
     def __init__(self, max_workers: int = MAX_WORKERS) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # idle workers wait here for work
+        self._clock = threading.Condition(lock)  # the one idle worker keeping time waits here
+        self._done = threading.Condition(lock)  # remove() waits here for a turn to end
         self._ready: deque[Slot] = deque()
         self._timers: list[tuple[float, int, Slot]] = []
         self._seq = itertools.count()
         self._workers: list[threading.Thread] = []
         self._names = itertools.count(1)
-        self._idle = 0
+        self._idle = 0  # workers waiting on _cond
+        self._keeper = False  # a worker waits on _clock
         self._max = max_workers
         self._closed = False
         self.pid = os.getpid()
@@ -94,7 +100,7 @@ class Scheduler:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self._cond.wait(left)
+                self._done.wait(left)
         return True
 
     def wake(self, slot: Slot) -> None:
@@ -103,7 +109,25 @@ class Scheduler:
             self._wake(slot)
 
     def _wake(self, slot: Slot) -> None:
-        # Under _cond.
+        # Under _cond. A wake-up (an event) goes first and gets an idle worker.
+        if not slot.active or self._closed:
+            return
+        if slot.running is not None:
+            slot.again = True
+        elif not slot.queued:
+            slot.queued = True
+            self._ready.appendleft(slot)
+            if len(self._ready) <= self._idle:
+                self._cond.notify()
+            elif self._keeper and len(self._ready) <= self._idle + 1:
+                self._clock.notify()
+            elif len(self._workers) < self._max:
+                self._spawn()
+
+    def _due(self, slot: Slot) -> None:
+        # Under _cond. A timer's turn: queued behind wake-ups, for this worker to run
+        # in turn: a batch of periodic verifications costs one thread wake-up, not one
+        # per idle worker.
         if not slot.active or self._closed:
             return
         if slot.running is not None:
@@ -111,10 +135,6 @@ class Scheduler:
         elif not slot.queued:
             slot.queued = True
             self._ready.append(slot)
-            if len(self._ready) > self._idle and len(self._workers) < self._max:
-                self._spawn()
-            else:
-                self._cond.notify()
 
     def at(self, slot: Slot, when: float) -> None:
         """Run the task at monotonic time ``when`` (replaces its earlier timer)."""
@@ -130,10 +150,13 @@ class Scheduler:
             return
         earliest = self._timers[0][0] if self._timers else _NEVER
         heapq.heappush(self._timers, (when, next(self._seq), slot))
-        if when < earliest:
-            if not self._workers:
+        if when < earliest:  # the time keeper must shorten its wait
+            if self._keeper:
+                self._clock.notify()
+            elif self._idle:
+                self._cond.notify()  # it becomes the keeper
+            elif not self._workers:
                 self._spawn()
-            self._cond.notify()  # a waiting worker must shorten its wait
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -141,7 +164,8 @@ class Scheduler:
         """Stop every worker, joining them within ``timeout`` (not the calling one)."""
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
+            for condition in (self._cond, self._clock, self._done):
+                condition.notify_all()
             workers = list(self._workers)
         deadline = time.monotonic() + timeout
         for worker in workers:
@@ -174,15 +198,21 @@ class Scheduler:
                 when, _, slot = heapq.heappop(self._timers)
                 if slot.deadline == when:  # else replaced by a later at()
                     slot.deadline = _NEVER
-                    self._wake(slot)
+                    self._due(slot)
             if self._ready:
                 return self._ready.popleft()
-            timeout = self._timers[0][0] - now if self._timers else None
-            self._idle += 1
-            try:
-                self._cond.wait(timeout)
-            finally:
-                self._idle -= 1
+            if not self._keeper:
+                self._keeper = True
+                try:
+                    self._clock.wait(self._timers[0][0] - now if self._timers else None)
+                finally:
+                    self._keeper = False
+            else:
+                self._idle += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self._idle -= 1
         return None
 
     def _work(self) -> None:
@@ -220,7 +250,7 @@ class Scheduler:
         if slot.again:
             slot.again = False
             self._wake(slot)
-        self._cond.notify_all()  # remove() may be waiting for this turn to end
+        self._done.notify_all()  # remove() may be waiting for this turn to end
 
     def _exit(self, me: threading.Thread, slot: Slot | None, cause: BaseException | None) -> None:
         with self._cond:

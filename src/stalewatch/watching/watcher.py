@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import random
 import threading
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING
 from ..git.refs import GitDirs, identity
 from . import inotify, scheduler
 from .health import Health
-from .plan import Plan, Relevance, anchors, plan
+from .plan import Plan, Planner, Relevance, anchors
 from .source import OnChange, OnHealth
 from .stamp import Stamp, take
 
@@ -67,6 +68,7 @@ the 2 s default are each verified every 20 s, not 500 times a second in all."""
 READ_EVERY = 8
 """Every this many verifications HEAD is read even when the stamp says unchanged."""
 _RETRY = 1.0  # seconds before another try when the checkout or a directory is missing
+_QUANTUM = 0.1  # timers fall on this grid (or a quarter period), so one wake-up serves several
 _BACKOFF_MIN, _BACKOFF_MAX = 1.0, 30.0  # retrying native notification after a limit
 _MAX_REPLANS = 5  # re-plans per turn before yielding to the next turn
 _NEVER = float("inf")
@@ -112,6 +114,7 @@ class Watcher:
         self._inotify: inotify.Inotify | None = None
         self._watched: dict[Path, _Watched] = {}
         self._identities: dict[str, _Identity] = {}
+        self._planner = Planner(dirs)
         self.plan = Plan(frozenset(), frozenset(), frozenset(), frozenset())
         self._order: tuple[str, ...] = ()
         self._dirty = False
@@ -244,9 +247,15 @@ class Watcher:
             return _NEVER
         if self._restart_needed:
             return self._restart_at
+        when = self._next_verify
         if self._fallback is not None:
-            return min(self._next_verify, self._native_at)
-        return self._next_verify
+            when = min(when, self._native_at)
+        if when == _NEVER:
+            return when
+        # On a grid: verifications due close together share one worker wake-up.
+        quantum = min(_QUANTUM, self.verify_period / 4)
+        on_grid = math.ceil(when / quantum) * quantum
+        return on_grid if on_grid >= when else on_grid + quantum
 
     def _changed(self) -> Sequence[Path] | None:
         """Re-resolve (the guard's work); return HEAD's ref chain, ``None`` if unknown."""
@@ -256,7 +265,7 @@ class Watcher:
             logger.exception("stalewatch: re-resolving %s failed", self._dirs.worktree)
             return None
 
-    def _resolve(self) -> None:
+    def _resolve(self, *, recheck: bool = False) -> None:
         """Re-resolve HEAD, then move the watches with it; again while they move.
 
         A branch switch changes which ref matters. The watches move after the
@@ -266,16 +275,17 @@ class Watcher:
         for _ in range(_MAX_REPLANS):
             stamp = take(self._order)
             chain = self._changed()
-            if not self._replan(chain):
+            if not self._replan(chain, recheck=recheck):
                 self._stamp = stamp
                 return
+            recheck = False
         self._stamp = None
         self.wake()  # still moving: another turn
 
-    def _resolve_checked(self) -> bool:
+    def _resolve_checked(self, *, recheck: bool = False) -> bool:
         """:meth:`_resolve`; when a new watch hits a limit, fall back to polling (False)."""
         try:
-            self._resolve()
+            self._resolve(recheck=recheck)
         except OSError as exc:
             if exc.errno not in _NO_NOTIFICATION or self._health.mode != "native":
                 raise
@@ -291,14 +301,17 @@ class Watcher:
         self._beat(now)
         self._next_verify = now + self.verify_period
         self._verifies += 1
-        if any(identity(Path(path)) != ident for path, ident in self._identities.items()):
+        if any(_identity(path) != ident for path, ident in self._identities.items()):
             # The checkout deleted, moved or re-created: inotify watches follow inodes.
             self.signal(Relevance.ANCHOR)
             return
         stamp = take(self._order)
-        lost = any(w.registration is not None and not w.registration.alive for w in self._watched.values())
+        lost = any(
+            w.registration is not None and (not w.registration.alive or _identity(str(path)) != w.identity)
+            for path, w in self._watched.items()
+        )
         if lost or self._verifies % READ_EVERY == 0 or not stamp.proves_unchanged_since(self._stamp):
-            self._resolve_checked()
+            self._resolve_checked(recheck=True)
 
     def _beat(self, now: float) -> None:
         self.verified_at = now
@@ -318,7 +331,7 @@ class Watcher:
         self._close_watches()
         self._stamp = None
         self._beat(now)
-        identities = {path: identity(Path(path)) for path in anchors(self._dirs)}
+        identities = {path: _identity(path) for path in anchors(self._dirs)}
         if None in identities.values():
             self._health.mode = "none"  # checkout gone: HEAD reads unreadable; retried soon
             self._changed()
@@ -326,7 +339,7 @@ class Watcher:
             self._restart_at = now + min(_RETRY, self._source.verify_interval)
             return
         self._identities = identities
-        self._set_plan(plan(self._dirs))
+        self._set_plan(self._planner.plan())
         mode = self._open(now)
         self._health.mode = mode
         if self._next_verify == _NEVER or mode == "polling":  # spread first verifications over a period
@@ -401,7 +414,7 @@ class Watcher:
     # -- watches --------------------------------------------------------------------------------
 
     def _set_plan(self, new: Plan) -> bool:
-        changed = new != self.plan
+        changed = new is not self.plan and new != self.plan
         if changed:
             self.plan = new
             self._order = tuple(sorted(new.files))
@@ -438,13 +451,19 @@ class Watcher:
             registration = None
         self._watched[path] = _Watched(registration, ident, mask, names)
 
-    def _replan(self, chain: Sequence[Path] | None) -> bool:
+    def _replan(self, chain: Sequence[Path] | None, *, recheck: bool = False) -> bool:
         """Bring plan and watches in line with ``chain``; True if either changed.
+
+        Args:
+            recheck: also compare each watched directory's identity with the one it
+                had when watched (the periodic verification does; events report a
+                directory deleted or moved away on their own).
 
         Raises:
             OSError: a watch could not be added (a limit): the caller falls back.
         """
-        changed = self._set_plan(plan(self._dirs, chain))
+        old = self.plan
+        changed = self._set_plan(self._planner.plan(chain))
         if self._health.mode != "native":
             return changed
         with self._lock:
@@ -452,13 +471,19 @@ class Watcher:
             if self._stopped or hub is None:
                 return changed
             new = self.plan
-            # Watches to make anew: a directory deleted (the kernel dropped its watch) or
-            # replaced, even on the same inode, needs a new one.
+            if (
+                new is old
+                and not recheck
+                and all(w.registration is None or w.registration.alive for w in self._watched.values())
+            ):
+                return False  # the common case: nothing moved
+            # Watches to make anew: a directory deleted or moved away (the kernel
+            # dropped or moved its watch) or replaced, even on the same inode.
             stale = {
                 path
                 for path, watched in self._watched.items()
                 if (watched.registration is not None and not watched.registration.alive)
-                or identity(path) != watched.identity
+                or (recheck and identity(path) != watched.identity)
                 or self._want(path)[0] != watched.mask
             }
             moved = False
@@ -499,3 +524,13 @@ class Watcher:
     def _trust_unless_faulted(self, faults: int) -> bool:
         """Restore trust unless a fault came after ``faults`` (or we are stopping)."""
         return not self._stopped and self._health.trust_unless_faulted(faults)
+
+
+def _identity(path: str) -> _Identity:
+    """:func:`~stalewatch.git.refs.identity` for a path string (no Path object: it is
+    called for every anchor on every verification)."""
+    try:
+        st = os.stat(path)  # noqa: PTH116 - no Path: see above
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
