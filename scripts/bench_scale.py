@@ -12,6 +12,10 @@ starts ``stalewatch daemon --config`` on them, and prints:
 - detection: ref rename (as git does) in one of the N checkouts -> the event line at
   a subscriber, median and max over ``--updates`` updates.
 
+Then, in this process, a guard on a repository with ``--packed`` (100,000) packed
+refs, HEAD's branch packed too: ``check(strict=True)``, and detection of a loose ref
+update and of a ``packed-refs`` rewrite (what ``git pack-refs`` does).
+
 Figures are printed, never asserted. ``--quick`` runs N = 1, 10 with tiny counts.
 ``--src DIR`` runs the daemon from another source tree (e.g. an older checkout of
 stalewatch, for a before/after comparison).
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -234,6 +239,77 @@ def measure(
         shutil.rmtree(work / f"n{n}", ignore_errors=True)
 
 
+def packed_repository(root: Path, refs: int) -> tuple[Path, str, str]:
+    """A repository whose packed-refs holds ``refs`` tags and its branch (written as git
+    writes it: header, records sorted by name), with no loose refs."""
+    (root / "large").mkdir()
+    repo, a, b = template(root / "large")
+    names = [f"refs/tags/v{i:06d}" for i in range(refs)] + ["refs/heads/main"]
+    lines = ["# pack-refs with: peeled fully-peeled sorted \n"]
+    lines += [f"{a} {name}\n" for name in sorted(names, key=str.encode)]
+    (repo / ".git/packed-refs").write_text("".join(lines))
+    (repo / ".git/refs/heads/main").unlink()
+    return repo, a, b
+
+
+def large_repository(work: Path, refs: int, updates: int, src: str | None) -> None:
+    if src:
+        sys.path.insert(0, str(Path(src).resolve()))
+    from stalewatch import Guard, LocalSource
+
+    repo, a, b = packed_repository(work, refs)
+    packed = repo / ".git/packed-refs"
+    size = packed.stat().st_size / 1e6
+    # As most are, the file is older than the few seconds in which a rewrite could
+    # keep its stat data (git/packed.py's RACY_NS): until then every read is a full one.
+    time.sleep(max(0.0, packed.stat().st_ctime + 3.2 - time.time()))
+    guard = Guard.for_checkout(repo, source=LocalSource(verify_interval=3600))
+    events: queue.SimpleQueue[float] = queue.SimpleQueue()
+    guard.subscribe(lambda event: events.put(time.perf_counter()))
+    with guard:
+        guard.wait_ready(10)
+        timeit_runs = []
+        for _ in range(200 if updates > 5 else 20):
+            t0 = time.perf_counter()
+            for _ in range(100):
+                guard.check(strict=True)
+            timeit_runs.append((time.perf_counter() - t0) / 100)
+        strict = sorted(timeit_runs)
+        ref = repo / ".git/refs/heads/main"
+        loose: list[float] = []
+        for i in range(updates):  # a commit: the branch's loose ref appears, then moves
+            lock = ref.with_name("main.lock")
+            lock.write_text((b if i % 2 == 0 else a) + "\n")
+            t0 = time.perf_counter()
+            lock.replace(ref)
+            loose.append(events.get(timeout=10) - t0)
+        ref.unlink()  # packed-only again: back to the packed value
+        guard.refresh()
+        while not events.empty():
+            events.get()
+        repacked: list[float] = []
+        text = packed.read_text()
+        for i in range(updates):  # `git pack-refs`: packed-refs.new renamed over it
+            new = packed.with_name("packed-refs.new")
+            before, after = (a, b) if i % 2 == 0 else (b, a)
+            text = text.replace(f"{before} refs/heads/main", f"{after} refs/heads/main")
+            new.write_text(text)
+            t0 = time.perf_counter()
+            new.replace(packed)
+            repacked.append(events.get(timeout=10) - t0)
+    print(f"\nlarge repository: {refs:,} packed refs ({size:.1f} MB), HEAD's branch packed, in-process guard")
+    median, p99 = strict[len(strict) // 2], strict[int(0.99 * len(strict))]
+    print(f"  {'check(strict=True)':<35} median {_us(median)}  p99 {_us(p99)}")
+    for label, values in (("loose ref update -> event", loose), ("packed-refs rewrite -> event", repacked)):
+        ordered = sorted(values)
+        median, worst = statistics.median(ordered), ordered[-1]
+        print(f"  {label:<35} median {_us(median)}  max {_us(worst)}  (n={len(ordered)})")
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:9.1f} µs" if seconds < 1e-3 else f"{seconds * 1e3:9.3f} ms"
+
+
 def show(f: Figures) -> None:
     ms = sorted(v * 1000 for v in f.detect)
     print(
@@ -253,13 +329,14 @@ def main() -> int:
     parser.add_argument("--counts", default="1,100,1000")
     parser.add_argument("--idle", type=float, default=10.0)
     parser.add_argument("--updates", type=int, default=40)
+    parser.add_argument("--packed", type=int, default=100_000, help="refs in the large repository")
     parser.add_argument("--src", help="run the daemon from this source tree (its src/ directory)")
     parser.add_argument(
         "--quick", action="store_true", help="N = 1, 10 and tiny counts: checks the script runs"
     )
     args = parser.parse_args()
     if args.quick:
-        args.counts, args.idle, args.updates = "1,10", 0.5, 5
+        args.counts, args.idle, args.updates, args.packed = "1,10", 0.5, 5, 1000
     counts = [int(c) for c in args.counts.split(",")]
     work = Path(tempfile.mkdtemp(prefix="swscale-", dir="/tmp"))  # short: AF_UNIX paths
     try:
@@ -270,6 +347,8 @@ def main() -> int:
         )
         for n in counts:
             show(measure(n, work, source, (a, b), args))
+        if args.packed:
+            large_repository(work, args.packed, args.updates, args.src)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

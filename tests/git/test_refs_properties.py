@@ -8,6 +8,7 @@ the answers a plain dictionary gives, sorted or not.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -164,3 +165,28 @@ def test_any_packed_refs_bytes_are_searched_or_refused(data: bytes, probes: list
                 except RefError:
                     continue
                 assert found is None or is_object_id(found)
+
+
+@BUDGET
+@given(
+    data=st.binary(max_size=3 * 4096).map(lambda b: b.replace(b"x", b"\n")),
+    a=st.integers(0, 3 * 4096 + 10),
+    b=st.integers(0, 3 * 4096 + 10),
+)
+def test_the_paged_file_reads_like_its_bytes(data: bytes, a: int, b: int) -> None:
+    # Sorted packed-refs files are searched through pread pages, never read whole:
+    # every operation the search uses must answer as the bytes themselves would.
+    with repository() as dirs:
+        dirs.packed_refs.write_bytes(data)
+        fd = os.open(dirs.packed_refs, os.O_RDONLY)
+        try:
+            pages = packed._Pages(fd, len(data))
+            lo, hi = min(a, b), max(a, b)
+            assert len(pages) == len(data)
+            assert pages[lo:hi] == data[lo:hi]
+            assert pages.find(b"\n", lo) == data.find(b"\n", lo)
+            assert pages.rfind(b"\n", lo, hi) == data.rfind(b"\n", lo, hi)
+            assert pages.startswith(b"^", lo) == data.startswith(b"^", lo)
+            assert pages.count(b"\n", lo, hi) == data.count(b"\n", lo, hi)
+        finally:
+            os.close(fd)
