@@ -42,3 +42,13 @@ def test_bench_hermes_quick_prints_every_figure() -> None:
     out = run_quick("bench_hermes.py")
     for label in ("decided by the guard", "decided by the read", "WebUI today"):
         assert label in out
+
+
+def test_bench_scale_quick_prints_every_figure() -> None:
+    out = run_quick("bench_scale.py")
+    for label in ("N=1 ", "N=10 ", "start", "threads", "inotify 1 instance(s)", "watches", "RSS"):
+        assert label in out
+    for label in ("polling 0", "burst", "idle CPU", "detection median", "large repository"):
+        assert label in out
+    for label in ("check(strict=True)", "loose ref update -> event", "packed-refs rewrite -> event"):
+        assert label in out
