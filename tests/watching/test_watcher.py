@@ -578,3 +578,20 @@ def test_c11_symlinked_head_commit_is_seen_with_reverification_off(git_repo: Rep
         rec.wait_for("stale", new)
         with pytest.raises(StaleError):
             guard.check()
+
+
+def test_c4_switching_a_symlinked_head_is_never_a_false_unreadable(git_repo: Repo) -> None:
+    # With core.preferSymlinkRefs git switches branch by unlinking HEAD and then
+    # creating the new symlink: a resolve in between reads "HEAD does not exist". The
+    # worker waits for the new HEAD (its creation wakes it) instead of reporting it.
+    git_repo.git("branch", "side")
+    git_repo.commit("main moves on: each switch changes HEAD's commit")
+    git_repo.git("config", "core.preferSymlinkRefs", "true")
+    git_repo.git("checkout", "-q", "side")
+    source = LocalSource(verify_interval=3600)
+    with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
+        rec = Recorder(guard)
+        for i in range(40):
+            git_repo.git("checkout", "-q", "main" if i % 2 == 0 else "side")
+            rec.wait_for("stale" if i % 2 == 0 else "current")
+        assert [e for e in rec.events if e.status.value == "unreadable"] == []

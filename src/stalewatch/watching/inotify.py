@@ -43,6 +43,7 @@ from typing import Protocol
 __all__ = [
     "ANCHOR_MASK",
     "AVAILABLE",
+    "DELETED",
     "REF_MASK",
     "Inotify",
     "Listener",
@@ -87,10 +88,11 @@ if AVAILABLE:
     REF_MASK = ANCHOR_MASK | int(_C.IN_CLOSE_WRITE)
     _SELF = int(_C.IN_DELETE_SELF | _C.IN_MOVE_SELF | _C.IN_IGNORED | _C.IN_UNMOUNT)
     _IGNORED = int(_C.IN_IGNORED)
+    DELETED = int(_C.IN_DELETE)
     _OVERFLOW = int(_C.IN_Q_OVERFLOW)
     _MASK_ADD = int(_C.IN_MASK_ADD)
 else:  # pragma: no cover - not Linux
-    ANCHOR_MASK = REF_MASK = _SELF = _IGNORED = _OVERFLOW = _MASK_ADD = 0
+    ANCHOR_MASK = REF_MASK = _SELF = _IGNORED = _OVERFLOW = _MASK_ADD = DELETED = 0
 
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
 _READ_SIZE = 64 * 1024

@@ -71,6 +71,10 @@ _RETRY = 1.0  # seconds before another try when the checkout or a directory is m
 _QUANTUM = 0.1  # timers fall on this grid (or a quarter period), so one wake-up serves several
 _BACKOFF_MIN, _BACKOFF_MAX = 1.0, 30.0  # retrying native notification after a limit
 _MAX_REPLANS = 5  # re-plans per turn before yielding to the next turn
+# core.preferSymlinkRefs: git switches branch by unlinking HEAD, then creating the new
+# symlink. Resolving in between reads "HEAD does not exist": wait this long for the
+# new HEAD before resolving (its creation wakes the worker at once).
+_HEAD_GONE_GRACE = 0.05
 _NEVER = float("inf")
 
 _Identity = tuple[int, int] | None
@@ -187,7 +191,19 @@ class Watcher:
 
     def on_inotify(self, registration: inotify.Registration, name: bytes, mask: int) -> None:
         """An event in one of our directories (the reader thread: classify, no I/O)."""
-        self.signal(self.plan.relevance_in(registration.path, os.fsdecode(name)))
+        relevance = self.plan.relevance_in(registration.path, os.fsdecode(name))
+        slot, sched = self._slot, self._scheduler
+        if (
+            relevance is Relevance.REF
+            and mask & inotify.DELETED
+            and registration.path / os.fsdecode(name) == self._dirs.head_file
+            and slot is not None
+            and sched is not None
+        ):
+            self._dirty = True  # resolve at the end of the grace, or when HEAD is back
+            sched.at(slot, time.monotonic() + _HEAD_GONE_GRACE)
+            return
+        self.signal(relevance)
 
     def on_overflow(self) -> None:
         self.queue_overflowed()
