@@ -359,7 +359,7 @@ def lookup(path: Path, name: str) -> str | None:
     """
     where = str(path)
     try:
-        key = _key(path.stat())
+        key = _key(os.stat(where))  # noqa: PTH116 - on every strict check: no pathlib overhead
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
