@@ -175,3 +175,23 @@ def test_close_joins_every_worker(sched: Scheduler) -> None:
     assert 1 <= sched.workers() <= MAX_WORKERS
     sched.close()
     assert sched.workers() == 0
+
+
+def test_a_timer_asked_for_during_a_turn_is_not_lost_to_the_turns_own_answer(sched: Scheduler) -> None:
+    # The reader thread asks for a turn in 50 ms (HEAD being replaced) while a turn
+    # runs, which then answers "no timer": the earlier of the two must stand.
+    entered, release = threading.Event(), threading.Event()
+
+    def body() -> float:
+        if not entered.is_set():
+            entered.set()
+            release.wait(5)
+        return NEVER
+
+    task = Task(body)
+    slot = added(sched, task)
+    sched.wake(slot)
+    assert entered.wait(5)
+    sched.at(slot, time.monotonic() + 0.05)
+    release.set()
+    task.wait_turns(2)  # the first, then the one asked for

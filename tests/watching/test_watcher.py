@@ -595,3 +595,12 @@ def test_c4_switching_a_symlinked_head_is_never_a_false_unreadable(git_repo: Rep
             git_repo.git("checkout", "-q", "main" if i % 2 == 0 else "side")
             rec.wait_for("stale" if i % 2 == 0 else "current")
         assert [e for e in rec.events if e.status.value == "unreadable"] == []
+
+
+def test_c4_head_deleted_for_good_is_unreadable_after_the_grace(git_repo: Repo) -> None:
+    source = LocalSource(verify_interval=3600)  # only the deletion's event can explain it
+    with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
+        rec = Recorder(guard)
+        (git_repo.path / ".git/HEAD").unlink()
+        event = rec.wait_for("unreadable", timeout=5)
+        assert "HEAD does not exist" in (event.error or "")  # type: ignore[attr-defined]

@@ -53,6 +53,7 @@ class Slot:
         self.running: threading.Thread | None = None
         self.again = False  # woken while running: one more turn after this one
         self.deadline = _NEVER
+        self.asked = _NEVER  # the earliest at() made while running: kept by _finish
 
 
 class Scheduler:
@@ -143,6 +144,10 @@ class Scheduler:
 
     def _set_timer(self, slot: Slot, when: float) -> None:
         # Under _cond.
+        if slot.running is not None and slot.running is not threading.current_thread():
+            # Asked from another thread during a turn, whose own answer comes later:
+            # the earlier of the two wins (a grace timer must not be lost).
+            slot.asked = min(slot.asked, when)
         if when == slot.deadline or not slot.active:
             return
         slot.deadline = when
@@ -246,6 +251,7 @@ class Scheduler:
     def _finish(self, slot: Slot, when: float) -> None:
         # Under _cond.
         slot.running = None
+        when, slot.asked = min(when, slot.asked), _NEVER
         self._set_timer(slot, when)
         if slot.again:
             slot.again = False

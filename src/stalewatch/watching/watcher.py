@@ -122,6 +122,7 @@ class Watcher:
         self.plan = Plan(frozenset(), frozenset(), frozenset(), frozenset())
         self._order: tuple[str, ...] = ()
         self._dirty = False
+        self._resolve_at = _NEVER  # a resolve put off a moment (HEAD being replaced)
         self._restart_needed = True
         self._restart_at = 0.0
         self._stamp: Stamp | None = None
@@ -200,8 +201,11 @@ class Watcher:
             and slot is not None
             and sched is not None
         ):
-            self._dirty = True  # resolve at the end of the grace, or when HEAD is back
-            sched.at(slot, time.monotonic() + _HEAD_GONE_GRACE)
+            # Resolve at the end of the grace, or as soon as HEAD is back (its
+            # creation wakes the worker).
+            when = time.monotonic() + _HEAD_GONE_GRACE
+            self._resolve_at = min(self._resolve_at, when)
+            sched.at(slot, when)
             return
         self.signal(relevance)
 
@@ -241,6 +245,8 @@ class Watcher:
 
     def _step(self, now: float) -> None:
         dirty, self._dirty = self._dirty, False  # before resolving: a later write gets a turn (C12)
+        if self._resolve_at <= now:
+            dirty, self._resolve_at = True, _NEVER
         if self._stopped:
             return
         if self._restart_needed:
@@ -262,7 +268,9 @@ class Watcher:
         if self._stopped:
             return _NEVER
         if self._restart_needed:
-            return self._restart_at
+            return min(self._restart_at, self._resolve_at)
+        if self._resolve_at != _NEVER:
+            return self._resolve_at  # off the grid: a grace is short
         when = self._next_verify
         if self._fallback is not None:
             when = min(when, self._native_at)
