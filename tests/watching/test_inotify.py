@@ -220,3 +220,12 @@ def test_instance_limit_is_a_clear_os_error(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(OSError, match="instance limit reached") as info:
         inotify_module.acquire()
     assert info.value.errno == errno.EMFILE
+
+
+def test_the_instance_is_not_inherited_by_child_processes() -> None:
+    # A hook the daemon runs must not hold (or read) the daemon's instance.
+    instance = Inotify()
+    try:
+        assert not os.get_inheritable(instance.fd)
+    finally:
+        instance.close()

@@ -45,6 +45,15 @@ _HEADER = b"# pack-refs with:"
 _HEX = frozenset(b"0123456789abcdef")
 
 Key = tuple[int, int, int, int, int]
+_OPEN = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    """``os.pread``; where there is none (Windows), a seek and a read on our own fd."""
+    if hasattr(os, "pread"):
+        return os.pread(fd, size, offset)
+    os.lseek(fd, offset, os.SEEK_SET)  # pragma: no cover - not POSIX
+    return os.read(fd, size)  # pragma: no cover
 
 
 def _key(st: os.stat_result) -> Key:
@@ -85,7 +94,7 @@ class _Pages:
     def _page(self, number: int) -> bytes:
         page = self._pages.get(number)
         if page is None:
-            page = self._pages[number] = os.pread(self._fd, _PAGE, number * _PAGE)
+            page = self._pages[number] = _pread(self._fd, _PAGE, number * _PAGE)
         return page
 
     def __getitem__(self, index: slice, /) -> bytes:
@@ -261,7 +270,7 @@ def _index(path: Path, data: bytes, body: int) -> dict[bytes, bytes]:
 def _open(path: Path) -> int | None:
     try:
         # O_NONBLOCK: a FIFO planted here must not hang the reader.
-        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        return os.open(path, _OPEN)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
@@ -273,7 +282,7 @@ def _snapshot(path: Path, fd: int, st: os.stat_result) -> Snapshot:
     if not stat.S_ISREG(st.st_mode):
         raise RefError(path, "not a regular file")
     try:
-        head = os.pread(fd, _PAGE, 0)
+        head = _pread(fd, _PAGE, 0)
         body, is_sorted = 0, False
         if head.startswith(_HEADER):
             end = head.find(b"\n")
@@ -287,7 +296,7 @@ def _snapshot(path: Path, fd: int, st: os.stat_result) -> Snapshot:
         if st.st_size > _MAX_FILE:
             raise RefError(path, f"larger than {_MAX_FILE} bytes and not sorted")
         chunks, size = [], 0
-        while chunk := os.pread(fd, max(st.st_size - size, 0) + 65536, size):
+        while chunk := _pread(fd, max(st.st_size - size, 0) + 65536, size):
             chunks.append(chunk)
             size += len(chunk)
             if size > _MAX_FILE:  # grew while read

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import fcntl
 import logging
 import os
 import select
@@ -154,7 +153,7 @@ class Inotify:
         self.fd = fd
         self.pid = os.getpid()
         # Not inherited by hook processes; a forked child closes its copy (see below).
-        fcntl.fcntl(fd, fcntl.F_SETFD, fcntl.fcntl(fd, fcntl.F_GETFD) | fcntl.FD_CLOEXEC)
+        os.set_inheritable(fd, False)
         self._kill_r, self._kill_w = os.pipe()  # non-inheritable by default
         self._lock = threading.Lock()
         self._watches: dict[int, _Watch] = {}
