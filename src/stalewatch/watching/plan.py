@@ -147,6 +147,8 @@ class Planner:
         for ref in refs:
             walk = self._walks.get(ref)
             if walk is None:
+                if len(self._walks) >= 256:  # a long life of branch switches: start over
+                    self._walks.clear()
                 walk = self._walks[ref] = _walk(self._dirs, ref)
             homes.append(next((path for path, text in walk[:-1] if os.path.isdir(text)), walk[-1][0]))  # noqa: PTH112
         key = (refs, existing, tuple(homes))
