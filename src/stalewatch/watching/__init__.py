@@ -3,7 +3,9 @@
 - :mod:`.source`: the :class:`~.source.Source` interface a guard is fed by.
 - :mod:`.plan`: pure; which directories to watch and which writes matter (C7).
 - :mod:`.local`: :class:`~.local.LocalSource`, watching in this process.
-- :mod:`.watcher`: one checkout's watches and turns (no thread of its own).
+- :mod:`.watcher`: one checkout's turns (no thread of its own).
+- :mod:`.watches`: one checkout's registrations on the shared inotify instance.
+- :mod:`.fallback`: polling while notification is unavailable, and the way back.
 - :mod:`.inotify`: the process's one inotify instance and its reader thread.
 - :mod:`.scheduler`: the process's few worker threads and their timers.
 - :mod:`.stamp`: stat stamps that keep the periodic re-verification cheap.

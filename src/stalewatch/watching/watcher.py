@@ -31,19 +31,19 @@ import logging
 import math
 import os
 import random
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..git.refs import GitDirs, identity
+from ..git.refs import GitDirs
 from . import inotify, scheduler
+from .fallback import NO_NOTIFICATION, Fallback
 from .health import Health
 from .plan import Plan, Planner, Relevance, anchors
 from .source import OnChange, OnHealth
 from .stamp import Stamp, take
+from .watches import Watches, identity_of
 
 if TYPE_CHECKING:
     from .local import LocalSource
@@ -52,16 +52,6 @@ __all__ = ["READ_EVERY", "VERIFY_RATE", "Watcher"]
 
 logger = logging.getLogger(__name__)
 
-# OSError numbers meaning "no change notification here (now)": poll, and retry later.
-_NO_NOTIFICATION = frozenset({errno.ENOSPC, errno.EMFILE, errno.ENFILE, errno.ENOSYS, errno.ENOMEM})
-_REASONS = {
-    errno.ENOSPC: "watch limit reached",
-    errno.EMFILE: "instance limit reached",
-    errno.ENFILE: "the system's file table is full",
-    errno.ENOSYS: "not supported here",
-    errno.EACCES: "a git directory cannot be watched (permission)",
-}
-
 VERIFY_RATE = 50.0
 """Most periodic verifications per second in one process: a thousand checkouts with
 the 2 s default are each verified every 20 s, not 500 times a second in all."""
@@ -69,7 +59,6 @@ READ_EVERY = 8
 """Every this many verifications HEAD is read even when the stamp says unchanged."""
 _RETRY = 1.0  # seconds before another try when the checkout or a directory is missing
 _QUANTUM = 0.1  # timers fall on this grid (or a quarter period), so one wake-up serves several
-_BACKOFF_MIN, _BACKOFF_MAX = 1.0, 30.0  # retrying native notification after a limit
 _MAX_REPLANS = 5  # re-plans per turn before yielding to the next turn
 # core.preferSymlinkRefs: git switches branch by unlinking HEAD, then creating the new
 # symlink. Resolving in between reads "HEAD does not exist": wait this long for the
@@ -78,20 +67,6 @@ _HEAD_GONE_GRACE = 0.05
 _NEVER = float("inf")
 
 _Identity = tuple[int, int] | None
-
-
-@dataclass
-class _Watched:
-    registration: inotify.Registration | None  # None: a narrow directory we may not read
-    identity: _Identity
-    mask: int
-    names: frozenset[bytes]
-
-
-# Watchers polling because notification was unavailable: when one gets it back, the
-# others try again at once instead of waiting out their backoff.
-_waiting: set[Watcher] = set()
-_waiting_lock = threading.Lock()
 
 
 class Watcher:
@@ -109,14 +84,10 @@ class Watcher:
         self._dirs = dirs
         self._on_change = on_change
         self._health = Health(on_health)
-        # The watches and the instance: changed on a worker, closed by stop() from the
-        # caller's thread as well, always under this lock.
-        self._lock = threading.Lock()
         self._stopped = False
         self._scheduler: scheduler.Scheduler | None = None
         self._slot: scheduler.Slot | None = None
-        self._inotify: inotify.Inotify | None = None
-        self._watched: dict[Path, _Watched] = {}
+        self._watches = Watches(self, self.wake)
         self._identities: dict[str, _Identity] = {}
         self._planner = Planner(dirs)
         self.plan = Plan(frozenset(), frozenset(), frozenset(), frozenset())
@@ -128,9 +99,7 @@ class Watcher:
         self._stamp: Stamp | None = None
         self._verifies = 0
         self._next_verify = _NEVER
-        self._fallback: str | None = None  # why we poll, while notification is unavailable
-        self._native_at = 0.0  # earliest next try of native notification
-        self._backoff = _BACKOFF_MIN
+        self._fallback = Fallback(dirs.worktree, source.poll_interval, self.wake)
         self.verified_at: float | None = None
         self.on_verified: Callable[[], None] | None = None
         self.turns = 0
@@ -150,17 +119,15 @@ class Watcher:
         Waits up to a second for a turn in progress; a turn stuck in a slow subscriber
         callback ends when the callback returns (the watches are gone by then).
         """
-        with self._lock:
-            self._stopped = True
-        with _waiting_lock:
-            _waiting.discard(self)
+        self._stopped = True
+        self._fallback.forget()
         slot, self._slot = self._slot, None
         if slot is not None and self._scheduler is not None and not scheduler.release(self._scheduler, slot):
             logger.warning(
                 "stalewatch: the watcher of %s is still in a callback; it ends when that returns",
                 self._dirs.worktree,
             )
-        self._close_watches()
+        self._watches.close(final=True)
         self._health.report(False, "none")
 
     @property
@@ -253,7 +220,7 @@ class Watcher:
             if now >= self._restart_at:
                 self._restart(now)
             return
-        if self._fallback is not None and now >= self._native_at:
+        if self._fallback.due(now):
             self._restart(now)  # try native notification again
             return
         faults, resync = self._health.take_resync()  # together: a fault in between is never lost
@@ -272,8 +239,8 @@ class Watcher:
         if self._resolve_at != _NEVER:
             return self._resolve_at  # off the grid: a grace is short
         when = self._next_verify
-        if self._fallback is not None:
-            when = min(when, self._native_at)
+        if self._fallback.active:
+            when = min(when, self._fallback.retry_at)
         if when == _NEVER:
             return when
         # On a grid: verifications due close together share one worker wake-up.
@@ -311,9 +278,9 @@ class Watcher:
         try:
             self._resolve(recheck=recheck)
         except OSError as exc:
-            if exc.errno not in _NO_NOTIFICATION or self._health.mode != "native":
+            if exc.errno not in NO_NOTIFICATION or self._health.mode != "native":
                 raise
-            self._notification_unavailable(exc, time.monotonic())
+            self._fallback.unavailable(exc, time.monotonic())
             self._restart_needed = True
             self._restart_at = 0.0
             self.wake()
@@ -325,15 +292,12 @@ class Watcher:
         self._beat(now)
         self._next_verify = now + self.verify_period
         self._verifies += 1
-        if any(_identity(path) != ident for path, ident in self._identities.items()):
+        if any(identity_of(path) != ident for path, ident in self._identities.items()):
             # The checkout deleted, moved or re-created: inotify watches follow inodes.
             self.signal(Relevance.ANCHOR)
             return
         stamp = take(self._order)
-        lost = any(
-            w.registration is not None and (not w.registration.alive or _identity(str(path)) != w.identity)
-            for path, w in self._watched.items()
-        )
+        lost = self._watches.lost()
         if lost or self._verifies % READ_EVERY == 0 or not stamp.proves_unchanged_since(self._stamp):
             self._resolve_checked(recheck=True)
 
@@ -352,10 +316,10 @@ class Watcher:
         faults = self._health.faults
         self._restart_needed = False
         self._health.report(False, self._health.mode)
-        self._close_watches()
+        self._watches.close()
         self._stamp = None
         self._beat(now)
-        identities = {path: _identity(path) for path in anchors(self._dirs)}
+        identities = {path: identity_of(path) for path in anchors(self._dirs)}
         if None in identities.values():
             self._health.mode = "none"  # checkout gone: HEAD reads unreadable; retried soon
             self._changed()
@@ -376,64 +340,24 @@ class Watcher:
         """Watch the plan's directories natively if possible; the mode to run in."""
         if self._source.poll:
             return "polling"
-        if self._fallback is not None and now < self._native_at:
+        if self._fallback.holds(now):
             return "polling"
         try:
-            self._watch_all()
+            self._watches.open(self.plan)
         except OSError as exc:
-            self._close_watches()
+            self._watches.close()
             if self._stopped:
                 return "none"
-            if exc.errno in _NO_NOTIFICATION or exc.errno == errno.EACCES:
-                self._notification_unavailable(exc, now)
+            if exc.errno in NO_NOTIFICATION or exc.errno == errno.EACCES:
+                self._fallback.unavailable(exc, now)
                 return "polling"
             # e.g. a directory vanished between the plan and the watch
             logger.warning("stalewatch: cannot watch %s yet (%s); retrying", self._dirs.worktree, exc)
             self._restart_needed = True
             self._restart_at = now + min(_RETRY, self._source.verify_interval)
             return "none"
-        if self._fallback is not None:
-            logger.warning(
-                "stalewatch: change notification for %s is available again; watching natively",
-                self._dirs.worktree,
-            )
-            self._fallback = None
-            self._backoff = _BACKOFF_MIN
-        with _waiting_lock:
-            _waiting.discard(self)
-            others = list(_waiting)
-        for other in others:  # notification is back for this process: retry them now
-            other.retry_native()
+        self._fallback.available()
         return "native"
-
-    def retry_native(self) -> None:
-        """Try native notification again at once (another watcher just got it)."""
-        if self._fallback is not None and self._native_at != _NEVER:
-            self._native_at = 0.0
-            self.wake()
-
-    def _notification_unavailable(self, exc: OSError, now: float) -> None:
-        reason = _REASONS.get(exc.errno or 0, exc.strerror or str(exc))
-        delay = _NEVER if exc.errno == errno.ENOSYS else self._backoff
-        self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
-        self._native_at = now + delay
-        with _waiting_lock:
-            _waiting.add(self)
-        if self._fallback is None:
-            self._fallback = reason
-            again = "" if delay == _NEVER else f"; retrying native notification (backoff from {delay:.0f} s)"
-            logger.warning(
-                "stalewatch: change notification unavailable for %s (%s); polling every %.1f s%s, "
-                "and the barrier re-reads HEAD on each check meanwhile",
-                self._dirs.worktree,
-                reason,
-                self._source.poll_interval,
-                again,
-            )
-        else:
-            logger.debug(
-                "stalewatch: notification for %s still unavailable (%s)", self._dirs.worktree, reason
-            )
 
     # -- watches --------------------------------------------------------------------------------
 
@@ -444,44 +368,8 @@ class Watcher:
             self._order = tuple(sorted(new.files))
         return changed
 
-    def _want(self, path: Path) -> tuple[int, frozenset[bytes]]:
-        mask = inotify.ANCHOR_MASK if path in self.plan.narrow else inotify.REF_MASK
-        return mask, frozenset(os.fsencode(name) for name in self.plan.names(path))
-
-    def _watch_all(self) -> None:
-        with self._lock:
-            if self._stopped:
-                raise OSError(errno.ESHUTDOWN, "stopping")
-            if self._inotify is None:
-                self._inotify = inotify.acquire()
-            for path in self.plan.watch:
-                self._watch_dir(path)
-
-    def _watch_dir(self, path: Path) -> None:
-        # Under _lock, with an instance.
-        if self._inotify is None:
-            raise OSError(errno.EBADF, "no inotify instance")
-        ident = identity(path)  # before the watch: a later swap shows up as a mismatch
-        mask, names = self._want(path)
-        try:
-            registration: inotify.Registration | None = self._inotify.add(path, mask, names, self)
-        except (FileNotFoundError, NotADirectoryError):
-            self.wake()  # git removed it since the plan was made: plan again
-            return
-        except PermissionError:
-            if path not in self.plan.narrow:
-                raise  # a git or ref directory we cannot watch: changes would go unseen
-            # A traverse-only parent: the identity check of each verification backs it up.
-            registration = None
-        self._watched[path] = _Watched(registration, ident, mask, names)
-
     def _replan(self, chain: Sequence[Path] | None, *, recheck: bool = False) -> bool:
         """Bring plan and watches in line with ``chain``; True if either changed.
-
-        Args:
-            recheck: also compare each watched directory's identity with the one it
-                had when watched (the periodic verification does; events report a
-                directory deleted or moved away on their own).
 
         Raises:
             OSError: a watch could not be added (a limit): the caller falls back.
@@ -490,71 +378,17 @@ class Watcher:
         changed = self._set_plan(self._planner.plan(chain))
         if self._health.mode != "native":
             return changed
-        with self._lock:
-            hub = self._inotify
-            if self._stopped or hub is None:
-                return changed
-            new = self.plan
-            if (
-                new is old
-                and not recheck
-                and all(w.registration is None or w.registration.alive for w in self._watched.values())
-            ):
-                return False  # the common case: nothing moved
-            # Watches to make anew: a directory deleted or moved away (the kernel
-            # dropped or moved its watch) or replaced, even on the same inode.
-            stale = {
-                path
-                for path, watched in self._watched.items()
-                if (watched.registration is not None and not watched.registration.alive)
-                or (recheck and identity(path) != watched.identity)
-                or self._want(path)[0] != watched.mask
-            }
-            moved = False
-            for path in (self._watched.keys() - new.watch) | stale:
-                watched = self._watched.pop(path)
-                if watched.registration is not None:
-                    hub.remove(watched.registration)
-                moved = True
-            for path, watched in self._watched.items():
-                names = self._want(path)[1]
-                if watched.registration is not None and names != watched.names:
-                    # The reader sorted events with the old names until now: the caller
-                    # resolves again, so a write to the new branch is never lost.
-                    hub.rename(watched.registration, names)
-                    watched.names = names
-                    moved = True
-            for path in new.watch - self._watched.keys():
-                self._watch_dir(path)
-                moved = True
-        return changed or moved
+        return self._watches.follow(old, self.plan, recheck=recheck) or changed
 
-    def _close_watches(self) -> None:
-        with self._lock:
-            hub, watched = self._inotify, self._watched
-            self._inotify, self._watched = None, {}
-        if hub is None:
-            return
-        for entry in watched.values():
-            if entry.registration is not None:
-                hub.remove(entry.registration)
-        inotify.release(hub)
+    @property
+    def instance(self) -> inotify.Inotify | None:
+        """The process's inotify instance while this watcher uses it."""
+        return self._watches.instance
 
     def watch_count(self) -> int:
         """Directories watched natively now."""
-        with self._lock:
-            return sum(1 for w in self._watched.values() if w.registration is not None)
+        return self._watches.count()
 
     def _trust_unless_faulted(self, faults: int) -> bool:
         """Restore trust unless a fault came after ``faults`` (or we are stopping)."""
         return not self._stopped and self._health.trust_unless_faulted(faults)
-
-
-def _identity(path: str) -> _Identity:
-    """:func:`~stalewatch.git.refs.identity` for a path string (no Path object: it is
-    called for every anchor on every verification)."""
-    try:
-        st = os.stat(path)  # noqa: PTH116 - no Path: see above
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
