@@ -52,6 +52,7 @@ class Fallback:
         self.reason: str | None = None  # why we poll; None while native works
         self.retry_at = 0.0  # earliest next try of native notification
         self._backoff = BACKOFF_MIN
+        self._gone = False
 
     @property
     def active(self) -> bool:
@@ -72,7 +73,8 @@ class Fallback:
         self._backoff = min(self._backoff * 2, BACKOFF_MAX)
         self.retry_at = now + delay
         with _waiting_lock:
-            _waiting[self] = self._retry_now
+            if not self._gone:  # a turn still running after stop() must not re-register
+                _waiting[self] = self._retry_now
         if self.reason is None:
             self.reason = reason
             again = "" if delay == _NEVER else f"; retrying native notification (backoff from {delay:.0f} s)"
@@ -110,4 +112,5 @@ class Fallback:
     def forget(self) -> None:
         """The watcher stopped: no more retries."""
         with _waiting_lock:
+            self._gone = True
             _waiting.pop(self, None)

@@ -118,8 +118,8 @@ class Watches:
             hub = self._instance
             if self._closed or hub is None:
                 return False
-            if new is old and not recheck and not self._dead():
-                return False  # the common case: nothing moved
+            if new is old and not recheck and not self._dead() and self._watched.keys() == new.watch:
+                return False  # the common case: nothing moved (and nothing left to watch)
             # Watches to make anew: a directory deleted or moved away (the kernel
             # dropped or moved its watch) or replaced, even on the same inode.
             stale = {
