@@ -28,6 +28,7 @@ from types import FrameType
 from typing import Any
 
 from ..core.errors import StalewatchError, short
+from ..core.text import printable
 from .config import DaemonConfig, DaemonConfigError, load, with_checkouts
 from .connection import DaemonUnavailableError, follow_reconnecting, read_status
 from .protocol import SocketPathError, default_socket_path
@@ -242,8 +243,34 @@ def _socket_path(args: argparse.Namespace) -> Path:
     return Path(args.socket) if args.socket else default_socket_path()
 
 
+class _Shown(dict[str, Any]):
+    """A message's fields made safe to print; a missing field reads ``?``."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def _shown(message: dict[str, Any]) -> _Shown:
+    # Any text may hold a newline or an escape sequence (a path can): escape it, so
+    # one message is one line. Whatever else a daemon sends (a number where a
+    # revision belongs) prints as text instead of raising.
+    return _Shown(
+        {
+            key: value
+            if isinstance(value, bool) or (value is None and key.endswith("revision"))
+            else printable(str(value))
+            for key, value in message.items()
+        }
+    )
+
+
 def format_message(message: dict[str, Any]) -> str | None:
-    """One human line for a protocol message (``None`` for pings and pongs)."""
+    """One human line for a protocol message (``None`` for pings and pongs).
+
+    Every field is escaped with :func:`~stalewatch.core.text.printable`: the line never
+    breaks, whatever a path holds.
+    """
+    message = _shown(message)
     kind = message.get("type")
     if kind in ("snapshot", "event"):
         return (

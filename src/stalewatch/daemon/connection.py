@@ -116,7 +116,9 @@ def read_status(path: Path, timeout: float = 5.0) -> tuple[dict[str, Any], list[
         messages = _messages(sock, path)
         hello = next(messages)
         check_hello(hello, path)
-        expected = set(hello.get("checkouts") or [])
+        listed = hello.get("checkouts")
+        # Only names count: a daemon's odd list (numbers, objects) must not crash us.
+        expected = {c for c in listed if isinstance(c, str)} if isinstance(listed, list) else set()
         snapshots: list[dict[str, Any]] = []
         while len(snapshots) < len(expected):
             message = next(messages)
