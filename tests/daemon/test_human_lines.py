@@ -109,3 +109,14 @@ def test_a_daemon_sending_odd_fields_cannot_break_the_human_line() -> None:
     for message in odd:
         line = format_message(message)
         assert line is not None and "\n" not in line and "\x1b" not in line, (message, line)
+
+
+def test_the_daemon_log_keeps_one_line_per_record_for_a_path_with_a_newline(
+    odd_repo: Repo, workdir: Path
+) -> None:
+    with start_daemon(workdir, str(odd_repo.path)) as daemon:
+        odd_repo.commit()
+        assert daemon.stop() == 0
+    lines = daemon.log_text().splitlines()
+    assert lines and all(line[:4].isdigit() for line in lines), lines  # each starts with a timestamp
+    assert "\x1b" not in daemon.log_text()

@@ -68,7 +68,16 @@ def add_daemon_commands(sub: Any) -> None:
 # -- the daemon ---------------------------------------------------------------------------
 
 
-class _JournalFormatter(logging.Formatter):
+class _OneLineFormatter(logging.Formatter):
+    """Escapes control characters in the message: a path or a client's line holding a
+    newline must not forge a log line of its own (a traceback stays as it is)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+
+class _JournalFormatter(_OneLineFormatter):
     """journald adds its own timestamps; a ``<N>`` prefix carries the priority."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -92,7 +101,7 @@ def _logging_handler(level: str) -> logging.Handler:
     if _journal_attached():
         handler.setFormatter(_JournalFormatter("%(message)s"))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.setFormatter(_OneLineFormatter("%(asctime)s %(levelname)s %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level.upper())
