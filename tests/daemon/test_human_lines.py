@@ -120,3 +120,40 @@ def test_the_daemon_log_keeps_one_line_per_record_for_a_path_with_a_newline(
     lines = daemon.log_text().splitlines()
     assert lines and all(line[:4].isdigit() for line in lines), lines  # each starts with a timestamp
     assert "\x1b" not in daemon.log_text()
+
+
+def test_status_gives_up_on_a_peer_that_talks_but_never_sends_snapshots(workdir: Path) -> None:
+    """Another program on the socket: a hello, then pings for ever; status exits 3 in time."""
+    import json
+    import socket
+    import threading
+    import time
+
+    from stalewatch.cli import main
+
+    path = workdir / "impostor.sock"
+    stop = threading.Event()
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(path))
+        listener.listen()
+
+        def talk() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                hello = {"type": "hello", "protocol": 1, "keepalive": 0.05, "checkouts": ["/a", {"x": 1}]}
+                conn.sendall(json.dumps(hello).encode() + b"\n")
+                while not stop.wait(0.02):
+                    try:
+                        conn.sendall(b'{"type":"ping"}\n')
+                    except OSError:
+                        return
+
+        thread = threading.Thread(target=talk, name="test-impostor")
+        thread.start()
+        try:
+            started = time.monotonic()
+            assert main(["status", "--socket", str(path)]) == 3
+            assert time.monotonic() - started < 8.0  # read_status's 5 s, not for ever
+        finally:
+            stop.set()
+            thread.join(timeout=10)

@@ -20,7 +20,7 @@ from collections import deque
 
 from ..core.text import printable
 
-__all__ = ["HEAD_BYTES", "TAIL_BYTES", "BoundedOutput", "OutputDrain", "read_available"]
+__all__ = ["HEAD_BYTES", "MAX_DRAINED", "TAIL_BYTES", "BoundedOutput", "OutputDrain", "read_available"]
 
 logger = logging.getLogger("stalewatch.daemon.hooks")
 
@@ -28,6 +28,8 @@ HEAD_BYTES = 4096
 """Bytes of a hook's output kept from its start (logged)."""
 TAIL_BYTES = 4096
 """Bytes of a hook's output kept from its end (logged)."""
+MAX_DRAINED = 64
+"""Most pipes :class:`OutputDrain` holds at once; past it the oldest is closed."""
 MAX_LINES = 50
 """Lines of a hook's output logged from each end."""
 CHUNK = 65536
@@ -125,16 +127,34 @@ class OutputDrain:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pipes: dict[int, tuple[str, BoundedOutput]] = {}
+        self._closed_early: list[int] = []  # evicted by adopt(): closed by the thread
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = -1, -1
         self._stopping = False
 
     def adopt(self, fd: int, label: str, output: BoundedOutput) -> None:
-        """Take over non-blocking ``fd`` (closed when drained); log its rest under ``label``."""
+        """Take over non-blocking ``fd`` (closed when drained); log its rest under ``label``.
+
+        At most :data:`MAX_DRAINED` pipes are held: a hook run often that leaves a
+        long-lived writer each time (``sleep 3600 &``) would otherwise cost a
+        descriptor per run until the daemon runs out. Past the bound the oldest pipe
+        is closed (its writer gets EPIPE, or SIGPIPE, if it writes again).
+        """
         with self._lock:
             if self._stopping:
                 os.close(fd)
                 return
+            while len(self._pipes) >= MAX_DRAINED:
+                oldest = next(iter(self._pipes))  # dicts keep insertion order
+                old_label, old_output = self._pipes.pop(oldest)
+                self._closed_early.append(oldest)  # the thread unregisters, then closes it
+                logger.warning(
+                    "stalewatch: %s: more than %d hook output pipes held by background processes;"
+                    " closing the oldest",
+                    old_label,
+                    MAX_DRAINED,
+                )
+                _log_rest(old_label, old_output, closed=True)
             self._pipes[fd] = (label, output)
             if self._thread is None:
                 self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -169,6 +189,12 @@ class OutputDrain:
             selector.register(self._wake_r, selectors.EVENT_READ)
             while True:
                 with self._lock:
+                    for fd in self._closed_early:
+                        if fd in registered:
+                            selector.unregister(fd)
+                            registered.discard(fd)
+                        os.close(fd)
+                    self._closed_early.clear()
                     if self._stopping or not self._pipes:
                         self._finish(selector, registered)
                         return
@@ -180,6 +206,8 @@ class OutputDrain:
                         with contextlib.suppress(OSError):
                             os.read(self._wake_r, 4096)
                         continue
+                    if key.fd not in self._pipes:
+                        continue  # evicted meanwhile: closed on the next turn
                     label, output = self._pipes[key.fd]
                     if read_available(key.fd, output, CHUNK * 16):
                         selector.unregister(key.fd)
@@ -197,6 +225,9 @@ class OutputDrain:
 
     def _finish(self, selector: selectors.BaseSelector, registered: set[int]) -> None:
         # Under _lock: close what is left, and let the next adopt() start a thread.
+        for fd in self._closed_early:
+            os.close(fd)
+        self._closed_early.clear()
         for fd, (label, output) in self._pipes.items():
             os.close(fd)
             _log_rest(label, output, closed=True)
