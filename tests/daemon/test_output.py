@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import select
+import signal
+import subprocess
 
 import pytest
 
@@ -59,3 +61,47 @@ def test_the_drain_holds_at_most_max_drained_pipes(caplog: pytest.LogCaptureFixt
     assert caplog.text.count("closing the oldest") == 6
     assert f"hook {MAX_DRAINED + 5}: still read" in caplog.text
     assert drain.pipes == 0
+
+
+def test_a_background_flood_is_cut_off_instead_of_busying_the_drain_for_ever(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`yes &` left behind by a hook: the pipe is closed past the rate, and `yes` ends (EPIPE)."""
+    drain = OutputDrain()
+    read_end, write_end = os.pipe()  # as a hook's: the writer blocks, our end does not
+    os.set_blocking(read_end, False)
+    flood = subprocess.Popen(["yes"], stdout=write_end)
+    os.close(write_end)
+    try:
+        with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+            drain.adopt(read_end, "on_stale hook for /srv/app", BoundedOutput())
+            assert flood.wait(timeout=WAIT) in (1, -signal.SIGPIPE)  # EPIPE, or SIGPIPE
+    finally:
+        flood.kill()
+        flood.wait()
+        drain.stop()
+    assert "writes more than 65536 bytes/s" in caplog.text
+    assert "bytes not logged" in caplog.text
+
+
+def test_a_slow_background_writer_is_drained_for_as_long_as_it_writes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    drain = OutputDrain()
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+            drain.adopt(read_end, "hook", BoundedOutput())
+            for n in range(20):  # 20 lines, well under the rate: never cut off
+                os.write(write_end, f"request {n}\n".encode())
+                assert not _hung_up(write_end, timeout=0.01)
+            thread = drain._thread
+            os.close(write_end)
+            write_end = -1
+            assert thread is not None
+            thread.join(WAIT)
+    finally:
+        if write_end >= 0:
+            os.close(write_end)
+        drain.stop()
+    assert "closed by its last writer" in caplog.text and "hook: request 19" in caplog.text

@@ -16,11 +16,21 @@ import logging
 import os
 import selectors
 import threading
+import time
 from collections import deque
 
 from ..core.text import printable
 
-__all__ = ["HEAD_BYTES", "MAX_DRAINED", "TAIL_BYTES", "BoundedOutput", "OutputDrain", "read_available"]
+__all__ = [
+    "DRAIN_BURST",
+    "DRAIN_RATE",
+    "HEAD_BYTES",
+    "MAX_DRAINED",
+    "TAIL_BYTES",
+    "BoundedOutput",
+    "OutputDrain",
+    "read_available",
+]
 
 logger = logging.getLogger("stalewatch.daemon.hooks")
 
@@ -30,6 +40,10 @@ TAIL_BYTES = 4096
 """Bytes of a hook's output kept from its end (logged)."""
 MAX_DRAINED = 64
 """Most pipes :class:`OutputDrain` holds at once; past it the oldest is closed."""
+DRAIN_RATE = 64 << 10
+"""Bytes a second a hook's background process may keep writing to the hook's output."""
+DRAIN_BURST = 1 << 20
+"""Bytes it may write at once above that rate."""
 MAX_LINES = 50
 """Lines of a hook's output logged from each end."""
 CHUNK = 65536
@@ -128,6 +142,7 @@ class OutputDrain:
         self._lock = threading.Lock()
         self._pipes: dict[int, tuple[str, BoundedOutput]] = {}
         self._closed_early: list[int] = []  # evicted by adopt(): closed by the thread
+        self._budgets: dict[int, tuple[float, float]] = {}  # fd -> (bytes allowed, when)
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = -1, -1
         self._stopping = False
@@ -163,6 +178,19 @@ class OutputDrain:
             else:
                 self._poke()
 
+    def _allow(self, fd: int, taken: int) -> bool:
+        """Charge ``taken`` bytes to the pipe's budget; False once it writes too fast.
+
+        A token bucket: :data:`DRAIN_BURST` bytes, refilled at :data:`DRAIN_RATE`
+        bytes a second. A background server logging to the hook's stdout goes on for
+        ever; ``yes &`` is cut off instead of keeping this thread busy for ever.
+        """
+        now = time.monotonic()
+        allowance, since = self._budgets.get(fd, (float(DRAIN_BURST), now))
+        allowance = min(float(DRAIN_BURST), allowance + (now - since) * DRAIN_RATE) - taken
+        self._budgets[fd] = (allowance, now)
+        return allowance >= 0
+
     @property
     def pipes(self) -> int:
         """How many pipes are being drained."""
@@ -190,6 +218,7 @@ class OutputDrain:
             while True:
                 with self._lock:
                     for fd in self._closed_early:
+                        self._budgets.pop(fd, None)
                         if fd in registered:
                             selector.unregister(fd)
                             registered.discard(fd)
@@ -209,13 +238,24 @@ class OutputDrain:
                     if key.fd not in self._pipes:
                         continue  # evicted meanwhile: closed on the next turn
                     label, output = self._pipes[key.fd]
-                    if read_available(key.fd, output, CHUNK * 16):
+                    before = output.total
+                    ended = read_available(key.fd, output, CHUNK * 16)
+                    flooding = not ended and not self._allow(key.fd, output.total - before)
+                    if ended or flooding:
                         selector.unregister(key.fd)
                         registered.discard(key.fd)
                         with self._lock:
                             del self._pipes[key.fd]
+                            self._budgets.pop(key.fd, None)
                         os.close(key.fd)
-                        _log_rest(label, output)
+                        if flooding:
+                            logger.warning(
+                                "stalewatch: %s: a background process writes more than %d bytes/s to the"
+                                " hook's output; closing it (redirect its output: cmd >/dev/null 2>&1 &)",
+                                label,
+                                DRAIN_RATE,
+                            )
+                        _log_rest(label, output, closed=flooding)
         except Exception:
             logger.exception("stalewatch: draining hook output failed")
             with self._lock:
@@ -232,6 +272,7 @@ class OutputDrain:
             os.close(fd)
             _log_rest(label, output, closed=True)
         self._pipes.clear()
+        self._budgets.clear()
         registered.clear()
         os.close(self._wake_r)
         os.close(self._wake_w)
