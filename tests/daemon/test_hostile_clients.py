@@ -212,3 +212,38 @@ def test_running_out_of_file_descriptors_pauses_accepting_instead_of_spinning(
                     sub.close()
             new = git_repo.commit()
             assert watcher.next("event")["current_revision"] == new
+
+
+def _peak_rss_kb(pid: int) -> int:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in text.splitlines() if line.startswith("VmHWM:")))
+
+
+def test_pings_with_long_ids_cannot_multiply_what_the_daemon_holds(workdir: Path, git_repo: Repo) -> None:
+    """Twenty clients pipelining 4 KiB pings unread: the daemon holds a bounded, small amount."""
+    with start_daemon(workdir, str(git_repo.path)) as daemon, Subscriber(daemon.socket) as good:
+        greet(good)
+        before = _peak_rss_kb(daemon.proc.pid)
+        ping = b'{"type":"ping","id":"' + b"i" * 4000 + b'"}\n'
+        floods = [Subscriber(daemon.socket) for _ in range(20)]
+
+        def flood(sub: Subscriber) -> None:
+            sub.sock.settimeout(WAIT)
+            with contextlib.suppress(OSError):  # dropped, reset, or (unfixed) still queueing
+                sub.sock.sendall(ping * 1100)  # past the bound of 1024 lines (+ the greeting)
+
+        senders = [threading.Thread(target=flood, args=(s,), name="test-flood") for s in floods]
+        try:
+            for sender in senders:
+                sender.start()
+            for sender in senders:
+                sender.join(WAIT + 5)
+            good.send(b'{"type":"ping","id":"done"}\n')
+            assert good.next("pong")["id"] == "done"  # the daemon has read as far as it will
+            grown = _peak_rss_kb(daemon.proc.pid) - before
+            assert grown < 20_000, f"peak RSS grew by {grown} kB"  # was ~80 MB: 1024 pongs x 4 KiB x 20
+        finally:
+            for sub in floods:
+                sub.close()
+        good.send(b'{"type":"ping","id":"' + b"x" * 300 + b'"}\n')
+        assert [m for m in good.rest() if m["type"] == "error"][0]["reason"] == "bad-request"
