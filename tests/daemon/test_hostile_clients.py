@@ -246,4 +246,4 @@ def test_pings_with_long_ids_cannot_multiply_what_the_daemon_holds(workdir: Path
             for sub in floods:
                 sub.close()
         good.send(b'{"type":"ping","id":"' + b"x" * 300 + b'"}\n')
-        assert [m for m in good.rest() if m["type"] == "error"][0]["reason"] == "bad-request"
+        assert next(m for m in good.rest() if m["type"] == "error")["reason"] == "bad-request"
