@@ -3,7 +3,7 @@
 The server owns a :class:`Checkout` per configured checkout. The guard's events and
 the watcher's health reports arrive on the watcher's thread; they are handed to the
 server's loop through ``post`` (never handled on the watcher's thread), and to the
-hook runner, which has a thread of its own.
+hook runner, which starts a thread of its own while it has a hook to run.
 """
 
 from __future__ import annotations

@@ -161,6 +161,9 @@ class HookRunner:
             while True:
                 with self._cond:
                     if self._stop.is_set() or self._pending is None:
+                        # Decided and cleared under one lock: an event submitted after
+                        # this sees no thread and starts one (none is ever stranded).
+                        self._thread = None
                         return
                 if not self._hold():
                     return
@@ -178,7 +181,8 @@ class HookRunner:
                     self._set_state("idle")
         finally:
             with self._cond:
-                self._thread = None
+                if self._thread is threading.current_thread():  # stopped, or a bug
+                    self._thread = None
                 self._state = "idle"
                 self._cond.notify_all()
 
