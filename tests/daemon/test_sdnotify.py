@@ -90,8 +90,11 @@ def test_watchdog_proof_requires_live_watchers(workdir: Path, git_repo: Repo) ->
     try:
         thread.start()
         with Subscriber(workdir / "s.sock") as sub:
-            greet(sub)  # serving: the watcher has started and beaten once
-        assert server.alive() is None
+            _, (snap,) = greet(sub)  # served at once, even before the watcher runs
+            trusted = snap["trusted"]
+            while not trusted:  # then a health line says when it does
+                trusted = sub.next("health", skip=("ping",))["trusted"]
+        assert server.alive() is None  # the watcher has started and beaten once
         entry = next(iter(server._entries.values()))
         assert entry.source.beat is not None
         entry.source.beat -= 3600  # as if its thread had been wedged for an hour

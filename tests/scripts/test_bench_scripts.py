@@ -44,6 +44,24 @@ def test_bench_hermes_quick_prints_every_figure() -> None:
         assert label in out
 
 
+def test_soak_quick_prints_every_figure() -> None:
+    """A 10 s soak: the script exits 1 on a lost event, a gap, a dropped honest client or a dead daemon."""
+    out = run_quick("soak.py")
+    for label in (
+        "lost events:",
+        "generation gaps:",
+        "honest clients dropped:",
+        "hostile connections:",
+        "slow connections:",
+        "SIGHUPs:",
+        "hooks run:",
+        "daemon RSS (kB):",
+        "daemon open fds:",
+        "SIGTERM:",
+    ):
+        assert label in out
+
+
 def test_bench_scale_quick_prints_every_figure() -> None:
     out = run_quick("bench_scale.py")
     for label in ("N=1 ", "N=10 ", "start", "threads", "inotify 1 instance(s)", "watches", "RSS"):

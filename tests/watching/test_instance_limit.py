@@ -53,26 +53,39 @@ def _attempt(work: Path, repos: list[Repo], notes: Notifications) -> None:
             env=env,
         )
         log = LineReader(daemon.stderr)
-        said = log.until(lambda line: "change notification unavailable" in line or "mode=native" in line)
-        if "mode=native" in said:
-            raise _RaceLost(said)
-        assert "instance limit reached" in said
-        assert "retrying native notification" in said
-        # The other process lets go (as an editor or a sync tool would).
-        holder.stdin.close()  # type: ignore[union-attr]
-        holder.wait(timeout=WAIT)
-        log.until(lambda line: "available again" in line, timeout=3 * WAIT)
-        # Each watcher's health reports, as the server logs (and broadcasts) them.
+        everyone = {str(r.path) for r in repos}
+        # What the daemon says, line by line: each watcher's own word ("unavailable",
+        # "available again"), and its health reports as the server logs (and
+        # broadcasts) them: polling first, then native.
+        unavailable: set[str] = set()
         polling: set[str] = set()
         native: set[str] = set()
-        while native != {str(r.path) for r in repos}:
-            line = log.until(lambda line: "stalewatch: watcher for " in line, timeout=3 * WAIT)
-            path = line.split("watcher for ", 1)[1].split(": trusted=", 1)[0]
-            if "trusted=False mode=polling" in line:
-                polling.add(path)
-            elif "trusted=True mode=native" in line:
-                assert path in polling  # it said it polled first
-                native.add(path)
+        back = 0
+        released = False
+        while native != everyone:
+            line = log.until(lambda line: "stalewatch:" in line, timeout=3 * WAIT)
+            if "change notification unavailable for " in line:
+                assert "instance limit reached" in line
+                assert "retrying native notification" in line
+                unavailable.add(line.split("unavailable for ", 1)[1].split(" (", 1)[0])
+            elif "available again" in line:
+                back += 1
+            elif "watcher for " in line and ": trusted=" in line:
+                path = line.split("watcher for ", 1)[1].split(": trusted=", 1)[0]
+                if "trusted=False mode=polling" in line:
+                    polling.add(path)
+                elif "trusted=True mode=native" in line:
+                    if not released:
+                        raise _RaceLost(line)
+                    assert path in polling  # it said it polled first
+                    native.add(path)
+            if not released and unavailable == everyone:
+                # Every watcher tried and polls. The other process lets go (as an
+                # editor or a sync tool would).
+                holder.stdin.close()  # type: ignore[union-attr]
+                holder.wait(timeout=WAIT)
+                released = True
+        assert back == len(repos)
         notes.wait_for(lambda m: "READY=1" in m.split("\n"))
         with Subscriber(work / "d.sock") as sub:
             _, snapshots = greet(sub)

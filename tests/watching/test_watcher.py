@@ -299,8 +299,8 @@ def test_c9_watch_limit_falls_back_to_polling_logged_once(
     guard = Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.2, poll_interval=0.1))
     with guard:
         rec = Recorder(guard)
-        rec_ready = guard.wait_ready(0.5)
-        assert not rec_ready  # polling is never trusted for the fast path
+        assert guard.wait_ready(5)  # the watcher runs (polling) ...
+        assert not guard.snapshot().trusted  # ... but polling is never trusted for the fast path
         new = git_repo.commit("while polling")
         with pytest.raises(StaleError):
             guard.check()  # the barrier re-reads synchronously
@@ -316,8 +316,8 @@ def test_c9_watch_limit_reached_part_way_falls_back_to_polling(git_repo: Repo, w
     source = LocalSource(verify_interval=0.2, poll_interval=0.1)
     with Guard.for_checkout(git_repo.path, source=source) as guard:
         rec = Recorder(guard)
-        assert not guard.wait_ready(0.3)
-        assert guard.snapshot().mode == "polling"
+        assert guard.wait_ready(5)  # running, polling: ready, never trusted
+        assert guard.snapshot().mode == "polling" and not guard.snapshot().trusted
         new = git_repo.commit("while polling")
         with pytest.raises(StaleError):
             guard.check()
@@ -342,24 +342,25 @@ def test_c9_watch_limit_reached_when_head_moves_to_a_new_directory(
 def test_c9_watch_limit_lifted_returns_to_native_notification(
     git_repo: Repo, watch_limit: Limit, caplog: pytest.LogCaptureFixture
 ) -> None:
-    modes: list[tuple[bool, str]] = []
+    native = threading.Event()
     source = LocalSource(verify_interval=3600, poll_interval=0.1)
     with Guard.for_checkout(git_repo.path, source=source) as guard:
+        rec = Recorder(guard)
+        assert guard.wait_ready(5)  # the watcher runs: polling, never trusted
+        assert guard.snapshot().mode == "polling" and not guard.snapshot().trusted
         watcher = watcher_of(guard)
         real = watcher._health._on_health
 
         def spy(trusted: bool, mode: str) -> None:
-            modes.append((trusted, mode))
+            if (trusted, mode) == (True, "native"):
+                native.set()
             real(trusted, mode)
 
         watcher._health._on_health = spy
-        rec = Recorder(guard)
-        assert not guard.wait_ready(0.3)
-        assert guard.snapshot().mode == "polling"
         watch_limit.allowed = 1000  # another process let go of its watches
-        assert guard.wait_ready(10), "never returned to native notification"
-        assert guard.snapshot().mode == "native"
-        assert (True, "native") in modes  # the guard (and a daemon's clients) were told
+        # The guard (and a daemon's clients) are told: trusted again, mode native.
+        assert native.wait(10), "never returned to native notification"
+        assert guard.snapshot().mode == "native" and guard.snapshot().trusted
         new = git_repo.commit("seen natively: re-verification is off")
         rec.wait_for("stale", new)
     assert "available again" in caplog.text

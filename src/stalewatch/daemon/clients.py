@@ -4,13 +4,17 @@ Every write is non-blocking. A line that does not fit in a client's socket buffe
 waits in that client's queue; a queue that grows past its bound means the client is
 not reading, so it is told (an ``error`` line, if it reads within a grace period) and
 dropped. Nothing here ever waits for a client, so one stuck subscriber cannot delay
-another.
+another, and nothing a client sends can hurt another: every client's handling runs
+under :meth:`ClientSet.isolated`, which drops that client (with a log line) on any
+unexpected exception instead of letting it reach the daemon's loop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import select
 import selectors
 import socket
 import time
@@ -24,6 +28,9 @@ __all__ = ["Client", "ClientSet"]
 logger = logging.getLogger(__name__)
 
 DROP_GRACE = 5.0  # seconds a dropped client gets to read its error line
+MAX_ID_BYTES = 256  # longest `id` a ping may carry (encoded), echoed in the pong
+ACCEPT_PAUSE = 0.5  # seconds the listener rests after running out of file descriptors
+_FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class Client:
@@ -38,12 +45,19 @@ class Client:
         self.gens: dict[str, int] = {}  # last generation sent per checkout (exactly once)
         self.closing_at: float | None = None
         self.mask = 0
+        # The client shut down its write side (SHUT_WR): it still reads, so keep
+        # sending; the socket is then watched only for the hang-up of the whole peer.
+        self.half_closed = False
 
 
 def _request(line: bytes) -> dict[str, object]:
     request = decode(line)
     if request["type"] != "ping":
         raise ProtocolError(line, f"unknown request type {request['type']!r}")
+    # The pong echoes `id`: a 4 KiB id per ping, unread, would make every queued line
+    # ten times an event's size (4 MiB per client instead of ~0.4 MiB at the bound).
+    if "id" in request and len(encode({"id": request["id"]})) > MAX_ID_BYTES + 8:
+        raise ProtocolError(line, f"'id' longer than {MAX_ID_BYTES} bytes")
     return request
 
 
@@ -66,6 +80,9 @@ class ClientSet:
         self.buffer = buffer
         self._clients: dict[int, Client] = {}
         self._numbers = 0
+        self.burst = 1  # lines of one greeting (hello + a snapshot per checkout)
+        self.accept_paused_until: float | None = None  # out of descriptors: listener rests
+        self._fd_warned = 0.0
 
     def __len__(self) -> int:
         """The clients being served (a dropped one no longer counts)."""
@@ -75,42 +92,98 @@ class ClientSet:
         """The clients still being served (not those closing after a drop)."""
         return iter([c for c in self._clients.values() if c.closing_at is None])
 
-    def accept(self, listener: socket.socket, greet: Callable[[Client], None]) -> None:
-        """Accept every pending connection; ``greet`` queues its first lines."""
+    @property
+    def limit(self) -> int:
+        """Lines a client may have queued: ``queue_limit`` beyond one greeting burst.
+
+        A greeting is 1 + one snapshot per checkout (a daemon may watch a thousand),
+        so a small ``client_queue`` must not count it, or every client is dropped
+        before it could read a line.
+        """
+        return self.queue_limit + self.burst
+
+    def accept(self, listener: socket.socket, greet: Callable[[Client], None]) -> bool:
+        """Accept every pending connection; ``greet`` queues its first lines.
+
+        Returns False when out of file descriptors (``EMFILE``): the pending
+        connection stays in the backlog and keeps the listener readable, so the
+        caller must stop watching the listener for :data:`ACCEPT_PAUSE` seconds
+        (else the loop spins and floods the log).
+        """
         while True:
             try:
                 sock, _ = listener.accept()
             except BlockingIOError:
-                return
-            except OSError as exc:  # EMFILE and friends: keep serving the others
+                return True
+            except OSError as exc:
+                if exc.errno in _FD_EXHAUSTED:
+                    now = time.monotonic()
+                    if now - self._fd_warned >= 60.0:  # once a minute, not once a turn
+                        self._fd_warned = now
+                        logger.warning(
+                            "stalewatch: cannot accept clients: %s; pausing accepts for %.1f s",
+                            exc.strerror or exc,
+                            ACCEPT_PAUSE,
+                        )
+                    return False
                 logger.warning("stalewatch: cannot accept a client: %s", exc)
-                return
-            sock.setblocking(False)
-            # Lines the kernel holds for a client that does not read are invisible to
-            # the queue bound: keep that share small so a stuck client is noticed.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.buffer)
-            if len(self) >= self.max_clients:
-                logger.warning("stalewatch: refusing a client: %d clients already", len(self._clients))
-                detail = f"the daemon serves at most {self.max_clients} clients"
-                with contextlib.suppress(OSError):  # best effort: it is refused either way
-                    sock.send(encode(error_message("too-many-clients", detail)))
-                sock.close()
-                continue
-            self._numbers += 1
-            client = Client(sock, self._numbers)
-            self._clients[client.number] = client
-            client.mask = selectors.EVENT_READ
-            self._selector.register(sock, client.mask, client)
-            logger.debug("stalewatch: client %d connected", client.number)
+                return True
+            with self.isolated(None, sock):
+                self._admit(sock, greet)
+
+    def _admit(self, sock: socket.socket, greet: Callable[[Client], None]) -> None:
+        sock.setblocking(False)
+        # Lines the kernel holds for a client that does not read are invisible to
+        # the queue bound: keep that share small so a stuck client is noticed.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.buffer)
+        if len(self) >= self.max_clients:
+            logger.warning("stalewatch: refusing a client: %d clients already", len(self._clients))
+            detail = f"the daemon serves at most {self.max_clients} clients"
+            with contextlib.suppress(OSError):  # best effort: it is refused either way
+                sock.send(encode(error_message("too-many-clients", detail)))
+            sock.close()
+            return
+        self._numbers += 1
+        client = Client(sock, self._numbers)
+        self._selector.register(sock, selectors.EVENT_READ, client)
+        client.mask = selectors.EVENT_READ
+        self._clients[client.number] = client
+        logger.debug("stalewatch: client %d connected", client.number)
+        with self.isolated(client):
             greet(client)
             self.flush(client)
 
+    @contextlib.contextmanager
+    def isolated(self, client: Client | None, sock: socket.socket | None = None) -> Iterator[None]:
+        """Run one client's handling; an unexpected exception drops only that client.
+
+        Whatever a client sends is refused at decode time (:class:`ProtocolError`);
+        this is the second line: a bug triggered by one client's input must cost
+        that client its connection, never the daemon's loop or the other clients.
+        """
+        try:
+            yield
+        except Exception:
+            number = client.number if client is not None else "(new)"
+            logger.exception("stalewatch: dropping client %s after an unexpected error", number)
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    self.close(client)
+            elif sock is not None:
+                sock.close()
+
     def serve(self, client: Client, mask: int) -> None:
-        """Handle readiness reported by the selector."""
-        if mask & selectors.EVENT_WRITE:
-            self.flush(client)
-        if mask & selectors.EVENT_READ and client.number in self._clients and client.closing_at is None:
-            self._read(client)
+        """Handle readiness reported by the selector (isolated: see :meth:`isolated`)."""
+        with self.isolated(client):
+            if mask & selectors.EVENT_WRITE:
+                self.flush(client)
+            if (
+                mask & selectors.EVENT_READ
+                and client.number in self._clients
+                and client.closing_at is None
+                and not client.half_closed
+            ):
+                self._read(client)
 
     def _read(self, client: Client) -> None:
         try:
@@ -118,10 +191,16 @@ class ClientSet:
         except BlockingIOError:
             return
         except OSError:
-            data = b""
-        if not data:
             logger.debug("stalewatch: client %d disconnected", client.number)
             self.close(client)
+            return
+        if not data:
+            # End of its input, not necessarily of the connection: `cmd <&-`, or a
+            # client that shuts down its write side, still reads. Keep sending; a
+            # write error or the peer's hang-up (see expire) ends it.
+            logger.debug("stalewatch: client %d closed its write side", client.number)
+            client.half_closed = True
+            self._update_mask(client)
             return
         try:
             for line in client.reader.feed(data):
@@ -141,18 +220,19 @@ class ClientSet:
         if client.closing_at is not None:
             return
         client.out.append(line)
-        if len(client.out) > self.queue_limit:
+        if len(client.out) > self.limit:
             logger.warning(
-                "stalewatch: dropping client %d: more than %d lines unread", client.number, self.queue_limit
+                "stalewatch: dropping client %d: more than %d lines unread", client.number, self.limit
             )
-            self.drop(client, "slow-client", f"more than {self.queue_limit} lines queued unread")
+            self.drop(client, "slow-client", f"more than {self.limit} lines queued unread")
         elif flush:
             self.flush(client)
 
     def broadcast(self, line: bytes) -> None:
         """Send ``line`` to every client being served."""
         for client in self:
-            self.send(client, line)
+            with self.isolated(client):
+                self.send(client, line)
 
     def drop(self, client: Client, reason: str, detail: str) -> None:
         """Tell the client why (if it reads within the grace period), then close it."""
@@ -182,7 +262,11 @@ class ClientSet:
         if not client.out and client.closing_at is not None:
             self.close(client)
             return
-        mask = selectors.EVENT_READ if client.closing_at is None else 0
+        self._update_mask(client)
+
+    def _update_mask(self, client: Client) -> None:
+        reading = client.closing_at is None and not client.half_closed
+        mask = selectors.EVENT_READ if reading else 0
         if client.out:
             mask |= selectors.EVENT_WRITE
         if mask != client.mask and client.number in self._clients:
@@ -214,10 +298,25 @@ class ClientSet:
         return min(deadlines) if deadlines else None
 
     def expire(self, now: float) -> None:
-        """Close dropped clients whose grace period is over."""
+        """Close dropped clients whose grace period is over, and hung-up half-closed ones."""
+        half_closed: list[Client] = []
         for client in list(self._clients.values()):
             if client.closing_at is not None and now >= client.closing_at:
                 self.close(client)
+            elif client.half_closed:
+                half_closed.append(client)
+        if half_closed:
+            # The selector cannot watch a half-closed client for reading (its end of
+            # input is always "readable"); poll with an empty mask reports only
+            # POLLHUP/POLLERR: the peer closed the whole connection.
+            poller = select.poll()
+            for client in half_closed:
+                poller.register(client.sock, 0)
+            gone = {fd for fd, _ in poller.poll(0)}
+            for client in half_closed:
+                if client.sock.fileno() in gone:
+                    logger.debug("stalewatch: client %d disconnected", client.number)
+                    self.close(client)
 
     def close_all(self) -> None:
         """Close every client."""

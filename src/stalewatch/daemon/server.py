@@ -26,8 +26,9 @@ from .. import __version__
 from ..core.errors import BindError
 from ..core.status import Event
 from .checkout import Checkout
-from .clients import Client, ClientSet
+from .clients import ACCEPT_PAUSE, Client, ClientSet
 from .config import CheckoutConfig, DaemonConfig, DaemonConfigError
+from .output import OutputDrain
 from .protocol import (
     encode,
     event_message,
@@ -42,7 +43,7 @@ __all__ = ["DaemonServer"]
 
 logger = logging.getLogger(__name__)
 
-_READY_WAIT = 5.0  # longest wait for the watchers to become trusted before READY=1
+_READY_WAIT = 5.0  # longest wait for the watchers to run before READY=1 (serving meanwhile)
 _LOOP_TICK = 1.0  # the loop wakes at least this often (its heartbeat)
 # STATUS= costs a snapshot per checkout (milliseconds for a thousand): it is made only
 # after a change, on a quiet turn (never between an event and the next), or after this.
@@ -62,6 +63,7 @@ class DaemonServer:
         self.settings = settings
         self._reload = reload
         self._entries: dict[str, Checkout] = {}
+        self._drain = OutputDrain()  # hook output still held by a hook's background process
         # Bind every checkout first: a bad one fails before anything is opened.
         for checkout in settings.checkouts:
             entry = self._make_entry(checkout, 0)
@@ -79,6 +81,9 @@ class DaemonServer:
         self._stopping = threading.Event()
         self._reload_requested = False
         self._changes = 0  # events and health reports handled, and reloads: STATUS= may differ
+        self._unready: set[str] = set()  # checkouts whose watcher is not running yet
+        self._ready_by = 0.0
+        self._ready_sent = False
         self._supervisor = Supervisor(_LOOP_TICK)
         self._supervisor.watching(self._watchers())
 
@@ -102,7 +107,7 @@ class DaemonServer:
     # -- entries ---------------------------------------------------------------------------
 
     def _make_entry(self, checkout: CheckoutConfig, base: int) -> Checkout:
-        return Checkout(checkout, self._post, base)
+        return Checkout(checkout, self._post, base, self._drain)
 
     def _post(self, kind: str, entry: Checkout, payload: Any) -> None:
         # Any thread (a watcher's): the loop handles it on its next turn.
@@ -112,7 +117,13 @@ class DaemonServer:
     # -- serving ---------------------------------------------------------------------------
 
     def serve(self, listener: socket.socket) -> None:
-        """Start the watchers, notify systemd, and serve until :meth:`stop` (or a signal).
+        """Start the watchers, serve at once, notify systemd, and serve until :meth:`stop`.
+
+        Clients are served from the first moment (a snapshot says whether a watcher
+        is trusted yet; a ``health`` line follows when it becomes so). ``READY=1``
+        waits, inside the loop so signals stay prompt, until every watcher runs
+        (trusted, or polling: a mode that is never trusted) or :data:`_READY_WAIT`
+        seconds passed.
 
         Args:
             listener: a bound, listening, non-blocking Unix stream socket (the caller
@@ -120,13 +131,11 @@ class DaemonServer:
         """
         handlers = self._install_signals()
         try:
+            self._clients.burst = 1 + len(self._entries)
             for entry in self._entries.values():
                 entry.start()
-            deadline = time.monotonic() + _READY_WAIT
-            for entry in self._entries.values():
-                if not entry.source.trusted.wait(max(0.0, deadline - time.monotonic())):
-                    logger.warning("stalewatch: watcher for %s not trusted yet; serving anyway", entry.key)
-            self._process_inbox()  # start-up health reports: logged, nobody to tell yet
+            self._unready = set(self._entries)
+            self._ready_by = time.monotonic() + _READY_WAIT
             self._selector.register(listener, selectors.EVENT_READ, "listen")
             self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
             logger.info(
@@ -136,13 +145,22 @@ class DaemonServer:
                 len(self._entries),
                 ", ".join(self._entries),
             )
-            self._supervisor.ready(self._status())
             self._loop(listener)
         finally:
             self._supervisor.stopping()
             self._shutdown()
             for signum, previous in handlers.items():
                 signal.signal(signum, previous)
+
+    def _maybe_ready(self, now: float) -> None:
+        """Send ``READY=1`` once every watcher runs, or once the wait is over."""
+        if self._ready_sent or (self._unready and now < self._ready_by):
+            return
+        for key in sorted(self._unready):
+            logger.warning("stalewatch: watcher for %s not running yet; ready anyway", key)
+        self._unready.clear()
+        self._ready_sent = True
+        self._supervisor.ready(self._status())
 
     def _install_signals(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
@@ -168,26 +186,30 @@ class DaemonServer:
         while not self._stopping.is_set():
             now = time.monotonic()
             timeout = min(_LOOP_TICK, next_ping - now)
-            closing = self._clients.next_deadline()
-            if closing is not None:
-                timeout = min(timeout, closing - now)
+            for deadline in (self._clients.next_deadline(), self._clients.accept_paused_until):
+                if deadline is not None:
+                    timeout = min(timeout, deadline - now)
+            if not self._ready_sent:
+                timeout = min(timeout, self._ready_by - now)
             pending = shown != (self._changes, len(self._clients))
             if pending:
                 timeout = min(timeout, _STATUS_QUIET)
             ready = self._selector.select(max(0.0, timeout))
             for key, mask in ready:
                 if key.data == "listen":
-                    self._clients.accept(listener, self._greet)
+                    self._accept(listener)
                 elif key.data == "wake":
                     self._drain_wake()
                 elif isinstance(key.data, Client):
-                    self._clients.serve(key.data, mask)
+                    self._clients.serve(key.data, mask)  # isolated: one client's failure is its own
             changes = self._changes
-            self._process_inbox()
+            self._guarded("processing events", self._process_inbox)
             if self._reload_requested:
                 self._reload_requested = False
-                self._do_reload()
+                self._guarded("reloading", self._do_reload)
             now = time.monotonic()
+            self._maybe_ready(now)
+            self._resume_accepting(listener, now)
             if now >= next_ping:
                 next_ping = now + self.settings.keepalive
                 self._clients.broadcast(encode({"type": "ping", "at": time.time()}))
@@ -200,6 +222,27 @@ class DaemonServer:
                 shown = wanted
                 self._supervisor.status(self._status())
             self._supervisor.beat()
+
+    def _guarded(self, what: str, step: Any) -> None:
+        # A bug in one step of a turn is logged and the loop goes on: the daemon's
+        # clients, hooks and restarts must not die with it.
+        try:
+            step()
+        except Exception:
+            logger.exception("stalewatch: unexpected error while %s; serving on", what)
+
+    def _accept(self, listener: socket.socket) -> None:
+        if not self._clients.accept(listener, self._greet):
+            # Out of descriptors: the pending connection keeps the listener readable;
+            # rest it instead of spinning (the backlog holds new clients meanwhile).
+            self._selector.unregister(listener)
+            self._clients.accept_paused_until = time.monotonic() + ACCEPT_PAUSE
+
+    def _resume_accepting(self, listener: socket.socket, now: float) -> None:
+        paused = self._clients.accept_paused_until
+        if paused is not None and now >= paused:
+            self._clients.accept_paused_until = None
+            self._selector.register(listener, selectors.EVENT_READ, "listen")
 
     def _drain_wake(self) -> None:
         try:
@@ -223,6 +266,8 @@ class DaemonServer:
                 if payload == entry.health:
                     continue
                 trusted, mode = entry.health = payload
+                if trusted or mode == "polling":  # running (polling is never trusted)
+                    self._unready.discard(entry.key)
                 level = logging.WARNING if entry.was_trusted and not trusted else logging.INFO
                 entry.was_trusted |= trusted
                 logger.log(level, "stalewatch: watcher for %s: trusted=%s mode=%s", entry.key, trusted, mode)
@@ -246,7 +291,8 @@ class DaemonServer:
             if client.gens.get(entry.key, -1) >= generation:
                 continue
             client.gens[entry.key] = generation
-            self._clients.send(client, line)
+            with self._clients.isolated(client):
+                self._clients.send(client, line)
 
     def _greet(self, client: Client) -> None:
         hello = hello_message(list(self._entries), self.settings.keepalive, __version__)
@@ -292,6 +338,10 @@ class DaemonServer:
             logger.warning("stalewatch: a new socket path takes effect only after a restart")
         logging.getLogger().setLevel(settings.log_level.upper())
         self.settings = settings
+        self._clients.burst = 1 + len(reused) + len(fresh)  # before fresh snapshots are queued
+        for key, entry in self._entries.items():
+            if key not in reused:
+                entry.request_stop()  # grace periods side by side, as at shutdown
         for key, entry in list(self._entries.items()):
             if key in reused:
                 continue
@@ -311,8 +361,9 @@ class DaemonServer:
             entry.start()
             logger.info("stalewatch: watching %s (loaded %s)", key, entry.guard.loaded_revision)
             for client in self._clients:
-                self._send_snapshot(client, entry)
-                self._clients.flush(client)
+                with self._clients.isolated(client):
+                    self._send_snapshot(client, entry)
+                    self._clients.flush(client)
         self._supervisor.watching(self._watchers())
         self._clients.max_clients = settings.max_clients
         self._clients.queue_limit = settings.client_queue
@@ -347,8 +398,13 @@ class DaemonServer:
             return  # already shut down
         self._stopping.set()
         self._clients.close_all()
+        # Every running hook gets SIGTERM first, then each runner is joined: the grace
+        # periods of hooks that ignore SIGTERM overlap instead of adding up.
+        for entry in self._entries.values():
+            entry.request_stop()
         for entry in self._entries.values():
             entry.stop()
+        self._drain.stop()
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()

@@ -330,8 +330,13 @@ class Watcher:
         self._set_plan(self._planner.plan())
         mode = self._open(now)
         self._health.mode = mode
-        if self._next_verify == _NEVER or mode == "polling":  # spread first verifications over a period
+        # The first verification: spread over a period, so a thousand checkouts started
+        # together are not verified together; no sooner than a period after the start
+        # (the watches are fresh), except when polling (that is how changes are seen).
+        if mode == "polling":
             self._next_verify = now + random.uniform(0.1, 1.0) * self.verify_period  # noqa: S311
+        elif self._next_verify == _NEVER:
+            self._next_verify = now + random.uniform(1.0, 2.0) * self.verify_period  # noqa: S311
         # Resolve only once the watches exist, so no update falls between the two.
         if self._resolve_checked():
             self._trust_unless_faulted(faults)  # trusted only when native
