@@ -19,7 +19,7 @@ from pathlib import Path
 from ..core.status import Snapshot, Status
 from ..git.refs import GitDirs
 from ..watching.local import LocalSource
-from ..watching.source import OnChange, OnHealth, Watch
+from ..watching.source import OnChange, OnHealth, OnRestart, Watch
 from . import sdnotify
 
 __all__ = ["ObservedSource", "Supervisor", "status_text"]
@@ -42,7 +42,15 @@ class ObservedSource:
         self.trusted = threading.Event()
         self.on_report: Callable[[bool, str], None] | None = None  # set by the server
 
-    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watch:
+    def watch(
+        self,
+        dirs: GitDirs,
+        on_change: OnChange,
+        on_health: OnHealth,
+        *,
+        loaded_revision: str | None = None,
+        on_restart: OnRestart | None = None,
+    ) -> Watch:
         def changed() -> Sequence[Path] | None:
             self.beat = time.monotonic()
             return on_change()
