@@ -23,6 +23,7 @@ from . import __version__
 from .core.errors import HeadUnreadableError, StalewatchError, short
 from .core.guard import Guard
 from .core.status import Event, Snapshot, Status
+from .core.text import printable
 from .daemon import cli as daemon_cli
 
 EXIT_OK = 0
@@ -58,7 +59,7 @@ def _line(item: Snapshot | Event, *, as_json: bool) -> str:
         data["type"] = "event" if isinstance(item, Event) else "snapshot"
         return json.dumps(data, separators=(",", ":"))
     return (
-        f"{data['status']:<10} {data['checkout']} loaded {short(item.loaded_revision)} "
+        f"{data['status']:<10} {printable(str(data['checkout']))} loaded {short(item.loaded_revision)} "
         f"current {short(item.current_revision)} (generation {data['generation']})"
     )
 
@@ -69,9 +70,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(_line(snap, as_json=True))
     elif snap.status is Status.UNTRACKED:
-        print(f"(untracked) {snap.checkout}")
+        print(f"(untracked) {printable(str(snap.checkout))}")
     else:
-        print(snap.current_revision or f"(no commit yet) {snap.checkout}")
+        print(snap.current_revision or f"(no commit yet) {printable(str(snap.checkout))}")
     return EXIT_OK
 
 

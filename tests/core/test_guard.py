@@ -348,3 +348,17 @@ def test_stop_returns_within_a_second_even_during_a_slow_subscriber(
     assert all(name.startswith("stalewatch-watcher") for name in busy)
     assert "still in a callback" in caplog.text
     release.set()
+
+
+def test_c9_wait_ready_returns_once_a_polling_watcher_runs(git_repo: Repo) -> None:
+    """Polling is never trusted: wait_ready() means "running", not "trusted" (issue 12)."""
+    from stalewatch import LocalSource
+
+    source = LocalSource(poll=True, poll_interval=0.1)
+    with Guard.for_checkout(git_repo.path, source=source) as guard:
+        assert guard.wait_ready(5)
+        snap = guard.snapshot()
+        assert (snap.mode, snap.trusted) == ("polling", False)  # so every check re-reads
+        git_repo.commit("seen by the re-read, before any poll")
+        with pytest.raises(StaleError):
+            guard.check()

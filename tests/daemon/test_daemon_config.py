@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 from conftest import Repo
 from daemon_helpers import short_dir
 from stalewatch.cli import main
-from stalewatch.daemon.config import DaemonConfigError, load
+from stalewatch.daemon.config import MAX_CONFIG_BYTES, DaemonConfigError, check_ownership, load
 from stalewatch.daemon.protocol import (
     LineReader,
     ProtocolError,
@@ -162,3 +164,98 @@ def test_status_over_the_socket_when_unreachable(workdir: Path, capsys: pytest.C
     assert main(["status", "--socket", str(workdir / "none.sock")]) == 3
     assert "cannot reach the stalewatch daemon" in capsys.readouterr().err
     assert main(["events", "--socket", str(workdir / "none.sock")]) == 3
+
+
+# -- issue 12: the file names commands the daemon runs ------------------------------------
+
+
+def _config(tmp_path: Path, text: str = '[[checkout]]\npath = "/a"\n', mode: int = 0o644) -> Path:
+    file = tmp_path / "c.toml"
+    file.write_text(text)
+    file.chmod(mode)
+    return file
+
+
+@pytest.mark.parametrize(("mode", "who"), [(0o664, "group"), (0o646, "others"), (0o666, "group and others")])
+def test_a_config_writable_by_group_or_others_is_refused(tmp_path: Path, mode: int, who: str) -> None:
+    file = _config(tmp_path, mode=mode)
+    with pytest.raises(DaemonConfigError) as caught:
+        load(file)
+    assert f"writable by {who} (mode {mode:04o})" in str(caught.value)
+    assert "chmod go-w" in str(caught.value)
+    assert str(caught.value).startswith(f"{file}: config: ")
+
+
+def test_a_config_owned_by_a_stranger_is_refused(tmp_path: Path) -> None:
+    file = _config(tmp_path, mode=0o600)
+    info = file.stat()
+    check_ownership(file, info, euid=info.st_uid)  # ours: fine
+    stranger = info.st_uid + 4242
+    check_ownership(file, os.stat_result((*info[:4], 0, *info[5:])), euid=stranger)  # root's: fine
+    owned = os.stat_result((*info[:4], stranger, *info[5:]))
+    with pytest.raises(DaemonConfigError) as caught:
+        check_ownership(file, owned, euid=info.st_uid)
+    assert f"owned by uid {stranger}, neither root nor the daemon's user" in str(caught.value)
+    if os.geteuid() == 0:  # a real file of another user, read through load()
+        os.chown(file, stranger, -1)
+        with pytest.raises(DaemonConfigError, match="owned by uid"):
+            load(file)
+
+
+def test_the_checks_are_made_on_the_opened_file_through_a_symlink(tmp_path: Path) -> None:
+    real = _config(tmp_path, mode=0o664)
+    link = tmp_path / "link.toml"
+    link.symlink_to(real)
+    with pytest.raises(DaemonConfigError, match="writable by group"):
+        load(link)  # the link's own mode (0777) is not what counts: the file's is
+    real.chmod(0o644)
+    assert load(link).checkouts[0].path == Path("/a")
+
+
+def test_a_fifo_or_a_device_as_config_is_refused_without_hanging(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(DaemonConfigError, match="not a regular file"):
+        load(fifo)
+    with pytest.raises(DaemonConfigError, match="not a regular file"):
+        load(Path("/dev/zero"))  # would otherwise be read for ever
+
+
+def test_a_huge_config_is_refused(tmp_path: Path) -> None:
+    file = _config(tmp_path, "# " + "x" * MAX_CONFIG_BYTES + "\n")
+    with pytest.raises(DaemonConfigError, match="larger than"):
+        load(file)
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ('[[checkout]]\npath = "/a\\u0000b"\n', "checkout[1].path"),
+        ('[[checkout]]\npath = "/a"\non_stale = ["restart\\u0000"]\n', "checkout[1].on_stale"),
+        ('socket = "/run/\\u0000"\n', "socket"),
+        ("a = " + "[" * 2000 + "]" * 2000 + "\n", "TOML"),
+    ],
+)
+def test_values_nothing_downstream_could_use_are_refused_at_load(
+    tmp_path: Path, text: str, name: str
+) -> None:
+    with pytest.raises(DaemonConfigError) as caught:
+        load(_config(tmp_path, text))
+    assert caught.value.name == name
+
+
+def test_reload_refuses_a_config_made_group_writable(workdir: Path, git_repo: Repo) -> None:
+    from daemon_helpers import Subscriber, greet, start_daemon
+
+    config = workdir / "c.toml"
+    config.write_text(f'[[checkout]]\npath = "{git_repo.path}"\n')
+    with start_daemon(workdir, "--config", str(config)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        config.write_text(f'[[checkout]]\npath = "{git_repo.path}"\non_stale = ["touch", "/tmp/pwned"]\n')
+        config.chmod(0o666)
+        daemon.signal(signal.SIGHUP)
+        daemon.notes.wait_for(lambda m: m.startswith("RELOADING=1"))
+        daemon.notes.wait_for(lambda m: m.startswith("READY=1"))
+        assert git_repo.commit() == sub.next("event")["current_revision"]  # still serving
+    log = daemon.log_text()
+    assert "reload failed" in log and "writable by group and others" in log

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 import socket
 import sys
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import Repo
+from conftest import Repo, make_repo
 from daemon_helpers import WAIT, Subscriber, greet, short_dir, start_daemon
 from stalewatch.core.status import Event, Status
 from stalewatch.daemon.config import HookConfig
 from stalewatch.daemon.hooks import HookRunner
+from stalewatch.daemon.output import HEAD_BYTES, MAX_LINES, TAIL_BYTES
 
 # The hook reports its argv and environment to the test over a Unix socket, then
 # waits for the test's go-ahead byte, prints a line and exits with the code it got.
@@ -282,3 +285,153 @@ def test_reload_adds_hooks_to_a_checkout_watched_without_any(hooks: HookServer, 
             assert report["env"]["STALEWATCH_CURRENT_REVISION"] == new
             conn.send(b"\0")
             assert conn.recv(1) == b""
+
+
+# -- issue 12: chatty hooks, background children, hooks that ignore SIGTERM ---------------
+
+
+def test_hook_output_is_bounded_in_bytes_under_yes(
+    runner_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`yes` for a whole timeout: memory stays flat, the log gets a head and a tail."""
+    runner = runner_factory(HookConfig(on_stale=("yes",), timeout=1.0))
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+            runner.submit(_event(Status.STALE), 1)
+            assert runner.wait_until_idle(WAIT)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"peak {peak / 1e6:.1f} MB"
+    assert "timed out after 1.0 s" in caplog.text
+    dropped = re.search(r"\[\.\.\. (\d+) bytes not logged \.\.\.\]", caplog.text)
+    assert dropped is not None and int(dropped.group(1)) > 1 << 20
+    hook_lines = [r for r in caplog.records if r.getMessage().endswith(": y")]
+    assert 0 < len(hook_lines) <= 2 * MAX_LINES
+
+
+# One line of 300 MB, written in 1 MiB pieces, no newline.
+HUGE_LINE = "import sys\nb = b'x' * (1 << 20)\nfor _ in range(300): sys.stdout.buffer.write(b)\n"
+
+
+def test_one_huge_line_is_logged_as_a_bounded_head_and_tail(
+    runner_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = runner_factory(HookConfig(on_stale=(sys.executable, "-c", HUGE_LINE), timeout=60))
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+            runner.submit(_event(Status.STALE), 1)
+            assert runner.wait_until_idle(WAIT * 3)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"peak {peak / 1e6:.1f} MB"
+    assert "exited 0" in caplog.text
+    assert f"[... {300 * (1 << 20) - HEAD_BYTES - TAIL_BYTES} bytes not logged ...]" in caplog.text
+    assert max(len(r.getMessage()) for r in caplog.records) < 2 * HEAD_BYTES
+
+
+# Exits 0 at once, leaving a child that holds its stdout (the `restart &` idiom). The
+# child phones home like HOOK, then, on the go-ahead, prints to that stdout and reports
+# over the socket that the print went through (a closed pipe would kill it by SIGPIPE).
+BACKGROUND = """
+import subprocess, sys
+child = r'''
+import socket, sys
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(sys.argv[1])
+sock.sendall(b'{"argv": ["child"], "env": {}, "pid": 0}\\n')
+sock.recv(1)
+for _ in range(200):
+    print("background output " * 100, flush=True)
+sock.sendall(b"printed")
+'''
+subprocess.Popen([sys.executable, "-c", child, sys.argv[1]])
+"""
+
+
+def test_a_hook_is_done_when_it_exits_even_if_its_child_holds_stdout(
+    hooks: HookServer, runner_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    background = (sys.executable, "-c", BACKGROUND, str(hooks.path))
+    runner = runner_factory(HookConfig(on_stale=background, on_current=hooks.command("next"), timeout=30))
+    with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+        started = time.monotonic()
+        runner.submit(_event(Status.STALE), 1)
+        child, report = hooks.next_run()
+        assert report["argv"] == ["child"]
+        assert runner.wait_until_idle(WAIT)  # not after the 30 s timeout
+        assert time.monotonic() - started < WAIT
+        assert "on_stale hook for /srv/app exited 0" in caplog.text
+        # The next hook is not delayed by the child, which is still running.
+        runner.submit(_event(Status.CURRENT, "a" * 40, 2), 2)
+        conn, report = hooks.next_run()
+        assert report["argv"] == ["next"]
+        finish(runner, conn)
+        # The child was not killed, and its output (more than a pipe holds) is drained.
+        child.send(b"\0")
+        assert child.recv(16) == b"printed"
+        assert child.recv(1) == b""
+    assert "timed out" not in caplog.text
+    assert "still holds its output" in caplog.text
+
+
+# Reports like HOOK, then ignores SIGTERM and waits for ever.
+STUBBORN = f"""
+import signal
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+{HOOK.replace("code = sock.recv(1)", "code = sock.recv(1) or sock.recv(1)")}
+"""
+
+
+def test_sigterm_ends_the_daemon_within_a_second_with_several_stubborn_hooks(
+    hooks: HookServer, tmp_path: Path
+) -> None:
+    repos = [make_repo(tmp_path / f"r{n}") for n in range(3)]
+    argv = ", ".join(json.dumps(part) for part in (sys.executable, "-c", STUBBORN, str(hooks.path)))
+    with short_dir() as workdir:
+        config = workdir / "c.toml"
+        tables = (f'[[checkout]]\npath = "{r.path}"\non_stale = [{argv}]\nhook_timeout = 60\n' for r in repos)
+        config.write_text("".join(tables))
+        with start_daemon(workdir, "--config", str(config)) as daemon, Subscriber(daemon.socket) as sub:
+            greet(sub)
+            for repo in repos:
+                repo.commit()
+            runs = [hooks.next_run() for _ in repos]  # three hooks running, ignoring SIGTERM
+            started = time.monotonic()
+            daemon.signal(signal.SIGTERM)
+            assert daemon.proc.wait(timeout=WAIT) == 0
+            took = time.monotonic() - started
+            for conn, _ in runs:
+                assert conn.recv(1) == b""  # killed
+        assert took < 1.0, f"stopping took {took:.2f} s"  # one after another: 1.5 s and more
+
+
+def test_a_dangling_symlink_marker_holds(hooks: HookServer, runner_factory: Any, tmp_path: Path) -> None:
+    marker = tmp_path / "updating"
+    marker.symlink_to(tmp_path / "lock-of-the-updater-gone")
+    runner = runner_factory(HookConfig(on_stale=hooks.command(), hold_while=marker))
+    runner.submit(_event(Status.STALE), 1)
+    assert runner.wait_for_state("held", WAIT)
+    assert not hooks.pending()
+    marker.unlink()
+    conn, _ = hooks.next_run()
+    finish(runner, conn)
+
+
+def test_a_runner_holds_a_thread_only_while_it_has_work(hooks: HookServer, runner_factory: Any) -> None:
+    runner = runner_factory(HookConfig(on_stale=hooks.command()))
+    assert runner.thread is None  # started, idle: no thread
+    runner.submit(_event(Status.STALE), 1)
+    conn, _ = hooks.next_run()
+    thread = runner.thread
+    assert thread is not None and thread.is_alive()
+    finish(runner, conn)
+    thread.join(WAIT)
+    assert not thread.is_alive() and runner.thread is None
+    runner.submit(_event(Status.STALE, "c" * 40, 2), 2)  # work again: a thread again
+    conn, report = hooks.next_run()
+    assert report["env"]["STALEWATCH_GENERATION"] == "2"
+    finish(runner, conn)

@@ -42,3 +42,21 @@ def test_bench_hermes_quick_prints_every_figure() -> None:
     out = run_quick("bench_hermes.py")
     for label in ("decided by the guard", "decided by the read", "WebUI today"):
         assert label in out
+
+
+def test_soak_quick_prints_every_figure() -> None:
+    """A 10 s soak: the script exits 1 on a lost event, a gap, a dropped honest client or a dead daemon."""
+    out = run_quick("soak.py")
+    for label in (
+        "lost events:",
+        "generation gaps:",
+        "honest clients dropped:",
+        "hostile connections:",
+        "slow connections:",
+        "SIGHUPs:",
+        "hooks run:",
+        "daemon RSS (kB):",
+        "daemon open fds:",
+        "SIGTERM:",
+    ):
+        assert label in out

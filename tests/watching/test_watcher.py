@@ -287,8 +287,8 @@ def test_c9_watch_limit_falls_back_to_polling_logged_once(
     guard = Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.2, poll_interval=0.1))
     with guard:
         rec = Recorder(guard)
-        rec_ready = guard.wait_ready(0.5)
-        assert not rec_ready  # polling is never trusted for the fast path
+        assert guard.wait_ready(5)  # the watcher runs (polling) ...
+        assert not guard.snapshot().trusted  # ... but polling is never trusted for the fast path
         new = git_repo.commit("while polling")
         with pytest.raises(StaleError):
             guard.check()  # the barrier re-reads synchronously
@@ -319,8 +319,8 @@ def test_c9_watch_limit_reached_part_way_falls_back_to_polling(
     source = LocalSource(verify_interval=0.2, poll_interval=0.1)
     with Guard.for_checkout(git_repo.path, source=source) as guard:
         rec = Recorder(guard)
-        assert not guard.wait_ready(0.3)
-        assert guard.snapshot().mode == "polling"
+        assert guard.wait_ready(5)  # running, polling: ready, never trusted
+        assert guard.snapshot().mode == "polling" and not guard.snapshot().trusted
         new = git_repo.commit("while polling")
         with pytest.raises(StaleError):
             guard.check()

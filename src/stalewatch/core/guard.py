@@ -85,7 +85,7 @@ class Guard:
         self._pid = os.getpid()
         self._trusted = False
         self._mode = "none"
-        self._ready = threading.Event()  # set while the flag is trusted
+        self._ready = threading.Event()  # set while the watcher runs (see wait_ready)
         loaded: str | None = None
         status, current = Status.UNTRACKED, None
         if binding.dirs is not None:
@@ -335,7 +335,9 @@ class Guard:
             self._trusted = trusted
             self._mode = mode
             self._pass = trusted and not self._snap.status.blocks
-            if trusted:
+            # Ready = the watcher runs: trusted, or polling (a mode never trusted, in
+            # which every check re-reads HEAD; waiting for trust would wait for ever).
+            if trusted or mode == "polling":
                 self._ready.set()
             else:
                 self._ready.clear()
@@ -360,9 +362,18 @@ class Guard:
         return self
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """Wait until the barrier may trust the flag (watcher live, C9); True if it can.
+        """Wait until the watcher runs; True once it does, False on timeout.
 
-        An untracked guard is always ready. Example::
+        "Runs" means one of two things, told apart by ``snapshot().trusted``:
+
+        - native notifications are live: the flag is trusted and :meth:`check` is a
+          flag read (C9);
+        - the watcher polls (``STALEWATCH_POLL=1``, or notifications unavailable):
+          the flag is never trusted, and every :meth:`check` re-reads HEAD in-process.
+
+        Either way every later move is seen (C9). It turns False again while the
+        watcher is faulted and not polling. An untracked guard is always ready.
+        Example::
 
             guard.start().wait_ready(5)
         """

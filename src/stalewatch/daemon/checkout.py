@@ -3,7 +3,7 @@
 The server owns a :class:`Checkout` per configured checkout. The guard's events and
 the watcher's health reports arrive on the watcher's thread; they are handed to the
 server's loop through ``post`` (never handled on the watcher's thread), and to the
-hook runner, which has a thread of its own.
+hook runner, which starts a thread of its own while it has a hook to run.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from ..core.guard import Guard
 from ..core.status import Event
 from .config import CheckoutConfig
 from .hooks import HookRunner
+from .output import OutputDrain
 from .supervision import ObservedSource
 
 __all__ = ["Checkout", "bind_checkout"]
@@ -52,18 +53,22 @@ class Checkout:
         post: where events and health reports go (the server's inbox).
         base: added to the guard's generations, so they keep increasing for clients
             across a reload that re-binds the checkout (a new guard starts at 0).
+        drain: the daemon's drain for hook output held by background processes.
 
     Raises:
         BindError: as :func:`bind_checkout`.
     """
 
-    def __init__(self, config: CheckoutConfig, post: Post, base: int = 0) -> None:
+    def __init__(
+        self, config: CheckoutConfig, post: Post, base: int = 0, drain: OutputDrain | None = None
+    ) -> None:
         self.config = config
         self.source = ObservedSource()
         self.guard = bind_checkout(config, self.source)
         self.base = base
         self.key = str(self.guard.checkout)
-        self.hooks = HookRunner(self.guard.checkout, config.hooks) if config.hooks.any else None
+        self._drain = drain
+        self.hooks = HookRunner(self.guard.checkout, config.hooks, drain) if config.hooks.any else None
         self.was_trusted = False
         self.health: tuple[bool, str] | None = None  # last (trusted, mode) the loop handled
         self._post = post
@@ -75,7 +80,7 @@ class Checkout:
         return self.base + self.guard.snapshot().generation
 
     def start(self) -> None:
-        """Subscribe, start the hook runner and the guard's watcher."""
+        """Subscribe, let the hook runner take work, start the guard's watcher."""
         self._unsubscribe = self.guard.subscribe(self._on_event)
         if self.hooks is not None:
             self.hooks.start()
@@ -94,7 +99,12 @@ class Checkout:
         if self.hooks is not None:
             self.hooks.update(config.hooks)  # dropping every hook leaves an idle runner
         elif config.hooks.any:  # the first hooks of a checkout watched without any
-            self.hooks = HookRunner(self.guard.checkout, config.hooks).start()
+            self.hooks = HookRunner(self.guard.checkout, config.hooks, self._drain).start()
+
+    def request_stop(self) -> None:
+        """Begin ending a running hook without waiting (see :meth:`HookRunner.request_stop`)."""
+        if self.hooks is not None:
+            self.hooks.request_stop()
 
     def stop(self) -> None:
         """Unsubscribe and stop the hooks and the watcher (harmless twice)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -27,6 +28,7 @@ from types import FrameType
 from typing import Any
 
 from ..core.errors import StalewatchError, short
+from ..core.text import printable
 from .config import DaemonConfig, DaemonConfigError, load, with_checkouts
 from .connection import DaemonUnavailableError, follow_reconnecting, read_status
 from .protocol import SocketPathError, default_socket_path
@@ -66,7 +68,16 @@ def add_daemon_commands(sub: Any) -> None:
 # -- the daemon ---------------------------------------------------------------------------
 
 
-class _JournalFormatter(logging.Formatter):
+class _OneLineFormatter(logging.Formatter):
+    """Escapes control characters in the message: a path or a client's line holding a
+    newline must not forge a log line of its own (a traceback stays as it is)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+
+class _JournalFormatter(_OneLineFormatter):
     """journald adds its own timestamps; a ``<N>`` prefix carries the priority."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -90,7 +101,7 @@ def _logging_handler(level: str) -> logging.Handler:
     if _journal_attached():
         handler.setFormatter(_JournalFormatter("%(message)s"))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.setFormatter(_OneLineFormatter("%(asctime)s %(levelname)s %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level.upper())
@@ -109,18 +120,20 @@ def listen(path: Path) -> tuple[socket.socket, int]:
     daemons starting at once cannot both decide the socket is stale. Returns the
     listening socket and the lock's file descriptor.
 
+    No path is ever followed as a link: the lock is opened with ``O_NOFOLLOW`` and
+    must be a regular file, a stale socket is removed only if it still is the socket
+    probed, and the socket gets its mode from the umask at ``bind`` (a ``chmod``
+    afterwards would follow a symlink swapped in meanwhile).
+
     Raises:
         SocketPathError: the path is too long, its directory is missing, it is not a
-            socket, or a live daemon is listening on it.
+            socket, a live daemon is listening on it, or the lock is not a regular file.
     """
     if len(os.fsencode(path)) > _MAX_UNIX_PATH:
         raise SocketPathError(path, f"too long for a Unix socket (more than {_MAX_UNIX_PATH} bytes)")
     if not path.parent.is_dir():
         raise SocketPathError(path, f"directory {path.parent} does not exist")
-    try:
-        lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o660)
-    except OSError as exc:
-        raise SocketPathError(path, f"cannot create its lock file: {exc.strerror}") from None
+    lock = _open_lock(Path(f"{path}.lock"))
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -128,7 +141,8 @@ def listen(path: Path) -> tuple[socket.socket, int]:
             raise SocketPathError(path, "another stalewatch daemon is running on this socket") from None
         _remove_stale(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o117)  # never world-accessible, not even between bind and chmod
+        # The mode comes from the umask at bind, never from a chmod of the path.
+        old_umask = os.umask(0o117)
         try:
             sock.bind(os.fspath(path))
         except OSError as exc:
@@ -136,13 +150,27 @@ def listen(path: Path) -> tuple[socket.socket, int]:
             raise SocketPathError(path, f"cannot bind: {exc.strerror or exc}") from None
         finally:
             os.umask(old_umask)
-        path.chmod(0o660)
         sock.listen(128)
         sock.setblocking(False)
     except BaseException:
         os.close(lock)
         raise
     return sock, lock
+
+
+def _open_lock(lock_path: Path) -> int:
+    # O_NOFOLLOW: a planted symlink must not make us create or lock a file elsewhere;
+    # O_NONBLOCK: a planted FIFO must not hang us (refused below as not a regular file).
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        lock = os.open(lock_path, flags, 0o660)
+    except OSError as exc:
+        reason = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise SocketPathError(lock_path, f"cannot open the lock file: {reason}") from None
+    if not stat.S_ISREG(os.fstat(lock).st_mode):
+        os.close(lock)
+        raise SocketPathError(lock_path, "the lock file is not a regular file")
+    return lock
 
 
 def _remove_stale(path: Path) -> None:
@@ -158,13 +186,21 @@ def _remove_stale(path: Path) -> None:
         probe.connect(os.fspath(path))
     except ConnectionRefusedError:
         logger.info("stalewatch: replacing the stale socket %s (its daemon is gone)", path)
-        path.unlink()
+        _unlink_if_same(path, info)
         return
     except OSError as exc:
         raise SocketPathError(path, f"exists and cannot be probed: {exc.strerror or exc}") from None
     finally:
         probe.close()
     raise SocketPathError(path, "a daemon is already listening on it")
+
+
+def _unlink_if_same(path: Path, seen: os.stat_result) -> None:
+    """Unlink ``path`` only if it still is the file ``seen`` (lstat: links are not followed)."""
+    with contextlib.suppress(FileNotFoundError):
+        now = path.lstat()
+        if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino):
+            path.unlink()  # unlink removes a link itself, never its target
 
 
 def _fail(exc: Exception, code: int) -> int:
@@ -193,7 +229,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         except StalewatchError as exc:
             return _fail(exc, EXIT_USAGE)
         cleanup.callback(os.close, lock)
-        cleanup.callback(_unlink_if_ours, path, path.stat())
+        cleanup.callback(_unlink_if_ours, path, path.lstat())
         cleanup.callback(sock.close)
         try:
             server.serve(sock)
@@ -204,11 +240,9 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 
 
 def _unlink_if_ours(path: Path, bound: os.stat_result) -> None:
-    """Remove our socket file, never a successor's that replaced it meanwhile."""
+    """Remove our socket file, never a successor's (or a link) that replaced it meanwhile."""
     with contextlib.suppress(OSError):
-        now = path.stat()
-        if (now.st_dev, now.st_ino) == (bound.st_dev, bound.st_ino):
-            path.unlink()
+        _unlink_if_same(path, bound)
 
 
 # -- clients of a running daemon ------------------------------------------------------------
@@ -218,8 +252,34 @@ def _socket_path(args: argparse.Namespace) -> Path:
     return Path(args.socket) if args.socket else default_socket_path()
 
 
+class _Shown(dict[str, Any]):
+    """A message's fields made safe to print; a missing field reads ``?``."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def _shown(message: dict[str, Any]) -> _Shown:
+    # Any text may hold a newline or an escape sequence (a path can): escape it, so
+    # one message is one line. Whatever else a daemon sends (a number where a
+    # revision belongs) prints as text instead of raising.
+    return _Shown(
+        {
+            key: value
+            if isinstance(value, bool) or (value is None and key.endswith("revision"))
+            else printable(str(value))
+            for key, value in message.items()
+        }
+    )
+
+
 def format_message(message: dict[str, Any]) -> str | None:
-    """One human line for a protocol message (``None`` for pings and pongs)."""
+    """One human line for a protocol message (``None`` for pings and pongs).
+
+    Every field is escaped with :func:`~stalewatch.core.text.printable`: the line never
+    breaks, whatever a path holds.
+    """
+    message = _shown(message)
     kind = message.get("type")
     if kind in ("snapshot", "event"):
         return (

@@ -28,6 +28,7 @@ __all__ = ["Client", "ClientSet"]
 logger = logging.getLogger(__name__)
 
 DROP_GRACE = 5.0  # seconds a dropped client gets to read its error line
+MAX_ID_BYTES = 256  # longest `id` a ping may carry (encoded), echoed in the pong
 ACCEPT_PAUSE = 0.5  # seconds the listener rests after running out of file descriptors
 _FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
@@ -53,6 +54,10 @@ def _request(line: bytes) -> dict[str, object]:
     request = decode(line)
     if request["type"] != "ping":
         raise ProtocolError(line, f"unknown request type {request['type']!r}")
+    # The pong echoes `id`: a 4 KiB id per ping, unread, would make every queued line
+    # ten times an event's size (4 MiB per client instead of ~0.4 MiB at the bound).
+    if "id" in request and len(encode({"id": request["id"]})) > MAX_ID_BYTES + 8:
+        raise ProtocolError(line, f"'id' longer than {MAX_ID_BYTES} bytes")
     return request
 
 

@@ -19,12 +19,19 @@ Example::
     hold_while = "/srv/hermes-agent/.updating"   # run hooks only once this file is gone
 
 Every error names the file, the line where it can be found, and the key.
+
+The file names commands the daemon runs, so, as sudo and cron do with theirs, it is
+refused when anyone but its owner may write it, or when its owner is neither root nor
+the daemon's user. Those checks are made on the opened file (``fstat``), so the file
+checked is the file read.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import stat
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -35,7 +42,15 @@ from ..core.errors import ConfigError
 from ..git.refs import is_object_id
 from .restart.policy import RestartPolicy
 
-__all__ = ["CheckoutConfig", "DaemonConfig", "DaemonConfigError", "HookConfig", "load", "with_checkouts"]
+__all__ = [
+    "CheckoutConfig",
+    "DaemonConfig",
+    "DaemonConfigError",
+    "HookConfig",
+    "check_ownership",
+    "load",
+    "with_checkouts",
+]
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _TOP_KEYS = {"socket", "keepalive", "max_clients", "client_queue", "client_buffer", "log_level", "checkout"}
@@ -60,6 +75,8 @@ _RESTART_KEYS = {
     "min_interval",
 }
 _SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signal.Signals)
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest configuration file read (a real one is a few hundred bytes)."""
 
 
 class DaemonConfigError(ConfigError):
@@ -197,7 +214,8 @@ class _Reader:
     def path(self, data: dict[str, Any], key: str, table: int | None, sub: str | None = None) -> Path:
         value = data[key]
         if not isinstance(value, str) or not value or "\0" in value:
-            self.fail(_name(table, key, sub), value, "expected a non-empty path string", table, key, sub=sub)
+            reason = "expected a non-empty path string (without NUL)"
+            self.fail(_name(table, key, sub), value, reason, table, key, sub=sub)
         path = Path(value).expanduser()
         return path if path.is_absolute() else self.base / path  # relative to the file
 
@@ -222,7 +240,7 @@ class _Reader:
             self.fail(
                 _name(table, key, sub),
                 value,
-                'expected a non-empty list of strings, e.g. ["systemctl", "restart", "web"] '
+                'expected a non-empty list of strings without NUL, e.g. ["systemctl", "restart", "web"] '
                 "(a command is never run through a shell)",
                 table,
                 key,
@@ -329,24 +347,91 @@ def _name(table: int | None, key: str, sub: str | None = None) -> str:
     return f"checkout[{table + 1}].{sub}.{key}" if sub and key != sub else f"checkout[{table + 1}].{key}"
 
 
+def _read(file: Path) -> str:
+    """The file's text, after checking the opened file: regular, small, safely owned."""
+
+    def refuse(reason: str) -> DaemonConfigError:
+        return DaemonConfigError("config", str(file), reason, file=file)
+
+    try:
+        # O_NONBLOCK: a FIFO planted at the path must not hang the daemon (or a reload).
+        fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        raise refuse(f"cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise refuse("cannot read: not a regular file")
+        check_ownership(file, info)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError as exc:
+                raise refuse(f"cannot read: {exc.strerror or exc}") from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_CONFIG_BYTES:
+            raise refuse(f"cannot read: larger than {MAX_CONFIG_BYTES} bytes")
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise refuse(f"cannot read: {exc}") from None
+
+
+def check_ownership(file: Path, info: os.stat_result, euid: int | None = None) -> None:
+    """Refuse a file that anyone but its owner may write, or owned by a stranger.
+
+    Its owner must be root or the daemon's user (``euid``; default ours).
+
+    Raises:
+        DaemonConfigError: naming the owner or the mode, and what to do.
+    """
+    euid = os.geteuid() if euid is None else euid
+    if info.st_uid not in (0, euid):
+        raise DaemonConfigError(
+            "config",
+            str(file),
+            f"owned by uid {info.st_uid}, neither root nor the daemon's user (uid {euid}); "
+            "it names commands the daemon runs",
+            file=file,
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022:
+        who = "group and others" if mode & 0o022 == 0o022 else "group" if mode & 0o020 else "others"
+        raise DaemonConfigError(
+            "config",
+            str(file),
+            f"writable by {who} (mode {mode:04o}); it names commands the daemon runs: chmod go-w {file}",
+            file=file,
+        )
+
+
 def load(file: Path) -> DaemonConfig:
     """Read and validate a configuration file.
 
     Raises:
-        DaemonConfigError: the file cannot be read, is not TOML, or a key is invalid
-            (the message names the file, the line and the key).
+        DaemonConfigError: the file cannot be read (missing, not a regular file,
+            larger than :data:`MAX_CONFIG_BYTES`, not UTF-8), is writable by group or
+            others or owned by a stranger (see :func:`check_ownership`), is not TOML,
+            or a key is invalid (the message names the file, the line and the key).
+            This is the only exception it raises.
     """
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise DaemonConfigError("config", str(file), f"cannot read: {reason}", file=file) from None
+    text = _read(file)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         found = re.search(r"at line (\d+)", str(exc))
         line = int(found.group(1)) if found else None
         raise DaemonConfigError("TOML", None, f"invalid: {exc}", file=file, line=line) from None
+    except (RecursionError, ValueError) as exc:  # nesting past the parser's stack; int limits
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise DaemonConfigError("TOML", None, f"invalid: {reason}", file=file) from None
     reader = _Reader(file, text)
     for key in data:
         if key not in _TOP_KEYS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -85,9 +86,14 @@ def receive(sock: socket.socket, reader: LineReader, path: Path) -> list[dict[st
         raise DaemonUnavailableError(path, str(exc)) from None
 
 
-def _messages(sock: socket.socket, path: Path) -> Iterator[dict[str, Any]]:
+def _messages(sock: socket.socket, path: Path, deadline: float | None = None) -> Iterator[dict[str, Any]]:
     reader = LineReader(MAX_MESSAGE_LINE)
     while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DaemonUnavailableError(path, "no complete answer in time")
+            sock.settimeout(left)
         messages = receive(sock, reader, path)
         if messages is None:
             raise DaemonUnavailableError(path, "no answer in time")
@@ -109,14 +115,20 @@ def check_hello(message: dict[str, Any], path: Path) -> None:
 def read_status(path: Path, timeout: float = 5.0) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The daemon's ``hello`` and one ``snapshot`` per checkout, then disconnect.
 
+    The whole exchange takes at most ``timeout`` seconds: a peer that keeps talking
+    (pings) without ever sending its snapshots cannot hold the command for ever.
+
     Raises:
-        DaemonUnavailableError: unreachable, silent, or not speaking this protocol.
+        DaemonUnavailableError: unreachable, silent, too slow, or not speaking this protocol.
     """
+    deadline = time.monotonic() + timeout
     with connect(path, timeout) as sock:
-        messages = _messages(sock, path)
+        messages = _messages(sock, path, deadline)
         hello = next(messages)
         check_hello(hello, path)
-        expected = set(hello.get("checkouts") or [])
+        listed = hello.get("checkouts")
+        # Only names count: a daemon's odd list (numbers, objects) must not crash us.
+        expected = {c for c in listed if isinstance(c, str)} if isinstance(listed, list) else set()
         snapshots: list[dict[str, Any]] = []
         while len(snapshots) < len(expected):
             message = next(messages)

@@ -1,11 +1,15 @@
 """Hook commands the daemon runs when a checkout's status changes.
 
-One :class:`HookRunner` per checkout owns one thread, so at most one hook runs per
-checkout. Events that arrive while a hook runs (or is held) are coalesced: only the
+One :class:`HookRunner` per checkout runs at most one hook at a time, on a thread that
+exists only while a hook is pending, held or running (a daemon may watch a thousand
+checkouts). Events that arrive while a hook runs (or is held) are coalesced: only the
 latest is kept, so the hook for the final status always runs and a burst (a rebase)
 runs it once. Commands are argv lists, never a shell; each gets the event in
 ``STALEWATCH_*`` environment variables, a timeout, no stdin, and its own process
-group so a timeout kills everything it started. Output and exit status are logged.
+group so a timeout kills everything it started. A hook is done when its process
+exits (waited on with a pidfd where Linux has one), even if a background process it
+started still holds its output; that output is kept within a fixed number of bytes
+(:mod:`.output`) and logged with the exit status.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import selectors
 import signal
 import subprocess
 import threading
@@ -20,7 +25,9 @@ import time
 from pathlib import Path
 
 from ..core.status import Event, Status
+from ..core.text import printable
 from .config import HookConfig
+from .output import CHUNK, BoundedOutput, OutputDrain, read_available
 from .sdnotify import SD_ENV
 
 __all__ = ["HookRunner", "hook_environment"]
@@ -29,8 +36,9 @@ logger = logging.getLogger(__name__)
 
 _HOLD_POLL = 0.1  # seconds between checks of the hold_while marker
 _HOLD_REMIND = 60.0  # repeat the "held" log line this often
-_MAX_LOGGED_LINES = 200
 _KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
+_TICK = 0.05  # the longest a running hook's thread waits before looking at stop()
+_NO_PIDFD_POLL = 0.02  # seconds between exit checks where os.pidfd_open is missing
 
 
 def hook_environment(event: Event, generation: int, hook: str) -> dict[str, str]:
@@ -49,31 +57,45 @@ def hook_environment(event: Event, generation: int, hook: str) -> dict[str, str]
 
 
 class HookRunner:
-    """Runs one checkout's hooks on its own thread, one at a time, latest event wins.
+    """Runs one checkout's hooks, one at a time, latest event wins.
+
+    Its thread (``stalewatch-hooks:<checkout>``) is started by :meth:`submit` and ends
+    when nothing is pending: an idle runner holds no thread.
 
     Args:
         checkout: the checkout (for thread names and logs).
         config: which commands to run; replace with :meth:`update` on reload.
+        drain: where the pipes of hooks that left a background writer go (the
+            daemon shares one; default: the runner's own, stopped with it).
     """
 
-    def __init__(self, checkout: Path, config: HookConfig) -> None:
+    def __init__(self, checkout: Path, config: HookConfig, drain: OutputDrain | None = None) -> None:
         self.checkout = checkout
         self._config = config
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._pending: tuple[Event, int] | None = None
         self._state = "idle"
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._thread = threading.Thread(target=self._run, name=f"stalewatch-hooks:{checkout}", daemon=True)
+        self._started = False
+        self._thread: threading.Thread | None = None
+        self._own_drain = drain is None
+        self._drain = drain if drain is not None else OutputDrain()
 
     @property
     def state(self) -> str:
         """``idle``, ``held`` (waiting for the marker to go) or ``running``."""
         return self._state
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The runner's thread while it has work, else ``None``."""
+        return self._thread
+
     def start(self) -> HookRunner:
-        """Start the runner's thread."""
-        self._thread.start()
+        """Accept work: from now on a submitted event starts the thread."""
+        with self._cond:
+            self._started = True
+            self._spawn()
         return self
 
     def update(self, config: HookConfig) -> None:
@@ -85,6 +107,16 @@ class HookRunner:
         with self._cond:
             self._pending = (event, generation)
             self._cond.notify_all()
+            self._spawn()
+
+    def _spawn(self) -> None:
+        # Under _cond: the thread clears self._thread under _cond before it ends, so
+        # an event submitted meanwhile either is seen by it or starts a new one.
+        if self._started and self._pending is not None and self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(
+                target=self._run, name=f"stalewatch-hooks:{self.checkout}", daemon=True
+            )
+            self._thread.start()
 
     def wait_until_idle(self, timeout: float) -> bool:
         """Wait until nothing is pending or running; False on timeout."""
@@ -96,19 +128,26 @@ class HookRunner:
         with self._cond:
             return self._cond.wait_for(lambda: self._state == state, timeout)
 
-    def stop(self) -> None:
-        """Stop the thread, terminating a running hook's process group. Harmless twice."""
+    def request_stop(self) -> None:
+        """Begin stopping without waiting: a running hook's group gets SIGTERM now and
+        SIGKILL after a grace period, on the runner's own thread.
+
+        The daemon calls this on every runner before joining any, so the grace
+        periods of several hooks that ignore SIGTERM run side by side.
+        """
         with self._cond:
             self._stop.set()
-            proc = self._proc
             self._cond.notify_all()
-        if proc is not None:
-            _signal_group(proc, signal.SIGTERM)
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=_KILL_GRACE)
-            if self._thread.is_alive() and proc is not None:
-                _signal_group(proc, signal.SIGKILL)
-            self._thread.join(timeout=1.0)
+
+    def stop(self) -> None:
+        """Stop: end a running hook's process group, join the thread. Harmless twice."""
+        self.request_stop()
+        with self._cond:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2 * _KILL_GRACE + 1.0)
+        if self._own_drain:
+            self._drain.stop()
 
     # -- the thread -----------------------------------------------------------------
 
@@ -118,30 +157,41 @@ class HookRunner:
             self._cond.notify_all()
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._pending is not None or self._stop.is_set())
-                if self._stop.is_set():
+        try:
+            while True:
+                with self._cond:
+                    if self._stop.is_set() or self._pending is None:
+                        # Decided and cleared under one lock: an event submitted after
+                        # this sees no thread and starts one (none is ever stranded).
+                        self._thread = None
+                        return
+                if not self._hold():
                     return
-            if not self._hold():
-                return
+                with self._cond:
+                    pending, self._pending = self._pending, None
+                    if pending is None:
+                        self._state = "idle"
+                        continue
+                    self._state = "running"
+                try:
+                    self._execute(*pending)
+                except Exception:  # a broken hook must never stop later ones
+                    logger.exception("stalewatch: hook for %s failed", self.checkout)
+                finally:
+                    self._set_state("idle")
+        finally:
             with self._cond:
-                pending, self._pending = self._pending, None
-                if pending is None:
-                    self._state = "idle"
-                    continue
-                self._state = "running"
-            try:
-                self._execute(*pending)
-            except Exception:  # a broken hook must never stop later ones
-                logger.exception("stalewatch: hook for %s failed", self.checkout)
-            finally:
-                self._set_state("idle")
+                if self._thread is threading.current_thread():  # stopped, or a bug
+                    self._thread = None
+                self._state = "idle"
+                self._cond.notify_all()
 
     def _hold(self) -> bool:
         """Wait while the hold_while marker exists; False when stopped meanwhile."""
         marker = self._config.hold_while
-        if marker is None or not marker.exists():
+        # lexists: a marker that is a dangling symlink is still there (an updater may
+        # link it to a lock file of its own, gone or not).
+        if marker is None or not os.path.lexists(marker):
             return True
         self._set_state("held")
         logger.info("stalewatch: hooks for %s held while %s exists", self.checkout, marker)
@@ -149,7 +199,7 @@ class HookRunner:
         # A poll, because the marker may live anywhere (even where inotify cannot
         # reach); stop_event.wait keeps stop() prompt. Re-read the config each time:
         # a reload may move or drop the marker.
-        while marker is not None and marker.exists():
+        while marker is not None and os.path.lexists(marker):
             if self._stop.wait(_HOLD_POLL):
                 return False
             if time.monotonic() >= remind:
@@ -171,41 +221,41 @@ class HookRunner:
             return
         env = {key: value for key, value in os.environ.items() if key not in SD_ENV}
         env.update(hook_environment(event, generation, name))
+        if self._stop.is_set():
+            return
         started = time.monotonic()
-        with self._cond:
-            if self._stop.is_set():
-                return
-            try:
-                # A new session: the timeout kills the hook's whole process group.
-                proc = subprocess.Popen(
-                    list(argv),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                logger.warning("stalewatch: cannot run %s hook %s for %s: %s", name, argv, self.checkout, exc)
-                return
-            self._proc = proc
-        timed_out = False
         try:
-            try:
-                output, _ = proc.communicate(timeout=config.timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                output = _end(proc)
-        finally:
-            with self._cond:
-                self._proc = None
-        elapsed = time.monotonic() - started
+            # A new session: the timeout kills the hook's whole process group.
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL in an argument
+            logger.warning(
+                "stalewatch: cannot run %s hook %s for %s: %s", name, _argv(argv), self.checkout, exc
+            )
+            return
+        output = BoundedOutput()
+        ending = _Wait(proc, output, deadline=started + config.timeout, stop=self._stop)
+        timed_out = ending.run()
+        if ending.pipe is not None:
+            logger.warning(
+                "stalewatch: %s hook for %s exited, but a process it started still holds its output;"
+                " draining it in the background",
+                name,
+                self.checkout,
+            )
+            self._drain.adopt(ending.pipe, f"{name} hook for {self.checkout}", BoundedOutput())
         self._log(
             name,
             argv,
             proc.returncode,
             output,
-            elapsed=elapsed,
+            elapsed=time.monotonic() - started,
             timeout=config.timeout if timed_out else None,
         )
 
@@ -214,21 +264,18 @@ class HookRunner:
         name: str,
         argv: tuple[str, ...],
         code: int,
-        output: bytes,
+        output: BoundedOutput,
         *,
         elapsed: float,
         timeout: float | None,
     ) -> None:
-        lines = output.decode("utf-8", "replace").splitlines()
-        for line in lines[:_MAX_LOGGED_LINES]:
+        for line in output.lines():
             logger.info("stalewatch: %s hook for %s: %s", name, self.checkout, line)
-        if len(lines) > _MAX_LOGGED_LINES:
-            logger.info("stalewatch: %s hook: %d more lines not logged", name, len(lines) - _MAX_LOGGED_LINES)
         if timeout is not None:
             logger.error(
                 "stalewatch: %s hook %s for %s timed out after %.1f s; killed",
                 name,
-                list(argv),
+                _argv(argv),
                 self.checkout,
                 timeout,
             )
@@ -236,26 +283,102 @@ class HookRunner:
             logger.info("stalewatch: %s hook for %s exited 0 in %.3f s", name, self.checkout, elapsed)
         else:
             what = f"was killed by signal {-code}" if code < 0 else f"exited {code}"
-            logger.warning("stalewatch: %s hook %s for %s %s", name, list(argv), self.checkout, what)
+            logger.warning("stalewatch: %s hook %s for %s %s", name, _argv(argv), self.checkout, what)
 
 
-def _end(proc: subprocess.Popen[bytes]) -> bytes:
-    """End a timed-out hook's process group; return its output, if it can be had."""
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        _signal_group(proc, signum)
-        try:
-            return proc.communicate(timeout=_KILL_GRACE)[0]
-        except subprocess.TimeoutExpired:
-            continue
-    # Something that left the group (setsid) still holds the output pipe: stop
-    # reading instead of waiting for it forever, and reap the hook itself.
-    logger.warning("stalewatch: a process the hook started still holds its output; not reading it")
-    if proc.stdout is not None:
-        proc.stdout.close()
-    proc.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=_KILL_GRACE)
-    return b""
+def _argv(argv: tuple[str, ...]) -> str:
+    return printable(repr(list(argv)))
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits (Linux ≥ 5.3), else None."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd: int = opener(pid)
+    except OSError:  # ENOSYS on an old kernel, EPERM under some seccomp filters
+        return None
+    return fd
+
+
+class _Wait:
+    """Waits for one hook: reads its output, ends it on timeout or stop, reaps it.
+
+    The hook is done when its process exits, not when its output pipe closes: a
+    background process it started (``cmd &``) may hold the pipe for ever. The pipe
+    and a pidfd for the process are waited on together (without a pidfd: the pipe,
+    and an exit check every few milliseconds).
+    """
+
+    def __init__(
+        self, proc: subprocess.Popen[bytes], output: BoundedOutput, *, deadline: float, stop: threading.Event
+    ) -> None:
+        if proc.stdout is None:
+            raise ValueError("the hook's stdout must be a pipe")
+        self.proc = proc
+        self.output = output
+        self.deadline = deadline
+        self.stop = stop
+        self.pipe: int | None = proc.stdout.fileno()  # still open after run(): held by another writer
+        os.set_blocking(self.pipe, False)
+
+    def run(self) -> bool:
+        """Wait until the hook's process exited (ending it when due); True if it timed out."""
+        proc = self.proc
+        pidfd = _pidfd(proc.pid)
+        timed_out = False
+        escalation: list[tuple[float, int]] = []  # (when, signal) still to send
+        with selectors.DefaultSelector() as selector:
+            if self.pipe is not None:
+                selector.register(self.pipe, selectors.EVENT_READ, "out")
+            if pidfd is not None:
+                selector.register(pidfd, selectors.EVENT_READ, "exit")
+            try:
+                while proc.poll() is None:
+                    now = time.monotonic()
+                    if not escalation and (now >= self.deadline or self.stop.is_set()):
+                        timed_out = now >= self.deadline and not self.stop.is_set()
+                        _signal_group(proc, signal.SIGTERM)
+                        escalation = [(now + _KILL_GRACE, signal.SIGKILL), (now + 2 * _KILL_GRACE, -1)]
+                    while escalation and now >= escalation[0][0]:
+                        _, signum = escalation.pop(0)
+                        if signum == signal.SIGKILL:
+                            _signal_group(proc, signal.SIGKILL)
+                        else:  # it left its group (setsid) and survived: kill the hook itself
+                            with contextlib.suppress(OSError):
+                                proc.kill()
+                    due = escalation[0][0] if escalation else self.deadline
+                    wait = min(_TICK, max(0.0, due - now))  # _TICK: stop() is seen promptly
+                    if pidfd is None:
+                        wait = min(wait, _NO_PIDFD_POLL)
+                    for key, _ in selector.select(wait):
+                        if key.data == "out" and read_available(key.fd, self.output, CHUNK * 16):
+                            selector.unregister(key.fd)
+                            self._close_pipe()
+                    if self.pipe is None and pidfd is None:
+                        # Output closed and no pidfd: the process is about to exit.
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            proc.wait(timeout=_NO_PIDFD_POLL)
+            finally:
+                if pidfd is not None:
+                    os.close(pidfd)
+        # What it wrote just before exiting; then the pipe is closed, or another
+        # process still holds it (see self.pipe).
+        pipe = self.pipe
+        if pipe is not None and read_available(pipe, self.output, CHUNK * 16):
+            self._close_pipe()
+        elif pipe is not None:
+            self.pipe = os.dup(pipe)  # the drain owns a copy; Popen's file is closed
+            os.set_blocking(self.pipe, False)
+            self._close_pipe(keep=True)
+        return timed_out
+
+    def _close_pipe(self, *, keep: bool = False) -> None:
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if not keep:
+            self.pipe = None
 
 
 def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:

@@ -111,7 +111,11 @@ def default_socket_path(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def encode(message: Mapping[str, Any]) -> bytes:
-    """One message as a JSON line (compact, UTF-8, newline-terminated)."""
+    """One message as a JSON line (compact, ASCII, newline-terminated).
+
+    ASCII (``ensure_ascii``): a path that is not UTF-8 holds surrogate escapes, which
+    only a ``\\u`` escape can carry.
+    """
     return json.dumps(message, separators=(",", ":"), allow_nan=False).encode() + b"\n"
 
 
@@ -137,24 +141,15 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def _check_tree(message: object) -> None:
-    """Refuse nesting past :data:`MAX_DEPTH` and strings that are not Unicode text.
-
-    Iterative, so a deep document cannot exhaust the stack here either.
-    """
+def _check_depth(message: object) -> None:
+    """Refuse nesting past :data:`MAX_DEPTH` (iterative: no stack to exhaust here)."""
     stack: list[tuple[object, int]] = [(message, 1)]
     while stack:
         value, depth = stack.pop()
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:  # a lone surrogate escape such as "\ud800"
-                raise _Refused("a string with a lone surrogate") from None
-        elif isinstance(value, dict | list):
+        if isinstance(value, dict | list):
             if depth > MAX_DEPTH:
                 raise _Refused(f"nested deeper than {MAX_DEPTH}")
-            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
-            stack.extend((item, depth + 1) for item in items)
+            stack.extend((item, depth + 1) for item in (value.values() if isinstance(value, dict) else value))
 
 
 def decode(line: bytes) -> dict[str, Any]:
@@ -162,8 +157,10 @@ def decode(line: bytes) -> dict[str, Any]:
 
     Only what :func:`encode` can write back is accepted, so a decoded message can
     always be re-encoded (echoed): finite numbers, integers of at most
-    :data:`MAX_INT_DIGITS` digits, nesting at most :data:`MAX_DEPTH` deep, strings
-    of Unicode text (no lone surrogates).
+    :data:`MAX_INT_DIGITS` digits, nesting at most :data:`MAX_DEPTH` deep. A string
+    may hold a lone surrogate escape (``"\\udcff"``): that is how a path that is not
+    UTF-8 travels (:func:`os.fsdecode`'s form), and :func:`encode` writes it back as
+    the same escape.
 
     Raises:
         ProtocolError: for any other input (this is the only exception it raises).
@@ -172,7 +169,7 @@ def decode(line: bytes) -> dict[str, Any]:
         message = json.loads(
             line, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_bounded_int
         )
-        _check_tree(message)
+        _check_depth(message)
     except _Refused as exc:
         raise ProtocolError(line, str(exc)) from None
     except RecursionError:  # nesting deep enough to exhaust the parser's stack

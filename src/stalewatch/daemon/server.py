@@ -28,6 +28,7 @@ from ..core.status import Event
 from .checkout import Checkout
 from .clients import ACCEPT_PAUSE, Client, ClientSet
 from .config import CheckoutConfig, DaemonConfig, DaemonConfigError
+from .output import OutputDrain
 from .protocol import (
     encode,
     event_message,
@@ -59,6 +60,7 @@ class DaemonServer:
         self.settings = settings
         self._reload = reload
         self._entries: dict[str, Checkout] = {}
+        self._drain = OutputDrain()  # hook output still held by a hook's background process
         # Bind every checkout first: a bad one fails before anything is opened.
         for checkout in settings.checkouts:
             entry = self._make_entry(checkout, 0)
@@ -101,7 +103,7 @@ class DaemonServer:
     # -- entries ---------------------------------------------------------------------------
 
     def _make_entry(self, checkout: CheckoutConfig, base: int) -> Checkout:
-        return Checkout(checkout, self._post, base)
+        return Checkout(checkout, self._post, base, self._drain)
 
     def _post(self, kind: str, entry: Checkout, payload: Any) -> None:
         # Any thread (a watcher's): the loop handles it on its next turn.
@@ -318,6 +320,9 @@ class DaemonServer:
         logging.getLogger().setLevel(settings.log_level.upper())
         self.settings = settings
         self._clients.burst = 1 + len(reused) + len(fresh)  # before fresh snapshots are queued
+        for key, entry in self._entries.items():
+            if key not in reused:
+                entry.request_stop()  # grace periods side by side, as at shutdown
         for key, entry in list(self._entries.items()):
             if key in reused:
                 continue
@@ -374,8 +379,13 @@ class DaemonServer:
             return  # already shut down
         self._stopping.set()
         self._clients.close_all()
+        # Every running hook gets SIGTERM first, then each runner is joined: the grace
+        # periods of hooks that ignore SIGTERM overlap instead of adding up.
+        for entry in self._entries.values():
+            entry.request_stop()
         for entry in self._entries.values():
             entry.stop()
+        self._drain.stop()
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()

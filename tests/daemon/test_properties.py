@@ -1,0 +1,228 @@
+"""Property tests over the daemon's parsers of outside input (issue 12).
+
+Each parser either succeeds or raises its one typed error, never anything else, and
+never hangs (pytest-timeout bounds every example). The budgets are fixed so CI time
+is too: ``max_examples`` below, ``deadline=None`` (a loaded CI machine is slow, not
+wrong).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stalewatch.daemon.clients import _request
+from stalewatch.daemon.config import DaemonConfig, DaemonConfigError, load
+from stalewatch.daemon.protocol import (
+    MAX_REQUEST_LINE,
+    LineReader,
+    ProtocolError,
+    decode,
+    encode,
+)
+
+BUDGET = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# -- the protocol decoder ------------------------------------------------------------------
+
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**80), max_value=10**80),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=40,
+)
+
+
+def _decodes_or_refuses(line: bytes) -> dict[str, Any] | None:
+    """decode(line) is a message that re-encodes to itself, or a ProtocolError."""
+    try:
+        message = decode(line)
+    except ProtocolError as exc:
+        assert len(exc.line) <= 200
+        return None
+    assert isinstance(message, dict) and isinstance(message["type"], str)
+    again = encode(message)  # what the daemon echoes must always encode
+    assert decode(again) == message
+    return message
+
+
+@BUDGET
+@given(st.binary(max_size=600))
+def test_decode_takes_any_bytes(line: bytes) -> None:
+    _decodes_or_refuses(line)
+
+
+@BUDGET
+@given(json_values, st.sampled_from(["ping", "pong", "event", ""]))
+def test_decode_takes_any_json_python_writes(value: Any, kind: str) -> None:
+    """NaN, Infinity, 1e999-like floats, 80-digit integers, nesting: refused or round-tripped."""
+    line = json.dumps({"type": kind, "id": value}, allow_nan=True).encode()
+    message = _decodes_or_refuses(line)
+    if message is not None:
+        assert not _has_non_finite(message)
+
+
+def _has_non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_non_finite(v) for v in value)
+    return False
+
+
+@BUDGET
+@given(st.integers(min_value=1, max_value=5000), st.sampled_from([b"[", b'{"a":', b"[[{}, "]))
+def test_decode_refuses_deep_nesting_without_exhausting_the_stack(depth: int, opener: bytes) -> None:
+    line = b'{"type":"ping","id":' + opener * depth
+    _decodes_or_refuses(line)
+    _decodes_or_refuses(line + b"1" + b"]" * depth + b"}")
+
+
+@BUDGET
+@given(st.lists(st.binary(max_size=300), max_size=12), st.data())
+def test_any_line_split_gives_the_same_lines_or_one_protocol_error(chunks: list[bytes], data: Any) -> None:
+    """Feeding the bytes in any pieces splits them as split(b"\\n") would, within the limit."""
+    limit = data.draw(st.integers(min_value=1, max_value=400))
+    stream = b"".join(chunks)
+    *expected, rest = stream.split(b"\n")
+    reader = LineReader(limit)
+    got: list[bytes] = []
+    try:
+        for chunk in chunks:
+            got += reader.feed(chunk)
+    except ProtocolError:
+        assert any(len(line) > limit for line in [*expected, rest])
+        return
+    assert got == expected
+    for line in got:
+        if line.strip():
+            _decodes_or_refuses(line)
+
+
+@BUDGET
+@given(st.binary(max_size=MAX_REQUEST_LINE))
+def test_a_request_is_a_ping_or_a_protocol_error(line: bytes) -> None:
+    try:
+        request = _request(line)
+    except ProtocolError:
+        return
+    assert request["type"] == "ping"
+    encode({"type": "pong", "id": request.get("id")})  # the reply always encodes
+
+
+# -- the configuration loader -----------------------------------------------------------------
+
+_KEYS = ["socket", "keepalive", "max_clients", "client_queue", "client_buffer", "log_level", "x"]
+_CHECKOUT_KEYS = ["path", "revision", "on_stale", "on_current", "on_unreadable", "hook_timeout", "hold_while"]
+
+toml_scalars = st.one_of(
+    st.text(max_size=12),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.datetimes(min_value=datetime.datetime(1, 1, 1), max_value=datetime.datetime(9999, 1, 1)),
+    st.dates(),
+    st.sampled_from(["/srv/app", "info", "DEBUG", "ab" * 20, "", "\0", "rel/path"]),
+)
+toml_values = st.recursive(
+    toml_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2)
+    ),
+    max_leaves=8,
+)
+checkout_tables = st.dictionaries(st.sampled_from(_CHECKOUT_KEYS), toml_values, max_size=5)
+documents = st.fixed_dictionaries(
+    {},
+    optional={
+        **{key: toml_values for key in _KEYS},
+        "checkout": st.one_of(st.lists(checkout_tables, max_size=3), toml_values),
+    },
+)
+
+
+def _toml(value: Any) -> str:
+    """A TOML value (strings as JSON-escaped basic strings; TOML may still refuse some)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return (
+            "nan"
+            if math.isnan(value)
+            else ("inf" if value > 0 else "-inf")
+            if math.isinf(value)
+            else repr(value)
+        )
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+
+
+def _document(data: dict[str, Any]) -> str:
+    lines = [f"{k} = {_toml(v)}" for k, v in data.items() if k != "checkout"]
+    tables = data.get("checkout")
+    if isinstance(tables, list) and all(isinstance(t, dict) for t in tables):
+        for table in tables:
+            lines.append("[[checkout]]")
+            lines += [f"{k} = {_toml(v)}" for k, v in table.items()]
+    elif "checkout" in data:
+        lines.insert(0, f"checkout = {_toml(tables)}")
+    return "\n".join(lines) + "\n"
+
+
+def _load_or_refuse(content: bytes) -> DaemonConfig | None:
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / "c.toml"
+        file.write_bytes(content)
+        file.chmod(0o600)
+        try:
+            config = load(file)
+        except DaemonConfigError as exc:
+            assert str(exc).startswith(str(file))
+            return None
+    assert isinstance(config, DaemonConfig)
+    for checkout in config.checkouts:
+        assert "\0" not in str(checkout.path)
+        for argv in (checkout.hooks.on_stale, checkout.hooks.on_current, checkout.hooks.on_unreadable):
+            assert argv is None or (argv and all(isinstance(a, str) and "\0" not in a for a in argv))
+    return config
+
+
+@BUDGET
+@given(documents)
+def test_load_takes_any_toml(data: dict[str, Any]) -> None:
+    _load_or_refuse(_document(data).encode("utf-8", "surrogatepass"))
+
+
+@BUDGET
+@given(st.binary(max_size=400))
+def test_load_takes_any_bytes(content: bytes) -> None:
+    _load_or_refuse(content)
+
+
+@BUDGET
+@given(st.integers(min_value=1, max_value=3000), st.sampled_from(["[", "{a = "]))
+def test_load_refuses_deep_nesting_with_its_error(depth: int, opener: str) -> None:
+    closer = "]" if opener == "[" else "}"
+    _load_or_refuse(f"keepalive = {opener * depth}1{closer * depth}\n".encode())
