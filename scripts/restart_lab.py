@@ -194,6 +194,9 @@ class Lab:
         self._queue: queue.SimpleQueue[Line] = queue.SimpleQueue()
         self._procs: list[subprocess.Popen[bytes]] = []
         self._follower: threading.Thread | None = None
+        self._drainer: threading.Thread | None = None
+        self._notify: socket.socket | None = None
+        self._closing = threading.Event()
         self._follow_sock: socket.socket | None = None
         self._bin = Path(sys.executable).parent
 
@@ -222,6 +225,7 @@ class Lab:
         self.wait_for_processes(self.head(), self.workers if self.supervisor == "gunicorn" else 1)
 
     def close(self) -> None:
+        self._closing.set()
         if self._follow_sock is not None:
             with contextlib.suppress(OSError):
                 self._follow_sock.shutdown(socket.SHUT_RDWR)
@@ -235,8 +239,11 @@ class Lab:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(timeout=10)
-        if self._follower is not None:
-            self._follower.join(timeout=10)
+        for thread in (self._follower, self._drainer):
+            if thread is not None:
+                thread.join(timeout=10)
+        if self._notify is not None:
+            self._notify.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _spawn(self, argv: list[str], log: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -270,19 +277,29 @@ class Lab:
             f"[checkout.restart]\n{action}confirm_timeout = 30\nmin_interval = 0\n{self.policy}"
         )
         config.chmod(0o600)
+        # A stand-in for systemd's notify socket, read for as long as the daemon runs.
         notify = self.dir / "notify"
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as ready:
-            ready.bind(str(notify))
-            ready.settimeout(WAIT)
-            self._spawn(
-                [sys.executable, "-m", "stalewatch", "daemon", "--config", str(config)],
-                "daemon.log",
-                {"NOTIFY_SOCKET": str(notify)},
-            )
-            deadline = time.monotonic() + WAIT
-            while b"READY=1" not in ready.recv(4096):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the daemon never got ready:\n{self.log('daemon.log')}")
+        self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._notify.bind(str(notify))
+        self._notify.settimeout(WAIT)
+        self._spawn(
+            [sys.executable, "-m", "stalewatch", "daemon", "--config", str(config)],
+            "daemon.log",
+            {"NOTIFY_SOCKET": str(notify)},
+        )
+        deadline = time.monotonic() + WAIT
+        while b"READY=1" not in self._notify.recv(4096):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the daemon never got ready:\n{self.log('daemon.log')}")
+        self._notify.settimeout(0.5)
+
+        def drain() -> None:
+            while not self._closing.is_set():
+                with contextlib.suppress(TimeoutError):
+                    self._notify.recv(4096)
+
+        self._drainer = threading.Thread(target=drain, name="lab-notify", daemon=True)
+        self._drainer.start()
 
     def _follow(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

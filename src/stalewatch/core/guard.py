@@ -278,17 +278,39 @@ class Guard:
                     break
         return current, error
 
-    def _apply(self, current: str | None, error: str | None) -> None:
+    def adopt(self, revision: str) -> Snapshot:
+        """Make ``revision`` the loaded revision: what this guard stands for now runs it.
+
+        For whoever restarted the code's processes onto ``revision`` (the daemon does,
+        after a confirmed automatic restart). HEAD is read again, and an event goes out
+        when the status changes (C12); a latched guard is unlatched.
+
+        Raises:
+            BindError: ``revision`` is not a full commit id.
+        """
+        loaded = _checked_revision(revision)
+        if self.binding.dirs is None:
+            return self.snapshot()
+        with self._refresh_lock:
+            current, error = self._read_settled([])
+            self._apply(current, error, loaded=loaded)
+        self._subscribers.drain()
+        return self.snapshot()
+
+    def _apply(self, current: str | None, error: str | None, *, loaded: str | None = None) -> None:
         with self._lock:
             old = self._snap
-            status = decide(old.loaded_revision, current, readable=error is None)
-            if self._latch and old.status.blocks and status is Status.CURRENT:
+            adopting = loaded is not None and loaded != old.loaded_revision
+            loaded = loaded if adopting else old.loaded_revision
+            status = decide(loaded, current, readable=error is None)
+            if self._latch and old.status.blocks and status is Status.CURRENT and not adopting:
                 status = Status.STALE
-            if status is old.status and current == old.current_revision:
+            if status is old.status and current == old.current_revision and not adopting:
                 return
             new = replace(
                 old,
                 status=status,
+                loaded_revision=loaded,
                 current_revision=current,
                 generation=old.generation + 1,
                 changed_at=time.time(),

@@ -270,7 +270,8 @@ class DaemonWatch:
             )
             self._report(False)
         features = message.get("features")
-        if self._loaded is not None and isinstance(features, list) and "register" in features:
+        watched = isinstance(checkouts, list) and self._key in checkouts
+        if watched and self._loaded is not None and isinstance(features, list) and "register" in features:
             # An old daemon offers no registration and would close us for the line.
             try:
                 sock.sendall(encode(register_message(self._key, self._loaded)))

@@ -20,12 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .output import CHUNK, BoundedOutput, read_available
 from .sdnotify import SD_ENV
 
-__all__ = ["KEEP", "Outcome", "OutputTail", "run", "signal_pidfile"]
+__all__ = ["Outcome", "pidfd", "run", "signal_pidfile"]
 
-KEEP = 4096
-"""Bytes of a command's output kept at each end."""
 _KILL_GRACE = 0.5
 _STOP_CHECK = 0.25  # seconds between looks at the stop event while a command runs
 
@@ -38,7 +37,7 @@ class Outcome:
         ok: it exited 0 (or the signal was sent).
         code: its exit status (negative: killed by that signal); ``None`` when it did
             not end by itself (timed out or stopped, then killed) or never started.
-        output: a bounded head and tail of what it printed.
+        output: a bounded head and tail of what it printed (printable lines).
         detail: one line for a log or a reason.
     """
 
@@ -48,56 +47,23 @@ class Outcome:
     detail: str
 
 
-class OutputTail:
-    """Keeps the first and last ``KEEP`` bytes of a stream and counts what it drops."""
+def pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits (Linux >= 5.3), else None.
 
-    def __init__(self) -> None:
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.dropped = 0
-
-    def add(self, data: bytes) -> None:
-        room = KEEP - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail += data
-            if len(self.tail) > KEEP:
-                self.dropped += len(self.tail) - KEEP
-                del self.tail[: len(self.tail) - KEEP]
-
-    def text(self) -> str:
-        middle = f"\n[... {self.dropped} bytes not kept ...]\n" if self.dropped else ""
-        head = bytes(self.head).decode("utf-8", "replace")
-        return (head + middle + bytes(self.tail).decode("utf-8", "replace")).strip()
-
-
-def _read_available(fd: int, sink: OutputTail) -> bool:
-    """Read what the pipe holds now; False at end of file."""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
-        if not chunk:
-            return False
-        sink.add(chunk)
-
-
-def _pidfd(pid: int) -> int | None:
-    # Linux ≥ 5.3: a file descriptor that becomes readable when the process exits, so
-    # one poll() waits for the output and the exit together.
+    With it, one poll() waits for a command's output and its exit together.
+    """
     opener = getattr(os, "pidfd_open", None)
     if opener is None:
         return None
     try:
         fd: int = opener(pid)
-    except OSError:
+    except OSError:  # ENOSYS on an old kernel, EPERM under some seccomp filters
         return None
     return fd
+
+
+def _text(output: BoundedOutput) -> str:
+    return "\n".join(output.lines()).strip()
 
 
 def run(
@@ -132,12 +98,12 @@ def run(
         raise RuntimeError("no pipe from the command")
     out = stdout.fileno()
     os.set_blocking(out, False)
-    sink = OutputTail()
-    pidfd = _pidfd(proc.pid)
+    sink = BoundedOutput()
+    exited = pidfd(proc.pid)
     poller = select.poll()
     poller.register(out, select.POLLIN)
-    if pidfd is not None:
-        poller.register(pidfd, select.POLLIN)
+    if exited is not None:
+        poller.register(exited, select.POLLIN)
     deadline = time.monotonic() + timeout
     reason: str | None = None
     try:
@@ -151,20 +117,20 @@ def run(
                 reason = "stopped; killed"
                 break
             # Without a pidfd the exit is noticed on the next turn: bound the wait.
-            wait = left if pidfd is not None and stop is None else min(left, _STOP_CHECK)
+            wait = left if exited is not None and stop is None else min(left, _STOP_CHECK)
             for fd, _ in poller.poll(wait * 1000):
-                if fd == out and open_pipe and not _read_available(out, sink):
+                if fd == out and open_pipe and read_available(out, sink, CHUNK * 16):
                     open_pipe = False
                     poller.unregister(out)
         if reason is not None:
             _kill_group(proc)
         if open_pipe:
-            _read_available(out, sink)  # what is there now; never wait for orphans
+            read_available(out, sink, CHUNK * 16)  # what is there now; never wait for orphans
     finally:
         stdout.close()
-        if pidfd is not None:
-            os.close(pidfd)
-    output = sink.text()
+        if exited is not None:
+            os.close(exited)
+    output = _text(sink)
     if reason is not None:
         return Outcome(False, None, output, reason)
     code = proc.returncode

@@ -39,6 +39,7 @@ __all__ = [
     "event_message",
     "health_message",
     "hello_message",
+    "processes_message",
     "register_message",
     "removed_message",
     "restart_message",
@@ -268,6 +269,11 @@ def health_message(checkout: str, trusted: bool, mode: str) -> dict[str, Any]:
 def restart_message(checkout: str, state: RestartState) -> dict[str, Any]:
     """A ``restart`` line: a new phase of the checkout's restart sequence (R7)."""
     return {"type": "restart", "checkout": checkout, **state.to_dict()}
+
+
+def processes_message(checkout: str, processes: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ``processes`` line: the servers registered for a checkout changed (R5)."""
+    return {"type": "processes", "checkout": checkout, "processes": processes, "at": time.time()}
 
 
 def register_message(checkout: str, revision: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ...core.guard import Guard
 from ...core.restart import RestartPhase, RestartState
-from ...core.status import Status
+from ...core.status import Event, Status
 from .. import process
 from ..registry import Process, Registry
 from .lock import HandoffLock, LockError
@@ -84,6 +84,7 @@ class Restarter:
         self._publish_cb = publish
         self._rebind = rebind
         self._cond = threading.Condition()
+        self._publish_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pending = False
@@ -102,10 +103,9 @@ class Restarter:
 
     # -- control (any thread) ------------------------------------------------------------
 
-    def use(self, guard: Guard) -> None:
-        """Read this guard from now on (the checkout was re-bound)."""
-        self._guard = guard
-        self._running = None  # the new guard's loaded revision says it now
+    def adopted(self) -> None:
+        """The daemon's guard adopted what the servers run: its loaded revision says it now."""
+        self._running = None
         self.submit()
 
     def update(self, policy: RestartPolicy) -> None:
@@ -114,6 +114,19 @@ class Restarter:
             self._policy = policy
             self._gave_up = None
             self._attempts = 0
+        self.submit()
+
+    def notice(self, event: Event) -> None:
+        """A status change (the watcher's thread): say at once that a restart is coming.
+
+        Published before the event reaches clients, so the first 409 a stale server
+        answers already says ``restart_scheduled`` (R7); the sequence's thread
+        decides the rest.
+        """
+        if event.status is Status.STALE and event.current_revision is not None:
+            state = self.state
+            if not (state.phase.coming and state.revision == event.current_revision):
+                self._publish(RestartPhase.SCHEDULED, None, event.current_revision)
         self.submit()
 
     def submit(self) -> None:
@@ -129,13 +142,17 @@ class Restarter:
                 )
                 self._thread.start()
 
-    def stop(self) -> None:
-        """Stop the sequence (a running command is killed) and join the thread."""
+    def request_stop(self) -> None:
+        """Begin stopping: a running command is killed; :meth:`stop` waits for it."""
         with self._cond:
             self._stop.set()
             self._cond.notify_all()
-            thread = self._thread
         self._registry.wake()
+
+    def stop(self) -> None:
+        """Stop the sequence (a running command is killed) and join the thread."""
+        self.request_stop()
+        thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2.0)
 
@@ -376,17 +393,23 @@ class Restarter:
         attempt: int | None = None,
         retry_after: float | None = None,
     ) -> None:
-        old = self.state
-        if (phase, reason, revision) == (old.phase, old.reason, old.revision):
-            return
-        if attempt is None:
-            attempt = self._attempts if revision else 0
-        if retry_after is None and phase.coming:
-            retry_after = self._estimate(self._policy)
-        state = RestartState(
-            phase, reason, revision, attempt, retry_after if phase.coming else None, time.time()
-        )
-        self.state = state
+        # Two threads publish (the watcher's notice, the sequence): one at a time, so
+        # the phases reach the loop in the order they were decided.
+        with self._publish_lock:
+            old = self.state
+            if (phase, reason, revision) == (old.phase, old.reason, old.revision):
+                return
+            if attempt is None:
+                attempt = self._attempts if revision else 0
+            if retry_after is None and phase.coming:
+                retry_after = self._estimate(self._policy)
+            retry_after = retry_after if phase.coming else None
+            state = RestartState(phase, reason, revision, attempt, retry_after, time.time())
+            self.state = state
+            try:
+                self._publish_cb(state)
+            except Exception:
+                logger.exception("stalewatch: publishing a restart phase failed")
         level = logging.WARNING if phase in (RestartPhase.REFUSED, RestartPhase.FAILED) else logging.INFO
         logger.log(
             level,
@@ -396,10 +419,6 @@ class Restarter:
             phase.value,
             f" ({reason})" if reason else "",
         )
-        try:
-            self._publish_cb(state)
-        except Exception:
-            logger.exception("stalewatch: publishing a restart phase failed")
 
     def _env(self, target: str) -> dict[str, str]:
         loaded = self._guard.snapshot().loaded_revision or ""
