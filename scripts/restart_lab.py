@@ -270,7 +270,9 @@ class Lab:
         if self.supervisor == "gunicorn":
             action = f'pidfile = "{self.dir / "gunicorn.pid"}"\nsignal = "HUP"\n'
         else:
-            action = f'action = ["{self._bin / "supervisorctl"}", "-c", "{self.dir / "supervisord.conf"}", "restart", "web"]\n'
+            conf = str(self.dir / "supervisord.conf")
+            argv = [str(self._bin / "supervisorctl"), "-c", conf, "restart", "web"]
+            action = f"action = {json.dumps(argv)}\n"
         config = self.dir / "stalewatch.toml"
         config.write_text(
             f'socket = "{self.socket}"\nlog_level = "info"\n\n[[checkout]]\npath = "{self.checkout}"\n\n'
