@@ -104,7 +104,17 @@ class Outcome:
     payload: dict[str, Any] = field(default_factory=dict)
     retry_after: str | None = None
     error: str | None = None  # the exception's class name
-    connected: bool = False  # the connection was made (an error after it cut a response)
+    connected: bool = False  # the kernel completed the connection (maybe only into a backlog)
+
+    @property
+    def cut(self) -> bool:
+        """A response that began and did not end: what a graceful stop must never do."""
+        return self.error is not None and self.status is not None
+
+    @property
+    def unserved(self) -> bool:
+        """Refused, or reset before any response: the server never took the request."""
+        return self.error is not None and self.status is None
 
 
 class Load:
@@ -114,7 +124,7 @@ class Load:
         self.port = port
         self.paths = paths
         self.outcomes: list[Outcome] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._run, args=(i,), name=f"lab-load-{i}", daemon=True)
@@ -139,6 +149,7 @@ class Load:
             outcome = self.request(path)
             with self._lock:
                 self.outcomes.append(outcome)
+                self._lock.notify_all()
             if outcome.error == "ConnectionRefusedError":
                 # The server is between two lives: knock again soon, never spin.
                 self._stop.wait(0.01)
@@ -152,9 +163,9 @@ class Load:
             outcome.connected = True
             conn.request("GET", path)
             response = conn.getresponse()
-            body = response.read()
-            outcome.status = response.status
+            outcome.status = response.status  # the response began: an error now cuts it
             outcome.retry_after = response.getheader("Retry-After")
+            body = response.read()
             with contextlib.suppress(ValueError):
                 outcome.payload = json.loads(body)
             outcome.revision = outcome.payload.get("revision")
@@ -168,6 +179,20 @@ class Load:
     def snapshot(self) -> list[Outcome]:
         with self._lock:
             return list(self.outcomes)
+
+    def wait_for(self, predicate: Callable[[Outcome], bool], timeout: float = WAIT) -> Outcome:
+        """The first outcome from now on that matches ``predicate``."""
+        with self._lock:
+            seen = len(self.outcomes)
+
+            def found() -> Outcome | None:
+                return next((o for o in self.outcomes[seen:] if predicate(o)), None)
+
+            if not self._lock.wait_for(lambda: found() is not None, timeout):
+                raise TimeoutError(f"no matching request in {timeout} s")
+            match = found()
+            assert match is not None
+            return match
 
 
 class Lab:
@@ -222,7 +247,7 @@ class Lab:
         self._start_daemon()
         self._follow()
         self._start_server()
-        self.wait_for_processes(self.head(), self.workers if self.supervisor == "gunicorn" else 1)
+        self.wait_for_processes(self.head(), self.workers)
 
     def close(self) -> None:
         self._closing.set()
@@ -369,7 +394,7 @@ class Lab:
             self._spawn(self._gunicorn(self.workers), "server.log", env)
             return
         conf = self.dir / "supervisord.conf"
-        command = " ".join(self._gunicorn(1))
+        command = " ".join(self._gunicorn(self.workers))
         conf.write_text(
             textwrap.dedent(
                 f"""\
