@@ -206,11 +206,18 @@ class Lab:
     """
 
     def __init__(
-        self, supervisor: str = "gunicorn", *, workers: int = 4, policy: str = "settle = 0.2\n"
+        self,
+        supervisor: str = "gunicorn",
+        *,
+        workers: int = 4,
+        policy: str = "settle = 0.2\n",
+        command: list[str] | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.workers = workers
         self.policy = policy
+        # supervisord's program instead of gunicorn; {port}, {socket}, {checkout} filled in.
+        self.command = command
         self.dir = Path(tempfile.mkdtemp(prefix="sw-lab-", dir="/tmp"))
         self.checkout = self.dir / "checkout"
         self.socket = self.dir / "d.sock"
@@ -394,7 +401,9 @@ class Lab:
             self._spawn(self._gunicorn(self.workers), "server.log", env)
             return
         conf = self.dir / "supervisord.conf"
-        command = " ".join(self._gunicorn(self.workers))
+        argv = self._gunicorn(self.workers) if self.command is None else self.command
+        fields = {"port": self.port, "socket": self.socket, "checkout": self.checkout}
+        command = " ".join(part.format(**fields) for part in argv)
         conf.write_text(
             textwrap.dedent(
                 f"""\

@@ -60,3 +60,9 @@ def test_soak_quick_prints_every_figure() -> None:
         "SIGTERM:",
     ):
         assert label in out
+
+
+def test_bench_restart_quick_prints_every_figure() -> None:
+    out = run_quick("bench_restart.py")
+    for label in ("commit -> restart confirmed", "commit -> every worker on the new", "requests lost"):
+        assert label in out
