@@ -19,7 +19,7 @@ from types import FrameType
 
 import uvicorn
 
-from example_wsgi import PAGE, arguments  # the same page and options; scripts/ is on sys.path
+from example_wsgi import PAGE, arguments, guard_for  # the same page and options; scripts/ is on sys.path
 from stalewatch import Guard
 from stalewatch.sse import EventStream
 from stalewatch.web import ASGIApp, ASGIBarrier, Receive, Scope, Send
@@ -66,8 +66,8 @@ def main() -> None:
     args = arguments(__doc__.splitlines()[0])
 
     # A pre-forking server must start watchers after the fork; one process here.
-    with Guard.for_checkout(args.checkout) as guard:
-        stream = EventStream(guard)
+    with guard_for(args) as guard:
+        stream = EventStream(guard, retry_ms=500)  # back soon after a restart
         config = uvicorn.Config(build(guard, stream), ws="none", lifespan="off", log_level="warning")
         server = Server(config)
         server.stream = stream

@@ -37,7 +37,10 @@ def test_unit_has_what_the_daemon_needs(name: str) -> None:
         assert settings.get(key) == value, key
     assert int(settings["WatchdogSec"]) > 0
     assert settings["RuntimeDirectory"].startswith("stalewatch")
-    assert settings["PartOf"] == settings["After"] == settings["WantedBy"]
+    # Started with the web server, before it, and never stopped or restarted with it: a
+    # daemon driving a restart must outlive it (R3, R5).
+    assert settings["Before"] == settings["WantedBy"]
+    assert "PartOf" not in settings and "BindsTo" not in settings
     assert settings["ReadOnlyPaths"]
     assert settings["RestrictAddressFamilies"] == "AF_UNIX"
     # ExecStart runs our own CLI: its arguments must parse.
@@ -51,7 +54,7 @@ def test_unit_has_what_the_daemon_needs(name: str) -> None:
 
 def test_template_is_per_instance() -> None:
     settings = _settings(UNITS / "stalewatch@.service")
-    assert settings["PartOf"] == "%i.service"
+    assert settings["Before"] == settings["WantedBy"] == "%i.service"
     assert "%i" in settings["RuntimeDirectory"] and "%i" in settings["ExecStart"]
 
 

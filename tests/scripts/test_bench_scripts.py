@@ -62,6 +62,12 @@ def test_soak_quick_prints_every_figure() -> None:
         assert label in out
 
 
+def test_bench_restart_quick_prints_every_figure() -> None:
+    out = run_quick("bench_restart.py")
+    for label in ("commit -> restart confirmed", "commit -> every worker on the new", "requests lost"):
+        assert label in out
+
+
 def test_bench_scale_quick_prints_every_figure() -> None:
     out = run_quick("bench_scale.py")
     for label in ("N=1 ", "N=10 ", "start", "threads", "inotify 1 instance(s)", "watches", "RSS"):

@@ -13,6 +13,7 @@ import pytest
 from conftest import Repo
 from stalewatch import Event, Guard, StaleError, Status
 from stalewatch.web import CONFLICT, ASGIBarrier, Routes, WSGIBarrier, refusal, stale_payload
+from stalewatch.web.barrier import NO_RESTART
 from web_helpers import echo_asgi, echo_wsgi, request, serve
 
 KINDS = ["wsgi", "asgi"]
@@ -48,7 +49,14 @@ def test_named_routes_answer_409_once_a_commit_lands(kind: str, git_repo: Repo, 
         assert headers["content-type"] == "application/json"
         assert headers["cache-control"] == "no-store"
         payload = json.loads(body)
-        assert payload == {"error": payload["error"], "type": "code_stale", "retryable": True}
+        assert payload == {
+            "error": payload["error"],
+            "type": "code_stale",
+            "retryable": True,
+            "restart_scheduled": False,  # a local guard: no daemon restarts this server
+            "restart_reason": NO_RESTART,
+        }
+        assert "retry-after" not in headers
         assert loaded[:7] in payload["error"]
         assert new[:7] in payload["error"]
 
@@ -171,7 +179,13 @@ def test_asgi_never_calls_receive_for_a_passed_request(git_repo: Repo) -> None:
     asyncio.run(run())
     assert inner_calls == ["/other", "/api/chat"]  # websocket scopes pass through
     assert sent[0]["status"] == CONFLICT
-    assert json.loads(sent[1]["body"]) == {"error": str(exc), "type": "custom", "retryable": True}
+    assert json.loads(sent[1]["body"]) == {
+        "error": str(exc),
+        "type": "custom",
+        "retryable": True,
+        "restart_scheduled": False,
+        "restart_reason": NO_RESTART,
+    }
 
 
 def test_refusal_returns_only_stale_errors(git_repo: Repo) -> None:

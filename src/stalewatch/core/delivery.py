@@ -1,4 +1,4 @@
-"""Delivering a guard's events to its subscribers: each once, in order (C12).
+"""Delivering a guard's events (and restart notices) to its subscribers: each once, in order (C12).
 
 The guard appends events under its own lock, in generation order, and then calls
 :meth:`Subscribers.drain` outside it. Whoever holds the delivery lock delivers
@@ -15,24 +15,25 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-
-from .status import Event
+from typing import Generic, TypeVar
 
 __all__ = ["Subscribers"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("stalewatch.core.guard")
 
 
-class Subscribers:
-    """A guard's subscriber callbacks and the events waiting for them."""
+class Subscribers(Generic[T]):
+    """A guard's subscriber callbacks and the items (events) waiting for them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: deque[Event] = deque()
-        self._callbacks: dict[int, Callable[[Event], object]] = {}
+        self._pending: deque[T] = deque()
+        self._callbacks: dict[int, Callable[[T], object]] = {}
         self._ids = itertools.count()
 
-    def add(self, callback: Callable[[Event], object]) -> Callable[[], None]:
+    def add(self, callback: Callable[[T], object]) -> Callable[[], None]:
         """Register ``callback``; return the function that unregisters it (harmless twice)."""
         key = next(self._ids)
         self._callbacks[key] = callback
@@ -42,9 +43,9 @@ class Subscribers:
 
         return remove
 
-    def push(self, event: Event) -> None:
-        """Queue ``event`` (called under the guard's lock, so in generation order)."""
-        self._pending.append(event)
+    def push(self, item: T) -> None:
+        """Queue ``item`` (called under the guard's lock, so in generation order)."""
+        self._pending.append(item)
 
     def drain(self) -> None:
         """Deliver every queued event, unless another thread is delivering already."""
@@ -53,12 +54,12 @@ class Subscribers:
                 return  # the holder re-checks the queue after releasing
             try:
                 while self._pending:
-                    event = self._pending.popleft()
+                    item = self._pending.popleft()
                     for key, callback in list(self._callbacks.items()):
                         if key not in self._callbacks:
-                            continue  # unsubscribed while this event was being delivered
+                            continue  # unsubscribed while this item was being delivered
                         try:
-                            callback(event)
+                            callback(item)
                         except Exception:
                             logger.exception("stalewatch: subscriber %r failed", callback)
             finally:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .restart import RestartState
 
 
 class StalewatchError(Exception):
@@ -77,6 +81,8 @@ class StaleError(StalewatchError, RuntimeError):
         loaded_revision: the commit the process loaded its code from.
         current_revision: the commit HEAD resolves to now (``None`` when unreadable).
         status: ``Status.STALE`` or ``Status.UNREADABLE``.
+        restart: the :class:`~stalewatch.core.restart.RestartState` a daemon with a
+            restart policy last published, or ``None`` (R7).
     """
 
     def __init__(
@@ -85,11 +91,14 @@ class StaleError(StalewatchError, RuntimeError):
         loaded_revision: str | None,
         current_revision: str | None,
         status: object,
+        *,
+        restart: RestartState | None = None,
     ) -> None:
         self.checkout = checkout
         self.loaded_revision = loaded_revision
         self.current_revision = current_revision
         self.status = status
+        self.restart = restart
         if str(status) == "unreadable":
             what = (
                 f"the git checkout at {checkout} can no longer be read "

@@ -7,6 +7,7 @@ HEAD, raising, delivering events — happens off that path.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from ..git import command, refs
 from ..watching.local import LocalSource
@@ -24,6 +26,7 @@ from . import identity
 from .delivery import Subscribers
 from .errors import BindError, HeadUnreadableError, NeedsGitError, RefError, StaleError
 from .identity import Binding
+from .restart import RestartState
 from .status import Event, Snapshot, Status, decide
 
 __all__ = ["Guard"]
@@ -72,7 +75,9 @@ class Guard:
         self._source: Source = source if source is not None else LocalSource()
         self._lock = threading.Lock()  # serialises state changes: generation order (C12)
         self._lifecycle = threading.Lock()
-        self._subscribers = Subscribers()
+        self._subscribers: Subscribers[Event] = Subscribers()
+        self._restart_subscribers: Subscribers[RestartState] = Subscribers()
+        self._restart: RestartState | None = None  # from a daemon with a restart policy (R7)
         self._refresh_lock = threading.Lock()  # one read-and-apply at a time (C12)
         self._watch: Watch | None = None
         self._token: object = None
@@ -178,7 +183,9 @@ class Guard:
             self.refresh()  # C9: the flag cannot be trusted, or the caller wants C10
         snap = self._snap
         if snap.status.blocks:
-            raise StaleError(snap.checkout, snap.loaded_revision, snap.current_revision, snap.status)
+            raise StaleError(
+                snap.checkout, snap.loaded_revision, snap.current_revision, snap.status, restart=self._restart
+            )
 
     @property
     def status(self) -> Status:
@@ -200,7 +207,7 @@ class Guard:
 
     def snapshot(self) -> Snapshot:
         """The current state, frozen, including whether the flag is trusted right now."""
-        return replace(self._snap, trusted=self._trusted, mode=self._mode)
+        return replace(self._snap, trusted=self._trusted, mode=self._mode, restart=self._restart)
 
     # -- events -----------------------------------------------------------------------
 
@@ -271,17 +278,39 @@ class Guard:
                     break
         return current, error
 
-    def _apply(self, current: str | None, error: str | None) -> None:
+    def adopt(self, revision: str) -> Snapshot:
+        """Make ``revision`` the loaded revision: what this guard stands for now runs it.
+
+        For whoever restarted the code's processes onto ``revision`` (the daemon does,
+        after a confirmed automatic restart). HEAD is read again, and an event goes out
+        when the status changes (C12); a latched guard is unlatched.
+
+        Raises:
+            BindError: ``revision`` is not a full commit id.
+        """
+        loaded = _checked_revision(revision)
+        if self.binding.dirs is None:
+            return self.snapshot()
+        with self._refresh_lock:
+            current, error = self._read_settled([])
+            self._apply(current, error, loaded=loaded)
+        self._subscribers.drain()
+        return self.snapshot()
+
+    def _apply(self, current: str | None, error: str | None, *, loaded: str | None = None) -> None:
         with self._lock:
             old = self._snap
-            status = decide(old.loaded_revision, current, readable=error is None)
-            if self._latch and old.status.blocks and status is Status.CURRENT:
+            adopting = loaded is not None and loaded != old.loaded_revision
+            loaded = loaded if adopting else old.loaded_revision
+            status = decide(loaded, current, readable=error is None)
+            if self._latch and old.status.blocks and status is Status.CURRENT and not adopting:
                 status = Status.STALE
-            if status is old.status and current == old.current_revision:
+            if status is old.status and current == old.current_revision and not adopting:
                 return
             new = replace(
                 old,
                 status=status,
+                loaded_revision=loaded,
                 current_revision=current,
                 generation=old.generation + 1,
                 changed_at=time.time(),
@@ -302,6 +331,24 @@ class Guard:
                     error,
                 )
             )
+
+    def subscribe_restart(self, callback: Callable[[RestartState], object]) -> Callable[[], None]:
+        """Call ``callback(state)`` on each new phase of an automatic restart (R7).
+
+        Only a guard fed by a daemon with a restart policy ever gets them (see
+        :class:`~stalewatch.Daemon`). Returns an unsubscribe function; callbacks run
+        like :meth:`subscribe`'s.
+        """
+        return self._restart_subscribers.add(callback)
+
+    def _on_restart(self, token: object, state: RestartState | None) -> None:
+        with self._lock:
+            if token is not self._token or state == self._restart:
+                return
+            self._restart = state
+            if state is not None:
+                self._restart_subscribers.push(state)
+        self._restart_subscribers.drain()
 
     def _on_health(self, token: object, trusted: bool, mode: str) -> None:
         with self._lock:
@@ -326,8 +373,12 @@ class Guard:
             if dirs is None or self._watch is not None:
                 return self
             token = self._token = object()
+            extra: dict[str, Any] = {}
+            if _takes_restart_keywords(self._source):
+                extra["loaded_revision"] = self._snap.loaded_revision
+                extra["on_restart"] = lambda state: self._on_restart(token, state)
             self._watch = self._source.watch(
-                dirs, self._changed, lambda trusted, mode: self._on_health(token, trusted, mode)
+                dirs, self._changed, lambda trusted, mode: self._on_health(token, trusted, mode), **extra
             )
             self._watch.start()
         return self
@@ -359,6 +410,7 @@ class Guard:
             self._restart_after_fork = False
             with self._lock:
                 self._token = None
+                self._restart = None  # no source tells it any more
                 self._trusted = False
                 self._mode = "none"
                 self._pass = self.binding.dirs is None
@@ -384,10 +436,12 @@ class Guard:
         self._lock = threading.Lock()
         self._lifecycle = threading.Lock()
         self._subscribers.after_fork()
+        self._restart_subscribers.after_fork()
         self._refresh_lock = threading.Lock()
         self._restart_after_fork = self._watch is not None
         self._watch = None
         self._token = None
+        self._restart = None
         self._trusted = False
         self._mode = "none"
         self._pass = self.binding.dirs is None
@@ -397,6 +451,21 @@ class Guard:
     def __repr__(self) -> str:
         snap = self._snap
         return f"<Guard {snap.status.value} {snap.checkout} loaded={snap.loaded_revision}>"
+
+
+def _takes_restart_keywords(source: Source) -> bool:
+    """Whether ``source.watch`` takes the keywords added for automatic restarts.
+
+    ``Source`` is public: a source written before them takes three arguments only,
+    and keeps working without restart notices.
+    """
+    try:
+        parameters = inspect.signature(source.watch).parameters
+    except (TypeError, ValueError):
+        return False
+    return {"loaded_revision", "on_restart"} <= parameters.keys() or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 def _checked_revision(revision: str) -> str:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .restart import RestartState
+
 __all__ = ["Event", "Snapshot", "Status", "decide"]
 
 
@@ -60,6 +62,8 @@ class Snapshot:
         trusted: whether the barrier may decide from the flag alone right now (C9).
         mode: how changes are noticed: ``native``, ``polling``, ``daemon`` or ``none``.
         error: why HEAD is unreadable, when it is.
+        restart: where an automatic restart stands, when a daemon with a restart
+            policy feeds this guard (R7); ``None`` otherwise.
     """
 
     status: Status
@@ -71,6 +75,7 @@ class Snapshot:
     trusted: bool = False
     mode: str = "none"
     error: str | None = None
+    restart: RestartState | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +88,7 @@ class Snapshot:
             "trusted": self.trusted,
             "mode": self.mode,
             "error": self.error,
+            "restart": None if self.restart is None else self.restart.to_dict(),
         }
 
 

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core import settings
+from ..core.restart import RestartState
 from ..git.refs import GitDirs
-from ..watching.source import OnChange, OnHealth
+from ..watching.source import OnChange, OnHealth, OnRestart
 from .connection import (
     HELLO_TIMEOUT,
     MAX_BACKOFF,
@@ -39,7 +40,7 @@ from .connection import (
     receive,
     silence_limit,
 )
-from .protocol import MAX_MESSAGE_LINE, LineReader, default_socket_path
+from .protocol import MAX_MESSAGE_LINE, LineReader, default_socket_path, encode, register_message
 
 __all__ = ["Daemon", "DaemonWatch"]
 
@@ -70,21 +71,48 @@ class Daemon:
         self.verify_interval = settings.verify_interval(verify_interval)
         self.max_backoff = max_backoff
 
-    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> DaemonWatch:
-        return DaemonWatch(self, dirs, on_change, on_health)
+    def watch(
+        self,
+        dirs: GitDirs,
+        on_change: OnChange,
+        on_health: OnHealth,
+        *,
+        loaded_revision: str | None = None,
+        on_restart: OnRestart | None = None,
+    ) -> DaemonWatch:
+        """Follow the daemon for ``dirs``; register ``loaded_revision`` with it (R5)."""
+        return DaemonWatch(
+            self, dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart
+        )
 
     def __repr__(self) -> str:
         return f"Daemon({str(self.socket_path)!r})"
 
 
 class DaemonWatch:
-    """One subscription to the daemon for one checkout, on its own thread."""
+    """One subscription to the daemon for one checkout, on its own thread.
 
-    def __init__(self, daemon: Daemon, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> None:
+    When the daemon offers it (``register`` in its hello's ``features``), the process
+    registers the revision it loaded, so a restart is confirmed only once the new
+    servers run the new code (R5); restart phases for the checkout go to ``on_restart``.
+    """
+
+    def __init__(
+        self,
+        daemon: Daemon,
+        dirs: GitDirs,
+        on_change: OnChange,
+        on_health: OnHealth,
+        *,
+        loaded_revision: str | None = None,
+        on_restart: OnRestart | None = None,
+    ) -> None:
         self._daemon = daemon
         self._key = str(dirs.worktree)
         self._on_change = on_change
         self._on_health = on_health
+        self._loaded = loaded_revision
+        self._on_restart = on_restart
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -131,6 +159,14 @@ class DaemonWatch:
         except Exception:
             logger.exception("stalewatch: re-resolving %s failed", self._key)
 
+    def _restart(self, data: object) -> None:
+        if self._on_restart is None:
+            return
+        try:
+            self._on_restart(RestartState.from_dict(data))
+        except Exception:
+            logger.exception("stalewatch: restart callback failed")
+
     def _warn_once(self, topic: str, message: str, *args: object) -> None:
         if topic not in self._warned:
             self._warned.add(topic)
@@ -174,6 +210,7 @@ class DaemonWatch:
             with self._lock:
                 self._sock = None
             sock.close()
+            self._restart(None)  # what a gone daemon said about restarts no longer holds
 
     def _session(self, sock: socket.socket) -> bool:
         """Follow one connection; True once it got as far as a hello."""
@@ -201,11 +238,15 @@ class DaemonWatch:
                 kind = message["type"]
                 if kind in ("hello", "error"):
                     check_hello(message, path)  # raises for an error line or another protocol
-                    silent_limit = self._hello(message)
+                    silent_limit = self._hello(message, sock)
                     greeted = True
                 elif message.get("checkout") != self._key:
                     continue  # pings, pongs and other checkouts' lines
+                elif kind == "restart":
+                    self._restart(message)
                 elif kind in ("snapshot", "health"):
+                    if kind == "snapshot":
+                        self._restart(message.get("restart"))
                     self._subscribed(message.get("trusted") is True, message.get("mode"))
                 elif kind == "event":
                     self._changed()
@@ -214,8 +255,8 @@ class DaemonWatch:
                     logger.warning("stalewatch: the daemon stopped watching %s", self._key)
         return greeted
 
-    def _hello(self, message: dict[str, Any]) -> float:
-        """Note a (checked) hello; return how long the daemon may stay silent."""
+    def _hello(self, message: dict[str, Any], sock: socket.socket) -> float:
+        """Note a (checked) hello, register if offered; return how long the daemon may stay silent."""
         if "lost" in self._warned:
             self._warned.discard("lost")
             logger.info("stalewatch: reconnected to the daemon at %s", self._daemon.socket_path)
@@ -228,6 +269,14 @@ class DaemonWatch:
                 self._key,
             )
             self._report(False)
+        features = message.get("features")
+        watched = isinstance(checkouts, list) and self._key in checkouts
+        if watched and self._loaded is not None and isinstance(features, list) and "register" in features:
+            # An old daemon offers no registration and would close us for the line.
+            try:
+                sock.sendall(encode(register_message(self._key, self._loaded)))
+            except OSError as exc:
+                raise DaemonUnavailableError(self._daemon.socket_path, f"cannot register: {exc}") from None
         return silence_limit(message)
 
     def _subscribed(self, daemon_trusted: bool, mode: object) -> None:

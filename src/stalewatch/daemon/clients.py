@@ -17,10 +17,12 @@ import logging
 import select
 import selectors
 import socket
+import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
+from ..git.refs import is_object_id
 from .protocol import MAX_REQUEST_LINE, LineReader, ProtocolError, decode, encode, error_message
 
 __all__ = ["Client", "ClientSet"]
@@ -48,10 +50,28 @@ class Client:
         # The client shut down its write side (SHUT_WR): it still reads, so keep
         # sending; the socket is then watched only for the hang-up of the whole peer.
         self.half_closed = False
+        self.pid = _peer_pid(sock)
+
+
+def _peer_pid(sock: socket.socket) -> int:
+    """The connecting process's pid, from the kernel (``SO_PEERCRED``), not its word."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return 0
+    try:
+        pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    except (OSError, struct.error):
+        return 0
+    return int(pid)
 
 
 def _request(line: bytes) -> dict[str, object]:
     request = decode(line)
+    if request["type"] == "register":
+        checkout, revision = request.get("checkout"), request.get("revision")
+        if not isinstance(checkout, str) or not isinstance(revision, str) or not is_object_id(revision):
+            raise ProtocolError(line, "a register request needs a 'checkout' and a full 'revision'")
+        return request
     if request["type"] != "ping":
         raise ProtocolError(line, f"unknown request type {request['type']!r}")
     # The pong echoes `id`: a 4 KiB id per ping, unread, would make every queued line
@@ -72,9 +92,19 @@ class ClientSet:
     """
 
     def __init__(
-        self, selector: selectors.BaseSelector, max_clients: int, queue_limit: int, buffer: int
+        self,
+        selector: selectors.BaseSelector,
+        max_clients: int,
+        queue_limit: int,
+        buffer: int,
+        *,
+        on_register: Callable[[Client, str, str], None] | None = None,
+        on_close: Callable[[Client], None] | None = None,
     ) -> None:
         self._selector = selector
+        # A server process tells which revision it loaded (R5); the server owns that.
+        self._on_register = on_register
+        self._on_close = on_close
         self.max_clients = max_clients
         self.queue_limit = queue_limit
         self.buffer = buffer
@@ -207,6 +237,10 @@ class ClientSet:
                 if not line.strip():
                     continue
                 request = _request(line)
+                if request["type"] == "register":
+                    if self._on_register is not None:
+                        self._on_register(client, str(request["checkout"]), str(request["revision"]))
+                    continue
                 reply: dict[str, object] = {"type": "pong", "at": time.time()}
                 if "id" in request:
                     reply["id"] = request["id"]
@@ -282,6 +316,11 @@ class ClientSet:
         """Close one client (harmless twice)."""
         if self._clients.pop(client.number, None) is None:
             return
+        if self._on_close is not None:
+            try:
+                self._on_close(client)
+            except Exception:  # a closing client is closed whatever its bookkeeping does
+                logger.exception("stalewatch: while closing client %d", client.number)
         if client.mask:
             self._selector.unregister(client.sock)
         # Closing with unread input makes the kernel reset the connection, and the

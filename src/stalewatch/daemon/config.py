@@ -30,15 +30,17 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import stat
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..core.errors import ConfigError
 from ..git.refs import is_object_id
+from .restart.policy import RestartPolicy
 
 __all__ = [
     "CheckoutConfig",
@@ -53,7 +55,26 @@ __all__ = [
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _TOP_KEYS = {"socket", "keepalive", "max_clients", "client_queue", "client_buffer", "log_level", "checkout"}
 _HOOK_KEYS = ("on_stale", "on_current", "on_unreadable")
-_CHECKOUT_KEYS = {"path", "revision", "hook_timeout", "hold_while", *_HOOK_KEYS}
+_CHECKOUT_KEYS = {"path", "revision", "hook_timeout", "hold_while", "restart", *_HOOK_KEYS}
+_RESTART_KEYS = {
+    "action",
+    "pidfile",
+    "signal",
+    "settle",
+    "hold_while",
+    "update_marker",
+    "update_marker_max_age",
+    "incomplete_markers",
+    "verify",
+    "verify_timeout",
+    "lock",
+    "confirm",
+    "confirm_timeout",
+    "action_timeout",
+    "max_attempts",
+    "min_interval",
+}
+_SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signal.Signals)
 MAX_CONFIG_BYTES = 1 << 20
 """Largest configuration file read (a real one is a few hundred bytes)."""
 
@@ -102,6 +123,7 @@ class CheckoutConfig:
     path: Path
     revision: str | None = None
     hooks: HookConfig = field(default_factory=HookConfig)
+    restart: RestartPolicy | None = None
 
 
 @dataclass(frozen=True)
@@ -118,23 +140,30 @@ class DaemonConfig:
     file: Path | None = None
 
 
-def _locate(text: str, table: int | None, key: str | None) -> int | None:
-    """The line of ``key`` at top level (``table`` None) or in the n-th ``[[checkout]]``."""
-    section: int | None = None
+def _locate(text: str, table: int | None, key: str | None, sub: str | None = None) -> int | None:
+    """The line of ``key`` at top level (``table`` None), in the n-th ``[[checkout]]``, or
+    in its ``[checkout.<sub>]`` table (or its inline ``sub = {...}``)."""
+    section: tuple[int | None, str | None] | None = (None, None)
     seen = -1
     pattern = re.compile(rf"""^\s*(["']?){re.escape(key)}\1\s*=""") if key else None
+    inline = re.compile(rf"""^\s*(["']?){re.escape(sub)}\1\s*=""") if sub else None
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
-        if stripped.startswith("[[") and stripped[2:].split("]")[0].strip() == "checkout":
-            seen += 1
-            section = seen
-            if key is None and section == table:
+        if stripped.startswith("[["):
+            seen += 1 if stripped[2:].split("]")[0].strip() == "checkout" else 0
+            section = (seen, None) if stripped[2:].split("]")[0].strip() == "checkout" else None
+            if key is None and section == (table, sub):
                 return number
             continue
         if stripped.startswith("["):
-            section = -2  # some other table
+            name = [part.strip().strip("\"'") for part in stripped[1:].split("]")[0].split(".")]
+            section = (seen, name[1]) if len(name) == 2 and name[0] == "checkout" else None
+            if key is None and section == (table, sub):
+                return number
             continue
-        if pattern is not None and section == table and pattern.match(line):
+        if section == (table, None) and inline is not None and inline.match(line):
+            return number  # sub = { ... } written inline: the line of the table itself
+        if pattern is not None and section == (table, sub) and pattern.match(line):
             return number
     return None
 
@@ -145,16 +174,35 @@ class _Reader:
         self.text = text
         self.base = file.parent
 
-    def fail(self, name: str, value: object, reason: str, table: int | None, key: str | None) -> None:
-        raise DaemonConfigError(name, value, reason, file=self.file, line=_locate(self.text, table, key))
+    def fail(
+        self,
+        name: str,
+        value: object,
+        reason: str,
+        table: int | None,
+        key: str | None,
+        *,
+        sub: str | None = None,
+    ) -> NoReturn:
+        line = _locate(self.text, table, key, sub)
+        raise DaemonConfigError(name, value, reason, file=self.file, line=line)
 
-    def number(self, data: dict[str, Any], key: str, table: int | None, low: float, high: float) -> float:
+    def number(
+        self,
+        data: dict[str, Any],
+        key: str,
+        table: int | None,
+        low: float,
+        high: float,
+        *,
+        sub: str | None = None,
+    ) -> float:
         value = data[key]
-        name = _name(table, key)
+        name = _name(table, key, sub)
         if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(name, value, "expected a number", table, key)
+            self.fail(name, value, "expected a number", table, key, sub=sub)
         if not low <= value <= high:
-            self.fail(name, value, f"expected between {low:g} and {high:g}", table, key)
+            self.fail(name, value, f"expected between {low:g} and {high:g}", table, key, sub=sub)
         return float(value)
 
     def integer(self, data: dict[str, Any], key: str, low: int, high: int) -> int:
@@ -163,14 +211,25 @@ class _Reader:
             self.fail(key, value, f"expected a whole number between {low} and {high}", None, key)
         return int(value)
 
-    def path(self, data: dict[str, Any], key: str, table: int | None) -> Path:
+    def path(self, data: dict[str, Any], key: str, table: int | None, sub: str | None = None) -> Path:
         value = data[key]
         if not isinstance(value, str) or not value or "\0" in value:
-            self.fail(_name(table, key), value, "expected a non-empty path string (without NUL)", table, key)
+            reason = "expected a non-empty path string (without NUL)"
+            self.fail(_name(table, key, sub), value, reason, table, key, sub=sub)
         path = Path(value).expanduser()
         return path if path.is_absolute() else self.base / path  # relative to the file
 
-    def argv(self, data: dict[str, Any], key: str, table: int) -> tuple[str, ...]:
+    def paths(self, data: dict[str, Any], key: str, table: int, sub: str | None = None) -> tuple[Path, ...]:
+        """A path or a list of paths."""
+        value = data[key]
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(item, str) and item for item in items):
+            self.fail(
+                _name(table, key, sub), value, "expected a path or a list of paths", table, key, sub=sub
+            )
+        return tuple(self.path({key: item}, key, table, sub) for item in items)
+
+    def argv(self, data: dict[str, Any], key: str, table: int, sub: str | None = None) -> tuple[str, ...]:
         value = data[key]
         if (
             not isinstance(value, list)
@@ -179,14 +238,75 @@ class _Reader:
             or not value[0]
         ):
             self.fail(
-                _name(table, key),
+                _name(table, key, sub),
                 value,
                 'expected a non-empty list of strings without NUL, e.g. ["systemctl", "restart", "web"] '
                 "(a command is never run through a shell)",
                 table,
                 key,
+                sub=sub,
             )
         return tuple(value)
+
+    def restart(self, data: object, table: int) -> RestartPolicy:
+        """The ``[checkout.restart]`` table (see :class:`~.restart.policy.RestartPolicy`)."""
+        sub = "restart"
+        if not isinstance(data, dict):
+            self.fail(_name(table, sub), data, "expected a [checkout.restart] table", table, None, sub=sub)
+        for key in data:
+            if key not in _RESTART_KEYS:
+                known = ", ".join(sorted(_RESTART_KEYS))
+                self.fail(
+                    _name(table, key, sub), data[key], f"unknown key (known: {known})", table, key, sub=sub
+                )
+        if ("action" in data) == ("pidfile" in data):
+            reason = "give exactly one of action (an argv) or pidfile (with signal)"
+            self.fail(_name(table, sub), None, reason, table, None, sub=sub)
+        policy: dict[str, Any] = {}
+        for key in ("action", "verify", "confirm"):
+            if key in data:
+                policy[key] = self.argv(data, key, table, sub)
+        for key in ("pidfile", "update_marker", "lock"):
+            if key in data:
+                policy[key] = self.path(data, key, table, sub)
+        for key in ("hold_while", "incomplete_markers"):
+            if key in data:
+                policy[key] = self.paths(data, key, table, sub)
+        limits = {
+            "settle": (0.0, 3600.0),
+            "update_marker_max_age": (1.0, 7 * 86400.0),
+            "verify_timeout": (0.1, 3600.0),
+            "confirm_timeout": (0.1, 3600.0),
+            "action_timeout": (0.1, 3600.0),
+            "min_interval": (0.0, 86400.0),
+        }
+        for key, (low, high) in limits.items():
+            if key in data:
+                policy[key] = self.number(data, key, table, low, high, sub=sub)
+        if "max_attempts" in data:
+            value = data["max_attempts"]
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
+                reason = "expected a whole number between 1 and 100"
+                self.fail(_name(table, "max_attempts", sub), value, reason, table, "max_attempts", sub=sub)
+            policy["max_attempts"] = value
+        if "signal" in data:
+            name = data["signal"]
+            name = name.upper().removeprefix("SIG") if isinstance(name, str) else name
+            if name not in _SIGNALS:
+                self.fail(
+                    _name(table, "signal", sub),
+                    data["signal"],
+                    "expected a signal name",
+                    table,
+                    "signal",
+                    sub=sub,
+                )
+            policy["signal"] = name
+        lock = policy.get("lock")
+        if lock is not None and not lock.parent.is_dir():
+            reason = f"its directory {lock.parent} does not exist"
+            self.fail(_name(table, "lock", sub), str(lock), reason, table, "lock", sub=sub)
+        return RestartPolicy(**policy)
 
     def checkout(self, data: object, table: int) -> CheckoutConfig:
         if not isinstance(data, dict):
@@ -217,11 +337,14 @@ class _Reader:
             timeout=self.number(data, "hook_timeout", table, 0.1, 86400) if "hook_timeout" in data else 60.0,
             hold_while=self.path(data, "hold_while", table) if "hold_while" in data else None,
         )
-        return CheckoutConfig(self.path(data, "path", table), revision, hooks)
+        restart = self.restart(data["restart"], table) if "restart" in data else None
+        return CheckoutConfig(self.path(data, "path", table), revision, hooks, restart)
 
 
-def _name(table: int | None, key: str) -> str:
-    return key if table is None else f"checkout[{table + 1}].{key}"
+def _name(table: int | None, key: str, sub: str | None = None) -> str:
+    if table is None:
+        return key
+    return f"checkout[{table + 1}].{sub}.{key}" if sub and key != sub else f"checkout[{table + 1}].{key}"
 
 
 def _read(file: Path) -> str:

@@ -28,6 +28,7 @@ from ..core.status import Event, Status
 from ..core.text import printable
 from .config import HookConfig
 from .output import CHUNK, BoundedOutput, OutputDrain, read_available
+from .process import pidfd
 from .sdnotify import SD_ENV
 
 __all__ = ["HookRunner", "hook_environment"]
@@ -290,18 +291,6 @@ def _argv(argv: tuple[str, ...]) -> str:
     return printable(repr(list(argv)))
 
 
-def _pidfd(pid: int) -> int | None:
-    """A descriptor that becomes readable when ``pid`` exits (Linux ≥ 5.3), else None."""
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        fd: int = opener(pid)
-    except OSError:  # ENOSYS on an old kernel, EPERM under some seccomp filters
-        return None
-    return fd
-
-
 class _Wait:
     """Waits for one hook: reads its output, ends it on timeout or stop, reaps it.
 
@@ -326,14 +315,14 @@ class _Wait:
     def run(self) -> bool:
         """Wait until the hook's process exited (ending it when due); True if it timed out."""
         proc = self.proc
-        pidfd = _pidfd(proc.pid)
+        exit_fd = pidfd(proc.pid)
         timed_out = False
         escalation: list[tuple[float, int]] = []  # (when, signal) still to send
         with selectors.DefaultSelector() as selector:
             if self.pipe is not None:
                 selector.register(self.pipe, selectors.EVENT_READ, "out")
-            if pidfd is not None:
-                selector.register(pidfd, selectors.EVENT_READ, "exit")
+            if exit_fd is not None:
+                selector.register(exit_fd, selectors.EVENT_READ, "exit")
             try:
                 while proc.poll() is None:
                     now = time.monotonic()
@@ -350,19 +339,19 @@ class _Wait:
                                 proc.kill()
                     due = escalation[0][0] if escalation else self.deadline
                     wait = min(_TICK, max(0.0, due - now))  # _TICK: stop() is seen promptly
-                    if pidfd is None:
+                    if exit_fd is None:
                         wait = min(wait, _NO_PIDFD_POLL)
                     for key, _ in selector.select(wait):
                         if key.data == "out" and read_available(key.fd, self.output, CHUNK * 16):
                             selector.unregister(key.fd)
                             self._close_pipe()
-                    if self.pipe is None and pidfd is None:
+                    if self.pipe is None and exit_fd is None:
                         # Output closed and no pidfd: the process is about to exit.
                         with contextlib.suppress(subprocess.TimeoutExpired):
                             proc.wait(timeout=_NO_PIDFD_POLL)
             finally:
-                if pidfd is not None:
-                    os.close(pidfd)
+                if exit_fd is not None:
+                    os.close(exit_fd)
         # What it wrote just before exiting; then the pipe is closed, or another
         # process still holds it (see self.pipe).
         pipe = self.pipe

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import StalewatchError
+from ..core.restart import RestartState
 from ..core.status import Event, Snapshot
 
 __all__ = [
@@ -38,7 +39,10 @@ __all__ = [
     "event_message",
     "health_message",
     "hello_message",
+    "processes_message",
+    "register_message",
     "removed_message",
+    "restart_message",
     "snapshot_message",
 ]
 
@@ -53,6 +57,9 @@ MAX_DEPTH = 32
 MAX_INT_DIGITS = 64
 """Longest integer :func:`decode` accepts, in digits."""
 SOCKET_NAME = "stalewatch.sock"
+FEATURES = ("register",)
+"""What this daemon offers beyond protocol 1's base, listed in its hello: a client sends
+``register`` only to a daemon that lists it (an older one would close it for the line)."""
 
 
 class ProtocolError(StalewatchError):
@@ -206,12 +213,23 @@ def hello_message(checkouts: list[str], keepalive: float, version: str) -> dict[
         "pid": os.getpid(),
         "keepalive": keepalive,
         "checkouts": checkouts,
+        "features": list(FEATURES),
         "at": time.time(),
     }
 
 
-def snapshot_message(snap: Snapshot, generation: int) -> dict[str, Any]:
-    """A ``snapshot`` line: where a checkout stands now, with the daemon's generation."""
+def snapshot_message(
+    snap: Snapshot,
+    generation: int,
+    *,
+    restart: RestartState | None = None,
+    processes: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A ``snapshot`` line: where a checkout stands now, with the daemon's generation.
+
+    ``restart`` is the checkout's restart sequence (``null`` without a policy) and
+    ``processes`` the servers registered for it (``[{"pid", "revision", "since"}]``).
+    """
     return {
         "type": "snapshot",
         "checkout": str(snap.checkout),
@@ -223,6 +241,8 @@ def snapshot_message(snap: Snapshot, generation: int) -> dict[str, Any]:
         "trusted": snap.trusted,
         "mode": snap.mode,
         "error": snap.error,
+        "restart": None if restart is None else restart.to_dict(),
+        "processes": processes or [],
     }
 
 
@@ -244,6 +264,21 @@ def event_message(event: Event, generation: int) -> dict[str, Any]:
 def health_message(checkout: str, trusted: bool, mode: str) -> dict[str, Any]:
     """A ``health`` line: whether the daemon's own watcher for a checkout is trusted."""
     return {"type": "health", "checkout": checkout, "trusted": trusted, "mode": mode, "at": time.time()}
+
+
+def restart_message(checkout: str, state: RestartState) -> dict[str, Any]:
+    """A ``restart`` line: a new phase of the checkout's restart sequence (R7)."""
+    return {"type": "restart", "checkout": checkout, **state.to_dict()}
+
+
+def processes_message(checkout: str, processes: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ``processes`` line: the servers registered for a checkout changed (R5)."""
+    return {"type": "processes", "checkout": checkout, "processes": processes, "at": time.time()}
+
+
+def register_message(checkout: str, revision: str) -> dict[str, Any]:
+    """What a server process sends: it guards ``checkout`` and loaded ``revision`` (R5)."""
+    return {"type": "register", "checkout": checkout, "revision": revision}
 
 
 def removed_message(checkout: str) -> dict[str, Any]:

@@ -24,19 +24,15 @@ from typing import Any
 
 from .. import __version__
 from ..core.errors import BindError
-from ..core.status import Event
 from .checkout import Checkout
 from .clients import ACCEPT_PAUSE, Client, ClientSet
 from .config import CheckoutConfig, DaemonConfig, DaemonConfigError
 from .output import OutputDrain
 from .protocol import (
     encode,
-    event_message,
-    health_message,
-    hello_message,
-    removed_message,
-    snapshot_message,
 )
+from .publish import Publisher
+from .registry import Registry
 from .supervision import ObservedSource, Supervisor, status_text
 
 __all__ = ["DaemonServer"]
@@ -64,6 +60,7 @@ class DaemonServer:
         self._reload = reload
         self._entries: dict[str, Checkout] = {}
         self._drain = OutputDrain()  # hook output still held by a hook's background process
+        self._registry = Registry()  # server processes and the revision each loaded (R5)
         # Bind every checkout first: a bad one fails before anything is opened.
         for checkout in settings.checkouts:
             entry = self._make_entry(checkout, 0)
@@ -73,8 +70,14 @@ class DaemonServer:
         self._inbox: queue.SimpleQueue[_InboxItem] = queue.SimpleQueue()
         self._selector = selectors.DefaultSelector()
         self._clients = ClientSet(
-            self._selector, settings.max_clients, settings.client_queue, settings.client_buffer
+            self._selector,
+            settings.max_clients,
+            settings.client_queue,
+            settings.client_buffer,
+            on_register=self._register,
+            on_close=self._unregister,
         )
+        self._publisher = Publisher(self._clients, self._registry)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -107,7 +110,7 @@ class DaemonServer:
     # -- entries ---------------------------------------------------------------------------
 
     def _make_entry(self, checkout: CheckoutConfig, base: int) -> Checkout:
-        return Checkout(checkout, self._post, base, self._drain)
+        return Checkout(checkout, self._post, base, self._drain, self._registry)
 
     def _post(self, kind: str, entry: Checkout, payload: Any) -> None:
         # Any thread (a watcher's): the loop handles it on its next turn.
@@ -231,6 +234,9 @@ class DaemonServer:
         except Exception:
             logger.exception("stalewatch: unexpected error while %s; serving on", what)
 
+    def _greet(self, client: Client) -> None:
+        self._publisher.greet(client, list(self._entries.values()), self.settings.keepalive)
+
     def _accept(self, listener: socket.socket) -> None:
         if not self._clients.accept(listener, self._greet):
             # Out of descriptors: the pending connection keeps the listener readable;
@@ -261,7 +267,9 @@ class DaemonServer:
                 continue  # from a guard a reload replaced
             self._changes += 1
             if kind == "event":
-                self._fan_out(entry, payload)
+                self._publisher.event(entry, payload)
+            elif kind == "restart":
+                self._publisher.restart(entry, payload)
             else:
                 if payload == entry.health:
                     continue
@@ -271,40 +279,31 @@ class DaemonServer:
                 level = logging.WARNING if entry.was_trusted and not trusted else logging.INFO
                 entry.was_trusted |= trusted
                 logger.log(level, "stalewatch: watcher for %s: trusted=%s mode=%s", entry.key, trusted, mode)
-                self._clients.broadcast(encode(health_message(entry.key, trusted, mode)))
+                self._publisher.health(entry, trusted, mode)
 
-    def _fan_out(self, entry: Checkout, event: Event) -> None:
-        generation = entry.base + event.generation
-        level = logging.WARNING if event.status.blocks else logging.INFO
-        logger.log(
-            level,
-            "stalewatch: %s is %s (loaded %s, current %s, generation %d)",
-            entry.key,
-            event.status.value,
-            event.loaded_revision,
-            event.current_revision,
-            generation,
-        )
-        line = encode(event_message(event, generation))
-        for client in self._clients:
-            # A client that connected after the change already has it in its snapshot.
-            if client.gens.get(entry.key, -1) >= generation:
-                continue
-            client.gens[entry.key] = generation
-            with self._clients.isolated(client):
-                self._clients.send(client, line)
+    # -- registered server processes (R5) ---------------------------------------------------
 
-    def _greet(self, client: Client) -> None:
-        hello = hello_message(list(self._entries), self.settings.keepalive, __version__)
-        self._clients.send(client, encode(hello), flush=False)
-        for entry in self._entries.values():
-            self._send_snapshot(client, entry)
+    def _register(self, client: Client, checkout: str, revision: str) -> None:
+        entry = self._entries.get(checkout)
+        if entry is None:  # harmless: the client learns from hello that it is not watched
+            logger.debug("stalewatch: client %d registered for %s, not watched here", client.number, checkout)
+            return
+        self._registry.unregister(client.number)  # one registration per connection
+        process = self._registry.register(client.number, entry.key, client.pid, revision)
+        logger.info("stalewatch: pid %d registered for %s on %s", process.pid, entry.key, revision[:7])
+        self._processes_changed(entry)
 
-    def _send_snapshot(self, client: Client, entry: Checkout) -> None:
-        snap = entry.guard.snapshot()
-        generation = entry.base + snap.generation
-        client.gens[entry.key] = generation
-        self._clients.send(client, encode(snapshot_message(snap, generation)), flush=False)
+    def _unregister(self, client: Client) -> None:
+        process = self._registry.unregister(client.number)
+        entry = self._entries.get(process.checkout) if process is not None else None
+        if process is not None and entry is not None:
+            what = (process.pid, process.revision[:7], entry.key)
+            logger.info("stalewatch: pid %d (on %s) went away from %s", *what)
+            self._processes_changed(entry)
+
+    def _processes_changed(self, entry: Checkout) -> None:
+        self._publisher.processes(entry)
+        entry.processes_changed()
 
     # -- reload ----------------------------------------------------------------------------
 
@@ -351,19 +350,14 @@ class DaemonServer:
                 fresh[key].base = entry.generation() + 1
             else:
                 logger.info("stalewatch: no longer watching %s", key)
-                self._clients.broadcast(encode(removed_message(key)))
-                for client in self._clients:
-                    client.gens.pop(key, None)
+                self._publisher.removed(key)
         for entry in reused.values():
             self._update_entry(entry, settings)
         for key, entry in fresh.items():
             self._entries[key] = entry
             entry.start()
             logger.info("stalewatch: watching %s (loaded %s)", key, entry.guard.loaded_revision)
-            for client in self._clients:
-                with self._clients.isolated(client):
-                    self._send_snapshot(client, entry)
-                    self._clients.flush(client)
+            self._publisher.snapshots(entry)
         self._supervisor.watching(self._watchers())
         self._clients.max_clients = settings.max_clients
         self._clients.queue_limit = settings.client_queue

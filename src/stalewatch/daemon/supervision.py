@@ -20,7 +20,7 @@ from pathlib import Path
 from ..core.status import Snapshot, Status
 from ..git.refs import GitDirs
 from ..watching.local import LocalSource
-from ..watching.source import OnChange, OnHealth, Watch
+from ..watching.source import OnChange, OnHealth, OnRestart, Watch
 from ..watching.watcher import Watcher
 from . import sdnotify
 
@@ -54,7 +54,15 @@ class ObservedSource:
     def _beat(self) -> None:
         self.beat = time.monotonic()
 
-    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watch:
+    def watch(
+        self,
+        dirs: GitDirs,
+        on_change: OnChange,
+        on_health: OnHealth,
+        *,
+        loaded_revision: str | None = None,
+        on_restart: OnRestart | None = None,
+    ) -> Watch:
         def changed() -> Sequence[Path] | None:
             self._beat()
             return on_change()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..core import settings
 from ..git.refs import GitDirs
-from .source import OnChange, OnHealth
+from .source import OnChange, OnHealth, OnRestart
 from .watcher import Watcher
 
 __all__ = ["LocalSource"]
@@ -32,5 +32,14 @@ class LocalSource:
         self.poll = settings.poll(poll)
         self.poll_interval = settings.poll_interval(poll_interval)
 
-    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watcher:
+    def watch(
+        self,
+        dirs: GitDirs,
+        on_change: OnChange,
+        on_health: OnHealth,
+        *,
+        loaded_revision: str | None = None,
+        on_restart: OnRestart | None = None,
+    ) -> Watcher:
+        """Watch ``dirs`` in this process (no daemon: no restart notices)."""
         return Watcher(self, dirs, on_change, on_health)

@@ -11,9 +11,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from ..core.restart import RestartState
 from ..git.refs import GitDirs
 
-__all__ = ["OnChange", "OnHealth", "Source", "Watch"]
+__all__ = ["OnChange", "OnHealth", "OnRestart", "Source", "Watch"]
 
 OnChange = Callable[[], Sequence[Path] | None]
 """Called on the watcher's thread when HEAD may have moved: re-resolve and compare.
@@ -24,6 +25,8 @@ callee cannot tell (the watcher then reads the chain itself).
 """
 OnHealth = Callable[[bool, str], None]
 """Called with (trusted, mode) whenever either changes; mode: native/polling/daemon/none."""
+OnRestart = Callable[[RestartState | None], None]
+"""Called with each phase of an automatic restart a daemon publishes (R7)."""
 
 
 class Watch(Protocol):
@@ -42,4 +45,18 @@ class Source(Protocol):
     later change is sure to produce an ``on_change`` call.
     """
 
-    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth) -> Watch: ...
+    def watch(
+        self,
+        dirs: GitDirs,
+        on_change: OnChange,
+        on_health: OnHealth,
+        *,
+        loaded_revision: str | None = None,
+        on_restart: OnRestart | None = None,
+    ) -> Watch:
+        """Start feeding one checkout.
+
+        ``loaded_revision`` (what the process loaded) and ``on_restart`` matter to a
+        source that talks to a daemon with a restart policy; others ignore them.
+        """
+        ...

@@ -26,6 +26,7 @@ from .barrier import (
     Send,
     WSGIBarrier,
     refusal,
+    retry_after,
     stale_body,
     stale_payload,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "Send",
     "WSGIBarrier",
     "refusal",
+    "retry_after",
     "stale_body",
     "stale_payload",
 ]

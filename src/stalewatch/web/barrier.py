@@ -33,6 +33,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from ..core.errors import StaleError
 from ..core.guard import Guard
+from ..core.restart import RestartPhase, RestartState
 
 __all__ = [
     "CONFLICT",
@@ -41,6 +42,7 @@ __all__ = [
     "Routes",
     "WSGIBarrier",
     "refusal",
+    "retry_after",
     "stale_body",
     "stale_payload",
 ]
@@ -61,13 +63,40 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 App = TypeVar("App")
 
 
-def stale_payload(exc: BaseException, *, kind: str = "code_stale") -> dict[str, Any]:
-    """The JSON body of a refusal: ``{"error": str(exc), "type": kind, "retryable": True}``.
+NO_RESTART = "no automatic restart is configured"
+"""``restart_reason`` when no daemon with a restart policy feeds the guard."""
 
+
+def stale_payload(exc: BaseException, *, kind: str = "code_stale") -> dict[str, Any]:
+    """The JSON body of a refusal.
+
+    ``{"error": str(exc), "type": kind, "retryable": True, "restart_scheduled": ...}``;
     ``retryable`` tells a client the same request will succeed once the server has
-    restarted. Example: ``stale_payload(exc, kind="agent_runtime_stale")``.
+    restarted. While a daemon's automatic restart is coming (R7), ``restart_scheduled``
+    is true with ``retry_after`` (seconds, an estimate) and ``restart_phase``;
+    otherwise it is false with ``restart_reason`` (why no restart is coming).
+    Example: ``stale_payload(exc, kind="agent_runtime_stale")``.
     """
-    return {"error": str(exc), "type": kind, "retryable": True}
+    payload: dict[str, Any] = {"error": str(exc), "type": kind, "retryable": True}
+    restart = getattr(exc, "restart", None)
+    if isinstance(restart, RestartState) and restart.scheduled:
+        payload.update(
+            restart_scheduled=True,
+            retry_after=restart.retry_after_seconds(),
+            restart_phase=restart.phase.value,
+        )
+    elif isinstance(restart, RestartState) and restart.phase is not RestartPhase.IDLE:
+        reason = restart.reason or restart.phase.value
+        payload.update(restart_scheduled=False, restart_phase=restart.phase.value, restart_reason=reason)
+    else:
+        payload.update(restart_scheduled=False, restart_reason=NO_RESTART)
+    return payload
+
+
+def retry_after(exc: BaseException) -> int | None:
+    """Seconds for a ``Retry-After`` header while an automatic restart is coming, else ``None``."""
+    restart = getattr(exc, "restart", None)
+    return restart.retry_after_seconds() if isinstance(restart, RestartState) else None
 
 
 def stale_body(exc: BaseException, *, kind: str = "code_stale") -> bytes:
@@ -75,12 +104,15 @@ def stale_body(exc: BaseException, *, kind: str = "code_stale") -> bytes:
     return json.dumps(stale_payload(exc, kind=kind)).encode()
 
 
-def _headers(body: bytes) -> list[tuple[str, str]]:
-    return [
+def _headers(body: bytes, wait: int | None = None) -> list[tuple[str, str]]:
+    headers = [
         ("Content-Type", "application/json"),
         ("Content-Length", str(len(body))),
         ("Cache-Control", "no-store"),  # a refusal must never be served from a cache
     ]
+    if wait is not None:
+        headers.append(("Retry-After", str(wait)))  # RFC 9110: delay-seconds
+    return headers
 
 
 def refusal(check: Check, *, strict: bool = False) -> StaleError | None:
@@ -174,12 +206,15 @@ class _Barrier(Generic[App]):
         self.strict = strict
         self.kind = kind
 
-    def _refusal_body(self, method: str, path: str) -> bytes | None:
-        """The 409 body when this request is on a guarded route and the code is stale."""
+    def _refusal(self, method: str, path: str) -> tuple[bytes, list[tuple[str, str]]] | None:
+        """The 409's body and headers when this request is guarded and the code is stale."""
         if not self.routes(method, path):
             return None
         exc = refusal(self.check, strict=self.strict)
-        return None if exc is None else stale_body(exc, kind=self.kind)
+        if exc is None:
+            return None
+        body = stale_body(exc, kind=self.kind)
+        return body, _headers(body, retry_after(exc))
 
 
 class WSGIBarrier(_Barrier[WSGIApplication]):
@@ -200,9 +235,10 @@ class WSGIBarrier(_Barrier[WSGIApplication]):
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         method = str(environ.get("REQUEST_METHOD") or "GET")
-        body = self._refusal_body(method, str(environ.get("PATH_INFO") or "/"))
-        if body is not None:
-            start_response(_CONFLICT_LINE, _headers(body))
+        refused = self._refusal(method, str(environ.get("PATH_INFO") or "/"))
+        if refused is not None:
+            body, headers = refused
+            start_response(_CONFLICT_LINE, headers)
             return [body]
         return self.app(environ, start_response)
 
@@ -228,9 +264,10 @@ class ASGIBarrier(_Barrier[ASGIApp]):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            body = self._refusal_body(str(scope.get("method", "GET")), str(scope.get("path", "/")))
-            if body is not None:
-                headers = [(k.lower().encode(), v.encode()) for k, v in _headers(body)]
+            refused = self._refusal(str(scope.get("method", "GET")), str(scope.get("path", "/")))
+            if refused is not None:
+                body, plain = refused
+                headers = [(k.lower().encode(), v.encode()) for k, v in plain]
                 await send({"type": "http.response.start", "status": CONFLICT, "headers": headers})
                 await send({"type": "http.response.body", "body": body})
                 return

@@ -9,6 +9,9 @@ code under the server moved, without polling. Each stream sends, in order:
 - one message per status change: ``event: <status>`` (``current``, ``stale``,
   ``unreadable``), ``id: <generation>``, and ``{"type": "event", **Event.to_dict()}``
   (the same ``type`` tags as the daemon's protocol);
+- with a daemon's automatic restart (R7), one ``event: restart`` message per phase, with
+  ``{"type": "restart", "checkout": ..., "phase": ..., "reason": ..., "retry_after": ...}``
+  (the snapshot's ``restart`` field holds the latest phase for a new client);
 - a ``: keep-alive`` comment whenever nothing was sent for ``keepalive`` seconds, so
   proxies keep the connection and a server notices a client that has gone.
 
@@ -40,6 +43,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..core.guard import Guard
+from ..core.restart import RestartState
 from ..core.status import Event, Snapshot
 from .barrier import Receive, Scope, Send
 
@@ -76,6 +80,10 @@ def _event_message(event: Event) -> bytes:
     return format_message(event.status.value, {"type": "event", **event.to_dict()}, id=event.generation)
 
 
+def _restart_message(checkout: str, state: RestartState) -> bytes:
+    return format_message("restart", {"type": "restart", "checkout": checkout, **state.to_dict()})
+
+
 class _Client:
     """One connected stream: a bounded queue filled by the guard, drained by the writer."""
 
@@ -84,6 +92,7 @@ class _Client:
         self._notify = notify
         self._lock = threading.Lock()
         self._events: deque[Event] = deque()
+        self._restarts: deque[RestartState] = deque(maxlen=limit)  # the newest phases win
         self._overflowed = False
         self.closed = False
 
@@ -97,16 +106,24 @@ class _Client:
                 self._events.append(event)
         self._notify()
 
+    def push_restart(self, state: RestartState) -> None:
+        """The guard's restart subscriber (any thread): queue, never block."""
+        with self._lock:
+            self._restarts.append(state)
+        self._notify()
+
     def close(self) -> None:
         self.closed = True
         self._notify()
 
-    def take(self) -> tuple[list[Event], bool]:
+    def take(self) -> tuple[list[Event], list[RestartState], bool]:
         with self._lock:
             events = list(self._events)
+            restarts = list(self._restarts)
             self._events.clear()
+            self._restarts.clear()
             overflowed, self._overflowed = self._overflowed, False
-        return events, overflowed
+        return events, restarts, overflowed
 
 
 class EventStream:
@@ -177,7 +194,13 @@ class EventStream:
                 client.closed = True
         # Subscribe before reading the snapshot: nothing can fall between the two, and
         # events already covered by the snapshot are skipped by generation.
-        unsubscribe = self.guard.subscribe(client.push)
+        unsubscribe_events = self.guard.subscribe(client.push)
+        unsubscribe_restarts = self.guard.subscribe_restart(client.push_restart)
+
+        def unsubscribe() -> None:
+            unsubscribe_events()
+            unsubscribe_restarts()
+
         return client, unsubscribe, self.guard.snapshot()
 
     def _close(self, client: _Client, unsubscribe: Callable[[], None]) -> None:
@@ -191,7 +214,7 @@ class EventStream:
 
     def _pending(self, client: _Client, last: int) -> tuple[bytes, int]:
         """Everything to send since generation ``last``, and the new ``last``."""
-        events, overflowed = client.take()
+        events, restarts, overflowed = client.take()
         chunks: list[bytes] = []
         if overflowed:
             snap = self.guard.snapshot()
@@ -202,6 +225,8 @@ class EventStream:
             if event.generation > last:
                 chunks.append(_event_message(event))
                 last = event.generation
+        checkout = str(self.guard.checkout)
+        chunks.extend(_restart_message(checkout, state) for state in restarts)
         return b"".join(chunks), last
 
     # -- WSGI -------------------------------------------------------------------------

@@ -1,0 +1,108 @@
+"""The server processes that told the daemon which revision they loaded (R5).
+
+A process whose guard uses the daemon as its source registers on its connection:
+``{"type": "register", "checkout": ..., "revision": ...}``. Its pid is the connection's
+peer (``SO_PEERCRED``), not what it claims, and its registration ends with the
+connection. The socket loop writes; restart sequences read and wait for a change.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["Process", "Registry"]
+
+
+@dataclass(frozen=True)
+class Process:
+    """One registered server process.
+
+    Attributes:
+        pid: the peer's pid (0 when the platform cannot tell).
+        checkout: the checkout it guards (as the daemon names it).
+        revision: the revision it loaded.
+        since: ``time.time()`` when it registered.
+        connection: the daemon's number for its connection.
+    """
+
+    pid: int
+    checkout: str
+    revision: str
+    since: float
+    connection: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"pid": self.pid, "revision": self.revision, "since": self.since}
+
+
+class Registry:
+    """Registered processes by connection; thread-safe, with waiting for a change."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._by_connection: dict[int, Process] = {}
+        self._version = 0
+
+    def register(self, connection: int, checkout: str, pid: int, revision: str) -> Process:
+        """Record (or replace) the registration made on ``connection``."""
+        process = Process(pid, checkout, revision, time.time(), connection)
+        with self._cond:
+            self._by_connection[connection] = process
+            self._changed()
+        return process
+
+    def unregister(self, connection: int) -> Process | None:
+        """Forget the registration of a closed connection (harmless when there is none)."""
+        with self._cond:
+            process = self._by_connection.pop(connection, None)
+            if process is not None:
+                self._changed()
+            return process
+
+    def processes(self, checkout: str) -> list[Process]:
+        """The processes registered for ``checkout``, oldest first."""
+        with self._cond:
+            found = [p for p in self._by_connection.values() if p.checkout == checkout]
+        return sorted(found, key=lambda p: (p.since, p.connection))
+
+    def by_revision(self, checkout: str) -> dict[str, list[int]]:
+        """``{revision: [pid, ...]}`` for ``checkout``: who runs which code."""
+        table: dict[str, list[int]] = {}
+        for process in self.processes(checkout):
+            table.setdefault(process.revision, []).append(process.pid)
+        return table
+
+    def wait(
+        self,
+        checkout: str,
+        predicate: Callable[[list[Process]], bool],
+        timeout: float,
+        stop: threading.Event,
+    ) -> bool:
+        """Wait until ``predicate(processes(checkout))`` holds; False on timeout or stop."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if predicate(
+                    sorted(
+                        (p for p in self._by_connection.values() if p.checkout == checkout),
+                        key=lambda p: (p.since, p.connection),
+                    )
+                ):
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0 or stop.is_set():
+                    return False
+                self._cond.wait(left)
+
+    def wake(self) -> None:
+        """Wake every waiter (to notice a stop)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def _changed(self) -> None:
+        self._version += 1
+        self._cond.notify_all()

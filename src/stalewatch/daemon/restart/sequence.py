@@ -1,0 +1,430 @@
+"""One checkout's restart sequence (R1-R7), on a thread that exists only while it runs.
+
+A stale event (or a registered server that runs another revision than HEAD) starts
+the sequence for HEAD's revision, the *target*:
+
+1. ``scheduled``, then ``waiting: settle`` until HEAD has not moved for ``settle`` s;
+2. the attempt and interval bounds (R6);
+3. the markers (R1): wait while an update runs or a hold file exists, refuse after an
+   update that did not end cleanly (a refusal by a marker lifts when it is removed);
+4. ``verifying``: the probe against the new code (R2); a failure refuses until a newer
+   commit or a reload;
+5. the lock (R3), then under it HEAD and the markers once more;
+6. ``restarting``: the action through the supervisor (R4), then confirmation (R5):
+   every registered server of the checkout runs the target and one registered after
+   the action; else the confirm probe; else the action's exit status;
+7. ``confirmed`` (the daemon's guard is re-bound to the target), or ``failed`` (retried
+   after ``min_interval`` while attempts remain).
+
+A newer target at any point starts over (one restart for a burst of commits). Every
+phase is published (R7) through ``publish``; nothing here touches the socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ...core.guard import Guard
+from ...core.restart import RestartPhase, RestartState
+from ...core.status import Event, Status
+from .. import process
+from ..registry import Process, Registry
+from .lock import HandoffLock, LockError
+from .markers import assess
+from .policy import RestartPolicy
+
+__all__ = ["Restarter"]
+
+logger = logging.getLogger(__name__)
+
+_MARKER_POLL = 0.5  # seconds between looks at markers while waiting on them
+_REFUSED_POLL = 2.0  # seconds between looks at a refusing marker
+_LOCK_POLL = (0.05, 1.0)  # first and longest wait between tries of a held lock
+_CONFIRM_POLL = (0.2, 2.0)  # first and longest wait between runs of the confirm probe
+_DEFAULT_RESTART = 5.0  # seconds from action to confirmed, until one is measured
+
+
+class _Changed(Exception):
+    """The target moved (or the sequence was stopped): start over."""
+
+
+class Restarter:
+    """Drives the restart sequence of one checkout. See the module doc.
+
+    Args:
+        key: the checkout as the daemon names it.
+        worktree: where probes run.
+        policy: the checkout's restart policy (replace with :meth:`update`).
+        guard: the daemon's guard for the checkout (read, never owned).
+        registry: the registered server processes.
+        publish: called with each new :class:`RestartState` (any thread).
+        rebind: called with the target once confirmed: the servers now run it.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        worktree: Path,
+        policy: RestartPolicy,
+        *,
+        guard: Guard,
+        registry: Registry,
+        publish: Callable[[RestartState], None],
+        rebind: Callable[[str], None],
+    ) -> None:
+        self.key = key
+        self._worktree = worktree
+        self._policy = policy
+        self._guard = guard
+        self._registry = registry
+        self._publish_cb = publish
+        self._rebind = rebind
+        self._cond = threading.Condition()
+        self._publish_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pending = False
+        # Per target, reset when the target changes: memory stays bounded.
+        self._target: str | None = None
+        self._attempts = 0
+        self._gave_up: str | None = None  # why the sequence gave up on the target
+        # What the servers run since a confirmed restart, until the daemon's guard is
+        # re-bound to it (that happens on the socket loop, a moment later).
+        self._running: str | None = None
+        self._last_action: float | None = None
+        self._restart_seconds = _DEFAULT_RESTART
+        self._verify_seconds = 1.0
+        self._registered_ever = False
+        self.state = RestartState(RestartPhase.IDLE, at=time.time())
+
+    # -- control (any thread) ------------------------------------------------------------
+
+    def adopted(self) -> None:
+        """The daemon's guard adopted what the servers run: its loaded revision says it now."""
+        self._running = None
+        self.submit()
+
+    def update(self, policy: RestartPolicy) -> None:
+        """A reload: the new policy from the next step on; give-ups are forgotten."""
+        with self._cond:
+            self._policy = policy
+            self._gave_up = None
+            self._attempts = 0
+        self.submit()
+
+    def notice(self, event: Event) -> None:
+        """A status change (the watcher's thread): say at once that a restart is coming.
+
+        Published before the event reaches clients, so the first 409 a stale server
+        answers already says ``restart_scheduled`` (R7); the sequence's thread
+        decides the rest.
+        """
+        if event.status is Status.STALE and event.current_revision is not None:
+            state = self.state
+            if not (state.phase.coming and state.revision == event.current_revision):
+                self._publish(RestartPhase.SCHEDULED, None, event.current_revision)
+        self.submit()
+
+    def submit(self) -> None:
+        """Something changed (an event, a registration): look again, starting if needed."""
+        with self._cond:
+            if self._stop.is_set():
+                return
+            self._pending = True
+            self._cond.notify_all()
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"stalewatch-restart:{self.key}", daemon=True
+                )
+                self._thread.start()
+
+    def request_stop(self) -> None:
+        """Begin stopping: a running command is killed; :meth:`stop` waits for it."""
+        with self._cond:
+            self._stop.set()
+            self._cond.notify_all()
+        self._registry.wake()
+
+    def stop(self) -> None:
+        """Stop the sequence (a running command is killed) and join the thread."""
+        self.request_stop()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+
+    # -- the thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                with self._cond:
+                    self._pending = False
+                target = self._wanted()
+                if target != self._target:
+                    self._target, self._attempts, self._gave_up = target, 0, None
+                if target is not None and self._gave_up is None:
+                    try:
+                        self._sequence(target)
+                    except _Changed:
+                        continue
+                elif target is None and self.state.phase not in (RestartPhase.IDLE, RestartPhase.CONFIRMED):
+                    self._publish(RestartPhase.IDLE)
+                with self._cond:
+                    if not self._pending:
+                        self._thread = None
+                        return
+            with self._cond:
+                self._thread = None
+        except Exception:
+            logger.exception("stalewatch: the restart sequence for %s failed", self.key)
+            self._publish(RestartPhase.FAILED, "internal error (logged)", self.state.revision)
+            with self._cond:
+                self._thread = None
+
+    def _wanted(self) -> str | None:
+        """The revision the servers should run, when some do not: else ``None``."""
+        snap = self._guard.snapshot()
+        if snap.status is not Status.STALE and snap.status is not Status.CURRENT:
+            return None
+        current = snap.current_revision
+        if current is None:
+            return None
+        processes = self._registry.processes(self.key)
+        if processes:
+            self._registered_ever = True
+            return current if any(p.revision != current for p in processes) else None
+        # No server tells what it runs: the daemon's loaded revision stands for them.
+        running = self._running or snap.loaded_revision
+        return current if current != running else None
+
+    def _check(self, target: str) -> None:
+        if self._stop.is_set() or self._wanted() != target:
+            raise _Changed
+
+    def _wait(self, seconds: float, target: str) -> None:
+        """Wait up to ``seconds``; raise :class:`_Changed` if the target moved meanwhile."""
+        with self._cond:
+            if not self._pending and not self._stop.is_set():
+                self._cond.wait(max(0.0, seconds))
+            self._pending = False
+        self._check(target)
+
+    def _sequence(self, target: str) -> None:
+        policy = self._policy
+        self._publish(RestartPhase.SCHEDULED, None, target)
+        self._settle(target, policy)
+        if self._attempts >= policy.max_attempts:
+            reason = f"max-attempts: {self._attempts} restarts of this revision failed"
+            self._give_up(target, RestartPhase.FAILED, reason)
+            return
+        if self._last_action is not None:
+            left = policy.min_interval - (time.monotonic() - self._last_action)
+            while left > 0:
+                self._publish(RestartPhase.WAITING, f"min-interval: {left:.0f} s left", target)
+                self._wait(left, target)
+                left = policy.min_interval - (time.monotonic() - self._last_action)
+        verified: str | None = None
+        while True:
+            self._markers(target, policy)
+            if policy.verify is not None and verified != target:
+                if not self._verify(target, policy, policy.verify):
+                    return
+                verified = target
+            lock = HandoffLock(policy.lock) if policy.lock is not None else None
+            try:
+                if lock is not None and not self._take(lock, target):
+                    return
+                # Under the lock no cooperating updater runs: look once more (R3).
+                if self._guard.refresh().current_revision != target:
+                    raise _Changed
+                if not assess(policy).go:
+                    continue  # an update began before the lock: wait for it again
+                self._restart(target, policy)
+                return
+            finally:
+                if lock is not None:
+                    lock.release()
+
+    def _settle(self, target: str, policy: RestartPolicy) -> None:
+        generation = self._guard.snapshot().generation
+        deadline = time.monotonic() + policy.settle
+        while (left := deadline - time.monotonic()) > 0:
+            self._publish(RestartPhase.WAITING, "settle", target, retry_after=self._estimate(policy, left))
+            self._wait(left, target)
+            if self._guard.snapshot().generation != generation:
+                raise _Changed  # HEAD moved, even if back: settle from scratch
+
+    def _markers(self, target: str, policy: RestartPolicy) -> None:
+        while not (verdict := assess(policy)).go:
+            if verdict.action == "wait":
+                self._publish(
+                    RestartPhase.WAITING, verdict.reason, target, retry_after=self._estimate(policy)
+                )
+                self._wait(_MARKER_POLL, target)
+            else:
+                self._publish(RestartPhase.REFUSED, verdict.reason, target)
+                self._wait(_REFUSED_POLL, target)  # lifts when the marker goes
+
+    def _verify(self, target: str, policy: RestartPolicy, probe: tuple[str, ...]) -> bool:
+        self._publish(RestartPhase.VERIFYING, None, target, retry_after=self._estimate(policy))
+        started = time.monotonic()
+        outcome = process.run(
+            probe,
+            cwd=self._worktree,
+            timeout=policy.verify_timeout,
+            env=self._env(target),
+            stop=self._stop,
+        )
+        self._check(target)
+        if not outcome.ok:
+            if outcome.output:
+                logger.warning("stalewatch: verify probe for %s printed:\n%s", self.key, outcome.output)
+            self._give_up(target, RestartPhase.REFUSED, f"verify-failed: {outcome.detail}")
+            return False
+        self._verify_seconds = time.monotonic() - started
+        return True
+
+    def _take(self, lock: HandoffLock, target: str) -> bool:
+        delay, longest = _LOCK_POLL
+        while True:
+            try:
+                if lock.try_acquire():
+                    return True
+            except LockError as exc:
+                self._give_up(target, RestartPhase.FAILED, f"lock: {exc.strerror}")
+                return False
+            self._publish(RestartPhase.WAITING, f"lock: {lock.path} is held", target, retry_after=None)
+            self._wait(delay, target)
+            delay = min(delay * 2, longest)
+
+    def _restart(self, target: str, policy: RestartPolicy) -> None:
+        self._attempts += 1
+        attempt = self._attempts
+        self._last_action = time.monotonic()
+        started_wall = time.time()
+        self._publish(RestartPhase.RESTARTING, None, target, attempt, self._restart_seconds)
+        if policy.pidfile is not None:
+            outcome = process.signal_pidfile(policy.pidfile, policy.signal)
+        else:
+            argv = policy.action or ()
+            env = self._env(target)
+            outcome = process.run(argv, timeout=policy.action_timeout, env=env, stop=self._stop)
+        if not outcome.ok:
+            self._failed(target, policy, f"action {outcome.detail}")
+            return
+        running, problem = self._confirm(target, policy, started_wall)
+        if problem is not None:
+            self._failed(target, policy, f"not-confirmed: {problem}")
+            return
+        self._restart_seconds = max(0.5, time.monotonic() - self._last_action)
+        self._running = running
+        self._publish(RestartPhase.CONFIRMED, None, running, attempt)
+        self._rebind(running)
+
+    def _confirm(self, target: str, policy: RestartPolicy, action_at: float) -> tuple[str, str | None]:
+        """What the servers run once the restart is confirmed (R5), and ``None``; else why not."""
+        if self._registered_ever or self._registry.processes(self.key):
+            confirmed: list[str] = []
+
+            def done(processes: list[Process]) -> bool:
+                # All on one revision, the target or a newer HEAD (a commit that landed
+                # during the restart is loaded by the new servers: still confirmed).
+                revisions = {p.revision for p in processes}
+                if len(revisions) != 1 or not any(p.since >= action_at for p in processes):
+                    return False
+                (revision,) = revisions
+                if revision not in (target, self._guard.snapshot().current_revision):
+                    return False
+                confirmed.append(revision)
+                return True
+
+            if self._registry.wait(self.key, done, policy.confirm_timeout, self._stop):
+                return confirmed[-1], None
+            table = self._registry.by_revision(self.key) or {"(none)": []}
+            runs = "; ".join(f"{rev[:7]}: pids {pids}" for rev, pids in table.items())
+            return target, f"after {policy.confirm_timeout:g} s the registered servers run {runs}"
+        if policy.confirm is not None:
+            deadline = time.monotonic() + policy.confirm_timeout
+            delay, longest = _CONFIRM_POLL
+            last = "never ran"
+            while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():
+                outcome = process.run(policy.confirm, timeout=left, env=self._env(target), stop=self._stop)
+                if outcome.ok:
+                    return target, None
+                last = outcome.detail
+                self._stop.wait(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, longest)
+            return target, f"the confirm probe kept failing for {policy.confirm_timeout:g} s ({last})"
+        return target, None  # the action's exit status is all there is
+
+    def _failed(self, target: str, policy: RestartPolicy, reason: str) -> None:
+        attempts = self._attempts
+        self._publish(RestartPhase.FAILED, reason, target, attempts)
+        if attempts >= policy.max_attempts:
+            self._give_up(
+                target, RestartPhase.FAILED, f"{reason} (attempt {attempts} of {policy.max_attempts})"
+            )
+            return
+        # Never a tight loop (R6): the next attempt comes after the minimum interval.
+        self._wait(policy.min_interval, target)
+        raise _Changed
+
+    def _give_up(self, target: str, phase: RestartPhase, reason: str) -> None:
+        self._gave_up = reason  # until the target changes or the configuration is reloaded
+        self._publish(phase, reason, target, self._attempts)
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def _estimate(self, policy: RestartPolicy, settle_left: float | None = None) -> float:
+        """Seconds until the new servers should answer, from what the last ones took."""
+        settle = policy.settle if settle_left is None else settle_left
+        verify = self._verify_seconds if policy.verify is not None else 0.0
+        return settle + verify + self._restart_seconds
+
+    def _publish(
+        self,
+        phase: RestartPhase,
+        reason: str | None = None,
+        revision: str | None = None,
+        attempt: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        # Two threads publish (the watcher's notice, the sequence): one at a time, so
+        # the phases reach the loop in the order they were decided.
+        with self._publish_lock:
+            old = self.state
+            if (phase, reason, revision) == (old.phase, old.reason, old.revision):
+                return
+            if attempt is None:
+                attempt = self._attempts if revision else 0
+            if retry_after is None and phase.coming:
+                retry_after = self._estimate(self._policy)
+            retry_after = retry_after if phase.coming else None
+            state = RestartState(phase, reason, revision, attempt, retry_after, time.time())
+            self.state = state
+            try:
+                self._publish_cb(state)
+            except Exception:
+                logger.exception("stalewatch: publishing a restart phase failed")
+        level = logging.WARNING if phase in (RestartPhase.REFUSED, RestartPhase.FAILED) else logging.INFO
+        logger.log(
+            level,
+            "stalewatch: restart of %s onto %s: %s%s",
+            self.key,
+            (revision or "")[:7] or "-",
+            phase.value,
+            f" ({reason})" if reason else "",
+        )
+
+    def _env(self, target: str) -> dict[str, str]:
+        loaded = self._guard.snapshot().loaded_revision or ""
+        return {
+            "STALEWATCH_CHECKOUT": self.key,
+            "STALEWATCH_REVISION": target,
+            "STALEWATCH_LOADED_REVISION": loaded,
+            "STALEWATCH_CURRENT_REVISION": target,
+        }

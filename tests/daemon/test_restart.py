@@ -1,0 +1,310 @@
+"""Automatic restart (R1-R7) with a real daemon: every refusal path, the lock, bounds.
+
+The restart action here is a small command that records each run in a file; the
+supervised servers of the end-to-end tests are in test_restart_servers.py.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Repo
+from daemon_helpers import WAIT, Subscriber, greet, short_dir, start_daemon
+from stalewatch import Daemon, Guard, StaleError
+from stalewatch.core.restart import RestartPhase
+from stalewatch.web import stale_payload
+
+SKIP = ("ping", "health", "event", "snapshot", "processes", "pong")
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    with short_dir() as path:
+        yield path
+
+
+def _toml(value: object) -> str:
+    return json.dumps(value, default=str)  # strings and lists of strings: TOML reads JSON's form
+
+
+def config(workdir: Path, repo: Repo, **restart: object) -> Path:
+    """A configuration watching ``repo`` with a ``[checkout.restart]`` table."""
+    runs = workdir / "runs"
+    restart.setdefault("action", [sys.executable, "-c", RECORD, str(runs)])
+    restart.setdefault("settle", 0.05)
+    restart.setdefault("min_interval", 0)
+    lines = [f"{key} = {_toml(value)}" for key, value in restart.items()]
+    file = workdir / "stalewatch.toml"
+    file.write_text(
+        f'keepalive = 0.5\n\n[[checkout]]\npath = "{repo.path}"\n\n[checkout.restart]\n' + "\n".join(lines)
+    )
+    file.chmod(0o600)
+    return file
+
+
+RECORD = "import sys; open(sys.argv[1], 'a').write('run\\n')"
+
+
+def runs(workdir: Path) -> int:
+    path = workdir / "runs"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def phases(sub: Subscriber, *until: str, timeout: float = WAIT) -> list[dict[str, Any]]:
+    """Restart lines up to and including the first whose phase is in ``until``."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while True:
+        message = sub.next(timeout=max(0.1, deadline - time.monotonic()), skip=SKIP)
+        if message["type"] != "restart":
+            continue
+        seen.append(message)
+        if message["phase"] in until:
+            return seen
+
+
+def names(seen: list[dict[str, Any]]) -> list[str]:
+    return [m["phase"] + (f": {m['reason'].split(':')[0]}" if m["reason"] else "") for m in seen]
+
+
+def test_r4_r7_a_commit_is_restarted_through_the_action_and_every_phase_is_told(
+    workdir: Path, git_repo: Repo
+) -> None:
+    with (
+        start_daemon(workdir, "--config", str(config(workdir, git_repo))) as daemon,
+        Subscriber(daemon.socket) as sub,
+    ):
+        _, (snap,) = greet(sub)
+        assert snap["restart"]["phase"] == "idle" and snap["processes"] == []
+        new = git_repo.commit()
+        seen = phases(sub, "confirmed", "failed", "refused")
+        assert names(seen) == ["scheduled", "waiting: settle", "restarting", "confirmed"]
+        assert {m["revision"] for m in seen} == {new}
+        assert all(m["retry_after"] > 0 for m in seen if m["phase"] != "confirmed")
+        assert seen[-1]["retry_after"] is None
+        assert runs(workdir) == 1
+        # The daemon adopted the new revision: it is current again, generations go on.
+        event = sub.next("event", skip=("ping", "health", "restart", "processes"))
+        assert (event["status"], event["loaded_revision"]) == ("current", new)
+        out = subprocess.run(
+            [sys.executable, "-m", "stalewatch", "status", "--socket", str(daemon.socket)],
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+            check=True,
+        ).stdout
+        assert f"restart: confirmed onto {new[:7]}" in out
+
+
+def test_r6_a_burst_of_commits_restarts_once_onto_the_last(workdir: Path, git_repo: Repo) -> None:
+    cfg = config(workdir, git_repo, settle=0.5)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        last = [git_repo.commit(f"burst {i}") for i in range(5)][-1]
+        seen = phases(sub, "confirmed")
+        assert seen[-1]["revision"] == last
+        assert [m["phase"] for m in seen].count("restarting") == 1
+        assert runs(workdir) == 1
+
+
+def _marker(path: Path, pid: int, started: float) -> None:
+    path.write_text(f"{pid}\n{started}\n")
+
+
+def test_r1_a_live_update_holds_the_restart_until_its_marker_goes(workdir: Path, git_repo: Repo) -> None:
+    marker = workdir / ".hermes-update-in-progress"
+    _marker(marker, os.getpid(), time.time())  # a live updater: this process
+    cfg = config(workdir, git_repo, update_marker=marker)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        git_repo.commit()
+        seen = phases(sub, "waiting", timeout=WAIT)
+        while not seen[-1]["reason"].startswith("update-running"):
+            seen = phases(sub, "waiting")
+        assert str(os.getpid()) in seen[-1]["reason"] and runs(workdir) == 0
+        marker.unlink()  # the update ended
+        assert phases(sub, "confirmed")[-1]["phase"] == "confirmed"
+        assert runs(workdir) == 1
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.parametrize("kind", ["dead-pid", "over-age", "malformed", "fifo", "symlink"])
+def test_r1_an_update_that_did_not_end_cleanly_refuses_with_the_reason(
+    workdir: Path, git_repo: Repo, kind: str
+) -> None:
+    marker = workdir / ".hermes-update-in-progress"
+    if kind == "dead-pid":
+        _marker(marker, _dead_pid(), time.time())
+    elif kind == "over-age":
+        _marker(marker, os.getpid(), time.time() - 7200)
+    elif kind == "malformed":
+        marker.write_text("not a pid\n")
+    elif kind == "fifo":
+        os.mkfifo(marker)
+    else:
+        _marker(workdir / "elsewhere", os.getpid(), time.time())
+        marker.symlink_to(workdir / "elsewhere")
+    expected = {
+        "dead-pid": "not running",
+        "over-age": "old",
+        "malformed": "malformed",
+        "fifo": "not a regular file",
+        "symlink": "symlink",
+    }[kind]
+    cfg = config(workdir, git_repo, update_marker=marker, update_marker_max_age=600)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        git_repo.commit()
+        refused = phases(sub, "refused", "confirmed")[-1]
+        assert refused["phase"] == "refused", refused
+        assert refused["reason"].startswith("update-marker") and expected in refused["reason"]
+        assert runs(workdir) == 0
+
+
+def test_r1_a_recovery_marker_refuses_incomplete_and_the_refusal_lifts_when_it_goes(
+    workdir: Path, git_repo: Repo
+) -> None:
+    incomplete = git_repo.path / ".update-incomplete"
+    incomplete.touch()
+    cfg = config(workdir, git_repo, incomplete_markers=[incomplete])
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        git_repo.commit()
+        refused = phases(sub, "refused")[-1]
+        assert refused["reason"].startswith("incomplete") and runs(workdir) == 0
+        incomplete.unlink()  # recovered by hand (or by the next update)
+        assert phases(sub, "confirmed")[-1]["phase"] == "confirmed"
+        assert runs(workdir) == 1
+
+
+def test_r2_a_commit_that_fails_verification_is_refused_and_the_old_server_keeps_answering_409(
+    workdir: Path, git_repo: Repo
+) -> None:
+    git_repo.write("app.py", "VALUE = 1\n")
+    git_repo.git("add", "app.py")
+    git_repo.git("commit", "-q", "-m", "app")
+    cfg = config(workdir, git_repo, verify=[sys.executable, "-c", "import app"])
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        # A server process: fed by the daemon, so it learns about the restart too.
+        server = Guard.for_checkout(git_repo.path, source=Daemon(daemon.socket))
+        with server:
+            assert server.wait_ready(WAIT)
+            git_repo.write("app.py", "def broken(:\n")  # a syntax error lands
+            git_repo.git("commit", "-q", "-am", "broken")
+            seen = phases(sub, "refused", "confirmed")
+            assert names(seen)[-2:] == ["verifying", "refused: verify-failed"]
+            assert "SyntaxError" in seen[-1]["reason"]
+            assert runs(workdir) == 0  # never restarted onto broken code
+            deadline = time.monotonic() + WAIT
+            while (
+                server.snapshot().restart is None
+                or server.snapshot().restart.phase is not RestartPhase.REFUSED
+            ):
+                assert time.monotonic() < deadline, server.snapshot()
+                sub.next(skip=())  # let the client catch up: wait on the daemon's next line
+            with pytest.raises(StaleError) as caught:
+                server.check()  # fail closed: the old server keeps refusing
+            payload = stale_payload(caught.value)
+            assert payload["restart_scheduled"] is False
+            assert payload["restart_reason"].startswith("verify-failed")
+
+
+def test_r3_an_updater_holding_the_lock_makes_the_restart_wait(workdir: Path, git_repo: Repo) -> None:
+    lock = workdir / "update.lock"
+    cfg = config(workdir, git_repo, lock=lock, verify=[sys.executable, "-c", "pass"])
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        with lock.open("w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # as `flock LOCK hermes update` does
+            git_repo.commit()
+            seen = phases(sub, "waiting")
+            while not seen[-1]["reason"].startswith("lock"):
+                seen += phases(sub, "waiting")
+            assert "verifying" in [m["phase"] for m in seen]  # the lock is taken after the probe
+            assert runs(workdir) == 0
+        assert phases(sub, "confirmed")[-1]["phase"] == "confirmed"
+        assert runs(workdir) == 1
+
+
+def test_r6_a_failing_action_is_reported_and_not_retried_in_a_tight_loop(
+    workdir: Path, git_repo: Repo
+) -> None:
+    failing = [sys.executable, "-c", RECORD + "; sys.exit(3)", str(workdir / "runs")]
+    cfg = config(workdir, git_repo, action=failing, max_attempts=2, min_interval=0.3)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        git_repo.commit()
+        seen = phases(sub, "failed")
+        assert "action exited 3" in seen[-1]["reason"]
+        while "attempt 2 of 2" not in (seen[-1]["reason"] or ""):
+            seen = phases(sub, "failed")
+        assert runs(workdir) == 2
+        for _ in range(3):  # three keepalive periods later, still two runs
+            sub.next("ping", skip=("health",))
+        assert runs(workdir) == 2
+
+
+def test_r5_a_restart_not_confirmed_in_time_fails(workdir: Path, git_repo: Repo) -> None:
+    cfg = config(
+        workdir, git_repo, confirm=[sys.executable, "-c", "raise SystemExit(1)"], confirm_timeout=0.5
+    )
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        git_repo.commit()
+        failed = phases(sub, "failed", "confirmed")[-1]
+        assert failed["phase"] == "failed" and failed["reason"].startswith("not-confirmed")
+
+
+def test_r5_registered_servers_still_on_the_old_revision_fail_the_confirmation(
+    workdir: Path, git_repo: Repo
+) -> None:
+    cfg = config(workdir, git_repo, confirm_timeout=0.5, max_attempts=1)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        loaded = git_repo.head()
+        server = Guard.for_checkout(git_repo.path, source=Daemon(daemon.socket))
+        with server:  # a server the action does not restart: it stays on the old code
+            line = sub.next("processes", skip=SKIP[:-2])
+            assert [p["revision"] for p in line["processes"]] == [loaded]
+            assert line["processes"][0]["pid"] == os.getpid()  # the kernel's word, not the client's
+            git_repo.commit()
+            failed = phases(sub, "failed", "confirmed")[-1]
+            assert failed["phase"] == "failed"
+            assert f"{loaded[:7]}: pids [{os.getpid()}]" in failed["reason"]
+
+
+def test_r6_a_newer_commit_during_verification_starts_over_onto_it(workdir: Path, git_repo: Repo) -> None:
+    gate = workdir / "gate"
+    os.mkfifo(gate)  # the probe blocks until the test writes: the commit lands meanwhile
+    probe = [sys.executable, "-c", f"open({str(gate)!r}).read()"]
+    cfg = config(workdir, git_repo, verify=probe, verify_timeout=WAIT)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        first = git_repo.commit("first")
+        assert phases(sub, "verifying")[-1]["revision"] == first
+        second = git_repo.commit("second")
+        with gate.open("w") as opened:
+            opened.write("go")  # the first probe ends; its result is for an old target
+        seen = phases(sub, "verifying")
+        assert seen[-1]["revision"] == second
+        with gate.open("w") as opened:
+            opened.write("go")
+        confirmed = phases(sub, "confirmed")[-1]
+        assert confirmed["revision"] == second
+        assert runs(workdir) == 1  # never restarted onto the first
