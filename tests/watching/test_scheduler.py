@@ -80,12 +80,14 @@ def test_one_task_never_runs_on_two_workers_at_once(sched: Scheduler) -> None:
     task = Task(lambda: time.sleep(0.001) or NEVER)  # type: ignore[func-returns-value]
     others = [Task() for _ in range(8)]
     slots = [added(sched, t) for t in (task, *others)]
-    for _ in range(200):
-        for slot in slots:
-            sched.wake(slot)
+    for _ in range(20):  # bursts of wake-ups from every side, while turns run
+        for _ in range(10):
+            for slot in slots:
+                sched.wake(slot)
+        task.wait_turns(1)
     for slot in slots:
         assert sched.remove(slot, wait=5)  # returns once its turn in progress ended
-    assert task.turns >= 1
+    assert task.turns >= 20
     assert not task.overlapped and not any(t.overlapped for t in others)
     assert sched.workers() <= MAX_WORKERS
 
@@ -195,3 +197,28 @@ def test_a_timer_asked_for_during_a_turn_is_not_lost_to_the_turns_own_answer(sch
     sched.at(slot, time.monotonic() + 0.05)
     release.set()
     task.wait_turns(2)  # the first, then the one asked for
+
+
+def test_a_task_removed_while_queued_never_runs() -> None:
+    sched = Scheduler(max_workers=1)
+    try:
+        entered, release = threading.Event(), threading.Event()
+
+        def block() -> float:
+            entered.set()
+            release.wait(5)
+            return NEVER
+
+        busy, queued = Task(block), Task()
+        busy_slot, queued_slot = sched.add(busy), sched.add(queued)
+        sched.wake(busy_slot)
+        assert entered.wait(5)  # the only worker is taken
+        sched.wake(queued_slot)  # so this one waits in the queue
+        assert sched.remove(queued_slot, wait=1)
+        release.set()
+        busy.wait_turns(1)
+        sched.wake(busy_slot)
+        busy.wait_turns(1)  # the worker went round the queue since
+        assert queued.turns == 0
+    finally:
+        sched.close()

@@ -204,8 +204,11 @@ class Scheduler:
                 if slot.deadline == when:  # else replaced by a later at()
                     slot.deadline = _NEVER
                     self._due(slot)
-            if self._ready:
-                return self._ready.popleft()
+            while self._ready:
+                slot = self._ready.popleft()
+                if slot.active:
+                    return slot
+                slot.queued = False  # removed while queued: never run again
             if not self._keeper:
                 self._keeper = True
                 try:
