@@ -17,7 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
-from ..git import command, refs
+from ..git import command, reflog, refs
+from ..git.reflog import Cause
 from ..watching.local import LocalSource
 from ..watching.source import Source, Watch
 from . import identity
@@ -178,7 +179,9 @@ class Guard:
             self.refresh()  # C9: the flag cannot be trusted, or the caller wants C10
         snap = self._snap
         if snap.status.blocks:
-            raise StaleError(snap.checkout, snap.loaded_revision, snap.current_revision, snap.status)
+            raise StaleError(
+                snap.checkout, snap.loaded_revision, snap.current_revision, snap.status, snap.cause
+            )
 
     @property
     def status(self) -> Status:
@@ -246,7 +249,12 @@ class Guard:
             return chain
         with self._refresh_lock:
             current, error = self._read_settled(chain)
-            self._apply(current, error)
+            cause = None
+            if current is not None and current != self._snap.current_revision:
+                # What moved HEAD, from the reflog: once per change (only this method
+                # applies changes, under _refresh_lock), never on the flag read.
+                cause = reflog.explain_move(self.binding.dirs, chain, self._snap.loaded_revision, current)
+            self._apply(current, error, cause)
         self._subscribers.drain()  # outside the lock: a subscriber may call check(strict=True)
         return chain
 
@@ -271,7 +279,7 @@ class Guard:
                     break
         return current, error
 
-    def _apply(self, current: str | None, error: str | None) -> None:
+    def _apply(self, current: str | None, error: str | None, cause: Cause | None = None) -> None:
         with self._lock:
             old = self._snap
             status = decide(old.loaded_revision, current, readable=error is None)
@@ -286,6 +294,7 @@ class Guard:
                 generation=old.generation + 1,
                 changed_at=time.time(),
                 error=error,
+                cause=cause,
             )
             self._snap = new
             self._stale = status.blocks
@@ -300,6 +309,7 @@ class Guard:
                     new.generation,
                     new.changed_at,
                     error,
+                    cause,
                 )
             )
 

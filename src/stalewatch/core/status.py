@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..git.reflog import Cause
+
 __all__ = ["Event", "Snapshot", "Status", "decide"]
 
 
@@ -60,6 +62,8 @@ class Snapshot:
         trusted: whether the barrier may decide from the flag alone right now (C9).
         mode: how changes are noticed: ``native``, ``polling``, ``daemon`` or ``none``.
         error: why HEAD is unreadable, when it is.
+        cause: what moved HEAD to the current revision, read from the reflog when it
+            changed (``None``: not moved since binding, unreadable, or no reflog).
     """
 
     status: Status
@@ -71,6 +75,7 @@ class Snapshot:
     trusted: bool = False
     mode: str = "none"
     error: str | None = None
+    cause: Cause | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +88,7 @@ class Snapshot:
             "trusted": self.trusted,
             "mode": self.mode,
             "error": self.error,
+            "cause": self.cause.to_dict() if self.cause is not None else None,
         }
 
 
@@ -99,6 +105,8 @@ class Event:
         generation: strictly increasing per guard, without gaps.
         at: ``time.time()`` when the change was observed.
         error: why HEAD is unreadable, when it is.
+        cause: what moved HEAD to ``current_revision`` (action, who, when, ahead or
+            behind the loaded commit), from the reflog; ``None`` when it cannot tell.
     """
 
     checkout: Path
@@ -109,6 +117,7 @@ class Event:
     generation: int
     at: float
     error: str | None = None
+    cause: Cause | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The event as plain JSON-able values (paths and statuses as strings)."""
@@ -121,6 +130,7 @@ class Event:
             "generation": self.generation,
             "at": self.at,
             "error": self.error,
+            "cause": self.cause.to_dict() if self.cause is not None else None,
         }
 
     def to_json(self) -> str:

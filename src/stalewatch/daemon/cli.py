@@ -222,9 +222,12 @@ def format_message(message: dict[str, Any]) -> str | None:
     """One human line for a protocol message (``None`` for pings and pongs)."""
     kind = message.get("type")
     if kind in ("snapshot", "event"):
+        cause = message.get("cause")
+        summary = cause.get("summary") if isinstance(cause, dict) else None
+        moved = f": {summary}" if isinstance(summary, str) and summary else ""
         return (
             f"{message['status']:<10} {message['checkout']} loaded {short(message['loaded_revision'])} "
-            f"current {short(message['current_revision'])} (generation {message['generation']})"
+            f"current {short(message['current_revision'])} (generation {message['generation']}){moved}"
         )
     if kind == "health":
         trust = "trusted" if message.get("trusted") else "NOT trusted"

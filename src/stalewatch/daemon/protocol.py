@@ -153,7 +153,11 @@ def hello_message(checkouts: list[str], keepalive: float, version: str) -> dict[
 
 
 def snapshot_message(snap: Snapshot, generation: int) -> dict[str, Any]:
-    """A ``snapshot`` line: where a checkout stands now, with the daemon's generation."""
+    """A ``snapshot`` line: where a checkout stands now, with the daemon's generation.
+
+    ``cause`` (what moved HEAD, or null) is optional for clients: version 1 clients
+    ignore fields they do not know.
+    """
     return {
         "type": "snapshot",
         "checkout": str(snap.checkout),
@@ -165,11 +169,12 @@ def snapshot_message(snap: Snapshot, generation: int) -> dict[str, Any]:
         "trusted": snap.trusted,
         "mode": snap.mode,
         "error": snap.error,
+        "cause": snap.cause.to_dict() if snap.cause is not None else None,
     }
 
 
 def event_message(event: Event, generation: int) -> dict[str, Any]:
-    """An ``event`` line: one change of status or current revision."""
+    """An ``event`` line: one change of status or current revision (with its ``cause``)."""
     return {
         "type": "event",
         "checkout": str(event.checkout),
@@ -180,6 +185,7 @@ def event_message(event: Event, generation: int) -> dict[str, Any]:
         "generation": generation,
         "at": event.at,
         "error": event.error,
+        "cause": event.cause.to_dict() if event.cause is not None else None,
     }
 
 
