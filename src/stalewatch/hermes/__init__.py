@@ -1,8 +1,15 @@
-"""A drop-in for Hermes WebUI's ``api/agent_runtime.py``, backed by a stalewatch guard.
+"""Hermes WebUI: :func:`accelerate` for the WebUI's own file, and a drop-in replacing it.
 
-Hermes WebUI imports ``run_agent.AIAgent`` from a Hermes Agent checkout into its
-long-lived server and must refuse to run once that checkout has moved. Adopting
-stalewatch takes a three-line ``api/agent_runtime.py``::
+The recommended way is :func:`~stalewatch.hermes.accelerator.accelerate`: the WebUI
+keeps its ``api/agent_runtime.py`` (any version) and appends two lines::
+
+    from stalewatch.hermes import accelerate
+    accelerate(sys.modules[__name__])
+
+The rest of this module is the older drop-in, which mirrors the WebUI's file as it was
+when the guard was introduced. Hermes WebUI imports ``run_agent.AIAgent`` from a
+Hermes Agent checkout into its long-lived server and must refuse to run once that
+checkout has moved. Adopting the drop-in takes a three-line ``api/agent_runtime.py``::
 
     import sys
     from stalewatch import hermes
@@ -37,11 +44,13 @@ from typing import Any
 from ..core.errors import StaleError, StalewatchError, short
 from ..core.guard import Guard
 from ..core.status import Status
+from .accelerator import accelerate
 from .discovery import AGENT_MODULE, discover_agent_dir
 from .read import loaded_agent_identity, read_agent_revision
 
 __all__ = [
     "AgentRuntimeChangedError",
+    "accelerate",
     "agent_runtime_stale_payload",
     "current_guard",
     "ensure_agent_runtime_current",
