@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
-"""Measure the Hermes WebUI drop-in: ``ensure_agent_runtime_current()`` per call.
+"""Measure Hermes WebUI's check, ``ensure_agent_runtime_current()``, per call.
 
 Builds a fake Hermes Agent checkout (``run_agent.py`` with ``AIAgent``) in a temporary
-repository, binds ``stalewatch.hermes`` to it, and prints the median and p99 of the
-check decided by the guard (strict in-process read), then by the synchronous read
-(guard stopped), beside the WebUI's own three-``git`` check. Figures are printed,
-never asserted.
+repository and binds to it, then prints the median and p99 of:
+
+- a WebUI-shaped ``agent_runtime`` module (``tests/hermes/webui_shaped_runtime.py``:
+  the WebUI's surface and its three-``git``-process read, written for our tests) as it
+  is, and with the two-line ``stalewatch.hermes.accelerate`` suffix;
+- the older drop-in ``stalewatch.hermes``, decided by its guard (strict in-process
+  read), then by its synchronous read (guard stopped).
+
+Figures are printed, never asserted. ``--quick`` runs tiny counts (a smoke test).
 
 Usage: python scripts/bench_hermes.py [--quick]
 """
@@ -13,42 +18,69 @@ Usage: python scripts/bench_hermes.py [--quick]
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
-from bench import make_repo, per_call, reference_check, row
+from bench import make_repo, per_call, row
 from stalewatch import hermes
+
+_SHAPED = Path(__file__).resolve().parents[1] / "tests" / "hermes" / "webui_shaped_runtime.py"
+
+
+def webui_runtime(*, accelerated: bool) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("webui_shaped_runtime", _SHAPED)
+    assert spec is not None and spec.loader is not None
+    shaped = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shaped)
+    module: ModuleType = shaped.load(accelerated=accelerated)
+    return module
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny counts: checks the script runs")
     args = parser.parse_args()
-    guarded, fallback = (20, 5) if args.quick else (2000, 300)
+    fast, slow = (20, 5) if args.quick else (3000, 300)
     with tempfile.TemporaryDirectory() as tmp:
         repo, _, _ = make_repo(Path(tmp))  # holds run_agent.py with class AIAgent
         sys.path.insert(0, str(repo))
         try:
+            upstream = webui_runtime(accelerated=False)
+            accelerated = webui_runtime(accelerated=True)
+            for module in (upstream, accelerated):
+                if module.get_ai_agent_class() is None or module._AGENT_REVISION is None:
+                    print("could not bind the WebUI-shaped module to the fake checkout", file=sys.stderr)
+                    return 1
+            print("WebUI's own agent_runtime.py: ensure_agent_runtime_current() (per call)")
+            reference = per_call(upstream.ensure_agent_runtime_current, slow, 1)
+            ref_median = statistics.median(reference)
+            row("upstream: 3 git subprocesses", reference)
+            row(
+                "with accelerate(): in-process",
+                per_call(accelerated.ensure_agent_runtime_current, fast, 10),
+                ref_median,
+            )
+
             if hermes.get_ai_agent_class() is None:
                 print("could not import run_agent from the fake checkout", file=sys.stderr)
                 return 1
             if not hermes.wait_until_watching(10):
                 print("the guard never became ready", file=sys.stderr)
                 return 1
-            print("hermes.ensure_agent_runtime_current() (per call)")
-            reference = per_call(lambda: reference_check(repo), fallback, 1)
-            ref_median = statistics.median(reference)
+            print("the drop-in, stalewatch.hermes: ensure_agent_runtime_current() (per call)")
             row(
                 "decided by the guard (strict)",
-                per_call(hermes.ensure_agent_runtime_current, guarded, 10),
+                per_call(hermes.ensure_agent_runtime_current, fast, 10),
                 ref_median,
             )
             hermes.stop()
             row(
                 "decided by the read (stopped)",
-                per_call(hermes.ensure_agent_runtime_current, fallback, 1),
+                per_call(hermes.ensure_agent_runtime_current, slow, 1),
                 ref_median,
             )
             row("WebUI today: 3 git subprocesses", reference)
