@@ -18,7 +18,6 @@ from pathlib import Path
 from types import TracebackType
 
 from ..git import command, reflog, refs
-from ..git.reflog import Cause
 from ..watching.local import LocalSource
 from ..watching.source import Source, Watch
 from . import identity
@@ -249,12 +248,18 @@ class Guard:
             return chain
         with self._refresh_lock:
             current, error = self._read_settled(chain)
-            cause = None
-            if current is not None and current != self._snap.current_revision:
-                # What moved HEAD, from the reflog: once per change (only this method
-                # applies changes, under _refresh_lock), never on the flag read.
-                cause = reflog.explain_move(self.binding.dirs, chain, self._snap.loaded_revision, current)
-            self._apply(current, error, cause)
+            moved = current is not None and current != self._snap.current_revision
+            event = self._apply(current, error)  # the flag flips here, before the reflog is read
+            if event is not None:
+                if moved and current is not None:
+                    # What moved HEAD: once per change (changes are applied only here,
+                    # under _refresh_lock, so generation order holds), never on the flag
+                    # read, and after the flag so detection never waits for it.
+                    cause = reflog.explain_move(self.binding.dirs, chain, event.loaded_revision, current)
+                    event = replace(event, cause=cause)
+                    with self._lock:
+                        self._snap = replace(self._snap, cause=cause)
+                self._subscribers.push(event)
         self._subscribers.drain()  # outside the lock: a subscriber may call check(strict=True)
         return chain
 
@@ -279,14 +284,15 @@ class Guard:
                     break
         return current, error
 
-    def _apply(self, current: str | None, error: str | None, cause: Cause | None = None) -> None:
+    def _apply(self, current: str | None, error: str | None) -> Event | None:
+        """Apply a reading: status, generation, flag; return the event to publish, if any."""
         with self._lock:
             old = self._snap
             status = decide(old.loaded_revision, current, readable=error is None)
             if self._latch and old.status.blocks and status is Status.CURRENT:
                 status = Status.STALE
             if status is old.status and current == old.current_revision:
-                return
+                return None
             new = replace(
                 old,
                 status=status,
@@ -294,23 +300,20 @@ class Guard:
                 generation=old.generation + 1,
                 changed_at=time.time(),
                 error=error,
-                cause=cause,
+                cause=None,
             )
             self._snap = new
             self._stale = status.blocks
             self._pass = self._trusted and not status.blocks
-            self._subscribers.push(
-                Event(
-                    new.checkout,
-                    status,
-                    old.status,
-                    new.loaded_revision,
-                    current,
-                    new.generation,
-                    new.changed_at,
-                    error,
-                    cause,
-                )
+            return Event(
+                new.checkout,
+                status,
+                old.status,
+                new.loaded_revision,
+                current,
+                new.generation,
+                new.changed_at,
+                error,
             )
 
     def _on_health(self, token: object, trusted: bool, mode: str) -> None:
