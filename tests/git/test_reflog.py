@@ -442,7 +442,7 @@ def reflog_lines(draw: st.DrawFn) -> bytes:
     return b"\n".join(parts) + draw(st.sampled_from([b"", b"\n"]))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(data=st.one_of(st.binary(max_size=2000), reflog_lines()), whole=st.booleans())
 def test_any_bytes_give_a_cause_or_none(data: bytes, whole: bool) -> None:
     entries = reflog.parse_log(data, whole=whole)
@@ -454,11 +454,22 @@ def test_any_bytes_give_a_cause_or_none(data: bytes, whole: bool) -> None:
                 continue
             assert cause.relation in ("ahead", "behind", "diverged", "same", "unknown")
             assert all(n is None or n >= 0 for n in (cause.ahead, cause.behind))
-            assert (cause.relation == "same") == (loaded == current) or cause.relation != "same"
+            if cause.relation == "same":
+                assert loaded == current  # only the loaded commit itself is "same"
             summary = cause.to_dict()["summary"]
             assert isinstance(summary, str)
             assert "\x00" not in summary
             assert len(cause.message) <= 200
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.one_of(st.binary(max_size=2000), reflog_lines()), whole=st.booleans())
+def test_parsing_only_the_relevant_lines_gives_the_same_cause(data: bytes, whole: bool) -> None:
+    for loaded in (_OIDS[1], _OIDS[2], None):
+        for current in _OIDS[1:4]:
+            everything = reflog.explain_entries(reflog.parse_log(data, whole=whole), loaded, current)
+            relevant = reflog.relevant_entries(data, whole=whole, loaded=loaded, current=current)
+            assert reflog.explain_entries(relevant, loaded, current) == everything
 
 
 @settings(max_examples=50, deadline=None)
@@ -467,3 +478,85 @@ def test_pathological_repetition_is_linear(unit: bytes) -> None:
     data = unit * (256 * 1024 // len(unit))  # as large as one read can ever be
     entries = reflog.parse_log(data, whole=False)
     reflog.explain_entries(entries, _OIDS[1], _OIDS[2])
+
+
+# -- soundness: derived relations against a model of real histories ---------------------------
+
+
+class History:
+    """A tree of commits (one parent each) and the reflog git would write for HEAD."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str | None] = {}
+        self.lines: list[bytes] = []
+        self.head = self._new(None)
+        self._log("0" * 40, self.head, "commit (initial): root")
+
+    def _new(self, parent: str | None) -> str:
+        commit = f"{len(self.parent) + 1:040x}"
+        self.parent[commit] = parent
+        return commit
+
+    def _log(self, old: str, new: str, message: str) -> None:
+        self.lines.append(f"{old} {new} A <a@x> 1700000000 +0000\t{message}".encode())
+
+    def move(self, new: str, message: str) -> None:
+        self._log(self.head, new, message)
+        self.head = new
+
+    def ancestors(self, commit: str) -> list[str]:
+        chain: list[str] = []
+        node: str | None = commit
+        while node is not None:
+            chain.append(node)
+            node = self.parent[node]
+        return chain
+
+    def truth(self, loaded: str, current: str) -> tuple[str, int, int]:
+        ahead = len(set(self.ancestors(current)) - set(self.ancestors(loaded)))
+        behind = len(set(self.ancestors(loaded)) - set(self.ancestors(current)))
+        kind = {(False, False): "same", (True, False): "ahead", (False, True): "behind"}.get(
+            (ahead > 0, behind > 0), "diverged"
+        )
+        return kind, ahead, behind
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["commit", "amend", "reset", "checkout", "ff"]), st.integers(0, 50))
+    )
+)
+def test_derived_relations_are_true_or_unknown(ops: list[tuple[str, int]]) -> None:
+    history = History()
+    heads = [history.head]
+    for op, n in ops:
+        commits = sorted(history.parent)
+        if op == "commit":
+            history.move(history._new(history.head), f"commit: c{n}")
+        elif op == "amend":
+            history.move(history._new(history.parent[history.head]), f"commit (amend): a{n}")
+        elif op == "reset":
+            chain = history.ancestors(history.head)
+            k = n % len(chain)
+            if k:
+                history.move(chain[k], f"reset: moving to HEAD~{k}")
+        elif op == "checkout":
+            history.move(commits[n % len(commits)], "checkout: moving from main to x")
+        else:
+            later = [c for c in commits if history.head in history.ancestors(c) and c != history.head]
+            if later:
+                history.move(later[n % len(later)], "pull: Fast-forward")
+        heads.append(history.head)
+    entries = reflog.parse_log(b"\n".join(history.lines) + b"\n", whole=True)
+    for loaded in set(heads):
+        cause = reflog.explain_entries(entries, loaded, history.head)
+        assert cause is not None
+        if cause.relation == "unknown":
+            continue
+        kind, ahead, behind = history.truth(loaded, history.head)
+        assert cause.relation == kind, (loaded, history.head)
+        if cause.ahead is not None:
+            assert cause.ahead == ahead
+        if cause.behind is not None:
+            assert cause.behind == behind

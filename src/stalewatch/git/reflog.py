@@ -202,14 +202,19 @@ def _relation(entries: Sequence[Entry], target: int, loaded: str) -> moves.Rel:
     # the loaded commit may teach something, and a commit seen twice keeps what it has.
     known: dict[str, moves.Rel] = {loaded: moves.SAME}
     for entry in entries[start : target + 1]:
-        if entry.old == entry.new or _ZERO.issuperset(entry.old):
-            continue  # no move, or a ref created from nothing: nothing to learn
+        if entry.old == entry.new or _ZERO.issuperset(entry.old) or _ZERO.issuperset(entry.new):
+            continue  # no move, or a ref created from or deleted to nothing: nothing to learn
         _, kind, steps_back = moves.classify(entry.message)[1:]
         old, new = known.get(entry.old, moves.UNKNOWN), known.get(entry.new, moves.UNKNOWN)
         if new[0] == "unknown":
-            known[entry.new] = moves.step(old, kind, steps_back)
+            learnt, commit = moves.step(old, kind, steps_back), entry.new
         elif old[0] == "unknown" and kind == moves.CHILD and not steps_back:
-            known[entry.old] = moves.back(new, 1)  # a commit's old value is its first parent
+            learnt, commit = moves.back(new, 1), entry.old  # a commit's old value is its first parent
+        else:
+            continue
+        # Only the loaded commit itself is "same": a reflog that says otherwise (edited,
+        # or not git's) contradicts itself, and teaches nothing.
+        known[commit] = moves.UNKNOWN if learnt[0] == "same" and commit != loaded else learnt
     return known.get(entries[target].new, moves.UNKNOWN)
 
 
@@ -265,11 +270,37 @@ def _read_tail(path: Path, limit: int) -> tuple[bytes, bool]:
         os.close(fd)
 
 
+def relevant_entries(data: bytes, *, whole: bool, loaded: str | None, current: str) -> list[Entry]:
+    """The entries :func:`explain_entries` needs from a log's tail, parsing no others.
+
+    The same answer as parsing the whole tail: the newest entry that moved HEAD to
+    ``current``, and those since the first line naming ``loaded`` (found by a byte
+    search, so lines before it, which cannot name it, are never parsed).
+    """
+    lines = data.split(b"\n")[:-1]
+    if not whole:
+        lines = lines[1:]
+    width = len(current)
+    wanted = current.encode("ascii", "replace")
+    for target in range(len(lines) - 1, -1, -1):
+        line = lines[target]
+        if line[width + 1 : 2 * width + 1] != wanted:
+            continue
+        entry = parse_entry(line)
+        if entry is not None and entry.new == current:
+            break
+    else:
+        return []
+    ids = loaded.encode("ascii", "replace") if loaded else None
+    start = next((i for i in range(target) if ids and ids in lines[i][: 2 * width + 1]), target)
+    return [entry for entry in map(parse_entry, lines[start : target + 1]) if entry is not None]
+
+
 def _explain_log(path: Path, loaded: str | None, current: str) -> Cause | None:
     limit = _FIRST_READ
     while True:
         data, whole = _read_tail(path, limit)
-        entries = parse_log(data, whole=whole)
+        entries = relevant_entries(data, whole=whole, loaded=loaded, current=current)
         cause = explain_entries(entries, loaded, current)
         settled = cause is not None and cause.relation != "unknown"
         if settled or whole or limit >= _MAX_READ:
