@@ -8,7 +8,9 @@ repository and binds to it, then prints the median and p99 of:
   the WebUI's surface and its three-``git``-process read, written for our tests) as it
   is, and with the two-line ``stalewatch.hermes.accelerate`` suffix;
 - the older drop-in ``stalewatch.hermes``, decided by its guard (strict in-process
-  read), then by its synchronous read (guard stopped).
+  read), then by its synchronous read (guard stopped);
+- reading what moved HEAD from the reflog (once per change, in the watcher), with the
+  loaded commit 3 entries back, and ~256 KiB back (the most ever read).
 
 Figures are printed, never asserted. ``--quick`` runs tiny counts (a smoke test).
 
@@ -25,8 +27,9 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from bench import make_repo, per_call, row
+from bench import git, make_repo, per_call, row
 from stalewatch import hermes
+from stalewatch.git import reflog, refs
 
 _SHAPED = Path(__file__).resolve().parents[1] / "tests" / "hermes" / "webui_shaped_runtime.py"
 
@@ -38,6 +41,33 @@ def webui_runtime(*, accelerated: bool) -> ModuleType:
     spec.loader.exec_module(shaped)
     module: ModuleType = shaped.load(accelerated=accelerated)
     return module
+
+
+def cause_rows(repo: Path, batches: int) -> None:
+    """What moved HEAD, read from the reflog once per change: its cost, near and far."""
+    loaded = git(repo, "rev-parse", "HEAD")
+    for n in range(3):
+        git(repo, "commit", "-q", "--allow-empty", "-m", f"update {n}")
+    dirs = refs.find_git_dirs(repo.resolve())
+    assert dirs is not None
+    chain: list[Path] = []
+    current = refs.resolve_head(dirs, chain)
+    assert current is not None
+    near = reflog.explain(dirs, chain, loaded, current)
+    print(f"what moved HEAD, read once per change ({near.describe() if near else 'no cause'})")
+    row(
+        "3 entries since the loaded commit",
+        per_call(lambda: reflog.explain(dirs, chain, loaded, current), batches, 1),
+    )
+    for log in (dirs.git_dir / "logs" / "HEAD", dirs.common_dir / "logs" / "refs" / "heads" / "main"):
+        last = log.read_bytes().splitlines(keepends=True)[-1]
+        noop = b" ".join([current.encode(), current.encode(), last.split(b" ", 2)[2]])
+        with log.open("ab") as f:  # no-op entries until the loaded commit is ~256 KiB back
+            f.write(noop * (250 * 1024 // len(noop)))
+    row(
+        "worst: 256 KiB read from two logs",
+        per_call(lambda: reflog.explain(dirs, chain, loaded, current), batches // 4 or 1, 1),
+    )
 
 
 def main() -> int:
@@ -84,6 +114,7 @@ def main() -> int:
                 ref_median,
             )
             row("WebUI today: 3 git subprocesses", reference)
+            cause_rows(repo, 20 if args.quick else 300)
         finally:
             hermes._reset_for_tests()
             sys.path.remove(str(repo))
