@@ -46,5 +46,8 @@ def test_bench_hermes_quick_prints_every_figure() -> None:
         "decided by the guard",
         "decided by the read",
         "WebUI today",
+        "what moved HEAD",
+        "3 entries since the loaded commit",
+        "worst: 256 KiB",
     ):
         assert label in out
