@@ -9,7 +9,9 @@ copy's ``api/agent_runtime.py``::
 
 runs the WebUI's own guard tests (by default every test file under ``tests/`` that
 mentions ``agent_runtime``) in both copies, prints both summaries, and compares the
-outcome of every test. The checkout itself is never changed.
+outcome of every test. The checkout itself is never changed. The copies leave out
+``.git``, virtualenvs, ``node_modules`` and caches: a test that needs the checkout's
+own git history fails in both runs alike (and is listed as such).
 
 The Python used must have the WebUI's test dependencies and stalewatch installed
 (``pip install -r requirements-dev.txt stalewatch``).
