@@ -9,9 +9,10 @@ copy's ``api/agent_runtime.py``::
 
 runs the WebUI's own guard tests (by default every test file under ``tests/`` that
 mentions ``agent_runtime``) in both copies, prints both summaries, and compares the
-outcome of every test. The checkout itself is never changed. The copies leave out
-``.git``, virtualenvs, ``node_modules`` and caches: a test that needs the checkout's
-own git history fails in both runs alike (and is listed as such).
+outcome of every test. The checkout itself is never changed: each copy is a clone
+sharing its objects (``git clone --shared``, own refs, index and stash) with the working
+tree copied over it, uncommitted changes included; virtualenvs, ``node_modules`` and
+caches are left out. A checkout that is not a git repository is copied as it is.
 
 The Python used must have the WebUI's test dependencies and stalewatch installed
 (``pip install -r requirements-dev.txt stalewatch``).
@@ -65,6 +66,27 @@ def guard_tests(checkout: Path) -> list[str]:
         except OSError:
             continue
     return found
+
+
+def make_copy(checkout: Path, copy: Path) -> None:
+    """A clone sharing the checkout's objects, with the working tree copied over it.
+
+    The WebUI's tests run git in their own checkout (``check-ignore``, ``stash``): the
+    copy is a repository of its own, so nothing they do reaches the user's.
+    """
+    if (checkout / ".git").exists():
+        done = subprocess.run(
+            ["git", "clone", "-q", "--shared", "--no-checkout", str(checkout), str(copy)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if done.returncode == 0:
+            subprocess.run(
+                ["git", "-C", str(copy), "read-tree", "HEAD"], capture_output=True, timeout=300, check=False
+            )
+    shutil.copytree(checkout, copy, symlinks=True, ignore=IGNORED, dirs_exist_ok=True)
 
 
 def apply_suffix(copy: Path) -> None:
@@ -160,7 +182,7 @@ def main() -> int:
     try:
         plain, fast = scratch / "without", scratch / "with"
         for copy in (plain, fast):
-            shutil.copytree(checkout, copy, symlinks=True, ignore=IGNORED)
+            make_copy(checkout, copy)
         apply_suffix(fast)
         print(f"WebUI checkout: {checkout}")
         print(f"python: {args.python}")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import make_repo
+from conftest import Repo, make_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPED = ROOT / "tests" / "hermes" / "webui_shaped_runtime.py"
@@ -41,6 +41,13 @@ def test_a_commit_fails_closed(tmp_path, monkeypatch):
     raise AssertionError("not stale")
 
 
+def test_git_in_the_copy_is_a_repository_of_its_own():
+    repo = Path(__file__).resolve().parents[1]
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "-C", str(repo)]
+    assert subprocess.run([*git, "ls-files", "--error-unmatch", "api/agent_runtime.py"]).returncode == 0
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "made in the copy"], check=True)
+
+
 def test_fails_in_both_runs():
     assert agent_runtime.MESSAGE == "another message"
 """
@@ -54,7 +61,12 @@ def test_check_hermes_runs_the_guard_tests_with_and_without_the_suffix(tmp_path:
     (webui / "tests").mkdir()
     (webui / "tests" / "test_agent_runtime_guard.py").write_text(GUARD_TESTS)
     (webui / "tests" / "test_unrelated.py").write_text("def test_nothing():\n    pass\n")
+    repo = Repo(webui)
+    repo.git("add", "-A")
+    repo.git("commit", "-q", "-m", "the webui")
+    (webui / "api" / "uncommitted.py").write_text("# copied too\n")
     before = (webui / "api" / "agent_runtime.py").read_text()
+    head = repo.head()
 
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "check_hermes.py"), str(webui), "--timeout", "120"],
@@ -67,14 +79,15 @@ def test_check_hermes_runs_the_guard_tests_with_and_without_the_suffix(tmp_path:
     assert done.returncode == 0, out + done.stderr
     assert "tests: 1 files: tests/test_agent_runtime_guard.py" in out
     assert "with the suffix, api.agent_runtime is accelerated" in out
-    assert "without the suffix: 1 failed, 1 passed" in out
-    assert "with the suffix:    1 failed, 1 passed" in out
+    assert "without the suffix: 1 failed, 2 passed" in out
+    assert "with the suffix:    1 failed, 2 passed" in out
     assert (
         "fails without the suffix too: tests.test_agent_runtime_guard::test_fails_in_both_runs (failed)"
         in out
     )
-    assert "per test: 2 identical outcomes, 0 differ" in out
+    assert "per test: 3 identical outcomes, 0 differ" in out
     assert (webui / "api" / "agent_runtime.py").read_text() == before  # the checkout is never changed
+    assert repo.head() == head  # the copies' commits stayed in the copies
 
 
 def test_check_hermes_reports_a_test_whose_outcome_differs(tmp_path: Path) -> None:
