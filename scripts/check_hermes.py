@@ -87,6 +87,15 @@ def make_copy(checkout: Path, copy: Path) -> None:
                 ["git", "-C", str(copy), "read-tree", "HEAD"], capture_output=True, timeout=300, check=False
             )
     shutil.copytree(checkout, copy, symlinks=True, ignore=IGNORED, dirs_exist_ok=True)
+    # The new index has no stat data yet: without a refresh, `git diff-index` (behind
+    # the WebUI's "-dirty" version) would call every file modified until something
+    # refreshed it.
+    subprocess.run(
+        ["git", "-C", str(copy), "update-index", "-q", "--refresh"],
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def apply_suffix(copy: Path) -> None:
