@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -325,7 +326,13 @@ def test_a_huge_reflog_is_read_from_its_end_only(git_repo: Repo) -> None:
         f.seek(64 << 30)
         f.write(b"\n" + tail)
     assert log.stat().st_size > 64 << 30
-    cause = cause_of(git_repo.path, loaded)
+    tracemalloc.start()
+    try:
+        cause = cause_of(git_repo.path, loaded)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20  # bounded memory: the bounded tail, never the file
     assert cause is not None
     assert (cause.action, cause.relation, cause.ahead) == ("commit", "ahead", 1)
     assert new == git_repo.head()
