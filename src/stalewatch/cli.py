@@ -58,9 +58,10 @@ def _line(item: Snapshot | Event, *, as_json: bool) -> str:
     if as_json:
         data["type"] = "event" if isinstance(item, Event) else "snapshot"
         return json.dumps(data, separators=(",", ":"))
+    moved = f": {item.cause.describe()}" if item.cause is not None else ""
     return (
         f"{data['status']:<10} {printable(str(data['checkout']))} loaded {short(item.loaded_revision)} "
-        f"current {short(item.current_revision)} (generation {data['generation']})"
+        f"current {short(item.current_revision)} (generation {data['generation']}){printable(moved)}"
     )
 
 

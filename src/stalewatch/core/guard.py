@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ..git import command, refs
+from ..git import command, reflog, refs
 from ..watching.local import LocalSource
 from ..watching.source import Source, Watch
 from . import identity
@@ -184,7 +184,12 @@ class Guard:
         snap = self._snap
         if snap.status.blocks:
             raise StaleError(
-                snap.checkout, snap.loaded_revision, snap.current_revision, snap.status, restart=self._restart
+                snap.checkout,
+                snap.loaded_revision,
+                snap.current_revision,
+                snap.status,
+                snap.cause,
+                restart=self._restart,
             )
 
     @property
@@ -253,7 +258,18 @@ class Guard:
             return chain
         with self._refresh_lock:
             current, error = self._read_settled(chain)
-            self._apply(current, error)
+            moved = current is not None and current != self._snap.current_revision
+            event = self._apply(current, error)  # the flag flips here, before the reflog is read
+            if event is not None:
+                if moved and current is not None:
+                    # What moved HEAD: once per change (changes are applied only here,
+                    # under _refresh_lock, so generation order holds), never on the flag
+                    # read, and after the flag so detection never waits for it.
+                    cause = reflog.explain_move(self.binding.dirs, chain, event.loaded_revision, current)
+                    event = replace(event, cause=cause)
+                    with self._lock:
+                        self._snap = replace(self._snap, cause=cause)
+                self._subscribers.push(event)
         self._subscribers.drain()  # outside the lock: a subscriber may call check(strict=True)
         return chain
 
@@ -293,11 +309,17 @@ class Guard:
             return self.snapshot()
         with self._refresh_lock:
             current, error = self._read_settled([])
-            self._apply(current, error, loaded=loaded)
+            event = self._apply(current, error, loaded=loaded)
+            if event is not None:
+                self._subscribers.push(event)
         self._subscribers.drain()
         return self.snapshot()
 
-    def _apply(self, current: str | None, error: str | None, *, loaded: str | None = None) -> None:
+    def _apply(self, current: str | None, error: str | None, *, loaded: str | None = None) -> Event | None:
+        """Apply a reading (and a newly loaded revision): status, generation, flag.
+
+        Returns the event to publish, if anything changed.
+        """
         with self._lock:
             old = self._snap
             adopting = loaded is not None and loaded != old.loaded_revision
@@ -306,7 +328,7 @@ class Guard:
             if self._latch and old.status.blocks and status is Status.CURRENT and not adopting:
                 status = Status.STALE
             if status is old.status and current == old.current_revision and not adopting:
-                return
+                return None
             new = replace(
                 old,
                 status=status,
@@ -315,21 +337,20 @@ class Guard:
                 generation=old.generation + 1,
                 changed_at=time.time(),
                 error=error,
+                cause=None,
             )
             self._snap = new
             self._stale = status.blocks
             self._pass = self._trusted and not status.blocks
-            self._subscribers.push(
-                Event(
-                    new.checkout,
-                    status,
-                    old.status,
-                    new.loaded_revision,
-                    current,
-                    new.generation,
-                    new.changed_at,
-                    error,
-                )
+            return Event(
+                new.checkout,
+                status,
+                old.status,
+                new.loaded_revision,
+                current,
+                new.generation,
+                new.changed_at,
+                error,
             )
 
     def subscribe_restart(self, callback: Callable[[RestartState], object]) -> Callable[[], None]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..git.reflog import Cause
 from .restart import RestartState
 
 __all__ = ["Event", "Snapshot", "Status", "decide"]
@@ -64,6 +65,8 @@ class Snapshot:
         error: why HEAD is unreadable, when it is.
         restart: where an automatic restart stands, when a daemon with a restart
             policy feeds this guard (R7); ``None`` otherwise.
+        cause: what moved HEAD to the current revision, read from the reflog when it
+            changed (``None``: not moved since binding, unreadable, or no reflog).
     """
 
     status: Status
@@ -76,6 +79,7 @@ class Snapshot:
     mode: str = "none"
     error: str | None = None
     restart: RestartState | None = None
+    cause: Cause | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +93,7 @@ class Snapshot:
             "mode": self.mode,
             "error": self.error,
             "restart": None if self.restart is None else self.restart.to_dict(),
+            "cause": self.cause.to_dict() if self.cause is not None else None,
         }
 
 
@@ -105,6 +110,8 @@ class Event:
         generation: strictly increasing per guard, without gaps.
         at: ``time.time()`` when the change was observed.
         error: why HEAD is unreadable, when it is.
+        cause: what moved HEAD to ``current_revision`` (action, who, when, ahead or
+            behind the loaded commit), from the reflog; ``None`` when it cannot tell.
     """
 
     checkout: Path
@@ -115,6 +122,7 @@ class Event:
     generation: int
     at: float
     error: str | None = None
+    cause: Cause | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The event as plain JSON-able values (paths and statuses as strings)."""
@@ -127,6 +135,7 @@ class Event:
             "generation": self.generation,
             "at": self.at,
             "error": self.error,
+            "cause": self.cause.to_dict() if self.cause is not None else None,
         }
 
     def to_json(self) -> str:

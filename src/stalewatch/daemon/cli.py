@@ -324,9 +324,12 @@ def format_message(message: dict[str, Any]) -> str | None:
     raw, message = message, _shown(message)
     kind = message.get("type")
     if kind in ("snapshot", "event"):
+        cause = raw.get("cause")
+        summary = cause.get("summary") if isinstance(cause, dict) else None
+        moved = f": {printable(summary)}" if isinstance(summary, str) and summary else ""
         line = (
             f"{message['status']:<10} {message['checkout']} loaded {short(message['loaded_revision'])} "
-            f"current {short(message['current_revision'])} (generation {message['generation']})"
+            f"current {short(message['current_revision'])} (generation {message['generation']}){moved}"
         )
         extra = [] if kind == "event" else _servers_and_restart(raw)
         return line + "".join(f"\n{'':<10} {part}" for part in extra)
