@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..git.reflog import Cause
 from .restart import RestartState
 
-__all__ = ["Event", "Snapshot", "Status", "decide"]
+__all__ = ["Event", "Snapshot", "Status", "decide", "transition"]
 
 
 class Status(enum.StrEnum):
@@ -141,3 +142,38 @@ class Event:
     def to_json(self) -> str:
         """The event as one line of JSON (no newline)."""
         return json.dumps(self.to_dict(), separators=(",", ":"))
+
+
+def transition(
+    old: Snapshot,
+    current: str | None,
+    error: str | None,
+    *,
+    loaded: str | None = None,
+    latch: bool = False,
+) -> tuple[Snapshot, Event] | None:
+    """What a new reading of HEAD makes of ``old``: the next snapshot and its event.
+
+    ``None`` when nothing changed (C7: a write that did not move HEAD's commit is no
+    event). ``loaded``: the code now runs that revision (adopted after a restart).
+    ``latch``: a blocked guard stays blocked after a rollback (C8).
+    """
+    adopting = loaded is not None and loaded != old.loaded_revision
+    loaded = loaded if adopting else old.loaded_revision
+    status = decide(loaded, current, readable=error is None)
+    if latch and old.status.blocks and status is Status.CURRENT and not adopting:
+        status = Status.STALE
+    if status is old.status and current == old.current_revision and not adopting:
+        return None
+    new = replace(
+        old,
+        status=status,
+        loaded_revision=loaded,
+        current_revision=current,
+        generation=old.generation + 1,
+        changed_at=time.time(),
+        error=error,
+        cause=None,
+    )
+    event = Event(new.checkout, status, old.status, loaded, current, new.generation, new.changed_at, error)
+    return new, event
