@@ -22,6 +22,7 @@ read of HEAD (~20 µs). No thread is started; nothing needs restarting after ``f
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -38,13 +39,16 @@ from ..core.errors import NeedsGitError
 from ..git import command, refs
 from ..git.refs import GitDirs
 from .discovery import AGENT_MODULE
+from .restarts import RestartView, restart_aware
 
 __all__ = ["accelerate"]
 
 logger = logging.getLogger(__name__)
 
 ATTRIBUTE: Final = "_read_agent_revision"
-"""The one module attribute :func:`accelerate` replaces."""
+"""The module attribute :func:`accelerate` replaces."""
+PAYLOAD: Final = "agent_runtime_stale_payload"
+"""The one it also wraps when given a daemon (restart-aware 409s)."""
 _ORIGINAL: Final = "__stalewatch_original__"  # set on our function: the one it replaced
 MAX_BINDINGS: Final = 64
 """At most this many (agent_dir, module_path) bindings are kept; the oldest goes first."""
@@ -116,7 +120,7 @@ BINDINGS = Bindings()
 os.register_at_fork(after_in_child=BINDINGS.after_fork_in_child)
 
 
-def accelerate(module: ModuleType) -> bool:
+def accelerate(module: ModuleType, *, daemon: str | os.PathLike[str] | None = None) -> bool:
     """Replace ``module._read_agent_revision`` with an in-process read of the same meaning.
 
     Call it at the end of the WebUI's ``api/agent_runtime.py``. Returns True when the
@@ -126,24 +130,43 @@ def accelerate(module: ModuleType) -> bool:
     accelerated read cannot decide (any error, an unreadable or unborn HEAD), it calls
     the original function, so upstream's fail-closed answer is kept.
 
-    The restart-aware payload of the automatic-restart issue will come as a keyword,
-    ``accelerate(module, daemon=SOCKET)``, patching ``agent_runtime_stale_payload``
-    beside the read; without it, that payload stays upstream's byte for byte. This
-    version patches the read only.
+    Args:
+        module: the WebUI's ``api.agent_runtime``.
+        daemon: a stalewatch daemon's socket (``None``: no daemon). With one, the
+            module's ``agent_runtime_stale_payload`` also says whether the daemon's
+            automatic restart is coming (``restart_scheduled``, ``retry_after``,
+            ``restart_phase``; see :mod:`.restarts`), and the WebUI registers the
+            revision it loaded with the daemon (one client thread, from the Agent's
+            binding on). Without one, the payload stays upstream's, byte for byte.
 
     Example (the last two lines of ``api/agent_runtime.py``)::
 
         from stalewatch.hermes import accelerate
         accelerate(sys.modules[__name__])
+        # or, with the daemon `stalewatch hermes setup` installs:
+        accelerate(sys.modules[__name__], daemon=os.environ.get("STALEWATCH_SOCKET"))
     """
     name = getattr(module, "__name__", repr(module))
     try:
-        return _accelerate_read(module, name)
+        accelerated_read = _accelerate_read(module, name)
+        if accelerated_read and daemon:
+            _accelerate_payload(module, name, daemon)
     except Exception:  # never into the WebUI's import: it keeps its own read
         logger.warning(
             "stalewatch.hermes: could not accelerate %s; it keeps its own read", name, exc_info=True
         )
         return False
+    return accelerated_read
+
+
+def _accelerate_payload(module: ModuleType, name: str, daemon: str | os.PathLike[str]) -> None:
+    original = getattr(module, PAYLOAD, None)
+    if getattr(original, "__stalewatch_view__", None) is not None:
+        return  # ours already
+    if not callable(original):
+        logger.warning("stalewatch.hermes: %s has no %s(exc); its payload stays upstream's", name, PAYLOAD)
+        return
+    setattr(module, PAYLOAD, restart_aware(original, RestartView(daemon)))
 
 
 def _accelerate_read(module: ModuleType, name: str) -> bool:
@@ -157,7 +180,7 @@ def _accelerate_read(module: ModuleType, name: str) -> bool:
             ATTRIBUTE,
         )
         return False
-    setattr(module, ATTRIBUTE, accelerated(original))
+    setattr(module, ATTRIBUTE, accelerated(original, module))
     return True
 
 
@@ -172,8 +195,13 @@ def _compatible(function: object) -> bool:
     return True
 
 
-def accelerated(original: Read) -> Read:
-    """The in-process read standing in for ``original`` (same signature and meaning)."""
+def accelerated(original: Read, module: ModuleType | None = None) -> Read:
+    """The in-process read standing in for ``original`` (same signature and meaning).
+
+    ``module``: the accelerated module; when its payload is restart-aware, the read
+    that binds the Agent (while ``_AGENT_REVISION`` is still unset) starts following
+    the daemon for that checkout and revision.
+    """
 
     @functools.wraps(original)
     def _read_agent_revision(agent_dir: Any, *, module_path: Any = None) -> str | None:
@@ -182,11 +210,20 @@ def accelerated(original: Read) -> Read:
         except Exception:  # whatever it is, upstream decides (and fails closed)
             revision = DEFER
         if isinstance(revision, _Defer):
-            return original(agent_dir, module_path=module_path)
+            revision = original(agent_dir, module_path=module_path)
+        if module is not None and isinstance(revision, str):
+            _binding(module, agent_dir, revision)
         return revision
 
     setattr(_read_agent_revision, _ORIGINAL, original)
     return _read_agent_revision
+
+
+def _binding(module: ModuleType, agent_dir: Any, revision: str) -> None:
+    view = getattr(getattr(module, PAYLOAD, None), "__stalewatch_view__", None)
+    if isinstance(view, RestartView) and getattr(module, "_AGENT_REVISION", None) is None:
+        with contextlib.suppress(Exception):  # never into the WebUI's read
+            view.bound(Path(agent_dir), revision)
 
 
 def read(agent_dir: Any, module_path: Any) -> str | _Defer | None:
