@@ -40,7 +40,16 @@ def test_bench_quick_prints_every_figure() -> None:
 
 def test_bench_hermes_quick_prints_every_figure() -> None:
     out = run_quick("bench_hermes.py")
-    for label in ("decided by the guard", "decided by the read", "WebUI today"):
+    for label in (
+        "upstream: 3 git",
+        "with accelerate()",
+        "decided by the guard",
+        "decided by the read",
+        "WebUI today",
+        "what moved HEAD",
+        "3 entries since the loaded commit",
+        "worst: 256 KiB",
+    ):
         assert label in out
 
 
