@@ -27,23 +27,8 @@ from pathlib import Path
 
 import watchdog.version
 
+from gitrepo import git
 from stalewatch import Event, Guard, StaleError
-
-_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "bench",
-    "GIT_AUTHOR_EMAIL": "bench@stalewatch.invalid",
-    "GIT_COMMITTER_NAME": "bench",
-    "GIT_COMMITTER_EMAIL": "bench@stalewatch.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=_ENV, capture_output=True, text=True, check=True, timeout=60
-    ).stdout.strip()
 
 
 def make_repo(root: Path) -> tuple[Path, str, str]:

@@ -42,23 +42,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "bench",
-    "GIT_AUTHOR_EMAIL": "bench@stalewatch.invalid",
-    "GIT_COMMITTER_NAME": "bench",
-    "GIT_COMMITTER_EMAIL": "bench@stalewatch.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
+from gitrepo import git
+
 READY_TIMEOUT = 120.0
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, env=_ENV, capture_output=True, text=True, timeout=60, check=True
-    )
-    return done.stdout.strip()
 
 
 def template(root: Path) -> tuple[Path, str, str]:

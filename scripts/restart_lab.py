@@ -35,14 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "lab",
-    "GIT_AUTHOR_EMAIL": "lab@stalewatch.invalid",
-    "GIT_COMMITTER_NAME": "lab",
-    "GIT_COMMITTER_EMAIL": "lab@stalewatch.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
+from gitrepo import git
+
 WAIT = 30.0
 
 APP = '''\
@@ -75,13 +69,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, check=True
-    )
-    return done.stdout.strip()
 
 
 @dataclass

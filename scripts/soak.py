@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import shutil
@@ -40,15 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-GIT_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "soak",
-    "GIT_AUTHOR_EMAIL": "soak@stalewatch.invalid",
-    "GIT_COMMITTER_NAME": "soak",
-    "GIT_COMMITTER_EMAIL": "soak@stalewatch.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
+from gitrepo import git
+
 OBSERVE_TIMEOUT = 10.0  # a HEAD not seen by a subscriber within this is lost
 
 # Lines the daemon must refuse with an error line, costing only their client.
@@ -70,13 +62,6 @@ HOOKS = [
     },
     {"on_stale": ["sh", "-c", "yes stale | head -n 50000"], "on_current": ["true"]},
 ]
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=repo, env=GIT_ENV, capture_output=True, text=True, check=True, timeout=60
-    )
-    return done.stdout.strip()
 
 
 def make_repo(path: Path) -> str:

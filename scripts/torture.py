@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import queue
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,33 +42,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gitrepo import git, git_run
 from stalewatch import Event, Guard, LocalSource, StaleError, Status
 
-_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "torture",
-    "GIT_AUTHOR_EMAIL": "torture@stalewatch.invalid",
-    "GIT_COMMITTER_NAME": "torture",
-    "GIT_COMMITTER_EMAIL": "torture@stalewatch.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_EDITOR": "true",  # cherry-pick --continue, rebase: never open an editor
-}
 DEADLINE = 5.0  # seconds for an event to arrive before it counts as a miss
 SETUP = -1  # the phase of events before the first operation
-
-
-def git_run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=_ENV, capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-def git(cwd: Path, *args: str, check: bool = True) -> str:
-    done = git_run(cwd, *args)
-    if check and done.returncode:
-        raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout.strip()
 
 
 @dataclass

@@ -73,6 +73,15 @@ def make_repo(path: Path, *, initial: bool = True) -> Repo:
     return repo
 
 
+def make_agent(path: Path, source: str = "class AIAgent:\n    pass\n") -> Repo:
+    """A Hermes Agent checkout: a real repository whose one commit tracks ``run_agent.py``."""
+    repo = make_repo(path, initial=False)
+    repo.write("run_agent.py", source)
+    repo.git("add", "run_agent.py")
+    repo.git("commit", "-q", "-m", "agent")
+    return repo
+
+
 @pytest.fixture
 def git_repo(tmp_path: Path) -> Repo:
     """A repository at tmp_path/'checkout' with one commit of ``module.py``."""

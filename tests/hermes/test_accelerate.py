@@ -22,20 +22,12 @@ import pytest
 import webui_shaped_runtime
 from process_audit import processes
 
-from conftest import Repo, make_repo
+from conftest import Repo, make_agent, make_repo
 from stalewatch.git import refs
 from stalewatch.hermes import accelerate
 from stalewatch.hermes import accelerator as acceleration
 
 AGENT_SOURCE = "class AIAgent:\n    pass\n"
-
-
-def make_agent(path: Path) -> Repo:
-    repo = make_repo(path, initial=False)
-    repo.write("run_agent.py", AGENT_SOURCE)
-    repo.git("add", "run_agent.py")
-    repo.git("commit", "-q", "-m", "agent")
-    return repo
 
 
 @pytest.fixture(autouse=True)

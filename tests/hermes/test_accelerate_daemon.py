@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import webui_shaped_runtime
 
-from conftest import Repo, make_repo
+from conftest import Repo, make_agent
 from daemon_helpers import WAIT, Subscriber, greet, short_dir, start_daemon
 from stalewatch.hermes import accelerate, accelerator, restarts
 
@@ -51,10 +51,7 @@ def workdir() -> Iterator[Path]:
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[Repo]:
-    repo = make_repo(tmp_path / "hermes-agent", initial=False)
-    repo.write("run_agent.py", "class AIAgent:\n    pass\n")
-    repo.git("add", "run_agent.py")
-    repo.git("commit", "-q", "-m", "agent")
+    repo = make_agent(tmp_path / "hermes-agent")
     saved = list(sys.path)
     sys.modules.pop("run_agent", None)
     sys.path.insert(0, str(repo.path))

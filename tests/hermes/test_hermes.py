@@ -22,21 +22,12 @@ from typing import Any
 
 import pytest
 
-from conftest import Repo, make_repo
+from conftest import Repo, make_agent, make_repo
 from stalewatch import StaleError, StalewatchError, hermes
 from stalewatch.git import command as gitcmd
 from stalewatch.web import WSGIBarrier
 
 AGENT_SOURCE = "class AIAgent:\n    pass\n"
-
-
-def make_agent(path: Path, source: str = AGENT_SOURCE) -> Repo:
-    """A real repository whose one commit tracks ``run_agent.py``."""
-    repo = make_repo(path, initial=False)
-    repo.write("run_agent.py", source)
-    repo.git("add", "run_agent.py")
-    repo.git("commit", "-q", "-m", "agent")
-    return repo
 
 
 def put_on_path(directory: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_repo
+from conftest import make_agent
 from daemon_helpers import short_dir, start_daemon
 from stalewatch.cli import main
 from stalewatch.daemon.config import load
@@ -21,10 +21,7 @@ from stalewatch.daemon.config import load
 def hermes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A home with ~/.hermes/hermes-agent (a git checkout with run_agent.py and a venv)."""
     home = tmp_path / "home"
-    agent = make_repo(home / ".hermes" / "hermes-agent", initial=False)
-    agent.write("run_agent.py", "class AIAgent:\n    pass\n")
-    agent.git("add", "run_agent.py")
-    agent.git("commit", "-q", "-m", "agent")
+    agent = make_agent(home / ".hermes" / "hermes-agent")
     (agent.path / "venv" / "bin").mkdir(parents=True)
     (agent.path / "venv" / "bin" / "python").symlink_to(sys.executable)
     for name in (

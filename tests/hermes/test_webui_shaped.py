@@ -20,18 +20,10 @@ import pytest
 import webui_shaped_runtime
 from process_audit import processes
 
-from conftest import Repo, make_repo
+from conftest import Repo, make_agent, make_repo
 from stalewatch.hermes import accelerator
 
 AGENT_SOURCE = "class AIAgent:\n    revision = 'before'\n"
-
-
-def make_agent(path: Path, source: str = AGENT_SOURCE) -> Repo:
-    repo = make_repo(path, initial=False)
-    repo.write("run_agent.py", source)
-    repo.git("add", "run_agent.py")
-    repo.git("commit", "-q", "-m", "agent")
-    return repo
 
 
 @pytest.fixture(params=[False, True], ids=["upstream", "accelerated"])
@@ -55,7 +47,7 @@ def use_agent(repo: Repo) -> None:
 
 
 def test_the_loaded_agent_fails_closed_after_a_commit(runtime: types.ModuleType, tmp_path: Path) -> None:
-    agent = make_agent(tmp_path / "hermes-agent")
+    agent = make_agent(tmp_path / "hermes-agent", AGENT_SOURCE)
     use_agent(agent)
     loaded = agent.head()
     assert runtime.get_ai_agent_class().revision == "before"
@@ -169,7 +161,7 @@ def test_a_recapture_cannot_downgrade_a_known_revision(
 def test_swapping_the_module_in_memory_is_not_a_change(
     runtime: types.ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    agent = make_agent(tmp_path / "loaded-agent")
+    agent = make_agent(tmp_path / "loaded-agent", AGENT_SOURCE)
     fake_run_agent(monkeypatch, agent.path / "run_agent.py", type("LoadedAgent", (), {}))
     unbind(runtime, monkeypatch)
     runtime._capture_loaded_agent_revision()
@@ -181,7 +173,7 @@ def test_swapping_the_module_in_memory_is_not_a_change(
 
 
 def test_with_the_suffix_a_check_starts_no_process(runtime: types.ModuleType, tmp_path: Path) -> None:
-    agent = make_agent(tmp_path / "hermes-agent")
+    agent = make_agent(tmp_path / "hermes-agent", AGENT_SOURCE)
     use_agent(agent)
     runtime.get_ai_agent_class()
     with processes() as started:
@@ -216,7 +208,7 @@ except agent_runtime.AgentRuntimeChangedError as exc:
 
 
 def test_the_suffix_at_import_in_a_fresh_process(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path / "hermes-agent")
+    agent = make_agent(tmp_path / "hermes-agent", AGENT_SOURCE)
     webui = tmp_path / "webui"
     (webui / "api").mkdir(parents=True)
     (webui / "api" / "__init__.py").write_text("")
