@@ -201,7 +201,8 @@ class MetricsServer:
                 end = conn.received.find(b"\r\n\r\n")
                 if end < 0 and len(conn.received) <= MAX_REQUEST:
                     return  # not whole yet
-                response = self._respond(bytes(conn.received[:end]) if end >= 0 else None)
+                whole = 0 <= end <= MAX_REQUEST
+                response = self._respond(bytes(conn.received[:end]) if whole else None)
                 conn.out = memoryview(response)
                 selector.modify(conn.sock, selectors.EVENT_WRITE, "client")
             if conn.out is not None:
