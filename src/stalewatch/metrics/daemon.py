@@ -116,6 +116,7 @@ class DaemonMetrics(DaemonObserver, Collector):
 
     def track(self, entry: Checkout) -> None:
         """A checkout begins to be watched (at start, or a reload's new guard)."""
+
         def track() -> None:
             dirs = entry.guard.binding.dirs
             written = newest_ref_write(dirs) if dirs is not None else None
