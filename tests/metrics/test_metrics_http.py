@@ -221,3 +221,14 @@ def test_hostile_scrapes_never_hurt_the_daemon(workdir: Path, git_repo: Repo) ->
         daemon.signal(signal.SIGTERM)
         assert daemon.proc.wait(timeout=WAIT) == 0
     assert "Traceback" not in daemon.log_text()
+
+
+@pytest.mark.parametrize("accept", ["application/openmetrics-text; version=abc", "text/plain; version=zz"])
+def test_an_accept_header_the_library_chokes_on_gets_the_text_format(
+    accept: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with serving() as server:
+        status, headers, body = get(server.url, {"Accept": accept})
+    assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert value(samples(body.decode()), "stalewatch_test_value") == 42
+    assert "unexpected error" not in caplog.text

@@ -24,9 +24,10 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.exposition import choose_encoder, generate_latest, gzip_accepted
 from prometheus_client.registry import Collector
 
 from ..core.text import printable
@@ -40,6 +41,7 @@ MAX_CONNECTIONS = 16
 MAX_REQUEST = 8192  # bytes of request line and headers (Prometheus sends ~300)
 REQUEST_TIMEOUT = 5.0  # seconds from accept to the response written
 _INDEX = b"stalewatch metrics: /metrics\n"
+_TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the text format every Prometheus reads
 
 
 @dataclass
@@ -244,7 +246,11 @@ class MetricsServer:
         for line in lines[1:]:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
-        encoder, content_type = choose_encoder(headers.get("accept", ""))
+        encoder: Callable[[Collector], bytes]
+        try:
+            encoder, content_type = choose_encoder(headers.get("accept", ""))
+        except Exception:  # "version=abc" raises TypeError in the library: answer plain text
+            encoder, content_type = generate_latest, _TEXT
         try:
             body = encoder(self._registry)
         except Exception:
