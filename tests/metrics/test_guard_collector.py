@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from conftest import Recorder, Repo, make_repo
 from metrics_helpers import samples, value
-from stalewatch import Guard, StaleError
+from stalewatch import Guard, StaleError, StalewatchError
 from stalewatch.metrics import GuardCollector
 
 
@@ -101,3 +101,24 @@ def test_the_barrier_is_the_same_function_and_checks_run_while_scraping(git_repo
         assert errors == []
         assert value(_scrape(registry), "stalewatch_stale", checkout=str(git_repo.path.resolve())) == 1
         collector.close()
+
+
+def test_the_public_names_of_stalewatch_metrics_are_pinned() -> None:
+    import stalewatch.metrics as metrics
+
+    assert sorted(metrics.__all__) == [
+        "DaemonMetrics",
+        "DaemonObserver",
+        "EXTRA",
+        "GuardCollector",
+        "MetricsError",
+        "MetricsUnavailableError",
+        "available",
+        "for_daemon",
+    ]
+    for name in metrics.__all__:
+        assert getattr(metrics, name) is not None, name
+    assert issubclass(metrics.MetricsUnavailableError, metrics.MetricsError)
+    assert issubclass(metrics.MetricsError, StalewatchError)
+    with pytest.raises(AttributeError):
+        metrics.Nothing  # type: ignore[attr-defined]  # noqa: B018
