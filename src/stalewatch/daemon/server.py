@@ -364,22 +364,23 @@ class DaemonServer:
             if key in reused:
                 continue
             del self._entries[key]
+            self._view = tuple(self._entries.values())  # before clients hear: scrapes agree
             entry.stop()
             if key in fresh:
                 fresh[key].base = entry.generation() + 1
             else:
                 logger.info("stalewatch: no longer watching %s", key)
-                self._publisher.removed(key)
                 self.metrics.forget(key)
+                self._publisher.removed(key)
         for entry in reused.values():
             self._update_entry(entry, settings)
         for key, entry in fresh.items():
             self._entries[key] = entry
+            self._view = tuple(self._entries.values())
             self.metrics.track(entry)
             entry.start()
             logger.info("stalewatch: watching %s (loaded %s)", key, entry.guard.loaded_revision)
             self._publisher.snapshots(entry)
-        self._view = tuple(self._entries.values())
         self._supervisor.watching(self._watchers())
         self._clients.max_clients = settings.max_clients
         self._clients.queue_limit = settings.client_queue
