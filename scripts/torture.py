@@ -21,7 +21,11 @@ Intermediate states (a rebase's picks, a conflict's round trip) are legitimate a
 counted as ``transient``. Nothing sleeps to synchronise: the run waits on the event
 queue with deadlines.
 
-Usage: python scripts/torture.py [--ops 500] [--seed N] [--workdir DIR]
+With ``--checkouts K`` the operations are spread at random over K checkouts, all
+watched at once by this process (one inotify instance, the shared workers), each
+audited on its own: an event on a checkout no operation touched is a false alarm.
+
+Usage: python scripts/torture.py [--ops 500] [--seed N] [--checkouts K] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -108,11 +112,25 @@ class Result:
     def ok(self) -> bool:
         return self.misses == 0 and self.false_alarms == 0 and self.disorders == 0
 
+    def merge(self, other: Result) -> None:
+        """Add ``other``'s tallies (another checkout of a multi-checkout run)."""
+        for name in ("operations", "head_changes", "round_trips", "misses", "false_alarms", "disorders"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("events", "transient", "late", "untrusted", "flag_checks", "strict_checks"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.slowest = max(self.slowest, other.slowest)
+        self.by_op.update(other.by_op)
+        self.skipped.update(other.skipped)
+        self.problems.extend(other.problems)
+        self.seen.extend(other.seen)
+        self.phases.extend(other.phases)
+        self.steps.extend(other.steps)
+
 
 class _ErrorLog(logging.Handler):
     """Collects stalewatch's ERROR records: a watcher that fails over is not a miss, but is news."""
 
-    def __init__(self, torture: Torture) -> None:
+    def __init__(self, torture: Torture | _Current) -> None:
         super().__init__(logging.ERROR)
         self.torture = torture
 
@@ -333,6 +351,10 @@ class Torture:
         """HEAD's reflog, newest first (the commit each entry moved HEAD to)."""
         return git(self.repo, "reflog", "HEAD", "--format=%H").split()
 
+    def record(self, event: Event) -> None:
+        """The guard's subscriber: each event with the operation it arrived in."""
+        self.events.put((self.phase, event))
+
     def run(self, ops: int) -> Result:
         source = LocalSource(verify_interval=3600)  # events only: no periodic safety net
         guard = Guard.for_checkout(self.repo, source=source)
@@ -352,39 +374,53 @@ class Torture:
         return self.result
 
     def _loop(self, guard: Guard, ops: int) -> None:
-        result = self.result
-        operations = self.operations()
-        names = sorted(operations)
+        self.begin()
+        for _ in range(ops):
+            self.one(guard)
+        self.end(guard)
+
+    def begin(self) -> None:
+        """Before the first operation (the guard is watching)."""
+        self._operations = self.operations()
+        self._names = sorted(self._operations)
         # Every kind once in a random order, then at random: short runs cover them all.
-        order = self.rng.sample(names, len(names))
-        truth = self.loaded
-        reflog = self._reflog()
-        for index in range(ops):
-            name = order[index] if index < len(order) else self.rng.choice(names)
-            step = Step(index, name, truth)
-            self.phase, self.where = index, f"#{index} {name}"
-            if operations[name]() is False:
-                result.skipped[name] += 1
-            self._assert_clean(name)
-            result.operations += 1
-            result.by_op[name] += 1
-            step.after = truth = git(self.repo, "rev-parse", "HEAD")
-            new_reflog = self._reflog()
-            added = new_reflog[: max(0, len(new_reflog) - len(reflog))]  # none after an expire
-            reflog = new_reflog
-            step.window = {step.before, step.after, *added}
-            result.steps.append(step)
-            if step.after != step.before:
-                result.head_changes += 1
-            elif len(step.window) > 1:
-                result.round_trips += 1
-            self._settle(guard, step)
-            self._check(guard, step, strict=False)
-            self._check(guard, step, strict=True)
-            self._drain()
-        self.phase, self.where = ops, "the end"
+        self._order = self.rng.sample(self._names, len(self._names))
+        self._truth = self.loaded
+        self._reflog_seen = self._reflog()
+
+    def one(self, guard: Guard) -> None:
+        """One random operation, then wait for the events and check both barriers."""
+        result = self.result
+        index = len(result.steps)
+        name = self._order[index] if index < len(self._order) else self.rng.choice(self._names)
+        step = Step(index, name, self._truth)
+        self.phase, self.where = index, f"#{index} {name}"
+        if self._operations[name]() is False:
+            result.skipped[name] += 1
+        self._assert_clean(name)
+        result.operations += 1
+        result.by_op[name] += 1
+        step.after = self._truth = git(self.repo, "rev-parse", "HEAD")
+        new_reflog = self._reflog()
+        added = new_reflog[: max(0, len(new_reflog) - len(self._reflog_seen))]  # none after an expire
+        self._reflog_seen = new_reflog
+        step.window = {step.before, step.after, *added}
+        result.steps.append(step)
+        if step.after != step.before:
+            result.head_changes += 1
+        elif len(step.window) > 1:
+            result.round_trips += 1
+        self._settle(guard, step)
+        self._check(guard, step, strict=False)
+        self._check(guard, step, strict=True)
         self._drain()
-        expected = _expected(self.loaded, truth)
+
+    def end(self, guard: Guard) -> None:
+        """After the last operation: the guard must show the truth."""
+        result = self.result
+        self.phase, self.where = len(result.steps), "the end"
+        self._drain()
+        expected = _expected(self.loaded, self._truth)
         if guard.status is not expected:
             result.misses += 1
             result.problems.append(f"miss at the end: status {guard.status}, HEAD says {expected}")
@@ -512,14 +548,81 @@ def run(ops: int, seed: int, workdir: Path | None = None) -> Result:
         return Torture(Path(tmp), random.Random(seed)).run(ops)
 
 
+def run_many(ops: int, seed: int, checkouts: int, workdir: Path | None = None) -> Result:
+    """``ops`` random operations spread over ``checkouts`` checkouts, all watched at once
+    by this process (one inotify instance, the shared workers); the tallies summed.
+
+    Each checkout is audited on its own: an event on a checkout that no operation
+    touched is a false alarm like any other, a missed one a miss.
+    """
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        fleet = []
+        for i in range(checkouts):
+            root = Path(tmp) / f"t{i}"
+            root.mkdir()
+            fleet.append(Torture(root, random.Random(rng.random())))
+        guards = []
+        for torture in fleet:
+            guard = Guard.for_checkout(torture.repo, source=LocalSource(verify_interval=3600))
+            guard.subscribe(torture.record)
+            guards.append(guard)
+        current: list[Torture] = [fleet[0]]
+        errors = _ErrorLog(_Current(current))
+        logging.getLogger("stalewatch").addHandler(errors)
+        start = time.perf_counter()
+        try:
+            for guard in guards:
+                guard.start()
+            for guard in guards:
+                if not guard.wait_ready(10):
+                    raise RuntimeError("a watcher never became ready")
+            for torture in fleet:
+                torture.begin()
+            for _ in range(ops):
+                k = rng.randrange(checkouts)
+                current[0] = fleet[k]
+                fleet[k].one(guards[k])
+            for torture, guard in zip(fleet, guards, strict=True):
+                torture.end(guard)
+        finally:
+            for guard in guards:
+                guard.stop()
+            logging.getLogger("stalewatch").removeHandler(errors)
+        total = Result(seconds=time.perf_counter() - start)
+        for torture in fleet:
+            torture._audit()
+            total.merge(torture.result)
+        total.watcher_errors = errors.torture.result.watcher_errors
+        return total
+
+
+class _Current:
+    """The torture an error log line belongs to (whichever operation runs now)."""
+
+    def __init__(self, current: list[Torture]) -> None:
+        self._current = current
+        self.result = Result()
+
+    @property
+    def where(self) -> str:
+        torture = self._current[0]
+        return f"{torture.repo.parent.name} {torture.where}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=500)
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--checkouts", type=int, default=1, help="checkouts watched at once")
     parser.add_argument("--workdir", type=Path)
     args = parser.parse_args()
-    result = run(args.ops, args.seed, args.workdir)
+    if args.checkouts > 1:
+        result = run_many(args.ops, args.seed, args.checkouts, args.workdir)
+    else:
+        result = run(args.ops, args.seed, args.workdir)
     print(f"seed:          {args.seed}")
+    print(f"checkouts:     {args.checkouts} (watched by this one process)")
     print(f"operations:    {result.operations} ({result.seconds:.1f} s)")
     print("  by kind:")
     for kind, count in sorted(result.by_op.items()):

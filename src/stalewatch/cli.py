@@ -25,6 +25,7 @@ from .core.guard import Guard
 from .core.status import Event, Snapshot, Status
 from .core.text import printable
 from .daemon import cli as daemon_cli
+from .hermes import setup as hermes_setup
 
 EXIT_OK = 0
 EXIT_UNREADABLE = 1
@@ -46,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.add_argument("--socket", help="ask the daemon listening on this socket instead")
     daemon_cli.add_daemon_commands(sub)
+    hermes_setup.add_commands(sub)
     return parser
 
 
@@ -58,9 +60,10 @@ def _line(item: Snapshot | Event, *, as_json: bool) -> str:
     if as_json:
         data["type"] = "event" if isinstance(item, Event) else "snapshot"
         return json.dumps(data, separators=(",", ":"))
+    moved = f": {item.cause.describe()}" if item.cause is not None else ""
     return (
         f"{data['status']:<10} {printable(str(data['checkout']))} loaded {short(item.loaded_revision)} "
-        f"current {short(item.current_revision)} (generation {data['generation']})"
+        f"current {short(item.current_revision)} (generation {data['generation']}){printable(moved)}"
     )
 
 
@@ -118,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return daemon_cli.cmd_daemon(args)
         if args.command == "events":
             return daemon_cli.cmd_events(args)
+        if args.command == "hermes":
+            return hermes_setup.cmd_setup(args)
         return _cmd_watch(args)
     except HeadUnreadableError as exc:
         print(f"stalewatch: {exc}", file=sys.stderr)

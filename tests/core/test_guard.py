@@ -343,9 +343,9 @@ def test_stop_returns_within_a_second_even_during_a_slow_subscriber(
     t0 = time.monotonic()
     guard.stop()
     assert time.monotonic() - t0 < 1.5
-    # watchdog's threads are gone already; only the worker waits for the callback.
+    # The inotify reader is gone already; only the worker waits for the callback.
     busy = [t.name for t in threading.enumerate() if t.name.startswith("stalewatch")]
-    assert all(name.startswith("stalewatch-watcher") for name in busy)
+    assert all(name.startswith("stalewatch-worker") for name in busy)
     assert "still in a callback" in caplog.text
     release.set()
 

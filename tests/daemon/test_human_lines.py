@@ -14,7 +14,7 @@ import pytest
 from conftest import Repo, make_repo
 from daemon_helpers import LineReader, short_dir, start_daemon
 from stalewatch.core.text import printable
-from stalewatch.daemon.cli import format_message
+from stalewatch.daemon.lines import format_message
 
 # A newline forges a second line; ESC drives the terminal; U+202E reverses the text;
 # \xff is not UTF-8 (a surrogate escape, which print() cannot even encode).

@@ -308,3 +308,27 @@ def test_r6_a_newer_commit_during_verification_starts_over_onto_it(workdir: Path
         confirmed = phases(sub, "confirmed")[-1]
         assert confirmed["revision"] == second
         assert runs(workdir) == 1  # never restarted onto the first
+
+
+def test_r5_with_a_probe_a_lazy_server_is_confirmed_once_no_registered_server_runs_old_code(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """A server that loads its code lazily (Hermes WebUI: on the first chat) registers late."""
+    cfg = config(workdir, git_repo, confirm=[sys.executable, "-c", "pass"], confirm_timeout=WAIT)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        old = Guard.for_checkout(git_repo.path, source=Daemon(daemon.socket))  # registered, old code
+        old.start()
+        try:
+            assert sub.next("processes", skip=SKIP[:-2])["processes"]
+            git_repo.commit()
+            assert phases(sub, "restarting")[-1]["phase"] == "restarting"
+            sub.next("ping", skip=("health", "restart", "processes"))  # the probe passes meanwhile...
+        finally:
+            old.stop()  # ...but the old server runs until it goes away
+        seen = []
+        while not seen or seen[-1].get("phase") not in ("confirmed", "failed"):
+            seen.append(sub.next("processes", "restart", skip=("ping", "health", "event", "pong")))
+        assert seen[-1]["phase"] == "confirmed"
+        gone = next(i for i, m in enumerate(seen) if m["type"] == "processes" and not m["processes"])
+        assert gone < len(seen) - 1  # confirmed only after the old server left

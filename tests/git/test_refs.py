@@ -10,7 +10,7 @@ import pytest
 
 from conftest import Repo, make_repo
 from stalewatch.core.errors import NeedsGitError, RefError
-from stalewatch.git.refs import find_git_dirs, resolve_head
+from stalewatch.git.refs import find_git_dirs, head_chain, resolve_head
 
 
 def resolve(path: Path) -> str | None:
@@ -158,3 +158,56 @@ def test_deleted_git_dir_is_unreadable(git_repo: Repo) -> None:
     shutil.rmtree(git_repo.path / ".git")
     with pytest.raises(RefError):
         resolve_head(dirs)
+
+
+def test_c11_symlinked_head_is_a_symbolic_ref_and_its_branch_is_on_the_chain(git_repo: Repo) -> None:
+    # core.preferSymlinkRefs: git writes HEAD as a symlink to refs/heads/<branch>.
+    git_repo.git("branch", "side")
+    git_repo.git("-c", "core.preferSymlinkRefs=true", "checkout", "-q", "side")
+    head = git_repo.path / ".git/HEAD"
+    assert head.is_symlink() and str(head.readlink()) == "refs/heads/side"
+    new = git_repo.commit("on side")
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None
+    chain: list[Path] = []
+    assert resolve_head(dirs, chain) == new
+    assert chain == [dirs.common_dir / "refs/heads/side"]  # the file whose writes move HEAD
+    assert head_chain(dirs) == chain
+
+
+def test_c11_symlinked_head_to_a_packed_only_branch(git_repo: Repo) -> None:
+    git_repo.git("branch", "side")
+    git_repo.git("-c", "core.preferSymlinkRefs=true", "checkout", "-q", "side")
+    git_repo.git("pack-refs", "--all")  # the symlink now dangles: the ref is packed
+    assert resolve(git_repo.path) == git_repo.head()
+
+
+def test_a_symlink_outside_refs_is_read_through(git_repo: Repo, tmp_path: Path) -> None:
+    commit = git_repo.head()
+    elsewhere = tmp_path / "head-elsewhere"
+    elsewhere.write_text("ref: refs/heads/main\n")
+    head = git_repo.path / ".git/HEAD"
+    head.unlink()
+    head.symlink_to(elsewhere)
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None
+    chain: list[Path] = []
+    assert resolve_head(dirs, chain) == commit  # git itself refuses this layout; we read it
+    assert chain == [dirs.common_dir / "refs/heads/main"]
+
+
+@pytest.mark.parametrize("target", ["refs/heads/../../../etc/passwd", "refs/heads/a\nb", "refs/"])
+def test_symlinked_head_naming_an_invalid_ref_is_a_clear_error(git_repo: Repo, target: str) -> None:
+    head = git_repo.path / ".git/HEAD"
+    head.unlink()
+    head.symlink_to(target)
+    with pytest.raises(RefError, match="invalid ref"):
+        resolve(git_repo.path)
+
+
+def test_symlink_loop_at_head_is_a_clear_error(git_repo: Repo) -> None:
+    head = git_repo.path / ".git/HEAD"
+    head.unlink()
+    head.symlink_to("HEAD")
+    with pytest.raises(RefError, match="cannot read"):
+        resolve(git_repo.path)

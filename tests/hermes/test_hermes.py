@@ -192,6 +192,22 @@ def test_c10_a_commit_followed_at_once_by_a_check_raises_without_a_subprocess(
     assert read_spy.calls == []
 
 
+def test_the_drop_in_message_says_what_moved_head(agent: Repo) -> None:
+    hermes.get_ai_agent_class()
+    loaded = agent.head()
+    assert hermes.wait_until_watching(10)
+    new = agent.commit("update", name="run_agent.py")
+    with pytest.raises(hermes.AgentRuntimeChangedError) as info:
+        hermes.ensure_agent_runtime_current()
+    where = f" in {agent.path.resolve()}"
+    assert (
+        f"(loaded {loaded[:7]}, now {new[:7]}{where}: commit (1 commit ahead) by stalewatch tests at "
+        in str(info.value)
+    )
+    assert info.value.cause is not None
+    assert (info.value.cause.action, info.value.cause.relation) == ("commit", "ahead")
+
+
 class no_git_calls:
     """Context manager: record (and refuse) stalewatch git runs inside the block."""
 

@@ -45,7 +45,16 @@ def test_bench_quick_prints_every_figure() -> None:
 
 def test_bench_hermes_quick_prints_every_figure() -> None:
     out = run_quick("bench_hermes.py")
-    for label in ("decided by the guard", "decided by the read", "WebUI today"):
+    for label in (
+        "upstream: 3 git",
+        "with accelerate()",
+        "decided by the guard",
+        "decided by the read",
+        "WebUI today",
+        "what moved HEAD",
+        "3 entries since the loaded commit",
+        "worst: 256 KiB",
+    ):
         assert label in out
 
 
@@ -70,4 +79,14 @@ def test_soak_quick_prints_every_figure() -> None:
 def test_bench_restart_quick_prints_every_figure() -> None:
     out = run_quick("bench_restart.py")
     for label in ("commit -> restart confirmed", "commit -> every worker on the new", "requests lost"):
+        assert label in out
+
+
+def test_bench_scale_quick_prints_every_figure() -> None:
+    out = run_quick("bench_scale.py")
+    for label in ("N=1 ", "N=10 ", "start", "threads", "inotify 1 instance(s)", "watches", "RSS"):
+        assert label in out
+    for label in ("polling 0", "burst", "idle CPU", "detection median", "large repository"):
+        assert label in out
+    for label in ("check(strict=True)", "loose ref update -> event", "packed-refs rewrite -> event"):
         assert label in out

@@ -73,3 +73,35 @@ def test_linked_worktree_watches_its_own_head_and_the_common_refs(git_repo: Repo
     assert p.relevance(str(dirs.git_dir / "HEAD")) is Relevance.REF
     assert p.relevance(str(dirs.common_dir / "refs/heads/wt")) is Relevance.REF
     assert p.relevance(str(dirs.common_dir / "refs/heads/main")) is Relevance.NONE
+
+
+def test_planner_hands_back_the_same_plan_until_the_chain_or_a_directory_changes(git_repo: Repo) -> None:
+    from stalewatch.git.refs import head_chain
+    from stalewatch.watching.plan import Planner
+
+    git_repo.git("checkout", "-q", "-b", "feature/x")
+    dirs = dirs_of(git_repo)
+    planner = Planner(dirs)
+    chain = head_chain(dirs)
+    first = planner.plan(chain)
+    assert planner.plan(chain) is first  # nothing moved: no rebuilding
+    assert first == plan(dirs, chain)
+    git_repo.git("pack-refs", "--all")  # refs/heads/feature disappears
+    packed = planner.plan(chain)
+    assert packed is not first and packed == plan(dirs, chain)
+    assert dirs.common_dir / "refs/heads" in packed.watch
+    git_repo.commit("re-creates refs/heads/feature/x")
+    assert planner.plan(chain) == first  # the directory is back: watched again
+    git_repo.git("checkout", "-q", "main")
+    other = planner.plan(head_chain(dirs))
+    assert other != first and str(dirs.common_dir / "refs/heads/main") in other.files
+
+
+def test_names_per_directory_and_narrow_directories(git_repo: Repo) -> None:
+    dirs = dirs_of(git_repo)
+    p = plan(dirs)
+    assert p.narrow == {dirs.worktree, dirs.worktree.parent}  # renames and deletions only
+    assert p.names(dirs.worktree.parent) == {dirs.worktree.name}
+    assert p.names(dirs.worktree) == {".git"}
+    assert p.names(dirs.git_dir) == {"HEAD", "packed-refs"}
+    assert p.names(dirs.common_dir / "refs/heads") == {"main"}

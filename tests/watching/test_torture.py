@@ -60,3 +60,14 @@ def test_the_audit_counts_unreadable_unknown_commits_wrong_statuses_and_disorder
         "false alarm in #1 gc",
     ]
     assert not t.result.ok
+
+
+def test_issue11_random_operations_across_many_checkouts_watched_by_one_process(tmp_path: Path) -> None:
+    result = torture.run_many(ops=60, seed=20261130, checkouts=6, workdir=tmp_path)
+    assert result.operations == 60
+    assert result.head_changes > 5
+    assert result.events >= result.head_changes
+    assert result.flag_checks == result.strict_checks == 60
+    assert result.problems == []
+    assert (result.misses, result.false_alarms, result.disorders) == (0, 0, 0)
+    assert result.watcher_errors == []

@@ -6,8 +6,10 @@ import errno
 import logging
 import os
 import shutil
+import struct
 import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,8 @@ import pytest
 from conftest import Recorder, Repo, make_repo
 from stalewatch import Guard, LocalSource, StaleError
 from stalewatch.git.refs import GitDirs, find_git_dirs
+from stalewatch.watching import inotify as inotify_module
 from stalewatch.watching import local as watcher_module
-from stalewatch.watching import observers as observers_module
 from stalewatch.watching.plan import Relevance
 
 
@@ -26,6 +28,28 @@ def crashes(monkeypatch: pytest.MonkeyPatch) -> list[threading.ExceptHookArgs]:
     seen: list[threading.ExceptHookArgs] = []
     monkeypatch.setattr(threading, "excepthook", seen.append)
     return seen
+
+
+class Limit:
+    """The user's inotify watch limit, as another process would exhaust it: real
+    watches until ``allowed`` runs out, then ``ENOSPC`` from the kernel's answer."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, allowed: int) -> None:
+        self.allowed = allowed
+        real = inotify_module.Inotify.add
+
+        def add(instance: inotify_module.Inotify, *args: object, **kwargs: object) -> object:
+            if self.allowed <= 0:
+                raise OSError(errno.ENOSPC, "inotify_add_watch: inotify watch limit reached")
+            self.allowed -= 1
+            return real(instance, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(inotify_module.Inotify, "add", add)
+
+
+@pytest.fixture
+def watch_limit(monkeypatch: pytest.MonkeyPatch) -> Iterator[Limit]:
+    yield Limit(monkeypatch, 0)
 
 
 def watcher_of(guard: Guard) -> watcher_module.Watcher:
@@ -174,30 +198,32 @@ def test_c9_handler_exception_does_not_kill_the_watcher(
     assert "error handling" in caplog.text
 
 
-def test_c9_dead_observer_is_distrusted_then_restarted(
-    git_repo: Repo, crashes: list[threading.ExceptHookArgs], caplog: pytest.LogCaptureFixture
+def test_c9_a_worker_killed_in_a_turn_is_replaced_and_its_checkout_restarted(
+    git_repo: Repo, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.2))) as guard:
+    # Re-verification set to an hour: only the fault report can rescue this guard.
+    with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=3600))) as guard:
         rec = Recorder(guard)
-        watcher = watcher_of(guard)
-        observer = watcher._observer
-        assert observer is not None
-        # A malformed queue entry makes watchdog's dispatch loop raise: the thread dies
-        # silently, exactly as with a bug inside watchdog.
-        observer.event_queue.put((None, None))
-        observer.join(5)
-        assert not observer.is_alive()
-        assert crashes and crashes[0].thread is observer
-        new = git_repo.commit("while the observer was dead")
-        rec.wait_for("stale", new)  # seen by the restarted observer or the resync
-        assert guard.wait_ready(5)
-        assert watcher._observer is not observer  # restarted with a fresh observer
+        killed: list[threading.Thread] = []
+        exited = threading.Event()
+
+        def exit_once(event: object) -> None:  # sys.exit() in a callback ends the thread
+            if not killed:
+                killed.append(threading.current_thread())
+                exited.set()
+                raise SystemExit("a subscriber exits its thread")
+
+        guard.subscribe(exit_once)
+        first = git_repo.commit("its event kills the worker")
+        rec.wait_for("stale", first)
+        assert exited.wait(5)
+        killed[0].join(5)
+        assert not killed[0].is_alive()
+        assert guard.wait_ready(5)  # distrusted when the worker died, restarted since
+        second = git_repo.commit("seen by the new worker")
+        rec.wait_for("stale", second)
         with pytest.raises(StaleError):
             guard.check()
-        git_repo.git("reset", "-q", "--hard", "HEAD~1")
-        rec.wait_for("current")
-        again = git_repo.commit("after restart")
-        rec.wait_for("stale", again)
     assert "died" in caplog.text
 
 
@@ -212,43 +238,35 @@ def test_c9_queue_overflow_resyncs_an_update_whose_event_was_lost(
         lost = git_repo.commit("its events fall into the overflow")
         guard.check()  # the flag cannot know yet: this is what an overflow does
         monkeypatch.setattr(watcher, "signal", real)
-        # watchdog's own warning is the only signal it gives of an overflow.
-        logging.getLogger("watchdog.observers.inotify_c").warning(
-            "Inotify queue overflowed; filesystem events were lost"
-        )
+        # What the kernel writes into the instance when its queue overflows.
+        instance = watcher.instance
+        assert instance is not None
+        overflow = int(inotify_module.InotifyConstants.IN_Q_OVERFLOW)
+        instance._dispatch(struct.pack("iIII", -1, overflow, 0, 0))
         rec.wait_for("stale", lost)
         assert guard.wait_ready(5)
         with pytest.raises(StaleError):
             guard.check()
 
 
-def test_c9_silenced_watchdog_logger_is_reported(
-    git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    quiet = logging.getLogger("watchdog")
-    before = quiet.level
-    quiet.setLevel(logging.ERROR)  # a common way to quiet watchdog
-    try:
-        with started(Guard.for_checkout(git_repo.path)):
-            pass
-    finally:
-        quiet.setLevel(before)
-    assert "overflows go unnoticed" in caplog.text
-
-
-def test_c9_real_inotify_overflow_is_detected(git_repo: Repo) -> None:
+def test_c9_real_inotify_overflow_is_detected_even_with_every_logger_silenced(git_repo: Repo) -> None:
+    # The kernel's overflow record is read from the instance itself: quieting watchdog's
+    # logger (or ours) no longer hides it, as it did while it was only a log line.
     knob = Path("/proc/sys/fs/inotify/max_queued_events")
+    loggers = [logging.getLogger(name) for name in ("watchdog", "stalewatch")]
+    levels = [logger.level for logger in loggers]
     try:
         old = knob.read_text()
         knob.write_text("16\n")  # applies to inotify instances created from now on
     except OSError:
         pytest.skip("cannot lower fs.inotify.max_queued_events here")
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=60))) as guard:
             rec = Recorder(guard)
             overflowed = threading.Event()
-            watcher = guard._watch
-            assert isinstance(watcher, watcher_module.Watcher)
+            watcher = watcher_of(guard)
             real = watcher.queue_overflowed
 
             def spy() -> None:
@@ -271,19 +289,13 @@ def test_c9_real_inotify_overflow_is_detected(git_repo: Repo) -> None:
             rec.wait_for("stale", new)
     finally:
         knob.write_text(old)
-
-
-class _LimitedObserver(observers_module._Native):  # type: ignore[misc]
-    """A real native observer on a machine whose inotify watch limit is exhausted."""
-
-    def schedule(self, *args: object, **kwargs: object) -> object:
-        raise OSError(errno.ENOSPC, "inotify watch limit reached")
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def test_c9_watch_limit_falls_back_to_polling_logged_once(
-    git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    git_repo: Repo, watch_limit: Limit, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(observers_module, "native_observer", _LimitedObserver)
     guard = Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.2, poll_interval=0.1))
     with guard:
         rec = Recorder(guard)
@@ -296,26 +308,11 @@ def test_c9_watch_limit_falls_back_to_polling_logged_once(
         assert snap.mode == "polling"
         assert not snap.trusted
         rec.wait_for("stale", new)
-    assert caplog.text.count("watch limit reached") == 1
+    assert caplog.text.count("watch limit reached") == 1  # retries fail quietly
 
 
-class _LimitAfter(observers_module._Native):  # type: ignore[misc]
-    """A real native observer whose inotify watch limit runs out after ``allowed`` watches."""
-
-    allowed = 0
-
-    def schedule(self, *args: object, **kwargs: object) -> object:
-        if _LimitAfter.allowed <= 0:
-            raise OSError(errno.ENOSPC, "inotify watch limit reached")
-        _LimitAfter.allowed -= 1
-        return super().schedule(*args, **kwargs)
-
-
-def test_c9_watch_limit_reached_part_way_falls_back_to_polling(
-    git_repo: Repo, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(observers_module, "native_observer", _LimitAfter)
-    monkeypatch.setattr(_LimitAfter, "allowed", 2)  # fewer than the plan needs
+def test_c9_watch_limit_reached_part_way_falls_back_to_polling(git_repo: Repo, watch_limit: Limit) -> None:
+    watch_limit.allowed = 2  # fewer than the plan needs
     source = LocalSource(verify_interval=0.2, poll_interval=0.1)
     with Guard.for_checkout(git_repo.path, source=source) as guard:
         rec = Recorder(guard)
@@ -328,19 +325,45 @@ def test_c9_watch_limit_reached_part_way_falls_back_to_polling(
 
 
 def test_c9_watch_limit_reached_when_head_moves_to_a_new_directory(
-    git_repo: Repo, monkeypatch: pytest.MonkeyPatch
+    git_repo: Repo, watch_limit: Limit
 ) -> None:
-    monkeypatch.setattr(observers_module, "native_observer", _LimitAfter)
-    monkeypatch.setattr(_LimitAfter, "allowed", 100)
+    watch_limit.allowed = 100
     source = LocalSource(verify_interval=3600, poll_interval=0.1)
     with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
         rec = Recorder(guard)
-        _LimitAfter.allowed = 0  # the limit is reached by another process meanwhile
+        watch_limit.allowed = 0  # the limit is reached by another process meanwhile
         git_repo.git("checkout", "-q", "-b", "feature/deep")  # needs refs/heads/feature watched
         new = git_repo.commit("on the new branch")
         rec.wait_for("stale", new)
         assert guard.snapshot().mode == "polling"
         assert not guard.snapshot().trusted
+
+
+def test_c9_watch_limit_lifted_returns_to_native_notification(
+    git_repo: Repo, watch_limit: Limit, caplog: pytest.LogCaptureFixture
+) -> None:
+    native = threading.Event()
+    source = LocalSource(verify_interval=3600, poll_interval=0.1)
+    with Guard.for_checkout(git_repo.path, source=source) as guard:
+        rec = Recorder(guard)
+        assert guard.wait_ready(5)  # the watcher runs: polling, never trusted
+        assert guard.snapshot().mode == "polling" and not guard.snapshot().trusted
+        watcher = watcher_of(guard)
+        real = watcher._health._on_health
+
+        def spy(trusted: bool, mode: str) -> None:
+            if (trusted, mode) == (True, "native"):
+                native.set()
+            real(trusted, mode)
+
+        watcher._health._on_health = spy
+        watch_limit.allowed = 1000  # another process let go of its watches
+        # The guard (and a daemon's clients) are told: trusted again, mode native.
+        assert native.wait(10), "never returned to native notification"
+        assert guard.snapshot().mode == "native" and guard.snapshot().trusted
+        new = git_repo.commit("seen natively: re-verification is off")
+        rec.wait_for("stale", new)
+    assert "available again" in caplog.text
 
 
 def test_c9_forced_polling_still_delivers_events(git_repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -415,25 +438,29 @@ def test_c9_forked_child_does_not_trust_the_parents_watcher(git_repo: Repo) -> N
 
 
 def test_c9_dead_inotify_reader_thread_is_noticed_and_restarted(
-    git_repo: Repo, crashes: list[threading.ExceptHookArgs], caplog: pytest.LogCaptureFixture
+    git_repo: Repo, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Re-verification set to an hour: only the liveness check can rescue this guard.
+    # Re-verification set to an hour: only the reader's death report can rescue this guard.
     with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=3600))) as guard:
         rec = Recorder(guard)
         watcher = watcher_of(guard)
-        readers = [t for t in watcher._reader_threads if type(t).__name__ == "InotifyFD"]
-        assert len(readers) == 1
-        reader = readers[0]
+        instance = watcher.instance
+        assert instance is not None
+        reader = instance.thread
+        assert reader.name == "stalewatch-inotify"
 
-        def boom(event: object) -> None:
-            raise RuntimeError("watchdog reader bug")
+        def boom(data: bytes) -> None:
+            raise RuntimeError("inotify reader bug")
 
-        reader.handle_event = boom  # type: ignore[attr-defined]
+        instance._dispatch = boom  # type: ignore[method-assign]
         new = git_repo.commit("the reader dies on this event")
         reader.join(5)
         assert not reader.is_alive()
-        rec.wait_for("stale", new)  # seen after the restart, within the liveness period
+        rec.wait_for("stale", new)  # seen after the restart on a new instance
         assert guard.wait_ready(5)
+        assert watcher.instance is not instance
+        again = git_repo.commit("and the new instance reads on")
+        rec.wait_for("stale", again)
     assert "died" in caplog.text
 
 
@@ -481,37 +508,21 @@ def test_c9_a_failing_worker_turn_is_survived(
     with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.1))) as guard:
         rec = Recorder(guard)
         watcher = watcher_of(guard)
-        real = watcher._healthy
+        real = watcher._verify
         failed = threading.Event()
 
-        def flaky() -> bool:
+        def flaky(now: float) -> None:
             if not failed.is_set():
                 failed.set()
                 raise OSError("transient failure inside the worker")
-            return real()
+            real(now)
 
-        monkeypatch.setattr(watcher, "_healthy", flaky)
+        monkeypatch.setattr(watcher, "_verify", flaky)
         assert failed.wait(5)
         new = git_repo.commit("after the failure")
         rec.wait_for("stale", new)
         assert guard.wait_ready(5)
     assert "failed; restarting" in caplog.text
-
-
-def test_watchdogs_rename_hold_is_removed_for_our_emitters(git_repo: Repo) -> None:
-    # watchdog holds a rename's first half up to 0.5 s and, in a race, stalls every
-    # later event of the directory behind it (11 of 5,000 ref updates measured). This
-    # pins the internal setting stalewatch relies on, so a watchdog upgrade that moves
-    # it fails here instead of bringing back half-second detections.
-    with started(Guard.for_checkout(git_repo.path)) as guard:
-        watcher = watcher_of(guard)
-        observer = watcher._observer
-        assert observer is not None
-        emitters = list(observer.emitters)
-        assert emitters
-        for emitter in emitters:
-            assert isinstance(emitter, observers_module._Emitter)
-            assert emitter._inotify._move_event_grouper._queue.delay == 0
 
 
 def test_c11_branch_directory_packed_away_and_recreated_is_rewatched(
@@ -553,3 +564,44 @@ def test_c11_switching_branch_in_the_same_directory_then_committing_is_seen(git_
         release.set()
         while guard.snapshot().current_revision != new:
             rec.wait_for("stale", new)
+
+
+def test_c11_symlinked_head_commit_is_seen_with_reverification_off(git_repo: Repo) -> None:
+    # core.preferSymlinkRefs: HEAD is a symlink to refs/heads/side. Read through, it
+    # looked detached: refs/heads was never watched and a commit went unseen (issue 12).
+    git_repo.git("branch", "side")
+    git_repo.git("-c", "core.preferSymlinkRefs=true", "checkout", "-q", "side")
+    assert (git_repo.path / ".git/HEAD").is_symlink()
+    source = LocalSource(verify_interval=3600)  # only events can explain what follows
+    with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
+        rec = Recorder(guard)
+        new = git_repo.commit("on the symlinked branch")
+        rec.wait_for("stale", new)
+        with pytest.raises(StaleError):
+            guard.check()
+
+
+def test_c4_switching_a_symlinked_head_is_never_a_false_unreadable(git_repo: Repo) -> None:
+    # With core.preferSymlinkRefs git switches branch by unlinking HEAD and then
+    # creating the new symlink: a resolve in between reads "HEAD does not exist". The
+    # worker waits for the new HEAD (its creation wakes it) instead of reporting it.
+    git_repo.git("branch", "side")
+    git_repo.commit("main moves on: each switch changes HEAD's commit")
+    git_repo.git("config", "core.preferSymlinkRefs", "true")
+    git_repo.git("checkout", "-q", "side")
+    source = LocalSource(verify_interval=3600)
+    with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
+        rec = Recorder(guard)
+        for i in range(40):
+            git_repo.git("checkout", "-q", "main" if i % 2 == 0 else "side")
+            rec.wait_for("stale" if i % 2 == 0 else "current")
+        assert [e for e in rec.events if e.status.value == "unreadable"] == []
+
+
+def test_c4_head_deleted_for_good_is_unreadable_after_the_grace(git_repo: Repo) -> None:
+    source = LocalSource(verify_interval=3600)  # only the deletion's event can explain it
+    with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
+        rec = Recorder(guard)
+        (git_repo.path / ".git/HEAD").unlink()
+        event = rec.wait_for("unreadable", timeout=5)
+        assert "HEAD does not exist" in (event.error or "")  # type: ignore[attr-defined]

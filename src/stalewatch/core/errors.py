@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # git.reflog imports this module: no import cycle at run time
+    from ..git.reflog import Cause
     from .restart import RestartState
 
 
@@ -81,6 +82,9 @@ class StaleError(StalewatchError, RuntimeError):
         loaded_revision: the commit the process loaded its code from.
         current_revision: the commit HEAD resolves to now (``None`` when unreadable).
         status: ``Status.STALE`` or ``Status.UNREADABLE``.
+        cause: what moved HEAD (:class:`~stalewatch.git.reflog.Cause`), if known;
+            the message then says it: *(loaded 1a2b3c4, now 5d6e7f8: pull
+            (fast-forward, 3 commits ahead) by alice at 12:03)*.
         restart: the :class:`~stalewatch.core.restart.RestartState` a daemon with a
             restart policy last published, or ``None`` (R7).
     """
@@ -91,6 +95,7 @@ class StaleError(StalewatchError, RuntimeError):
         loaded_revision: str | None,
         current_revision: str | None,
         status: object,
+        cause: Cause | None = None,
         *,
         restart: RestartState | None = None,
     ) -> None:
@@ -98,6 +103,7 @@ class StaleError(StalewatchError, RuntimeError):
         self.loaded_revision = loaded_revision
         self.current_revision = current_revision
         self.status = status
+        self.cause = cause
         self.restart = restart
         if str(status) == "unreadable":
             what = (
@@ -105,8 +111,9 @@ class StaleError(StalewatchError, RuntimeError):
                 f"(loaded {short(loaded_revision)}, now unknown)"
             )
         else:
+            moved = f": {cause.describe()}" if cause is not None else ""
             what = (
                 f"the code in {checkout} was updated while this process was running "
-                f"(loaded {short(loaded_revision)}, now {short(current_revision)})"
+                f"(loaded {short(loaded_revision)}, now {short(current_revision)}{moved})"
             )
         super().__init__(f"{what[0].upper()}{what[1:]}; restart the process to load it.")

@@ -7,7 +7,6 @@ HEAD, raising, delivering events — happens off that path.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import threading
@@ -17,25 +16,22 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
-from ..git import command, refs
+from ..git import reflog
 from ..watching.local import LocalSource
-from ..watching.source import Source, Watch
-from . import identity
+from ..watching.source import Source, Watch, start_watch
+from . import identity, reading
 from .delivery import Subscribers
-from .errors import BindError, HeadUnreadableError, NeedsGitError, RefError, StaleError
+from .errors import StaleError
 from .identity import Binding
 from .restart import RestartState
-from .status import Event, Snapshot, Status, decide
+from .status import Event, Snapshot, Status, transition
 
 __all__ = ["Guard"]
 
 logger = logging.getLogger(__name__)
 
 _guards: weakref.WeakSet[Guard] = weakref.WeakSet()
-# Seconds to look again when HEAD names a missing branch while a revision is known.
-_MISSING_REF_GRACE = (0.001, 0.004, 0.016, 0.064)
 
 
 class Guard:
@@ -86,18 +82,7 @@ class Guard:
         self._trusted = False
         self._mode = "none"
         self._ready = threading.Event()  # set while the watcher runs (see wait_ready)
-        loaded: str | None = None
-        status, current = Status.UNTRACKED, None
-        if binding.dirs is not None:
-            try:
-                current = self._read()
-            except RefError as exc:
-                if loaded_revision is None:
-                    raise HeadUnreadableError(binding.checkout, f"cannot resolve HEAD: {exc}") from None
-                status = Status.UNREADABLE
-            loaded = current if loaded_revision is None else _checked_revision(loaded_revision)
-            if status is not Status.UNREADABLE:
-                status = decide(loaded, current, readable=True)
+        status, loaded, current = reading.initial(binding, loaded_revision)
         self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time())
         self._stale = status.blocks
         # The barrier flag (C9): True only when the flag may be trusted and passes.
@@ -184,7 +169,12 @@ class Guard:
         snap = self._snap
         if snap.status.blocks:
             raise StaleError(
-                snap.checkout, snap.loaded_revision, snap.current_revision, snap.status, restart=self._restart
+                snap.checkout,
+                snap.loaded_revision,
+                snap.current_revision,
+                snap.status,
+                snap.cause,
+                restart=self._restart,
             )
 
     @property
@@ -224,13 +214,7 @@ class Guard:
     # -- reading and deciding ---------------------------------------------------------
 
     def _read(self, chain: list[Path] | None = None) -> str | None:
-        dirs = self.binding.dirs
-        if dirs is None:
-            raise RefError(self.binding.checkout, "untracked: nothing to resolve")
-        try:
-            return refs.resolve_head(dirs, chain)
-        except NeedsGitError:
-            return command.rev_parse_head(dirs.worktree)
+        return reading.read_head(self.binding, chain)
 
     def refresh(self) -> Snapshot:
         """Re-resolve HEAD now, update the status (emitting an event on change), return it.
@@ -248,35 +232,33 @@ class Guard:
         The chain (the loose refs HEAD's resolution went through) tells the watcher
         which files to watch, so it never has to resolve HEAD a second time.
         """
-        chain: list[Path] = []
+        return self._update([])
+
+    def _update(self, chain: list[Path], loaded: str | None = None) -> list[Path]:
+        """Read HEAD, apply it (and a newly ``loaded`` revision), publish the event."""
         if self.binding.dirs is None:
             return chain
         with self._refresh_lock:
             current, error = self._read_settled(chain)
-            self._apply(current, error)
+            moved = current is not None and current != self._snap.current_revision
+            event = self._apply(current, error, loaded)  # the flag flips here, before the reflog
+            if event is not None:
+                if moved and current is not None:
+                    # What moved HEAD: once per change (changes are applied only here,
+                    # under _refresh_lock, so generation order holds), never on the flag
+                    # read, and after the flag so detection never waits for it.
+                    cause = reflog.explain_move(self.binding.dirs, chain, event.loaded_revision, current)
+                    event = replace(event, cause=cause)
+                    with self._lock:
+                        self._snap = replace(self._snap, cause=cause)
+                self._subscribers.push(event)
         self._subscribers.drain()  # outside the lock: a subscriber may call check(strict=True)
         return chain
 
-    def _read_once(self, chain: list[Path]) -> tuple[str | None, str | None]:
-        chain.clear()  # only the last attempt's chain counts
-        try:
-            return self._read(chain), None
-        except RefError as exc:
-            return None, str(exc)
-
     def _read_settled(self, chain: list[Path]) -> tuple[str | None, str | None]:
-        current, error = self._read_once(chain)
         snap = self._snap
-        if current is None and error is None and snap.loaded_revision and snap.current_revision:
-            # HEAD names a branch without a commit. `git branch -m` passes through this
-            # state (the ref is renamed before HEAD is rewritten): look again briefly
-            # before calling a known revision lost (C4), not to raise a false alarm.
-            for delay in _MISSING_REF_GRACE:
-                time.sleep(delay)  # waits for another process (git), not for a thread
-                current, error = self._read_once(chain)
-                if current is not None or error is not None:
-                    break
-        return current, error
+        known = bool(snap.loaded_revision and snap.current_revision)
+        return reading.read_settled(self._read, chain, known=known)
 
     def adopt(self, revision: str) -> Snapshot:
         """Make ``revision`` the loaded revision: what this guard stands for now runs it.
@@ -288,56 +270,25 @@ class Guard:
         Raises:
             BindError: ``revision`` is not a full commit id.
         """
-        loaded = _checked_revision(revision)
-        if self.binding.dirs is None:
-            return self.snapshot()
-        with self._refresh_lock:
-            current, error = self._read_settled([])
-            self._apply(current, error, loaded=loaded)
-        self._subscribers.drain()
+        self._update([], reading.checked_revision(revision))
         return self.snapshot()
 
-    def _apply(self, current: str | None, error: str | None, *, loaded: str | None = None) -> None:
+    def _apply(self, current: str | None, error: str | None, loaded: str | None = None) -> Event | None:
+        """Apply a reading (and a newly loaded revision): snapshot, flag; the event to publish."""
         with self._lock:
-            old = self._snap
-            adopting = loaded is not None and loaded != old.loaded_revision
-            loaded = loaded if adopting else old.loaded_revision
-            status = decide(loaded, current, readable=error is None)
-            if self._latch and old.status.blocks and status is Status.CURRENT and not adopting:
-                status = Status.STALE
-            if status is old.status and current == old.current_revision and not adopting:
-                return
-            new = replace(
-                old,
-                status=status,
-                loaded_revision=loaded,
-                current_revision=current,
-                generation=old.generation + 1,
-                changed_at=time.time(),
-                error=error,
-            )
-            self._snap = new
-            self._stale = status.blocks
-            self._pass = self._trusted and not status.blocks
-            self._subscribers.push(
-                Event(
-                    new.checkout,
-                    status,
-                    old.status,
-                    new.loaded_revision,
-                    current,
-                    new.generation,
-                    new.changed_at,
-                    error,
-                )
-            )
+            changed = transition(self._snap, current, error, loaded=loaded, latch=self._latch)
+            if changed is None:
+                return None
+            self._snap, event = changed
+            self._stale = event.status.blocks
+            self._pass = self._trusted and not event.status.blocks
+            return event
 
     def subscribe_restart(self, callback: Callable[[RestartState], object]) -> Callable[[], None]:
         """Call ``callback(state)`` on each new phase of an automatic restart (R7).
 
-        Only a guard fed by a daemon with a restart policy ever gets them (see
-        :class:`~stalewatch.Daemon`). Returns an unsubscribe function; callbacks run
-        like :meth:`subscribe`'s.
+        Only a guard fed by a daemon with a restart policy gets them; returns an
+        unsubscribe function; callbacks run as :meth:`subscribe`'s.
         """
         return self._restart_subscribers.add(callback)
 
@@ -373,12 +324,13 @@ class Guard:
             if dirs is None or self._watch is not None:
                 return self
             token = self._token = object()
-            extra: dict[str, Any] = {}
-            if _takes_restart_keywords(self._source):
-                extra["loaded_revision"] = self._snap.loaded_revision
-                extra["on_restart"] = lambda state: self._on_restart(token, state)
-            self._watch = self._source.watch(
-                dirs, self._changed, lambda trusted, mode: self._on_health(token, trusted, mode), **extra
+            self._watch = start_watch(
+                self._source,
+                dirs,
+                self._changed,
+                lambda trusted, mode: self._on_health(token, trusted, mode),
+                loaded_revision=self._snap.loaded_revision,
+                on_restart=lambda state: self._on_restart(token, state),
             )
             self._watch.start()
         return self
@@ -386,18 +338,11 @@ class Guard:
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until the watcher runs; True once it does, False on timeout.
 
-        "Runs" means one of two things, told apart by ``snapshot().trusted``:
-
-        - native notifications are live: the flag is trusted and :meth:`check` is a
-          flag read (C9);
-        - the watcher polls (``STALEWATCH_POLL=1``, or notifications unavailable):
-          the flag is never trusted, and every :meth:`check` re-reads HEAD in-process.
-
-        Either way every later move is seen (C9). It turns False again while the
-        watcher is faulted and not polling. An untracked guard is always ready.
-        Example::
-
-            guard.start().wait_ready(5)
+        It runs with native notifications (``snapshot().trusted``: :meth:`check` is a
+        flag read) or polling (never trusted: every :meth:`check` re-reads HEAD);
+        either way every later move is seen (C9). False again while the watcher is
+        faulted and not polling. An untracked guard is always ready.
+        Example: ``guard.start().wait_ready(5)``.
         """
         if self.binding.dirs is None:
             return True
@@ -409,14 +354,18 @@ class Guard:
             watch, self._watch = self._watch, None
             self._restart_after_fork = False
             with self._lock:
-                self._token = None
-                self._restart = None  # no source tells it any more
-                self._trusted = False
-                self._mode = "none"
-                self._pass = self.binding.dirs is None
-                self._ready.clear()
+                self._disconnect()
         if watch is not None:
             watch.stop()
+
+    def _disconnect(self) -> None:
+        # No source feeds the guard any more: nothing it said holds (C9, R7).
+        self._token = None
+        self._restart = None
+        self._trusted = False
+        self._mode = "none"
+        self._pass = self.binding.dirs is None
+        self._ready.clear()
 
     def __enter__(self) -> Guard:
         return self.start()
@@ -432,46 +381,22 @@ class Guard:
     def _after_fork_in_child(self) -> None:
         # Threads do not survive fork(), and the parent's observer shares its inotify
         # fd and kill pipe with the parent: stopping it here would stop the parent's.
-        # Forget it; the first check() in the child starts a fresh watcher.
+        # Forget it; the first check() in the child starts a fresh watcher. Any lock
+        # may have been held by a thread that is gone: new ones.
         self._lock = threading.Lock()
         self._lifecycle = threading.Lock()
+        self._refresh_lock = threading.Lock()
         self._subscribers.after_fork()
         self._restart_subscribers.after_fork()
-        self._refresh_lock = threading.Lock()
+        self._ready = threading.Event()
         self._restart_after_fork = self._watch is not None
         self._watch = None
-        self._token = None
-        self._restart = None
-        self._trusted = False
-        self._mode = "none"
-        self._pass = self.binding.dirs is None
-        self._ready = threading.Event()
+        self._disconnect()
         self._pid = os.getpid()
 
     def __repr__(self) -> str:
         snap = self._snap
         return f"<Guard {snap.status.value} {snap.checkout} loaded={snap.loaded_revision}>"
-
-
-def _takes_restart_keywords(source: Source) -> bool:
-    """Whether ``source.watch`` takes the keywords added for automatic restarts.
-
-    ``Source`` is public: a source written before them takes three arguments only,
-    and keeps working without restart notices.
-    """
-    try:
-        parameters = inspect.signature(source.watch).parameters
-    except (TypeError, ValueError):
-        return False
-    return {"loaded_revision", "on_restart"} <= parameters.keys() or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )
-
-
-def _checked_revision(revision: str) -> str:
-    if not refs.is_object_id(revision):
-        raise BindError(revision, "loaded_revision must be a full commit id (40 or 64 hex digits)")
-    return revision
 
 
 def _forget_watchers_in_child() -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..git.reflog import Cause
 from .restart import RestartState
 
-__all__ = ["Event", "Snapshot", "Status", "decide"]
+__all__ = ["Event", "Snapshot", "Status", "decide", "transition"]
 
 
 class Status(enum.StrEnum):
@@ -64,6 +66,8 @@ class Snapshot:
         error: why HEAD is unreadable, when it is.
         restart: where an automatic restart stands, when a daemon with a restart
             policy feeds this guard (R7); ``None`` otherwise.
+        cause: what moved HEAD to the current revision, read from the reflog when it
+            changed (``None``: not moved since binding, unreadable, or no reflog).
     """
 
     status: Status
@@ -76,6 +80,7 @@ class Snapshot:
     mode: str = "none"
     error: str | None = None
     restart: RestartState | None = None
+    cause: Cause | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +94,7 @@ class Snapshot:
             "mode": self.mode,
             "error": self.error,
             "restart": None if self.restart is None else self.restart.to_dict(),
+            "cause": self.cause.to_dict() if self.cause is not None else None,
         }
 
 
@@ -105,6 +111,8 @@ class Event:
         generation: strictly increasing per guard, without gaps.
         at: ``time.time()`` when the change was observed.
         error: why HEAD is unreadable, when it is.
+        cause: what moved HEAD to ``current_revision`` (action, who, when, ahead or
+            behind the loaded commit), from the reflog; ``None`` when it cannot tell.
     """
 
     checkout: Path
@@ -115,6 +123,7 @@ class Event:
     generation: int
     at: float
     error: str | None = None
+    cause: Cause | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The event as plain JSON-able values (paths and statuses as strings)."""
@@ -127,8 +136,44 @@ class Event:
             "generation": self.generation,
             "at": self.at,
             "error": self.error,
+            "cause": self.cause.to_dict() if self.cause is not None else None,
         }
 
     def to_json(self) -> str:
         """The event as one line of JSON (no newline)."""
         return json.dumps(self.to_dict(), separators=(",", ":"))
+
+
+def transition(
+    old: Snapshot,
+    current: str | None,
+    error: str | None,
+    *,
+    loaded: str | None = None,
+    latch: bool = False,
+) -> tuple[Snapshot, Event] | None:
+    """What a new reading of HEAD makes of ``old``: the next snapshot and its event.
+
+    ``None`` when nothing changed (C7: a write that did not move HEAD's commit is no
+    event). ``loaded``: the code now runs that revision (adopted after a restart).
+    ``latch``: a blocked guard stays blocked after a rollback (C8).
+    """
+    adopting = loaded is not None and loaded != old.loaded_revision
+    loaded = loaded if adopting else old.loaded_revision
+    status = decide(loaded, current, readable=error is None)
+    if latch and old.status.blocks and status is Status.CURRENT and not adopting:
+        status = Status.STALE
+    if status is old.status and current == old.current_revision and not adopting:
+        return None
+    new = replace(
+        old,
+        status=status,
+        loaded_revision=loaded,
+        current_revision=current,
+        generation=old.generation + 1,
+        changed_at=time.time(),
+        error=error,
+        cause=None,
+    )
+    event = Event(new.checkout, status, old.status, loaded, current, new.generation, new.changed_at, error)
+    return new, event

@@ -27,10 +27,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ..core.errors import StalewatchError, short
+from ..core.errors import StalewatchError
 from ..core.text import printable
 from .config import DaemonConfig, DaemonConfigError, load, with_checkouts
 from .connection import DaemonUnavailableError, follow_reconnecting, read_status
+from .lines import format_message
 from .protocol import SocketPathError, default_socket_path
 from .server import DaemonServer
 
@@ -254,100 +255,6 @@ def _unlink_if_ours(path: Path, bound: os.stat_result) -> None:
 
 def _socket_path(args: argparse.Namespace) -> Path:
     return Path(args.socket) if args.socket else default_socket_path()
-
-
-class _Shown(dict[str, Any]):
-    """A message's fields made safe to print; a missing field reads ``?``."""
-
-    def __missing__(self, key: str) -> str:
-        return "?"
-
-
-def _shown(message: dict[str, Any]) -> _Shown:
-    # Any text may hold a newline or an escape sequence (a path can): escape it, so
-    # one message is one line. Whatever else a daemon sends (a number where a
-    # revision belongs) prints as text instead of raising.
-    return _Shown(
-        {
-            key: value
-            if isinstance(value, bool) or (value is None and key.endswith("revision"))
-            else printable(str(value))
-            for key, value in message.items()
-        }
-    )
-
-
-def _processes_text(processes: object) -> str:
-    """Who runs what: ``2 on 1a2b3c4 (pids 10, 11); 1 on 5d6e7f8 (pid 12)``."""
-    if not isinstance(processes, list) or not processes:
-        return "none registered"
-    table: dict[str, list[str]] = {}
-    for process in processes:
-        if isinstance(process, dict):
-            revision = process.get("revision")
-            table.setdefault(short(revision) if isinstance(revision, str) else "?", []).append(
-                printable(str(process.get("pid")))
-            )
-    return "; ".join(
-        f"{len(pids)} on {printable(revision)} (pid{'s' if len(pids) > 1 else ''} {', '.join(pids)})"
-        for revision, pids in table.items()
-    )
-
-
-def _restart_text(restart: dict[str, Any]) -> str:
-    """``scheduled onto 1a2b3c4 (retry in 3 s)``, ``refused onto 1a2b3c4: verify-failed: ...``."""
-    revision = restart.get("revision")
-    text = printable(str(restart.get("phase")))
-    if isinstance(revision, str):
-        text += f" onto {printable(short(revision))}"
-    reason, retry = restart.get("reason"), restart.get("retry_after")
-    if reason:
-        text += f": {printable(str(reason))}"
-    if isinstance(retry, int | float) and not isinstance(retry, bool):
-        text += f" (retry in {retry:.0f} s)"
-    return text
-
-
-def _servers_and_restart(snapshot: dict[str, Any]) -> list[str]:
-    """The lines ``status --socket`` adds under a checkout: its servers, its restart."""
-    parts = []
-    if snapshot.get("processes"):
-        parts.append(f"servers: {_processes_text(snapshot.get('processes'))}")
-    restart = snapshot.get("restart")
-    if isinstance(restart, dict):
-        parts.append(f"restart: {_restart_text(restart)}")
-    return parts
-
-
-def format_message(message: dict[str, Any]) -> str | None:
-    """One human line for a protocol message (``None`` for pings and pongs).
-
-    Every field is escaped with :func:`~stalewatch.core.text.printable`: the line never
-    breaks, whatever a path holds.
-    """
-    raw, message = message, _shown(message)
-    kind = message.get("type")
-    if kind in ("snapshot", "event"):
-        line = (
-            f"{message['status']:<10} {message['checkout']} loaded {short(message['loaded_revision'])} "
-            f"current {short(message['current_revision'])} (generation {message['generation']})"
-        )
-        extra = [] if kind == "event" else _servers_and_restart(raw)
-        return line + "".join(f"\n{'':<10} {part}" for part in extra)
-    if kind == "restart":
-        return f"{'restart':<10} {message['checkout']} {_restart_text(raw)}"
-    if kind == "processes":
-        return f"{'servers':<10} {message['checkout']} {_processes_text(raw.get('processes'))}"
-    if kind == "health":
-        trust = "trusted" if message.get("trusted") else "NOT trusted"
-        return f"{'health':<10} {message['checkout']} daemon watcher {trust} (mode {message.get('mode')})"
-    if kind == "removed":
-        return f"{'removed':<10} {message['checkout']} no longer watched"
-    if kind == "hello":
-        return f"# stalewatch daemon {message.get('version')} (protocol {message.get('protocol')})"
-    if kind == "error":
-        return f"# error from the daemon: {message.get('reason')}: {message.get('detail')}"
-    return None
 
 
 @contextlib.contextmanager

@@ -35,7 +35,6 @@ import contextlib
 import ipaddress
 import os
 import re
-import signal
 import stat
 import tomllib
 from collections.abc import Sequence
@@ -45,7 +44,7 @@ from typing import Any, NoReturn
 
 from ..core.errors import ConfigError
 from ..git.refs import is_object_id
-from .restart.policy import RestartPolicy
+from .restart.policy import RestartPolicy, parse_policy
 
 __all__ = [
     "CheckoutConfig",
@@ -73,25 +72,6 @@ _TOP_KEYS = {
 _ADDRESS = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>[0-9]{1,5})$")
 _HOOK_KEYS = ("on_stale", "on_current", "on_unreadable")
 _CHECKOUT_KEYS = {"path", "revision", "hook_timeout", "hold_while", "restart", *_HOOK_KEYS}
-_RESTART_KEYS = {
-    "action",
-    "pidfile",
-    "signal",
-    "settle",
-    "hold_while",
-    "update_marker",
-    "update_marker_max_age",
-    "incomplete_markers",
-    "verify",
-    "verify_timeout",
-    "lock",
-    "confirm",
-    "confirm_timeout",
-    "action_timeout",
-    "max_attempts",
-    "min_interval",
-}
-_SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signal.Signals)
 MAX_CONFIG_BYTES = 1 << 20
 """Largest configuration file read (a real one is a few hundred bytes)."""
 
@@ -199,6 +179,10 @@ class _Reader:
         self.text = text
         self.base = file.parent
 
+    def name(self, table: int | None, key: str, sub: str | None = None) -> str:
+        """``checkout[2].restart.settle``: a key as errors name it."""
+        return _name(table, key, sub)
+
     def fail(
         self,
         name: str,
@@ -303,66 +287,6 @@ class _Reader:
             )
         return tuple(value)
 
-    def restart(self, data: object, table: int) -> RestartPolicy:
-        """The ``[checkout.restart]`` table (see :class:`~.restart.policy.RestartPolicy`)."""
-        sub = "restart"
-        if not isinstance(data, dict):
-            self.fail(_name(table, sub), data, "expected a [checkout.restart] table", table, None, sub=sub)
-        for key in data:
-            if key not in _RESTART_KEYS:
-                known = ", ".join(sorted(_RESTART_KEYS))
-                self.fail(
-                    _name(table, key, sub), data[key], f"unknown key (known: {known})", table, key, sub=sub
-                )
-        if ("action" in data) == ("pidfile" in data):
-            reason = "give exactly one of action (an argv) or pidfile (with signal)"
-            self.fail(_name(table, sub), None, reason, table, None, sub=sub)
-        policy: dict[str, Any] = {}
-        for key in ("action", "verify", "confirm"):
-            if key in data:
-                policy[key] = self.argv(data, key, table, sub)
-        for key in ("pidfile", "update_marker", "lock"):
-            if key in data:
-                policy[key] = self.path(data, key, table, sub)
-        for key in ("hold_while", "incomplete_markers"):
-            if key in data:
-                policy[key] = self.paths(data, key, table, sub)
-        limits = {
-            "settle": (0.0, 3600.0),
-            "update_marker_max_age": (1.0, 7 * 86400.0),
-            "verify_timeout": (0.1, 3600.0),
-            "confirm_timeout": (0.1, 3600.0),
-            "action_timeout": (0.1, 3600.0),
-            "min_interval": (0.0, 86400.0),
-        }
-        for key, (low, high) in limits.items():
-            if key in data:
-                policy[key] = self.number(data, key, table, low, high, sub=sub)
-        if "max_attempts" in data:
-            value = data["max_attempts"]
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
-                reason = "expected a whole number between 1 and 100"
-                self.fail(_name(table, "max_attempts", sub), value, reason, table, "max_attempts", sub=sub)
-            policy["max_attempts"] = value
-        if "signal" in data:
-            name = data["signal"]
-            name = name.upper().removeprefix("SIG") if isinstance(name, str) else name
-            if name not in _SIGNALS:
-                self.fail(
-                    _name(table, "signal", sub),
-                    data["signal"],
-                    "expected a signal name",
-                    table,
-                    "signal",
-                    sub=sub,
-                )
-            policy["signal"] = name
-        lock = policy.get("lock")
-        if lock is not None and not lock.parent.is_dir():
-            reason = f"its directory {lock.parent} does not exist"
-            self.fail(_name(table, "lock", sub), str(lock), reason, table, "lock", sub=sub)
-        return RestartPolicy(**policy)
-
     def checkout(self, data: object, table: int) -> CheckoutConfig:
         if not isinstance(data, dict):
             raise DaemonConfigError(
@@ -392,7 +316,7 @@ class _Reader:
             timeout=self.number(data, "hook_timeout", table, 0.1, 86400) if "hook_timeout" in data else 60.0,
             hold_while=self.path(data, "hold_while", table) if "hold_while" in data else None,
         )
-        restart = self.restart(data["restart"], table) if "restart" in data else None
+        restart = parse_policy(self, data["restart"], table) if "restart" in data else None
         return CheckoutConfig(self.path(data, "path", table), revision, hooks, restart)
 
 

@@ -44,8 +44,17 @@ _NO_PIDFD_POLL = 0.02  # seconds between exit checks where os.pidfd_open is miss
 
 
 def hook_environment(event: Event, generation: int, hook: str) -> dict[str, str]:
-    """The ``STALEWATCH_*`` variables a hook receives (empty string for "none")."""
-    return {
+    """The ``STALEWATCH_*`` variables a hook receives (empty string for "none").
+
+    ``STALEWATCH_CAUSE_*`` say what moved HEAD (from the reflog; all empty when unknown).
+    """
+    cause = event.cause.to_dict() if event.cause is not None else {}
+    causes = {
+        f"STALEWATCH_CAUSE_{key.upper()}": "" if cause.get(key) is None else str(cause[key])
+        for key in ("action", "detail", "message", "name", "email", "relation", "ahead", "behind", "summary")
+    }
+    causes["STALEWATCH_CAUSE_AT"] = f"{event.cause.at:.0f}" if event.cause is not None else ""
+    return causes | {
         "STALEWATCH_HOOK": hook,
         "STALEWATCH_CHECKOUT": str(event.checkout),
         "STALEWATCH_STATUS": event.status.value,

@@ -227,8 +227,10 @@ def snapshot_message(
 ) -> dict[str, Any]:
     """A ``snapshot`` line: where a checkout stands now, with the daemon's generation.
 
-    ``restart`` is the checkout's restart sequence (``null`` without a policy) and
-    ``processes`` the servers registered for it (``[{"pid", "revision", "since"}]``).
+    ``restart`` is the checkout's restart sequence (``null`` without a policy),
+    ``processes`` the servers registered for it (``[{"pid", "revision", "since"}]``),
+    ``cause`` what moved HEAD (or ``null``). Version 1 clients ignore fields they do
+    not know.
     """
     return {
         "type": "snapshot",
@@ -243,11 +245,12 @@ def snapshot_message(
         "error": snap.error,
         "restart": None if restart is None else restart.to_dict(),
         "processes": processes or [],
+        "cause": snap.cause.to_dict() if snap.cause is not None else None,
     }
 
 
 def event_message(event: Event, generation: int) -> dict[str, Any]:
-    """An ``event`` line: one change of status or current revision."""
+    """An ``event`` line: one change of status or current revision (with its ``cause``)."""
     return {
         "type": "event",
         "checkout": str(event.checkout),
@@ -258,6 +261,7 @@ def event_message(event: Event, generation: int) -> dict[str, Any]:
         "generation": generation,
         "at": event.at,
         "error": event.error,
+        "cause": event.cause.to_dict() if event.cause is not None else None,
     }
 
 

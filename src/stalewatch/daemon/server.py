@@ -43,6 +43,9 @@ logger = logging.getLogger(__name__)
 
 _READY_WAIT = 5.0  # longest wait for the watchers to run before READY=1 (serving meanwhile)
 _LOOP_TICK = 1.0  # the loop wakes at least this often (its heartbeat)
+# STATUS= costs a snapshot per checkout (milliseconds for a thousand): it is made only
+# after a change, on a quiet turn (never between an event and the next), or after this.
+_STATUS_QUIET, _STATUS_LATEST = 0.05, 1.0
 _InboxItem = tuple[str, Checkout, Any]
 _AT_START = ("metrics_address", "metrics_textfile", "metrics_interval")  # a reload keeps these
 
@@ -93,6 +96,7 @@ class DaemonServer:
         self._wake_w.setblocking(False)
         self._stopping = threading.Event()
         self._reload_requested = False
+        self._changes = 0  # events and health reports handled, and reloads: STATUS= may differ
         self._unready: set[str] = set()  # checkouts whose watcher is not running yet
         self._ready_by = 0.0
         self._ready_sent = False
@@ -207,6 +211,8 @@ class DaemonServer:
 
     def _loop(self, listener: socket.socket) -> None:
         next_ping = time.monotonic() + self.settings.keepalive
+        shown: tuple[int, int] | None = None  # (changes, clients) STATUS= was made for
+        status_by = 0.0
         while not self._stopping.is_set():
             now = time.monotonic()
             timeout = min(_LOOP_TICK, next_ping - now)
@@ -215,13 +221,18 @@ class DaemonServer:
                     timeout = min(timeout, deadline - now)
             if not self._ready_sent:
                 timeout = min(timeout, self._ready_by - now)
-            for key, mask in self._selector.select(max(0.0, timeout)):
+            pending = shown != (self._changes, len(self._clients))
+            if pending:
+                timeout = min(timeout, _STATUS_QUIET)
+            ready = self._selector.select(max(0.0, timeout))
+            for key, mask in ready:
                 if key.data == "listen":
                     self._accept(listener)
                 elif key.data == "wake":
                     self._drain_wake()
                 elif isinstance(key.data, Client):
                     self._clients.serve(key.data, mask)  # isolated: one client's failure is its own
+            changes = self._changes
             self._guarded("processing events", self._process_inbox)
             if self._reload_requested:
                 self._reload_requested = False
@@ -233,7 +244,13 @@ class DaemonServer:
                 next_ping = now + self.settings.keepalive
                 self._clients.broadcast(encode({"type": "ping", "at": time.time()}))
             self._clients.expire(now)
-            self._supervisor.status(self._status())
+            wanted = (self._changes, len(self._clients))
+            if not pending and wanted != shown:
+                status_by = now + _STATUS_LATEST
+            quiet = not ready and changes == self._changes
+            if wanted != shown and (quiet or now >= status_by):
+                shown = wanted
+                self._supervisor.status(self._status())
             self._supervisor.beat()
 
     def _guarded(self, what: str, step: Any) -> None:
@@ -276,6 +293,7 @@ class DaemonServer:
                 return
             if self._entries.get(entry.key) is not entry:
                 continue  # from a guard a reload replaced
+            self._changes += 1
             # Counted before clients hear of it: a scrape made after a line was read counts it.
             if kind == "event":
                 self.metrics.event(entry, payload)
@@ -328,6 +346,7 @@ class DaemonServer:
             logger.info("stalewatch: SIGHUP: no configuration file to reload")
             return
         self._supervisor.reloading()
+        self._changes += 1
         failure: Exception | None = None
         try:
             self._apply(self._reload())

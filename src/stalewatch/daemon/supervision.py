@@ -1,10 +1,11 @@
 """The daemon under systemd: READY/RELOADING/STATUS/STOPPING, and the watchdog's proof.
 
 ``WATCHDOG=1`` is a promise that the daemon still works, so it is sent only on proof:
-the socket loop turned recently (:meth:`Supervisor.beat`) and every watcher thread
-re-verified its checkout recently (:class:`ObservedSource` records each
-re-verification). A wedged loop or watcher stops the pings and systemd restarts the
-unit. Outside systemd every notification is a no-op (see :mod:`.sdnotify`).
+the socket loop turned recently (:meth:`Supervisor.beat`) and every checkout's watcher
+re-verified it recently (:class:`ObservedSource` records each periodic verification,
+which the process's shared workers run). A wedged loop, or workers wedged in some
+checkout's callbacks, stop the pings and systemd restarts the unit. Outside systemd
+every notification is a no-op (see :mod:`.sdnotify`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..core.status import Snapshot, Status
 from ..git.refs import GitDirs
 from ..watching.local import LocalSource
 from ..watching.source import OnChange, OnHealth, OnRestart, Watch
+from ..watching.watcher import Watcher
 from . import sdnotify
 
 __all__ = ["ObservedSource", "Supervisor", "status_text"]
@@ -30,17 +32,27 @@ logger = logging.getLogger(__name__)
 class ObservedSource:
     """A :class:`LocalSource` that records the watcher's heartbeat and health reports.
 
-    The watcher calls ``on_change`` on every periodic re-verification, so a recent
-    heartbeat proves its thread is alive and not wedged: the systemd watchdog pings
-    only on that proof.
+    The watcher beats on every periodic verification (and restart), run by the
+    process's shared workers; a recent beat proves they still turn for this checkout:
+    the systemd watchdog pings only on that proof. Verifications are spread and
+    stretched with the number of checkouts (``verify_interval`` is the period now).
     """
 
     def __init__(self) -> None:
         self._inner = LocalSource()
-        self.verify_interval = self._inner.verify_interval
+        self._watcher: Watcher | None = None
         self.beat: float | None = None
         self.trusted = threading.Event()
         self.on_report: Callable[[bool, str], None] | None = None  # set by the server
+
+    @property
+    def verify_interval(self) -> float:
+        """Seconds between the watcher's verifications now (more checkouts: longer)."""
+        watcher = self._watcher
+        return watcher.verify_period if watcher is not None else self._inner.verify_interval
+
+    def _beat(self) -> None:
+        self.beat = time.monotonic()
 
     def watch(
         self,
@@ -52,7 +64,7 @@ class ObservedSource:
         on_restart: OnRestart | None = None,
     ) -> Watch:
         def changed() -> Sequence[Path] | None:
-            self.beat = time.monotonic()
+            self._beat()
             return on_change()
 
         def health(trusted: bool, mode: str) -> None:
@@ -64,7 +76,10 @@ class ObservedSource:
             if self.on_report is not None:
                 self.on_report(trusted, mode)
 
-        return self._inner.watch(dirs, changed, health)
+        watcher = self._inner.watch(dirs, changed, health)
+        watcher.on_verified = self._beat
+        self._watcher = watcher
+        return watcher
 
 
 def status_text(snapshots: Iterable[Snapshot], clients: int) -> str:
@@ -136,7 +151,7 @@ class Supervisor:
     # -- the watchdog thread ----------------------------------------------------------------
 
     def alive(self) -> str | None:
-        """``None`` when the loop and every watcher thread beat recently, else why not."""
+        """``None`` when the loop and every checkout's watcher beat recently, else why not."""
         now = time.monotonic()
         if now - self._loop_beat > 3 * self._loop_tick:
             return f"the socket loop has not run for {now - self._loop_beat:.1f} s"

@@ -4,19 +4,23 @@ Everything here reads files and returns values. ``resolve_head`` costs ~20 µs f
 loose ref, which is what lets a strict barrier check see a completed update without
 spawning ``git`` (C10). Layouts covered (C11): ``.git`` directory; ``.git`` file with
 ``gitdir:`` (worktrees, submodules) and ``commondir``; symbolic and detached HEAD;
-loose refs; packed refs with peeled ``^`` lines; branch names with slashes; unborn
-branches. Reftable repositories raise :class:`NeedsGitError`: their tables are not parsed.
+loose refs; packed refs with peeled ``^`` lines (:mod:`.packed`: a snapshot per file
+identity, binary search); branch names with slashes; unborn branches; symbolic refs
+written as symlinks (``core.preferSymlinkRefs``). Reftable repositories raise
+:class:`NeedsGitError`: their tables are not parsed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import NeedsGitError, RefError
+from . import packed
 
 __all__ = ["GitDirs", "find_git_dirs", "head_chain", "identity", "is_object_id", "resolve_head"]
 
@@ -58,18 +62,32 @@ def is_object_id(text: str) -> bool:
     return len(text) in (40, 64) and _HEX.issuperset(text)
 
 
-def _read_small(path: Path) -> str | None:
+_OPEN = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _read_small(path: Path, *, ref: bool = False) -> str | None:
     """Return a small file's text, ``None`` when it does not exist.
+
+    Args:
+        ref: ``path`` is a loose ref (HEAD included): a symlink there whose target
+            starts with ``refs/`` is a symbolic ref to that name, returned as
+            ``ref: <target>`` (git's files backend; ``core.preferSymlinkRefs``).
+            Any other symlink is read through.
 
     Raises:
         RefError: the file exists but cannot be read (permission, I/O error, loop).
     """
     try:
         # O_NONBLOCK: a FIFO planted where a ref should be must not hang the reader.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        # O_NOFOLLOW: a symlinked ref fails with ELOOP instead of being read through,
+        # which would hide the branch it names (and so the file to watch, C11).
+        fd = os.open(path, _OPEN | (_NOFOLLOW if ref else 0))
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
+        if ref and exc.errno == errno.ELOOP:
+            return _read_symlinked_ref(path)
         raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -84,6 +102,21 @@ def _read_small(path: Path) -> str | None:
     if len(data) > _MAX_SMALL_FILE:
         raise RefError(path, f"larger than {_MAX_SMALL_FILE} bytes; not a ref")
     return data.decode("utf-8", "surrogateescape")
+
+
+def _read_symlinked_ref(path: Path) -> str | None:
+    try:
+        # Not Path.readlink(): it normalises the text ("refs/heads//x" reads "refs/heads/x").
+        target = os.readlink(path)  # noqa: PTH115
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: not a symlink (replaced meanwhile)
+            raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
+        return _read_small(path)
+    if target.startswith("refs/"):
+        return f"ref: {target}"  # validated like any symbolic ref by the caller
+    return _read_small(path)  # git reads any other symlink through
 
 
 def find_git_dirs(start: Path) -> GitDirs | None:
@@ -147,38 +180,11 @@ def _valid_ref_name(name: str) -> bool:
         and all(parts)
         and not any(p.startswith(".") or p.endswith(".lock") for p in parts)
         and ".." not in name
-        and not any(c in name for c in "\0\\ ~^:?*[")
+        and not any(c in name for c in "\\ ~^:?*[")
+        and not any(ord(c) < 0x20 or c == "\x7f" for c in name)  # control characters, as git
+        and "@{" not in name
+        and not name.endswith(".")
     )
-
-
-def lookup_packed(path: Path, name: str) -> str | None:
-    """Return the object id ``packed-refs`` at ``path`` holds for ``name``, if any.
-
-    Peeled lines (``^<id>``, the commit an annotated tag points to) are skipped;
-    every line read up to the match is validated.
-
-    Raises:
-        RefError: the file cannot be read or has a malformed line.
-    """
-    try:
-        text = path.read_bytes().decode("utf-8", "surrogateescape")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("^"):
-            if not is_object_id(line[1:]):
-                raise RefError(path, f"malformed peeled line {number}: {line[:80]!r}")
-            continue
-        oid, _, ref = line.partition(" ")
-        if not is_object_id(oid) or not ref:
-            raise RefError(path, f"malformed line {number}: {line[:80]!r}")
-        if ref == name:
-            return oid
-    return None
 
 
 def read_ref(dirs: GitDirs, name: str) -> str | None:
@@ -186,7 +192,7 @@ def read_ref(dirs: GitDirs, name: str) -> str | None:
 
     A loose ref file wins over ``packed-refs``, as in git.
     """
-    loose = _read_small(_ref_path(dirs, name))
+    loose = _read_small(_ref_path(dirs, name), ref=True)
     if loose is not None:
         value = loose.strip()
         if not value:
@@ -194,7 +200,7 @@ def read_ref(dirs: GitDirs, name: str) -> str | None:
         return value
     if name.startswith(_PER_WORKTREE_PREFIXES):
         return None
-    return lookup_packed(dirs.packed_refs, name)
+    return packed.lookup(dirs.packed_refs, name)
 
 
 def resolve_head(dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
@@ -217,7 +223,7 @@ def resolve_head(dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
     """
     if dirs.reftable:
         raise NeedsGitError(dirs.common_dir / "reftable", "reftable refs are resolved by git")
-    head = _read_small(dirs.head_file)
+    head = _read_small(dirs.head_file, ref=True)
     if head is None:
         raise RefError(dirs.head_file, "HEAD does not exist")
     value = head.strip()

@@ -1,8 +1,15 @@
-"""A drop-in for Hermes WebUI's ``api/agent_runtime.py``, backed by a stalewatch guard.
+"""Hermes WebUI: :func:`accelerate` for the WebUI's own file, and a drop-in replacing it.
 
-Hermes WebUI imports ``run_agent.AIAgent`` from a Hermes Agent checkout into its
-long-lived server and must refuse to run once that checkout has moved. Adopting
-stalewatch takes a three-line ``api/agent_runtime.py``::
+The recommended way is :func:`~stalewatch.hermes.accelerator.accelerate`: the WebUI
+keeps its ``api/agent_runtime.py`` (any version) and appends two lines::
+
+    from stalewatch.hermes import accelerate
+    accelerate(sys.modules[__name__])
+
+The rest of this module is the older drop-in, which mirrors the WebUI's file as it was
+when the guard was introduced. Hermes WebUI imports ``run_agent.AIAgent`` from a
+Hermes Agent checkout into its long-lived server and must refuse to run once that
+checkout has moved. Adopting the drop-in takes a three-line ``api/agent_runtime.py``::
 
     import sys
     from stalewatch import hermes
@@ -37,11 +44,14 @@ from typing import Any
 from ..core.errors import StaleError, StalewatchError, short
 from ..core.guard import Guard
 from ..core.status import Status
+from ..git.reflog import Cause
+from .accelerator import accelerate
 from .discovery import AGENT_MODULE, discover_agent_dir
 from .read import loaded_agent_identity, read_agent_revision
 
 __all__ = [
     "AgentRuntimeChangedError",
+    "accelerate",
     "agent_runtime_stale_payload",
     "current_guard",
     "ensure_agent_runtime_current",
@@ -87,6 +97,7 @@ class AgentRuntimeChangedError(StaleError):
         loaded_revision: the commit the WebUI loaded.
         current_revision: the commit HEAD resolves to now (``None``: unknown).
         status: ``Status.STALE`` or ``Status.UNREADABLE``.
+        cause: what moved HEAD, from the reflog (also in the message), if known.
 
     Example::
 
@@ -104,6 +115,7 @@ class AgentRuntimeChangedError(StaleError):
         loaded_revision: str | None = None,
         current_revision: str | None = None,
         status: Status = Status.STALE,
+        cause: Cause | None = None,
     ) -> None:
         # StaleError composes its own message from the revisions; this class keeps the
         # caller's message verbatim, so it initialises RuntimeError directly.
@@ -112,6 +124,7 @@ class AgentRuntimeChangedError(StaleError):
         self.loaded_revision = loaded_revision
         self.current_revision = current_revision
         self.status = status
+        self.cause = cause
 
 
 def agent_runtime_stale_payload(exc: BaseException) -> dict[str, Any]:
@@ -123,13 +136,16 @@ def agent_runtime_stale_payload(exc: BaseException) -> dict[str, Any]:
     return {"error": str(exc), "type": "agent_runtime_stale", "retryable": True}
 
 
-def _changed_error(loaded: str, current: str | None, checkout: Path | None) -> AgentRuntimeChangedError:
+def _changed_error(
+    loaded: str, current: str | None, checkout: Path | None, cause: Cause | None = None
+) -> AgentRuntimeChangedError:
     where = f" in {checkout}" if checkout is not None else ""
     if current is None:
         what = f"loaded {short(loaded)}, now unknown: the checkout{where} can no longer be read"
         status = Status.UNREADABLE
     else:
-        what = f"loaded {short(loaded)}, now {short(current)}{where}"
+        moved = f": {cause.describe()}" if cause is not None else ""
+        what = f"loaded {short(loaded)}, now {short(current)}{where}{moved}"
         status = Status.STALE
     return AgentRuntimeChangedError(
         f"Hermes Agent was updated while Hermes WebUI was running ({what}). "
@@ -138,6 +154,7 @@ def _changed_error(loaded: str, current: str | None, checkout: Path | None) -> A
         loaded_revision=loaded,
         current_revision=current,
         status=status,
+        cause=cause,
     )
 
 
@@ -280,7 +297,7 @@ def ensure_agent_runtime_current() -> None:
             try:
                 bound.guard.check(strict=True)
             except StaleError as exc:
-                raise _changed_error(revision, exc.current_revision, source_dir) from None
+                raise _changed_error(revision, exc.current_revision, source_dir, exc.cause) from None
             return
         if bound.pid != os.getpid():
             _restart_in_child(bound)

@@ -2,11 +2,16 @@
 
 - :mod:`.source`: the :class:`~.source.Source` interface a guard is fed by.
 - :mod:`.plan`: pure; which directories to watch and which writes matter (C7).
-- :mod:`.local`: :class:`~.local.LocalSource`, a watchdog watcher in this process.
-- :mod:`.observers`: watchdog's observers as stalewatch runs them, and the faults
-  watchdog keeps to itself (C9).
+- :mod:`.local`: :class:`~.local.LocalSource`, watching in this process.
+- :mod:`.watcher`: one checkout's turns (no thread of its own).
+- :mod:`.watches`: one checkout's registrations on the shared inotify instance.
+- :mod:`.fallback`: polling while notification is unavailable, and the way back.
+- :mod:`.inotify`: the process's one inotify instance and its reader thread.
+- :mod:`.scheduler`: the process's few worker threads and their timers.
+- :mod:`.stamp`: stat stamps that keep the periodic re-verification cheap.
+- :mod:`.health`: a watcher's trust report and fault counter (C9).
 
-The only package that imports watchdog; it owns the watcher threads.
+The only package that imports watchdog; it owns the watching threads.
 """
 
 from .local import LocalSource

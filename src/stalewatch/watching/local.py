@@ -11,7 +11,7 @@ __all__ = ["LocalSource"]
 
 
 class LocalSource:
-    """Watch in this process, with a watchdog observer and one worker thread.
+    """Watch in this process: the process's inotify instance and its few worker threads.
 
     Args:
         verify_interval: seconds between periodic in-process re-verifications.

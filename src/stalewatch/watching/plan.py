@@ -6,22 +6,27 @@ HEAD goes through (``refs/heads/main``), ``packed-refs``, and reftable's
 watch refused for lack of inotify watches raises instead of being skipped inside a
 recursive watch, and ``git fetch`` or tag traffic never wakes anyone (C7). It also
 watches the worktree and its parent, so the checkout or its ``.git`` being moved,
-deleted or swapped is seen at once (C4); watchdog silently skips a directory it may
-not read (a traverse-only parent), and the watcher's identity check every second
-backs that case up. A plan is remade whenever HEAD
-is re-resolved: switching branches moves the watches with HEAD.
+deleted or swapped is seen at once (C4) — but only for that: those two are
+``narrow`` (no content writes are watched there, so an app's log file in or beside
+the checkout wakes nothing, issue 12). A directory the watcher may not read (a
+traverse-only parent) cannot be watched; the identity check of every
+re-verification backs that case up. For each watched directory the plan names the
+entries in it that matter (:meth:`Plan.names`); events for any other name are
+dropped on the reader thread. A plan is remade whenever HEAD is re-resolved:
+switching branches moves the watches with HEAD.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..git.refs import GitDirs, head_chain
 
-__all__ = ["Plan", "Relevance", "anchors", "plan"]
+__all__ = ["Plan", "Planner", "Relevance", "anchors", "plan"]
 
 
 class Relevance(enum.Enum):
@@ -43,12 +48,31 @@ class Plan:
         files: files whose writes can move HEAD's commit.
         parents: directories on the way from ``refs/`` to a chain ref; created or
             deleted (``git checkout -b a/b``, ``pack-refs``), they change the plan.
+        narrow: watched directories that matter only as the home of an anchor (the
+            worktree and its parent): watched for renames, creations, deletions and
+            permission changes, never for writes to file contents.
+        interest: for each watched directory, the names in it that matter.
     """
 
     watch: frozenset[Path]
     anchors: frozenset[str]
     files: frozenset[str]
     parents: frozenset[str]
+    narrow: frozenset[Path] = frozenset()
+    interest: Mapping[Path, frozenset[str]] = field(default_factory=dict)
+
+    def names(self, directory: Path) -> frozenset[str]:
+        """The entries of watched ``directory`` whose changes matter (see :meth:`relevance`)."""
+        return self.interest.get(directory, frozenset())
+
+    def relevance_in(self, directory: Path, name: str) -> Relevance:
+        """What an event in watched ``directory`` means: about entry ``name``, or ``""``
+        for the directory itself (deleted, moved away, unmounted)."""
+        if name:
+            return self.relevance(str(directory / name))
+        if directory in self.narrow or str(directory) in self.anchors:
+            return Relevance.ANCHOR  # the checkout, or where it lives, moved: re-watch
+        return Relevance.REF  # a ref directory went away: plan again
 
     def relevance(self, path: str) -> Relevance:
         """What a write at ``path`` (created, modified, moved to/from, deleted) means."""
@@ -73,29 +97,93 @@ def plan(dirs: GitDirs, chain: Sequence[Path] | None = None) -> Plan:
             :func:`~stalewatch.git.refs.resolve_head` collects); ``None``: read HEAD
             now to find them.
     """
-    files = {dirs.head_file, dirs.packed_refs}
-    watch = {dirs.worktree.parent, dirs.worktree, dirs.git_dir, dirs.common_dir}
-    parents: set[Path] = set()
-    if dirs.reftable:
-        for base in {dirs.git_dir, dirs.common_dir}:  # a worktree has its own stack
-            files.add(base / "reftable" / "tables.list")
-            watch.add(base / "reftable")
-    watch = {p for p in watch if p.is_dir()}
-    for ref in head_chain(dirs) if chain is None else chain:
-        files.add(ref)
-        base = dirs.git_dir if ref.is_relative_to(dirs.git_dir / "refs") else dirs.common_dir
-        # Watch the ref's directory, or the deepest one of its ancestors that exists,
-        # so the directory's creation is seen and the plan moves down to it.
-        directory = ref.parent
-        while directory != base and not directory.is_dir():
-            directory = directory.parent
-        watch.add(directory)
-        parents.update(p for p in ref.parents if p.is_relative_to(base / "refs") and p != base / "refs")
-    return Plan(
-        # Ref directories are not filtered again: one git removes right after the check
-        # above fails to be watched, and the watcher plans again (never a blind gap).
-        watch=frozenset(watch),
-        anchors=anchors(dirs),
-        files=frozenset(str(p) for p in files),
-        parents=frozenset(str(p) for p in parents),
-    )
+    return Planner(dirs).plan(chain)
+
+
+def _walk(dirs: GitDirs, ref: Path) -> tuple[tuple[Path, str], ...]:
+    """The directories to try for ``ref``, deepest first: its own, then its ancestors up
+    to (not including) ``refs/``'s base."""
+    base = dirs.git_dir if ref.is_relative_to(dirs.git_dir / "refs") else dirs.common_dir
+    steps = []
+    directory = ref.parent
+    while directory != base and directory.is_relative_to(base):
+        steps.append((directory, str(directory)))
+        directory = directory.parent
+    steps.append((base, str(base)))
+    return tuple(steps)
+
+
+class Planner:
+    """:func:`plan` for one checkout, cheap to call on every re-resolve.
+
+    A plan depends on HEAD's chain and on which of a few directories exist. The
+    planner checks just those (a ``stat`` each) and hands back the same :class:`Plan`
+    object for the same answers, instead of building one anew (pathlib work costing
+    more than the resolve itself).
+    """
+
+    def __init__(self, dirs: GitDirs) -> None:
+        self._dirs = dirs
+        fixed = [dirs.worktree.parent, dirs.worktree, dirs.git_dir, dirs.common_dir]
+        self._wide = {dirs.git_dir, dirs.common_dir}
+        self._files = {dirs.head_file, dirs.packed_refs}
+        if dirs.reftable:
+            for base in {dirs.git_dir, dirs.common_dir}:  # a worktree has its own stack
+                self._files.add(base / "reftable" / "tables.list")
+                fixed.append(base / "reftable")
+                self._wide.add(base / "reftable")
+        self._fixed = tuple(dict.fromkeys((p, str(p)) for p in fixed))
+        self._walks: dict[Path, tuple[tuple[Path, str], ...]] = {}
+        self._plans: dict[tuple[object, ...], Plan] = {}
+
+    def plan(self, chain: Sequence[Path] | None = None) -> Plan:
+        """The plan for ``chain`` (``None``: read HEAD now) and the directories as they are."""
+        refs = tuple(head_chain(self._dirs) if chain is None else chain)
+        # os.path on strings: a stat each, without pathlib's per-call cost.
+        existing = tuple(path for path, text in self._fixed if os.path.isdir(text))  # noqa: PTH112
+        # Each ref's directory, or the deepest one of its ancestors that exists, so the
+        # directory's creation is seen and the plan moves down to it.
+        homes = []
+        for ref in refs:
+            walk = self._walks.get(ref)
+            if walk is None:
+                if len(self._walks) >= 256:  # a long life of branch switches: start over
+                    self._walks.clear()
+                walk = self._walks[ref] = _walk(self._dirs, ref)
+            homes.append(next((path for path, text in walk[:-1] if os.path.isdir(text)), walk[-1][0]))  # noqa: PTH112
+        key = (refs, existing, tuple(homes))
+        made = self._plans.get(key)
+        if made is None:
+            if len(self._plans) >= 64:
+                self._plans.clear()
+            made = self._plans[key] = self._build(refs, existing, homes)
+        return made
+
+    def _build(self, refs: Sequence[Path], existing: Sequence[Path], homes: Sequence[Path]) -> Plan:
+        dirs = self._dirs
+        files = set(self._files)
+        watch = set(existing)
+        wide = set(self._wide)
+        parents: set[Path] = set()
+        for ref, home in zip(refs, homes, strict=True):
+            files.add(ref)
+            watch.add(home)
+            wide.add(home)
+            base = dirs.git_dir if ref.is_relative_to(dirs.git_dir / "refs") else dirs.common_dir
+            parents.update(p for p in ref.parents if p.is_relative_to(base / "refs") and p != base / "refs")
+        marks = anchors(dirs)
+        interest: dict[Path, set[str]] = {directory: set() for directory in watch}
+        for path in (*files, *parents, *(Path(a) for a in marks)):
+            if path.parent in interest:
+                interest[path.parent].add(path.name)
+        return Plan(
+            # Ref directories are not filtered again: one git removes right after the
+            # check above fails to be watched, and the watcher plans again (never a
+            # blind gap).
+            watch=frozenset(watch),
+            anchors=marks,
+            files=frozenset(str(p) for p in files),
+            parents=frozenset(str(p) for p in parents),
+            narrow=frozenset(watch - wide),
+            interest={directory: frozenset(names) for directory, names in interest.items()},
+        )

@@ -7,6 +7,7 @@ stalewatch daemon's socket. Both implement :class:`Source`.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -14,7 +15,7 @@ from typing import Protocol
 from ..core.restart import RestartState
 from ..git.refs import GitDirs
 
-__all__ = ["OnChange", "OnHealth", "OnRestart", "Source", "Watch"]
+__all__ = ["OnChange", "OnHealth", "OnRestart", "Source", "Watch", "start_watch"]
 
 OnChange = Callable[[], Sequence[Path] | None]
 """Called on the watcher's thread when HEAD may have moved: re-resolve and compare.
@@ -60,3 +61,31 @@ class Source(Protocol):
         source that talks to a daemon with a restart policy; others ignore them.
         """
         ...
+
+
+def start_watch(
+    source: Source,
+    dirs: GitDirs,
+    on_change: OnChange,
+    on_health: OnHealth,
+    *,
+    loaded_revision: str | None,
+    on_restart: OnRestart,
+) -> Watch:
+    """``source.watch(...)``, passing the restart keywords only to a source that takes them.
+
+    ``Source`` is public: one written before those keywords takes three arguments, and
+    keeps working (without restart notices).
+    """
+    try:
+        parameters = inspect.signature(source.watch).parameters
+    except (TypeError, ValueError):
+        parameters = {}  # type: ignore[assignment]
+    takes = {"loaded_revision", "on_restart"} <= parameters.keys() or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+    if takes:
+        return source.watch(
+            dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart
+        )
+    return source.watch(dirs, on_change, on_health)

@@ -1,202 +1,252 @@
-"""One checkout's watcher. With :mod:`.observers`, the only code importing watchdog.
+"""One checkout's watcher: its watches on the process's inotify instance, and its turns.
 
-A :class:`Watcher` owns one worker thread and one watchdog observer. The observer
-watches the directories of a :class:`~.plan.Plan` — those of HEAD, of
-the refs HEAD goes through and of ``packed-refs``, each non-recursively, never
-``objects/`` — and its handler only classifies the path and sets a wake-up event: no
-I/O on watchdog's dispatch thread, so reading ``.git`` can never feed the watch. The
-worker re-resolves HEAD in-process on each wake-up, which coalesces bursts (a rebase)
-while never losing the last write (C12), and on a timer, which backs the events up.
-It reports health to the guard, which trusts its flag only while the watcher is
-healthy (C9).
+A :class:`Watcher` owns no thread. Its watches live on the process's one inotify
+instance (:mod:`.inotify`) — the directories of a :class:`~.plan.Plan`: HEAD's, those
+of the refs HEAD goes through and of ``packed-refs``, each non-recursively, never
+``objects/``; the worktree and its parent only for renames and deletions. The reader
+thread classifies each event by the plan and queues the watcher on the process's
+workers (:mod:`.scheduler`); no I/O happens there, so reading ``.git`` never feeds the
+watch. A turn re-resolves HEAD in-process, which coalesces bursts (a rebase) while
+never losing the last write (C12), then moves the watches with HEAD.
+
+A timer backs the events up: every ``verify_period`` (the verify interval, stretched
+so the process verifies at most :data:`VERIFY_RATE` checkouts a second) a turn
+compares the checkout's identity and a stat :class:`~.stamp.Stamp` of the plan's
+files with the last ones, and reads HEAD only when they differ, when the stamp is
+racy, or every :data:`READ_EVERY` verifications anyway.
+
+Trust (C9) is reported through :class:`~.health.Health`: only native notification
+earns it. Faults revoke it at once: the reader died (every watcher restarts on a new
+instance), the kernel's queue overflowed (every watcher resyncs), a worker died in
+this watcher's turn, the checkout moved. When notification is unavailable (the
+user's instance or watch limit) the watcher polls (stat stamps every poll interval)
+and tries native notification again with exponential backoff, and at once when
+another watcher of the process succeeds; the mode change is reported and logged.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
+import math
 import os
-import threading
+import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers.api import BaseObserver, ObservedWatch
-
-from ..git.refs import GitDirs, identity
-from . import observers
+from ..git.refs import GitDirs
+from . import inotify, scheduler
+from .fallback import NO_NOTIFICATION, Fallback
 from .health import Health
-from .plan import Plan, Relevance, anchors, plan
+from .plan import Plan, Planner, Relevance, anchors
 from .source import OnChange, OnHealth
+from .stamp import Stamp, take
+from .watches import Watches, identity_of
 
 if TYPE_CHECKING:
     from .local import LocalSource
 
-__all__ = ["Watcher"]
+__all__ = ["READ_EVERY", "VERIFY_RATE", "Watcher"]
 
 logger = logging.getLogger(__name__)
 
+VERIFY_RATE = 50.0
+"""Most periodic verifications per second in one process: a thousand checkouts with
+the 2 s default are each verified every 20 s, not 500 times a second in all."""
+READ_EVERY = 8
+"""Every this many verifications HEAD is read even when the stamp says unchanged."""
+_RETRY = 1.0  # seconds before another try when the checkout or a directory is missing
+_QUANTUM = 0.1  # timers fall on this grid (or a quarter period), so one wake-up serves several
+_MAX_REPLANS = 5  # re-plans per turn before yielding to the next turn
+# core.preferSymlinkRefs: git switches branch by unlinking HEAD, then creating the new
+# symlink. Resolving in between reads "HEAD does not exist": wait this long for the
+# new HEAD before resolving (its creation wakes the worker at once).
+_HEAD_GONE_GRACE = 0.05
+_NEVER = float("inf")
 
-# OSError numbers meaning "no change notification here": fall back to polling.
-_NO_NOTIFICATION = frozenset({errno.ENOSPC, errno.EMFILE, errno.ENFILE, errno.ENOSYS})
-
-_HEALTH_INTERVAL = 1.0  # seconds between checks that watchdog's threads are alive
-_MAX_REPLANS = 5  # re-plans per wake-up before yielding to the next turn
-
-
-class _Handler(FileSystemEventHandler):
-    """Sorts events by the current plan and wakes the worker; does no I/O itself."""
-
-    def __init__(self, watcher: Watcher) -> None:
-        self._watcher = watcher
-
-    def dispatch(self, event: FileSystemEvent) -> None:
-        try:
-            plan = self._watcher.plan
-            paths = [os.fsdecode(event.src_path)]
-            if event.event_type == "moved":
-                paths.append(os.fsdecode(event.dest_path))
-            for relevance in {plan.relevance(path) for path in paths}:
-                self._watcher.signal(relevance)
-        except Exception:  # a raising handler kills watchdog's dispatch thread
-            logger.exception("stalewatch: error handling %r", event)
+_Identity = tuple[int, int] | None
 
 
 class Watcher:
-    """Watches one checkout; calls ``on_change`` on its own thread. See the module doc."""
+    """Watches one checkout; calls ``on_change`` on a worker thread. See the module doc.
+
+    Attributes:
+        plan: the current watch plan.
+        verified_at: monotonic time of the last periodic verification (or restart).
+        on_verified: called after each verification (the daemon's proof of life).
+        turns: turns run so far (tests and benches count wake-ups with it).
+    """
 
     def __init__(self, source: LocalSource, dirs: GitDirs, on_change: OnChange, on_health: OnHealth):
         self._source = source
         self._dirs = dirs
         self._on_change = on_change
         self._health = Health(on_health)
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-        # The observer, its watches and its threads: changed by the worker, closed by
-        # stop() from the caller's thread as well, always under this lock.
-        self._observer_lock = threading.Lock()
-        self._observer: BaseObserver | None = None
-        # Each watched directory with the (device, inode) it had when watched: inotify
-        # follows the inode, so a directory deleted and re-created needs a new watch.
-        self._watches: dict[Path, tuple[ObservedWatch, tuple[int, int] | None]] = {}
-        self._reader_threads: list[threading.Thread] = []
-        self._identities: dict[str, tuple[int, int] | None] = {}
+        self._stopped = False
+        self._scheduler: scheduler.Scheduler | None = None
+        self._slot: scheduler.Slot | None = None
+        self._watches = Watches(self, self.wake)
+        self._identities: dict[str, _Identity] = {}
+        self._planner = Planner(dirs)
         self.plan = Plan(frozenset(), frozenset(), frozenset(), frozenset())
+        self._order: tuple[str, ...] = ()
+        self._dirty = False
+        self._resolve_at = _NEVER  # a resolve put off a moment (HEAD being replaced)
         self._restart_needed = True
-        self._polling_only = False  # set once notifications proved unavailable
-        self._handler = _Handler(self)
+        self._restart_at = 0.0
+        self._stamp: Stamp | None = None
+        self._verifies = 0
+        self._next_verify = _NEVER
+        self._fallback = Fallback(dirs.worktree, source.poll_interval, self.wake)
+        self.verified_at: float | None = None
+        self.on_verified: Callable[[], None] | None = None
+        self.turns = 0
 
-    # -- lifecycle -------------------------------------------------------------
+    # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the worker thread, which starts the observer. Idempotent."""
-        if self._thread is not None:
+        """Join the process's workers and instance; the first turn watches. Idempotent."""
+        if self._slot is not None:
             return
-        self._thread = threading.Thread(
-            target=self._run, name=f"stalewatch-watcher:{self._dirs.worktree}", daemon=True
-        )
-        observers.track(self)
-        observers.warn_if_overflow_log_is_silenced()
-        self._thread.start()
+        self._scheduler, self._slot = scheduler.acquire(self)
+        self._scheduler.wake(self._slot)
 
     def stop(self) -> None:
-        """Stop the observer and the worker, joining them. Harmless to call twice.
+        """Remove the watches and leave the workers. Harmless to call twice.
 
-        The observer is stopped from this thread, so watchdog's threads are gone within
-        a second even while the worker is busy in a slow subscriber callback.
+        Waits up to a second for a turn in progress; a turn stuck in a slow subscriber
+        callback ends when the callback returns (the watches are gone by then).
         """
-        self._stop.set()
-        self._wake.set()
-        observers.untrack(self)
-        self._close_observer()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=1.0)
-            if thread.is_alive():
-                logger.warning(
-                    "stalewatch: %s is still in a callback; it ends when that returns", thread.name
-                )
+        self._stopped = True
+        self._fallback.forget()
+        slot, self._slot = self._slot, None
+        if slot is not None and self._scheduler is not None and not scheduler.release(self._scheduler, slot):
+            logger.warning(
+                "stalewatch: the watcher of %s is still in a callback; it ends when that returns",
+                self._dirs.worktree,
+            )
+        self._watches.close(final=True)
+        self._health.report(False, "none")
+
+    @property
+    def verify_period(self) -> float:
+        """Seconds between periodic verifications now (poll interval while polling)."""
+        if self._health.mode == "polling":
+            return self._source.poll_interval
+        count = self._scheduler.slots if self._scheduler is not None else 1
+        return max(self._source.verify_interval, count / VERIFY_RATE)
+
+    # -- signals (any thread; the reader's must not block) -----------------------------------
 
     def wake(self) -> None:
-        """Ask the worker to re-resolve now (any thread; coalesces)."""
-        self._wake.set()
+        """Ask for a re-resolve soon (coalesces)."""
+        self._dirty = True
+        slot, sched = self._slot, self._scheduler
+        if slot is not None and sched is not None:
+            sched.wake(slot)
 
     def signal(self, relevance: Relevance) -> None:
-        """React to a write the plan classified (called on watchdog's dispatch thread)."""
+        """React to a write the plan classified (on the reader thread)."""
         if relevance is Relevance.REF:
-            self._wake.set()
+            self.wake()
         elif relevance is Relevance.ANCHOR:
             self._health.fault()
             self._restart_needed = True
-            self._wake.set()
+            self._restart_at = 0.0
+            self.wake()
 
-    # -- fault signals (other threads) ------------------------------------------
+    def on_inotify(self, registration: inotify.Registration, name: bytes, mask: int) -> None:
+        """An event in one of our directories (the reader thread: classify, no I/O)."""
+        relevance = self.plan.relevance_in(registration.path, os.fsdecode(name))
+        slot, sched = self._slot, self._scheduler
+        if (
+            relevance is Relevance.REF
+            and mask & inotify.DELETED
+            and registration.path / os.fsdecode(name) == self._dirs.head_file
+            and slot is not None
+            and sched is not None
+        ):
+            # Resolve at the end of the grace, or as soon as HEAD is back (its
+            # creation wakes the worker).
+            when = time.monotonic() + _HEAD_GONE_GRACE
+            self._resolve_at = min(self._resolve_at, when)
+            sched.at(slot, when)
+            return
+        self.signal(relevance)
 
-    def _observer_died(self) -> None:
-        logger.error("stalewatch: watchdog observer for %s died; restarting", self._dirs.worktree)
-        self._health.fault()
-        self._restart_needed = True
-        self._wake.set()
+    def on_overflow(self) -> None:
+        self.queue_overflowed()
 
     def queue_overflowed(self) -> None:
         """Events were lost (inotify queue overflow): distrust the flag until resynced."""
         self._health.fault(resync=True)
-        self._wake.set()
+        self.wake()
 
-    # -- worker ------------------------------------------------------------------
+    def on_reader_died(self) -> None:
+        """The instance's reader died: its watches are blind; restart on a new one."""
+        self._health.fault()
+        self._restart_needed = True
+        self._restart_at = 0.0
+        self.wake()
 
-    def _run(self) -> None:
-        verify_every = self._source.verify_interval
-        # Thread liveness is checked at least every second even when re-verification
-        # is rare: a dead watchdog thread leaves the flag blind until it is noticed.
-        health_every = min(_HEALTH_INTERVAL, verify_every)
-        now = time.monotonic()
-        next_health, next_verify = now, now + verify_every
+    def turn_lost(self) -> None:
+        """A worker died in our turn (a callback raised ``SystemExit``): start over."""
+        self.on_reader_died()
+
+    # -- a turn (a worker thread) ------------------------------------------------------------
+
+    def turn(self) -> float:
+        """Run one turn; return when the next is due (see :class:`~.scheduler.Task`)."""
+        self.turns += 1
         try:
-            while not self._stop.is_set():
-                try:
-                    next_health, next_verify = self._step(
-                        next_health, next_verify, health_every, verify_every
-                    )
-                except Exception:
-                    # Never a dead watcher: distrust, back off one period, start over.
-                    logger.exception("stalewatch: watcher for %s failed; restarting", self._dirs.worktree)
-                    self._health.fault()
-                    self._restart_needed = True
-                    self._stop.wait(health_every)
-        finally:
-            self._health.report(False, "none")
-            self._close_observer()
+            self._step(time.monotonic())
+        except Exception:
+            # Never a dead watcher: distrust, back off, start over.
+            logger.exception("stalewatch: watcher for %s failed; restarting", self._dirs.worktree)
+            self._health.fault()
+            self._restart_needed = True
+            self._restart_at = time.monotonic() + min(_RETRY, self._source.verify_interval)
+        return self._next_timer()
 
-    def _step(
-        self, next_health: float, next_verify: float, health_every: float, verify_every: float
-    ) -> tuple[float, float]:
-        """One turn of the worker loop; returns the next health and verify deadlines."""
-        now = time.monotonic()
-        if now >= next_health:
-            next_health = now + health_every
-            if self._restart_needed or not self._healthy():
-                self._restart()
-                return next_health, now + verify_every
-        if now >= next_verify:
-            next_verify = now + verify_every
-            self._wake.set()  # periodic re-verification backs the events up
-        self._wake.wait(max(0.0, min(next_health, next_verify) - now))
-        if self._stop.is_set() or not self._wake.is_set():
-            return next_health, next_verify
-        self._wake.clear()  # before resolving: a write from now on wakes us again (C12)
+    def _step(self, now: float) -> None:
+        dirty, self._dirty = self._dirty, False  # before resolving: a later write gets a turn (C12)
+        if self._resolve_at <= now:
+            dirty, self._resolve_at = True, _NEVER
+        if self._stopped:
+            return
         if self._restart_needed:
-            self._restart()
-            return next_health, next_verify
+            if now >= self._restart_at:
+                self._restart(now)
+            return
+        if self._fallback.due(now):
+            self._restart(now)  # try native notification again
+            return
         faults, resync = self._health.take_resync()  # together: a fault in between is never lost
-        if self._resolve_checked() and resync and not self._trust_unless_faulted(faults):
-            self._health.owe_resync()  # another fault arrived meanwhile: resync again
-            self._wake.set()
-        return next_health, next_verify
+        if dirty or resync:
+            if self._resolve_checked() and resync and not self._trust_unless_faulted(faults):
+                self._health.owe_resync()  # another fault arrived meanwhile: resync again
+                self.wake()
+        elif now >= self._next_verify:
+            self._verify(now)
+
+    def _next_timer(self) -> float:
+        if self._stopped:
+            return _NEVER
+        if self._restart_needed:
+            return min(self._restart_at, self._resolve_at)
+        if self._resolve_at != _NEVER:
+            return self._resolve_at  # off the grid: a grace is short
+        when = self._next_verify
+        if self._fallback.active:
+            when = min(when, self._fallback.retry_at)
+        if when == _NEVER:
+            return when
+        # On a grid: verifications due close together share one worker wake-up.
+        quantum = min(_QUANTUM, self.verify_period / 4)
+        on_grid = math.ceil(when / quantum) * quantum
+        return on_grid if on_grid >= when else on_grid + quantum
 
     def _changed(self) -> Sequence[Path] | None:
         """Re-resolve (the guard's work); return HEAD's ref chain, ``None`` if unknown."""
@@ -206,189 +256,144 @@ class Watcher:
             logger.exception("stalewatch: re-resolving %s failed", self._dirs.worktree)
             return None
 
-    def _resolve(self) -> None:
-        """Re-resolve HEAD, then move the watches with it; again if they moved.
+    def _resolve(self, *, recheck: bool = False) -> None:
+        """Re-resolve HEAD, then move the watches with it; again while they move.
 
         A branch switch changes which ref matters. The watches move after the
-        resolve, so one more resolve covers a write that landed in between.
+        resolve, so one more resolve covers a write that landed in between. The stamp
+        is taken before each read, so it describes no later state than the one read.
         """
-        chain = self._changed()
-        # Until the plan holds still: a directory git creates between a plan and its
-        # watch (checkout -b a/b) is found by the next plan, and a resolve after each
-        # change of watches covers a write that landed before the watch existed.
         for _ in range(_MAX_REPLANS):
-            if self._observer is None or not self._replan(chain):
-                return
+            stamp = take(self._order)
             chain = self._changed()
-        self._wake.set()  # still moving: another turn
+            if not self._replan(chain, recheck=recheck):
+                self._stamp = stamp
+                return
+            recheck = False
+        self._stamp = None
+        self.wake()  # still moving: another turn
 
-    def _replan(self, chain: Sequence[Path] | None) -> bool:
-        """Bring the watches in line with a fresh plan; True if they changed.
-
-        Raises:
-            OSError: a watch could not be added (the watch limit): the caller restarts.
-        """
-        new = plan(self._dirs, chain)
-        with self._observer_lock:
-            observer = self._observer
-            if observer is None:
-                return False
-            # The old plan sorted the events that arrived since the last resolve: if it
-            # named other files (HEAD switched branch in the same directory), a write to
-            # the new branch may have been ignored, so the caller must resolve again.
-            changed, self.plan = new != self.plan, new
-            # Watches to make anew: an emitter ends when its directory is deleted, and a
-            # directory re-created (even on the same inode) needs a new watch.
-            dead = {Path(e.watch.path) for e in list(observer.emitters) if not e.is_alive()}
-            replaced = {p for p, (_, ident) in self._watches.items() if p in dead or identity(p) != ident}
-            if new.watch == self._watches.keys() and not replaced:
-                return changed
-            for path in (self._watches.keys() - new.watch) | replaced:
-                watch, _ = self._watches.pop(path)
-                with contextlib.suppress(KeyError):  # gone with its directory already
-                    observer.unschedule(watch)
-            for path in new.watch - self._watches.keys():
-                try:
-                    self._watch_dir(observer, path)
-                except (FileNotFoundError, NotADirectoryError):
-                    self._wake.set()  # git removed it since the plan was made: plan again
-            self._name_threads(observer)
+    def _resolve_checked(self, *, recheck: bool = False) -> bool:
+        """:meth:`_resolve`; when a new watch hits a limit, fall back to polling (False)."""
+        try:
+            self._resolve(recheck=recheck)
+        except OSError as exc:
+            if exc.errno not in NO_NOTIFICATION or self._health.mode != "native":
+                raise
+            self._fallback.unavailable(exc, time.monotonic())
+            self._restart_needed = True
+            self._restart_at = 0.0
+            self.wake()
+            return False
         return True
 
-    def _watch_dir(self, observer: BaseObserver, path: Path) -> None:
-        ident = identity(path)  # before the watch: a later swap shows up as a mismatch
-        watch = observer.schedule(self._handler, str(path), recursive=False, event_filter=observers.EVENTS)
-        self._watches[path] = (watch, ident)
+    def _verify(self, now: float) -> None:
+        """The periodic backstop: identity, then stamps; read HEAD only if they say so."""
+        self._beat(now)
+        self._next_verify = now + self.verify_period
+        self._verifies += 1
+        if any(identity_of(path) != ident for path, ident in self._identities.items()):
+            # The checkout deleted, moved or re-created: inotify watches follow inodes.
+            self.signal(Relevance.ANCHOR)
+            return
+        stamp = take(self._order)
+        lost = self._watches.lost()
+        if lost or self._verifies % READ_EVERY == 0 or not stamp.proves_unchanged_since(self._stamp):
+            self._resolve_checked(recheck=True)
 
-    def _healthy(self) -> bool:
-        observer = self._observer
-        if observer is None or not observer.is_alive():
-            return False
-        # Every thread watchdog started for us must still run: an exception kills one
-        # silently and its watch goes blind. An emitter also ends when its directory
-        # is deleted; that is a change of plan, not a fault.
-        dead = [t.name for t in self._reader_threads if not t.is_alive()]
-        if any(not emitter.is_alive() for emitter in list(observer.emitters)):
-            self._wake.set()  # its directory was deleted, or it crashed: re-planning replaces it
-        if dead:
-            logger.error("stalewatch: watchdog threads %s for %s died; restarting", dead, self._dirs.worktree)
-            return False
-        # The checkout deleted, moved or re-created: inotify watches follow inodes.
-        return all(identity(Path(path)) == ident for path, ident in self._identities.items())
+    def _beat(self, now: float) -> None:
+        self.verified_at = now
+        callback = self.on_verified
+        if callback is not None:
+            try:
+                callback()
+            except Exception:
+                logger.exception("stalewatch: on_verified callback failed")
 
-    def _restart(self) -> None:
+    # -- (re)starting --------------------------------------------------------------------------
+
+    def _restart(self, now: float) -> None:
         faults = self._health.faults
         self._restart_needed = False
         self._health.report(False, self._health.mode)
-        self._close_observer()
-        identities = {path: identity(Path(path)) for path in anchors(self._dirs)}
+        self._watches.close()
+        self._stamp = None
+        self._beat(now)
+        identities = {path: identity_of(path) for path in anchors(self._dirs)}
         if None in identities.values():
-            self._health.mode = "none"  # checkout gone: HEAD reads unreadable; retried on the tick
+            self._health.mode = "none"  # checkout gone: HEAD reads unreadable; retried soon
             self._changed()
-            return
-        try:
-            mode = self._start_observer()
-        except OSError as exc:  # e.g. a directory vanished between the check and the watch
-            if self._stop.is_set():
-                return  # stop() is closing us: not a failure
-            logger.warning("stalewatch: cannot watch %s yet (%s); retrying", self._dirs.worktree, exc)
-            self._health.mode = "none"
             self._restart_needed = True
-            self._changed()
+            self._restart_at = now + min(_RETRY, self._source.verify_interval)
             return
-        self._health.mode = mode
         self._identities = identities
+        self._set_plan(self._planner.plan())
+        mode = self._open(now)
+        self._health.mode = mode
+        # The first verification: spread over a period, so a thousand checkouts started
+        # together are not verified together; no sooner than a period after the start
+        # (the watches are fresh), except when polling (that is how changes are seen).
+        if mode == "polling":
+            self._next_verify = now + random.uniform(0.1, 1.0) * self.verify_period  # noqa: S311
+        elif self._next_verify == _NEVER:
+            self._next_verify = now + random.uniform(1.0, 2.0) * self.verify_period  # noqa: S311
         # Resolve only once the watches exist, so no update falls between the two.
         if self._resolve_checked():
             self._trust_unless_faulted(faults)  # trusted only when native
 
-    def _resolve_checked(self) -> bool:
-        """:meth:`_resolve`; when a new watch hits the limit, restart polling (False)."""
-        try:
-            self._resolve()
-        except OSError as exc:
-            if exc.errno not in _NO_NOTIFICATION or self._health.mode == "polling":
-                raise
-            self._notification_unavailable(exc)
-            self._restart()
-            return False
-        return True
-
-    def _start_observer(self) -> str:
-        # One observer is created at a time, so the threads that appear meanwhile are
-        # this observer's (see _adopt).
-        with observers.start_lock, self._observer_lock:
-            if self._stop.is_set():
-                raise OSError(errno.ESHUTDOWN, "stopping")
-            if not self._source.poll and not self._polling_only:
-                before = set(threading.enumerate())
-                try:
-                    self._adopt(observers.native_observer(), before)  # inotify starts its reader here
-                except OSError as exc:
-                    if exc.errno not in _NO_NOTIFICATION:
-                        raise
-                    self._notification_unavailable(exc)
-                else:
-                    return "native"
-            self._adopt(observers.polling_observer(self._source.poll_interval), set(threading.enumerate()))
+    def _open(self, now: float) -> str:
+        """Watch the plan's directories natively if possible; the mode to run in."""
+        if self._source.poll:
             return "polling"
-
-    def _notification_unavailable(self, exc: OSError) -> None:
-        if not self._polling_only:
-            self._polling_only = True  # from now on this watcher polls
-            reason = {errno.ENOSPC: "watch limit reached", errno.EMFILE: "instance limit reached"}
-            reason[errno.ENOSYS] = "not supported by this kernel"
-            logger.warning(
-                "stalewatch: change notification unavailable for %s (%s); polling every "
-                "%.1f s, and the barrier re-reads HEAD on each check meanwhile",
-                self._dirs.worktree,
-                reason.get(exc.errno or 0, exc.strerror or str(exc)),
-                self._source.poll_interval,
-            )
-
-    def _adopt(self, observer: BaseObserver, before: set[threading.Thread]) -> None:
-        """Start ``observer`` with the current plan's watches (under _observer_lock)."""
-        observer.name = f"stalewatch-observer:{self._dirs.worktree}"
-        observer.daemon = True
-        observer.on_exit = self._observer_died  # type: ignore[attr-defined]
-        # Start first, then schedule: a running observer starts each emitter inside
-        # schedule(), so a watch-limit OSError surfaces here and stop() cleans up.
-        observer.start()
-        self.plan = plan(self._dirs)
-        self._watches = {}
+        if self._fallback.holds(now):
+            return "polling"
         try:
-            for path in self.plan.watch:
-                try:
-                    self._watch_dir(observer, path)
-                except (FileNotFoundError, NotADirectoryError):
-                    self._wake.set()  # git removed it since the plan was made: plan again
-        except BaseException:
-            self._watches = {}
-            observers.stop_observer(observer)
-            raise
-        self._observer = observer
-        # The inotify reader is not among observer.emitters. Our observers are created
-        # one at a time (start_lock), so a new InotifyFD thread is this one's.
-        self._reader_threads = [
-            t for t in threading.enumerate() if t not in before and type(t).__name__ == "InotifyFD"
-        ]
-        self._name_threads(observer)
+            self._watches.open(self.plan)
+        except OSError as exc:
+            self._watches.close()
+            if self._stopped:
+                return "none"
+            if exc.errno in NO_NOTIFICATION or exc.errno == errno.EACCES:
+                self._fallback.unavailable(exc, now)
+                return "polling"
+            # e.g. a directory vanished between the plan and the watch
+            logger.warning("stalewatch: cannot watch %s yet (%s); retrying", self._dirs.worktree, exc)
+            self._restart_needed = True
+            self._restart_at = now + min(_RETRY, self._source.verify_interval)
+            return "none"
+        self._fallback.available()
+        return "native"
 
-    def _name_threads(self, observer: BaseObserver) -> None:
-        # Named, so a thread dump (or a log line about a dead thread) says whose it is.
-        for thread in self._reader_threads:
-            thread.name = f"stalewatch-inotify:{self._dirs.worktree}"
-        for emitter in list(observer.emitters):
-            emitter.name = f"stalewatch-emitter:{emitter.watch.path}"
+    # -- watches --------------------------------------------------------------------------------
 
-    def _close_observer(self) -> None:
-        with self._observer_lock:
-            observer, self._observer = self._observer, None
-            self._watches = {}
-            self._reader_threads = []
-        if observer is not None:
-            observers.stop_observer(observer)
+    def _set_plan(self, new: Plan) -> bool:
+        changed = new is not self.plan and new != self.plan
+        if changed:
+            self.plan = new
+            self._order = tuple(sorted(new.files))
+        return changed
+
+    def _replan(self, chain: Sequence[Path] | None, *, recheck: bool = False) -> bool:
+        """Bring plan and watches in line with ``chain``; True if either changed.
+
+        Raises:
+            OSError: a watch could not be added (a limit): the caller falls back.
+        """
+        old = self.plan
+        changed = self._set_plan(self._planner.plan(chain))
+        if self._health.mode != "native":
+            return changed
+        return self._watches.follow(old, self.plan, recheck=recheck) or changed
+
+    @property
+    def instance(self) -> inotify.Inotify | None:
+        """The process's inotify instance while this watcher uses it."""
+        return self._watches.instance
+
+    def watch_count(self) -> int:
+        """Directories watched natively now."""
+        return self._watches.count()
 
     def _trust_unless_faulted(self, faults: int) -> bool:
         """Restore trust unless a fault came after ``faults`` (or we are stopping)."""
-        return not self._stop.is_set() and self._health.trust_unless_faulted(faults)
+        return not self._stopped and self._health.trust_unless_faulted(faults)

@@ -18,10 +18,68 @@ Every key, its default and its meaning are in the README ("Automatic restart").
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NoReturn, Protocol
 
-__all__ = ["RestartPolicy"]
+__all__ = ["RestartPolicy", "TableReader", "parse_policy"]
+
+KEYS = {
+    "action",
+    "pidfile",
+    "signal",
+    "settle",
+    "hold_while",
+    "update_marker",
+    "update_marker_max_age",
+    "incomplete_markers",
+    "verify",
+    "verify_timeout",
+    "lock",
+    "confirm",
+    "confirm_timeout",
+    "action_timeout",
+    "max_attempts",
+    "min_interval",
+}
+_SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signal.Signals)
+
+
+class TableReader(Protocol):
+    """What :func:`parse_policy` needs from the configuration loader (``daemon.config``)."""
+
+    def name(self, table: int | None, key: str, sub: str | None = None) -> str: ...
+
+    def fail(
+        self,
+        name: str,
+        value: object,
+        reason: str,
+        table: int | None,
+        key: str | None,
+        *,
+        sub: str | None = None,
+    ) -> NoReturn: ...
+
+    def number(
+        self,
+        data: dict[str, Any],
+        key: str,
+        table: int | None,
+        low: float,
+        high: float,
+        *,
+        sub: str | None = None,
+    ) -> float: ...
+
+    def path(self, data: dict[str, Any], key: str, table: int | None, sub: str | None = None) -> Path: ...
+
+    def paths(
+        self, data: dict[str, Any], key: str, table: int, sub: str | None = None
+    ) -> tuple[Path, ...]: ...
+
+    def argv(self, data: dict[str, Any], key: str, table: int, sub: str | None = None) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -70,3 +128,72 @@ class RestartPolicy:
         if self.action is not None:
             return " ".join(self.action)
         return f"kill -{self.signal} $(cat {self.pidfile})"
+
+
+def parse_policy(reader: TableReader, data: object, table: int) -> RestartPolicy:
+    """Read a ``[checkout.restart]`` table (``table``: the checkout's index).
+
+    Raises:
+        DaemonConfigError: through ``reader.fail``, naming the file, line and key.
+    """
+    sub = "restart"
+    if not isinstance(data, dict):
+        reader.fail(
+            reader.name(table, sub), data, "expected a [checkout.restart] table", table, None, sub=sub
+        )
+    for key in data:
+        if key not in KEYS:
+            known = ", ".join(sorted(KEYS))
+            reader.fail(
+                reader.name(table, key, sub), data[key], f"unknown key (known: {known})", table, key, sub=sub
+            )
+    if ("action" in data) == ("pidfile" in data):
+        reason = "give exactly one of action (an argv) or pidfile (with signal)"
+        reader.fail(reader.name(table, sub), None, reason, table, None, sub=sub)
+    policy: dict[str, Any] = {}
+    for key in ("action", "verify", "confirm"):
+        if key in data:
+            policy[key] = reader.argv(data, key, table, sub)
+    for key in ("pidfile", "update_marker", "lock"):
+        if key in data:
+            policy[key] = reader.path(data, key, table, sub)
+    for key in ("hold_while", "incomplete_markers"):
+        if key in data:
+            policy[key] = reader.paths(data, key, table, sub)
+    limits = {
+        "settle": (0.0, 3600.0),
+        "update_marker_max_age": (1.0, 7 * 86400.0),
+        "verify_timeout": (0.1, 3600.0),
+        "confirm_timeout": (0.1, 3600.0),
+        "action_timeout": (0.1, 3600.0),
+        "min_interval": (0.0, 86400.0),
+    }
+    for key, (low, high) in limits.items():
+        if key in data:
+            policy[key] = reader.number(data, key, table, low, high, sub=sub)
+    if "max_attempts" in data:
+        value = data["max_attempts"]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
+            reason = "expected a whole number between 1 and 100"
+            reader.fail(
+                reader.name(table, "max_attempts", sub), value, reason, table, "max_attempts", sub=sub
+            )
+        policy["max_attempts"] = value
+    if "signal" in data:
+        name = data["signal"]
+        name = name.upper().removeprefix("SIG") if isinstance(name, str) else name
+        if name not in _SIGNALS:
+            reader.fail(
+                reader.name(table, "signal", sub),
+                data["signal"],
+                "expected a signal name",
+                table,
+                "signal",
+                sub=sub,
+            )
+        policy["signal"] = name
+    lock = policy.get("lock")
+    if lock is not None and not lock.parent.is_dir():
+        reason = f"its directory {lock.parent} does not exist"
+        reader.fail(reader.name(table, "lock", sub), str(lock), reason, table, "lock", sub=sub)
+    return RestartPolicy(**policy)

@@ -32,7 +32,8 @@ from ...core.guard import Guard
 from ...core.restart import RestartPhase, RestartState
 from ...core.status import Event, Status
 from .. import process
-from ..registry import Process, Registry
+from ..registry import Registry
+from .confirm import Confirmation
 from .lock import HandoffLock, LockError
 from .markers import assess
 from .policy import RestartPolicy
@@ -44,7 +45,6 @@ logger = logging.getLogger(__name__)
 _MARKER_POLL = 0.5  # seconds between looks at markers while waiting on them
 _REFUSED_POLL = 2.0  # seconds between looks at a refusing marker
 _LOCK_POLL = (0.05, 1.0)  # first and longest wait between tries of a held lock
-_CONFIRM_POLL = (0.2, 2.0)  # first and longest wait between runs of the confirm probe
 _DEFAULT_RESTART = 5.0  # seconds from action to confirmed, until one is measured
 
 
@@ -316,7 +316,9 @@ class Restarter:
         if not outcome.ok:
             self._failed(target, policy, f"action {outcome.detail}")
             return
-        running, problem = self._confirm(target, policy, started_wall)
+        self._registered_ever |= bool(self._registry.processes(self.key))
+        confirmation = Confirmation(self.key, self._registry, self._guard, self._stop, self._env(target))
+        running, problem = confirmation.wait(target, policy, started_wall, registered=self._registered_ever)
         if problem is not None:
             self._failed(target, policy, f"not-confirmed: {problem}")
             return
@@ -324,42 +326,6 @@ class Restarter:
         self._running = running
         self._publish(RestartPhase.CONFIRMED, None, running, attempt)
         self._rebind(running)
-
-    def _confirm(self, target: str, policy: RestartPolicy, action_at: float) -> tuple[str, str | None]:
-        """What the servers run once the restart is confirmed (R5), and ``None``; else why not."""
-        if self._registered_ever or self._registry.processes(self.key):
-            confirmed: list[str] = []
-
-            def done(processes: list[Process]) -> bool:
-                # All on one revision, the target or a newer HEAD (a commit that landed
-                # during the restart is loaded by the new servers: still confirmed).
-                revisions = {p.revision for p in processes}
-                if len(revisions) != 1 or not any(p.since >= action_at for p in processes):
-                    return False
-                (revision,) = revisions
-                if revision not in (target, self._guard.snapshot().current_revision):
-                    return False
-                confirmed.append(revision)
-                return True
-
-            if self._registry.wait(self.key, done, policy.confirm_timeout, self._stop):
-                return confirmed[-1], None
-            table = self._registry.by_revision(self.key) or {"(none)": []}
-            runs = "; ".join(f"{rev[:7]}: pids {pids}" for rev, pids in table.items())
-            return target, f"after {policy.confirm_timeout:g} s the registered servers run {runs}"
-        if policy.confirm is not None:
-            deadline = time.monotonic() + policy.confirm_timeout
-            delay, longest = _CONFIRM_POLL
-            last = "never ran"
-            while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():
-                outcome = process.run(policy.confirm, timeout=left, env=self._env(target), stop=self._stop)
-                if outcome.ok:
-                    return target, None
-                last = outcome.detail
-                self._stop.wait(min(delay, max(0.0, deadline - time.monotonic())))
-                delay = min(delay * 2, longest)
-            return target, f"the confirm probe kept failing for {policy.confirm_timeout:g} s ({last})"
-        return target, None  # the action's exit status is all there is
 
     def _failed(self, target: str, policy: RestartPolicy, reason: str) -> None:
         attempts = self._attempts

@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""Measure one daemon watching N checkouts: start, threads, inotify, memory, idle, detection.
+
+For each N (default 1, 100, 1000) the script copies one small repository N times,
+starts ``stalewatch daemon --config`` on them, and prints:
+
+- start: seconds from launching the daemon to its ``READY=1`` (sd_notify);
+- threads, inotify instances and watches (``/proc/PID/fdinfo``), RSS;
+- polling: checkouts whose watcher is not native (from the snapshots; 0 expected);
+- burst: seconds from a new client's connect to its last snapshot line;
+- detection: ref rename (as git does) in one of the N checkouts -> the event line at
+  a subscriber, median, p99 and max over ``--updates`` updates;
+- idle CPU over ``--idle`` seconds in the steady state (one client connected,
+  receiving pings; measured once every watcher made its first periodic
+  verification, two periods after the start: 40 s at N = 1,000).
+
+Then, in this process, a guard on a repository with ``--packed`` (100,000) packed
+refs, HEAD's branch packed too: ``check(strict=True)``, and detection of a loose ref
+update and of a ``packed-refs`` rewrite (what ``git pack-refs`` does).
+
+Figures are printed, never asserted. ``--quick`` runs N = 1, 10 with tiny counts.
+``--src DIR`` runs the daemon from another source tree (e.g. an older checkout of
+stalewatch, for a before/after comparison).
+
+Usage: python scripts/bench_scale.py [--counts 1,100,1000] [--idle 10] [--updates 40] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "bench",
+    "GIT_AUTHOR_EMAIL": "bench@stalewatch.invalid",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "bench@stalewatch.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
+READY_TIMEOUT = 120.0
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env=_ENV, capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stdout.strip()
+
+
+def template(root: Path) -> tuple[Path, str, str]:
+    """A small repository (no sample hooks) with two commits; HEAD on the first."""
+    repo = root / "template"
+    repo.mkdir()
+    git(repo, "init", "-q", "--template=", "-b", "main")
+    (repo / "app.py").write_text("VALUE = 1\n")
+    git(repo, "add", "app.py")
+    git(repo, "commit", "-q", "-m", "a")
+    a = git(repo, "rev-parse", "HEAD")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "b")
+    b = git(repo, "rev-parse", "HEAD")
+    git(repo, "reset", "-q", "--hard", a)
+    return repo, a, b
+
+
+def copies(source: Path, root: Path, n: int) -> list[Path]:
+    """``n`` checkouts side by side, copied from ``source`` (much faster than git clone)."""
+    root.mkdir()
+    paths = []
+    for i in range(n):
+        target = root / f"c{i:04d}"
+        shutil.copytree(source, target, symlinks=True)
+        paths.append(target)
+    return paths
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
+
+
+def inotify_usage(pid: int) -> tuple[int, int]:
+    """(instances, watches) the process holds, from /proc/PID/fd and fdinfo."""
+    instances = watches = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if str(fd.readlink()) != "anon_inode:inotify":
+                continue
+            info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
+        except OSError:
+            continue
+        instances += 1
+        watches += sum(1 for line in info.splitlines() if line.startswith("inotify wd:"))
+    return instances, watches
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Client:
+    """A socket subscriber reading JSON lines."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(str(path))
+        self.buffer = b""
+
+    def line(self, timeout: float = 30.0) -> dict[str, object]:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            self.sock.settimeout(max(0.001, deadline - time.monotonic()))
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise SystemExit("the daemon closed the connection")
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        message: dict[str, object] = json.loads(line)
+        return message
+
+    def next(self, kind: str, timeout: float = 30.0) -> dict[str, object]:
+        while True:
+            message = self.line(timeout)
+            if message["type"] == kind:
+                return message
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class Figures:
+    n: int
+    start: float
+    threads: int
+    instances: int
+    watches: int
+    rss_mb: float
+    polling: int
+    burst: float
+    idle_cpu: float
+    idle_wall: float
+    detect: list[float]
+
+
+def measure(
+    n: int, work: Path, source: Path, revisions: tuple[str, str], args: argparse.Namespace
+) -> Figures:
+    paths = copies(source, work / f"n{n}", n)
+    # Checkouts are not minutes old in real life: files changed within the last few
+    # seconds are "racy" (git/packed.py's RACY_NS) and re-verified by a full read.
+    time.sleep(3.2)
+    config = work / f"n{n}.toml"
+    lines = [f"client_queue = {4 * n + 1024}", 'log_level = "warning"']
+    lines += [f'[[checkout]]\npath = "{p}"' for p in paths]
+    config.write_text("\n".join(lines) + "\n")
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(work / f"notify{n}"))
+    notify.settimeout(READY_TIMEOUT)
+    sock = work / f"d{n}.sock"
+    env = {**os.environ, "NOTIFY_SOCKET": str(work / f"notify{n}")}
+    if args.src:
+        env["PYTHONPATH"] = str(Path(args.src).resolve())
+    started = time.perf_counter()
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "stalewatch", "daemon", "--socket", str(sock), "--config", str(config)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while b"READY=1" not in notify.recv(4096):
+            pass
+        start = time.perf_counter() - started
+        notify.close()
+        status = proc_status(daemon.pid)
+        instances, watches = inotify_usage(daemon.pid)
+
+        t0 = time.perf_counter()
+        client = Client(sock)
+        hello = client.next("hello")
+        snapshots = [client.next("snapshot") for _ in hello["checkouts"]]  # type: ignore[union-attr]
+        burst = time.perf_counter() - t0
+        polling = sum(1 for s in snapshots if s.get("mode") != "native" or not s.get("trusted"))
+
+        target = paths[len(paths) // 2]
+        ref = target / ".git/refs/heads/main"
+        lock = ref.with_name("main.lock")
+        detect = []
+        for i in range(args.updates):
+            lock.write_text(revisions[(i + 1) % 2] + "\n")
+            t0 = time.perf_counter()
+            lock.replace(ref)  # what git does
+            client.next("event", timeout=10)
+            detect.append(time.perf_counter() - t0)
+
+        # Idle in the steady state: each watcher makes its first periodic verification
+        # one to two periods after the start (a period: 2 s, or N / 50 s when longer).
+        settled = started + 2 * max(2.0, n / 50) + 0.5
+        _receive_pings(client, settled if not args.quick else 0.0)
+        cpu0, wall0 = cpu_seconds(daemon.pid), time.monotonic()
+        _receive_pings(client, time.perf_counter() + args.idle)  # one client receiving pings
+        idle_cpu, idle_wall = cpu_seconds(daemon.pid) - cpu0, time.monotonic() - wall0
+        client.close()
+        rss = int(status["VmRSS"].split()[0]) / 1024
+        return Figures(
+            n,
+            start,
+            int(status["Threads"]),
+            instances,
+            watches,
+            rss,
+            polling,
+            burst,
+            idle_cpu,
+            idle_wall,
+            detect,
+        )
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        shutil.rmtree(work / f"n{n}", ignore_errors=True)
+
+
+def packed_repository(root: Path, refs: int) -> tuple[Path, str, str]:
+    """A repository whose packed-refs holds ``refs`` tags and its branch (written as git
+    writes it: header, records sorted by name), with no loose refs."""
+    (root / "large").mkdir()
+    repo, a, b = template(root / "large")
+    names = [f"refs/tags/v{i:06d}" for i in range(refs)] + ["refs/heads/main"]
+    lines = ["# pack-refs with: peeled fully-peeled sorted \n"]
+    lines += [f"{a} {name}\n" for name in sorted(names, key=str.encode)]
+    (repo / ".git/packed-refs").write_text("".join(lines))
+    (repo / ".git/refs/heads/main").unlink()
+    return repo, a, b
+
+
+def large_repository(work: Path, refs: int, updates: int, src: str | None) -> None:
+    if src:
+        sys.path.insert(0, str(Path(src).resolve()))
+    from stalewatch import Guard, LocalSource
+
+    repo, a, b = packed_repository(work, refs)
+    packed = repo / ".git/packed-refs"
+    size = packed.stat().st_size / 1e6
+    # As most are, the file is older than the few seconds in which a rewrite could
+    # keep its stat data (git/packed.py's RACY_NS): until then every read is a full one.
+    time.sleep(max(0.0, packed.stat().st_ctime + 3.2 - time.time()))
+    guard = Guard.for_checkout(repo, source=LocalSource(verify_interval=3600))
+    events: queue.SimpleQueue[float] = queue.SimpleQueue()
+    guard.subscribe(lambda event: events.put(time.perf_counter()))
+    with guard:
+        guard.wait_ready(10)
+        timeit_runs = []
+        stop_at = time.perf_counter() + (5.0 if updates > 5 else 0.5)
+        while len(timeit_runs) < 2000 and time.perf_counter() < stop_at:  # a slow one is cut short
+            t0 = time.perf_counter()
+            for _ in range(10):
+                guard.check(strict=True)
+            timeit_runs.append((time.perf_counter() - t0) / 10)
+        strict = sorted(timeit_runs)
+        ref = repo / ".git/refs/heads/main"
+        loose: list[float] = []
+        for i in range(updates):  # a commit: the branch's loose ref appears, then moves
+            lock = ref.with_name("main.lock")
+            lock.write_text((b if i % 2 == 0 else a) + "\n")
+            t0 = time.perf_counter()
+            lock.replace(ref)
+            loose.append(events.get(timeout=10) - t0)
+        ref.unlink()  # packed-only again: back to the packed value
+        guard.refresh()
+        while not events.empty():
+            events.get()
+        repacked: list[float] = []
+        text = packed.read_text()
+        for i in range(updates):  # `git pack-refs`: packed-refs.new renamed over it
+            new = packed.with_name("packed-refs.new")
+            before, after = (a, b) if i % 2 == 0 else (b, a)
+            text = text.replace(f"{before} refs/heads/main", f"{after} refs/heads/main")
+            new.write_text(text)
+            t0 = time.perf_counter()
+            new.replace(packed)
+            repacked.append(events.get(timeout=10) - t0)
+    print(f"\nlarge repository: {refs:,} packed refs ({size:.1f} MB), HEAD's branch packed, in-process guard")
+    median, p99 = strict[len(strict) // 2], strict[int(0.99 * len(strict))]
+    print(f"  {'check(strict=True)':<35} median {_us(median)}  p99 {_us(p99)}")
+    for label, values in (("loose ref update -> event", loose), ("packed-refs rewrite -> event", repacked)):
+        ordered = sorted(values)
+        median, worst = statistics.median(ordered), ordered[-1]
+        print(f"  {label:<35} median {_us(median)}  max {_us(worst)}  (n={len(ordered)})")
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:9.1f} µs" if seconds < 1e-3 else f"{seconds * 1e3:9.3f} ms"
+
+
+def _receive_pings(client: Client, until: float) -> None:
+    """Read the daemon's lines until ``until`` (perf_counter)."""
+    while time.perf_counter() < until:
+        try:
+            client.line(timeout=max(0.01, until - time.perf_counter()))
+        except TimeoutError:
+            break
+
+
+def show(f: Figures) -> None:
+    ms = sorted(v * 1000 for v in f.detect)
+    print(
+        f"N={f.n:<5} start {f.start:6.2f} s   threads {f.threads:4d}   inotify {f.instances} instance(s), "
+        f"{f.watches:5d} watches   RSS {f.rss_mb:6.1f} MB   polling {f.polling}"
+    )
+    print(
+        f"        burst {f.burst * 1000:8.1f} ms   idle CPU {f.idle_cpu:5.2f} s over {f.idle_wall:4.1f} s "
+        f"({100 * f.idle_cpu / f.idle_wall:.2f} %)   detection median {statistics.median(ms):6.3f} ms "
+        f"p99 {ms[min(len(ms) - 1, int(0.99 * len(ms)))]:6.3f} ms max {ms[-1]:6.3f} ms (n={len(ms)})",
+        flush=True,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", default="1,100,1000")
+    parser.add_argument("--idle", type=float, default=10.0)
+    parser.add_argument("--updates", type=int, default=40)
+    parser.add_argument("--packed", type=int, default=100_000, help="refs in the large repository")
+    parser.add_argument("--src", help="run the daemon from this source tree (its src/ directory)")
+    parser.add_argument(
+        "--quick", action="store_true", help="N = 1, 10 and tiny counts: checks the script runs"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.counts, args.idle, args.updates, args.packed = "1,10", 0.5, 5, 1000
+    counts = [int(c) for c in args.counts.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="swscale-", dir="/tmp"))  # short: AF_UNIX paths
+    try:
+        source, a, b = template(work)
+        version = git(work, "--version").split()[-1]
+        print(
+            f"python {sys.version.split()[0]}, git {version}, {os.cpu_count()} CPUs; one daemon, N checkouts"
+        )
+        for n in counts:
+            show(measure(n, work, source, (a, b), args))
+        if args.packed:
+            large_repository(work, args.packed, args.updates, args.src)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

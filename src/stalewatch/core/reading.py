@@ -1,0 +1,92 @@
+"""Reading a guard's HEAD: in-process, with git only where parsing cannot decide (C9, C10).
+
+Pure of guard state: the guard passes what it knows and applies what comes back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..git import command, refs
+from .errors import BindError, HeadUnreadableError, NeedsGitError, RefError
+from .identity import Binding
+from .status import Status, decide
+
+__all__ = ["MISSING_REF_GRACE", "checked_revision", "initial", "read_head", "read_settled"]
+
+MISSING_REF_GRACE = (0.001, 0.004, 0.016, 0.064)
+"""Seconds to look again when HEAD names a missing branch while a revision is known."""
+
+
+def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
+    """HEAD's commit for ``binding`` (``None``: an unborn branch); see :func:`~..git.refs.resolve_head`.
+
+    Raises:
+        RefError: untracked, or HEAD cannot be resolved.
+    """
+    dirs = binding.dirs
+    if dirs is None:
+        raise RefError(binding.checkout, "untracked: nothing to resolve")
+    try:
+        return refs.resolve_head(dirs, chain)
+    except NeedsGitError:  # reftable: its tables are not parsed here
+        return command.rev_parse_head(dirs.worktree)
+
+
+def _once(read: Callable[[list[Path]], str | None], chain: list[Path]) -> tuple[str | None, str | None]:
+    chain.clear()  # only the last attempt's chain counts
+    try:
+        return read(chain), None
+    except RefError as exc:
+        return None, str(exc)
+
+
+def read_settled(
+    read: Callable[[list[Path]], str | None], chain: list[Path], *, known: bool
+) -> tuple[str | None, str | None]:
+    """``(current, error)`` from ``read``; a missing branch is looked at again when ``known``.
+
+    HEAD naming a branch without a commit while a revision is known: `git branch -m`
+    passes through that state (the ref is renamed before HEAD is rewritten), so look
+    again briefly before calling a known revision lost (C4), not to raise a false alarm.
+    """
+    current, error = _once(read, chain)
+    if current is None and error is None and known:
+        for delay in MISSING_REF_GRACE:
+            time.sleep(delay)  # waits for another process (git), not for a thread
+            current, error = _once(read, chain)
+            if current is not None or error is not None:
+                break
+    return current, error
+
+
+def checked_revision(revision: str) -> str:
+    """``revision`` if it is a full commit id.
+
+    Raises:
+        BindError: it is not (40 or 64 hex digits).
+    """
+    if not refs.is_object_id(revision):
+        raise BindError(revision, "loaded_revision must be a full commit id (40 or 64 hex digits)")
+    return revision
+
+
+def initial(binding: Binding, loaded_revision: str | None) -> tuple[Status, str | None, str | None]:
+    """A new guard's ``(status, loaded, current)``: HEAD now, against what was loaded.
+
+    Raises:
+        HeadUnreadableError: HEAD cannot be resolved and no revision is known (C5).
+        BindError: ``loaded_revision`` is not a full commit id.
+    """
+    if binding.dirs is None:
+        return Status.UNTRACKED, None, None
+    try:
+        current = read_head(binding)
+    except RefError as exc:
+        if loaded_revision is None:
+            raise HeadUnreadableError(binding.checkout, f"cannot resolve HEAD: {exc}") from None
+        return Status.UNREADABLE, checked_revision(loaded_revision), None  # C4: blocks
+    loaded = current if loaded_revision is None else checked_revision(loaded_revision)
+    return decide(loaded, current, readable=True), loaded, current

@@ -1,0 +1,147 @@
+"""What a reflog action means: its name, and how its new commit relates to its old one.
+
+git writes the action first in every reflog message (``GIT_REFLOG_ACTION``): "commit",
+"commit (amend)", "pull: Fast-forward", "merge x: Merge made by the 'ort' strategy.",
+"reset: moving to HEAD~2", "rebase (pick)"... Each kind of action implies a relation
+between the entry's old and new commit: a commit is a child (one commit ahead, along the
+first parent), a merge commit or fast-forward a descendant (ahead by an unknown count),
+an amend a sibling (the tip replaced, its parents kept), ``reset HEAD~k`` an ancestor
+k steps back. :func:`step` and :func:`back` compose a known relation to the loaded commit
+through one such entry. Pure functions over strings; no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["CHILD", "SAME", "UNKNOWN", "Rel", "back", "classify", "step"]
+
+_MAX_WORD = 40
+_RESET_BACK = re.compile(r"(?:HEAD|@)((?:~[0-9]{0,4}|\^1?)+)")
+_WORD = re.compile(r"[a-z][a-z0-9._-]{0,31}")
+
+# How an entry's new commit relates to its old one.
+CHILD = "child"  # a new commit on top (commit, cherry-pick, revert, rebase pick)
+MERGE = "merge"  # a merge commit on top: ahead, by an unknown count
+FORWARD = "forward"  # a fast-forward: a descendant, by an unknown count
+SIBLING = "sibling"  # the tip replaced (amend, squash, fixup)
+OTHER = "other"  # nothing known (checkout, reset to a name, rebase start)
+
+
+def classify(message: str) -> tuple[str, str | None, str, int]:
+    """``(action, detail, step, back)``: ``back`` is k for ``reset: moving to HEAD~k``."""
+    head, colon, rest = message.partition(": ")
+    if not colon:
+        head, rest = message, ""
+    phase = None
+    if head.endswith(")") and "(" in head:
+        head, _, phase = head[:-1].rpartition("(")
+        phase = phase.strip().lower() or None
+    words = [w for w in head.split() if not w.startswith("-")]
+    flags = [w for w in head.split() if w.startswith("-")]
+    word = words[0].lower() if words else ""
+    lowered = rest.lower()
+    if word == "commit":
+        return {
+            None: ("commit", None, CHILD, 0),
+            "amend": ("amend", None, SIBLING, 0),
+            "initial": ("commit", "initial", OTHER, 0),
+            "merge": ("merge", "commit", MERGE, 0),
+        }.get(phase, ("commit", phase, CHILD, 0))
+    if word in ("merge", "pull"):
+        if lowered.startswith("fast-forward"):
+            return word, "fast-forward", FORWARD, 0
+        if lowered.startswith("merge made by"):
+            return word, "merge", MERGE, 0
+        if word == "pull" and ("--rebase" in flags or phase):
+            return "pull", " ".join(p for p in ("rebase", phase) if p), _rebase_step(phase), 0
+        return word, phase, OTHER, 0
+    if word == "rebase":
+        return "rebase", phase, _rebase_step(phase), 0
+    if word == "reset":
+        target = rest[len("moving to ") :] if lowered.startswith("moving to ") else rest
+        return "reset", target[:_MAX_WORD] or None, OTHER, _steps_back(target)
+    if word in ("checkout", "switch"):
+        _, to, branch = rest.rpartition(" to ")
+        return "checkout", f"to {branch[:_MAX_WORD]}" if to and branch else None, OTHER, 0
+    if word in ("cherry-pick", "revert", "am"):
+        return word, phase, CHILD, 0
+    if word in ("clone", "branch", "fetch"):
+        return word, phase, OTHER, 0
+    if not words:
+        return "other", phase, OTHER, 0
+    named = " ".join(words).lower()[:_MAX_WORD]
+    return (named if _WORD.match(named) else "other"), phase, OTHER, 0
+
+
+def _rebase_step(phase: str | None) -> str:
+    if phase in ("pick", "continue", "reword", "edit"):
+        return CHILD
+    if phase in ("squash", "fixup"):
+        return SIBLING
+    return OTHER
+
+
+def _steps_back(target: str) -> int:
+    """k for ``HEAD~k``, ``HEAD^^``, ``@~`` (first-parent steps); 0 for anything else."""
+    match = _RESET_BACK.fullmatch(target.strip())
+    if match is None:
+        return 0
+    total = 0
+    for part in re.findall(r"~[0-9]*|\^1?", match.group(1)):
+        total += int(part[1:]) if part.startswith("~") and part[1:] else 1
+    return total
+
+
+Rel = tuple[str, int | None, int | None]  # (relation, ahead, behind)
+UNKNOWN: Rel = ("unknown", None, None)
+SAME: Rel = ("same", 0, 0)
+
+
+def _plus(count: int | None, n: int | None) -> int | None:
+    return None if count is None or n is None else count + n
+
+
+def step(rel: Rel, kind_of_move: str, steps_back: int) -> Rel:
+    """The relation of an entry's new commit, from its old commit's and the action.
+
+    Args:
+        rel: how the entry's old commit relates to the loaded one.
+        kind_of_move: ``CHILD``, ``MERGE``, ``FORWARD``, ``SIBLING`` or ``OTHER``.
+        steps_back: k for ``reset HEAD~k`` (then ``kind_of_move`` is ignored), else 0.
+    """
+    kind, ahead, behind = rel
+    if kind == "unknown":
+        return UNKNOWN
+    if steps_back:
+        return back(rel, steps_back)
+    one = 1 if kind_of_move == CHILD else None
+    if kind_of_move in (CHILD, MERGE):
+        if kind in ("same", "ahead"):
+            return ("ahead", _plus(ahead, one), 0)
+        return ("diverged", _plus(ahead, one) if kind == "diverged" else one, behind)
+    if kind_of_move == FORWARD:
+        return ("ahead", None, 0) if kind in ("same", "ahead") else UNKNOWN
+    if kind_of_move == SIBLING:  # an amended commit keeps its parents: only the tip is replaced
+        if kind == "same":
+            return ("diverged", 1, 1)
+        if kind == "behind":
+            return ("diverged", 1, _plus(behind, 1))
+        return rel
+    return UNKNOWN
+
+
+def back(rel: Rel, k: int) -> Rel:
+    """``reset HEAD~k``: k first-parent steps back from the old commit."""
+    kind, ahead, behind = rel
+    if kind == "same":
+        return ("behind", 0, k)
+    if kind == "behind":
+        return ("behind", 0, _plus(behind, k))
+    if ahead is None:
+        return UNKNOWN
+    if k < ahead:
+        return (kind, ahead - k, behind)
+    base = 0 if kind == "ahead" else behind
+    total = _plus(base, k - ahead)
+    return SAME if total == 0 else ("behind", 0, total)

@@ -1,0 +1,399 @@
+"""``packed-refs``, read as git reads it: searched in place, remembered per file identity.
+
+A repository with a monorepo's tags or a busy remote packs 100,000 refs and more;
+parsing that whole file on every read cost ~60 ms. Like git (refs/packed-backend.c),
+a lookup binary-searches the file when its header says ``sorted`` (git has written
+it so for years), reading only the ~17 pages it probes (``pread``), never the whole
+file; a file without the trait is read and indexed once. A :class:`Snapshot`
+remembers a file's header and the answers given, keyed by its identity — device,
+inode, size, mtime and ctime, git's ``stat_validity`` — so the same question about
+an unchanged file costs one ``stat``.
+
+A snapshot is kept only when its file was last changed well before it was read
+(:data:`RACY_NS`): a file rewritten twice within one timestamp tick, on a recycled
+inode, with the same size, keeps its stat data, and only a file whose timestamps are
+older than any tick can be told from its successor (C10). A racy file is searched
+afresh on every lookup until it ages.
+
+Pure: no threads, no processes; the cache is guarded by a lock.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ..core.errors import RefError
+
+__all__ = ["RACY_NS", "Snapshot", "clear_cache", "lookup", "read_snapshot"]
+
+RACY_NS = 3_000_000_000
+"""A file changed less than this long ago (ns) may change again without its stat data
+changing: coarse filesystem timestamps tick at up to 2 s (FAT), 1 s (ext3, HFS+)."""
+_MAX_FILE = 256 * 1024 * 1024  # an unsorted file is read whole: never more than this
+_PAGE = 4096
+_CACHE_ENTRIES = 4096
+_MAX_ANSWERS = 64  # remembered per snapshot (a guard asks about one branch)
+_HEADER = b"# pack-refs with:"
+_HEX = frozenset(b"0123456789abcdef")
+
+Key = tuple[int, int, int, int, int]
+_OPEN = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    """``os.pread``; where there is none (Windows), a seek and a read on our own fd."""
+    if hasattr(os, "pread"):
+        return os.pread(fd, size, offset)
+    os.lseek(fd, offset, os.SEEK_SET)  # pragma: no cover - not POSIX
+    return os.read(fd, size)  # pragma: no cover
+
+
+def _key(st: os.stat_result) -> Key:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _is_oid(value: bytes) -> bool:
+    return len(value) in (40, 64) and _HEX.issuperset(value)
+
+
+class _Bytes(Protocol):
+    """What the search reads: ``bytes``, or a file read page by page."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: slice, /) -> bytes: ...
+
+    def find(self, sub: bytes, start: int, /) -> int: ...
+
+    def rfind(self, sub: bytes, start: int, end: int, /) -> int: ...
+
+    def startswith(self, prefix: bytes, start: int, /) -> bool: ...
+
+    def count(self, sub: bytes, start: int, end: int, /) -> int: ...
+
+
+class _Pages:
+    """A file's bytes as far as a search needs them: ``pread`` of 4 KiB pages, kept."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd = fd
+        self._size = size
+        self._pages: dict[int, bytes] = {}
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _page(self, number: int) -> bytes:
+        page = self._pages.get(number)
+        if page is None:
+            page = self._pages[number] = _pread(self._fd, _PAGE, number * _PAGE)
+        return page
+
+    def __getitem__(self, index: slice, /) -> bytes:
+        start = max(index.start or 0, 0)
+        stop = min(self._size if index.stop is None else index.stop, self._size)
+        if start >= stop:
+            return b""
+        first, last = start // _PAGE, (stop - 1) // _PAGE
+        joined = b"".join(self._page(n) for n in range(first, last + 1))
+        return joined[start - first * _PAGE : stop - first * _PAGE]
+
+    def find(self, sub: bytes, start: int, /) -> int:
+        number = start // _PAGE
+        while number * _PAGE < self._size:
+            page = self._page(number)
+            found = page.find(sub, max(start - number * _PAGE, 0))
+            if found >= 0:
+                return number * _PAGE + found if number * _PAGE + found < self._size else -1
+            if len(page) < _PAGE:  # the file ended (or shrank) here
+                return -1
+            number += 1
+        return -1
+
+    def rfind(self, sub: bytes, start: int, end: int, /) -> int:
+        if end <= start:
+            return -1
+        number = (end - 1) // _PAGE
+        while number >= start // _PAGE:
+            base = number * _PAGE
+            found = self._page(number).rfind(sub, max(start - base, 0), end - base)
+            if found >= 0:
+                return base + found
+            number -= 1
+        return -1
+
+    def startswith(self, prefix: bytes, start: int, /) -> bool:
+        return self[start : start + len(prefix)] == prefix
+
+    def count(self, sub: bytes, start: int, end: int, /) -> int:  # the error path only
+        return self[start:end].count(sub)
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """What is known of one version of a ``packed-refs`` file.
+
+    Attributes:
+        path: the file.
+        key: its identity when read (device, inode, size, mtime_ns, ctime_ns).
+        sorted: the header promises sorted records: binary search applies.
+        body: offset of the first record (after the header line).
+        index: for a file not marked sorted, every ref and its id (read and
+            validated once).
+        found: answers given so far, by ref name.
+    """
+
+    path: Path
+    key: Key
+    sorted: bool
+    body: int
+    index: Mapping[bytes, bytes] | None = None
+    found: dict[str, str | None] = field(default_factory=dict)
+
+    def find(self, name: str) -> str | None:
+        """The object id the file holds for ref ``name``, ``None`` if none.
+
+        Raises:
+            RefError: the file changed since this snapshot, cannot be read, or a line
+                the search read is malformed (its number is named).
+        """
+        try:
+            return self.found[name]
+        except KeyError:
+            pass
+        fd = _open(self.path)
+        try:
+            if fd is None or _key(os.fstat(fd)) != self.key:
+                raise RefError(self.path, "changed since it was read")
+            return self._search(fd, name)
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _search(self, fd: int, name: str) -> str | None:
+        wanted = name.encode("utf-8", "surrogateescape")
+        if self.index is not None:
+            value = self.index.get(wanted)
+        else:
+            try:
+                value = _bisect(self.path, _Pages(fd, self.key[2]), self.body, wanted)
+            except OSError as exc:
+                raise RefError(self.path, f"cannot read: {exc.strerror or exc}") from exc
+        answer = None if value is None else value.decode("ascii")
+        if len(self.found) < _MAX_ANSWERS:
+            self.found[name] = answer
+        return answer
+
+
+def _bisect(path: Path, data: _Bytes, body: int, wanted: bytes) -> bytes | None:
+    """git's find_reference_location: binary search over sorted records."""
+    lo, hi = body, len(data)
+    # Invariant: lo and hi are record starts (a ref line, never a "^" peeled line).
+    # Each probe moves lo past a record or hi down to one: at most ~log2(n) probes.
+    while lo < hi:
+        mid = lo + (hi - lo) // 2
+        newline = data.rfind(b"\n", lo, mid)
+        start = lo if newline < 0 else newline + 1
+        if data.startswith(b"^", start):  # a peeled line belongs to the record above
+            if start <= lo:
+                raise _malformed(path, data, start, "peeled line without a ref")
+            following = data.find(b"\n", start)
+            if not _is_oid(data[start + 1 : len(data) if following < 0 else following]):
+                raise _malformed(path, data, start, "malformed peeled line")
+            newline = data.rfind(b"\n", lo, start - 1)
+            above = lo if newline < 0 else newline + 1
+            if data.startswith(b"^", above):
+                raise _malformed(path, data, start, "two peeled lines in a row")
+            start = above
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        oid, _, ref = data[start:end].partition(b" ")
+        if not _is_oid(oid) or not ref:
+            raise _malformed(path, data, start, "expected '<object id> <ref>'")
+        if ref == wanted:
+            return oid
+        if ref < wanted:
+            lo = end + 1
+            while data.startswith(b"^", lo):  # skip this record's peeled line
+                following = data.find(b"\n", lo)
+                following = len(data) if following < 0 else following
+                if not _is_oid(data[lo + 1 : following]):
+                    raise _malformed(path, data, lo, "malformed peeled line")
+                lo = following + 1
+            lo = min(lo, hi)
+        else:
+            hi = start
+    return None
+
+
+def _malformed(path: Path, data: _Bytes, offset: int, what: str) -> RefError:
+    end = data.find(b"\n", offset)
+    line = data[offset : min(len(data) if end < 0 else end, offset + 80)]
+    if offset > _MAX_FILE:  # counting lines would read that much
+        return RefError(path, f"malformed line at byte {offset} ({what}): {line!r}")
+    number = data.count(b"\n", 0, offset) + 1
+    return RefError(path, f"malformed line {number} ({what}): {line!r}")
+
+
+def _index(path: Path, data: bytes, body: int) -> dict[bytes, bytes]:
+    """Every ref of an unsorted file and its id, in one validating pass."""
+    refs: dict[bytes, bytes] = {}
+    offset, after_ref = body, False
+    for line in data[body:].split(b"\n"):
+        here, offset = offset, offset + len(line) + 1
+        if not line or line.startswith(b"#"):
+            after_ref = False
+            continue
+        if line.startswith(b"^"):
+            if not after_ref:
+                raise _malformed(path, data, here, "peeled line without a ref")
+            if not _is_oid(line[1:]):
+                raise _malformed(path, data, here, "malformed peeled line")
+            after_ref = False
+            continue
+        oid, _, ref = line.partition(b" ")
+        if not _is_oid(oid) or not ref:
+            raise _malformed(path, data, here, "expected '<object id> <ref>'")
+        refs.setdefault(ref, oid)  # the first record wins, as a linear scan finds it
+        after_ref = True
+    return refs
+
+
+def _open(path: Path) -> int | None:
+    try:
+        # O_NONBLOCK: a FIFO planted here must not hang the reader.
+        return os.open(path, _OPEN)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
+
+
+def _snapshot(path: Path, fd: int, st: os.stat_result) -> Snapshot:
+    """Read what a snapshot keeps: the header, and the whole of an unsorted file."""
+    if not stat.S_ISREG(st.st_mode):
+        raise RefError(path, "not a regular file")
+    try:
+        head = _pread(fd, _PAGE, 0)
+        body, is_sorted = 0, False
+        if head.startswith(_HEADER):
+            end = head.find(b"\n")
+            if end < 0 and len(head) == _PAGE:
+                raise RefError(path, "malformed line 1 (a header longer than a page)")
+            end = len(head) if end < 0 else end
+            is_sorted = b"sorted" in head[len(_HEADER) : end].split()
+            body = min(end + 1, st.st_size)
+        if is_sorted:
+            return Snapshot(path, _key(st), True, body)
+        if st.st_size > _MAX_FILE:
+            raise RefError(path, f"larger than {_MAX_FILE} bytes and not sorted")
+        chunks, size = [], 0
+        while chunk := _pread(fd, max(st.st_size - size, 0) + 65536, size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > _MAX_FILE:  # grew while read
+                raise RefError(path, f"larger than {_MAX_FILE} bytes")
+    except OSError as exc:
+        raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
+    data = b"".join(chunks)
+    return Snapshot(path, _key(st), False, body, _index(path, data, body))
+
+
+def read_snapshot(path: Path) -> Snapshot | None:
+    """A snapshot of ``path`` now (no cache); ``None`` when it does not exist.
+
+    Raises:
+        RefError: the file cannot be read, is not a regular file, or is malformed
+            (an unsorted file is validated whole).
+    """
+    fd = _open(path)
+    if fd is None:
+        return None
+    try:
+        return _snapshot(path, fd, os.fstat(fd))
+    finally:
+        os.close(fd)
+
+
+class _Cache:
+    """Snapshots by path, least recently used first, bounded."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entries: OrderedDict[str, Snapshot] = OrderedDict()
+
+    def get(self, path: str, key: Key) -> Snapshot | None:
+        with self.lock:
+            snap = self.entries.get(path)
+            if snap is None or snap.key != key:
+                return None
+            self.entries.move_to_end(path)
+            return snap
+
+    def put(self, path: str, snap: Snapshot) -> None:
+        with self.lock:
+            self.entries.pop(path, None)
+            self.entries[path] = snap
+            while len(self.entries) > _CACHE_ENTRIES:
+                self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+
+_cache = _Cache()
+
+
+def _settled(key: Key, now_ns: int) -> bool:
+    """True when the file's stat data will change with its next write (not racy)."""
+    return now_ns - max(key[3], key[4]) >= RACY_NS
+
+
+def lookup(path: Path, name: str) -> str | None:
+    """The object id ``packed-refs`` at ``path`` holds for ``name``; ``None`` if none.
+
+    Peeled lines (``^<id>``, what an annotated tag points to) are never returned.
+
+    Raises:
+        RefError: the file cannot be read, or a line the search reads is malformed.
+    """
+    where = str(path)
+    try:
+        key = _key(os.stat(where))  # noqa: PTH116 - on every strict check: no pathlib overhead
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
+    snap = _cache.get(where, key)
+    if snap is not None:
+        answer = snap.found.get(name, snap)
+        if answer is not snap:
+            return answer  # type: ignore[return-value]  # str | None: a remembered answer
+    now = time.time_ns()
+    fd = _open(path)
+    if fd is None:
+        return None  # removed since the stat
+    try:
+        st = os.fstat(fd)  # the identity of what is read, even if the path is replaced now
+        if snap is None or snap.key != _key(st):
+            snap = _snapshot(path, fd, st)
+        answer = snap._search(fd, name)
+    finally:
+        os.close(fd)
+    if _settled(snap.key, now):
+        _cache.put(where, snap)
+    return answer
+
+
+def clear_cache() -> None:
+    """Forget every snapshot (tests, and a process that wants its memory back)."""
+    _cache.clear()

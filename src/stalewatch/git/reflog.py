@@ -1,0 +1,356 @@
+"""What moved HEAD: the newest reflog entries, read in-process, turned into a :class:`Cause`.
+
+git appends one line per ref update to ``logs/HEAD`` and to the branch's own log::
+
+    <old id> <new id> <name> <<email>> <unix time> <+hhmm>\\t<action>: <message>
+
+The action is git's ``GIT_REFLOG_ACTION`` ("pull: Fast-forward", "commit (amend): ...",
+"checkout: moving from a to b", "reset: moving to HEAD~1", "rebase (finish): ...").
+
+Everything here is pure: no threads, no processes, only bounded reads from the end of a
+file. Reading a reflog is a diagnostic, never a decision: a missing, huge, truncated or
+odd reflog gives ``None``, never an error. Whether the new commit is ahead of, behind or
+diverged from the loaded one is derived from the chain of reflog entries alone (no
+object is read): each action says how its new commit relates to its old one
+(:mod:`.moves`: a commit is a child, a fast-forward a descendant, an amend a sibling,
+``reset HEAD~k`` an ancestor), and those relations are composed from the loaded commit. Counts are
+along the first-parent line; anything the chain cannot tell is ``unknown``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import stat
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from . import moves
+from .refs import GitDirs, is_object_id
+
+__all__ = ["Cause", "Entry", "explain", "explain_entries", "explain_move", "parse_entry", "parse_log"]
+
+logger = logging.getLogger(__name__)
+
+_FIRST_READ = 16 * 1024  # the newest entries; almost always enough
+_MAX_READ = 256 * 1024  # never more than this from one log, however large it is
+_MAX_MESSAGE = 200
+_MAX_NAME = 100
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_TZ = re.compile(rb"[+-][0-9]{4}")
+_ZERO = frozenset("0")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One parsed reflog line.
+
+    Attributes:
+        old, new: the ref's value before and after (all zeros: none).
+        name, email: who ran the command (git's committer identity), sanitised.
+        at: Unix time of the update; ``tz``: its offset as written (``+0200``).
+        message: the reflog message, sanitised and shortened.
+    """
+
+    old: str
+    new: str
+    name: str
+    email: str
+    at: int
+    tz: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Cause:
+    """What moved HEAD to the current commit, as far as the reflog tells.
+
+    Attributes:
+        action: ``pull``, ``commit``, ``amend``, ``merge``, ``checkout``, ``reset``,
+            ``rebase``, ``cherry-pick``, ``revert``, ``am``, ``clone``, ``branch``, or
+            the first word(s) of a custom ``GIT_REFLOG_ACTION``; ``other`` if none.
+        detail: what kind of that action (``fast-forward``, ``merge``, ``finish``, the
+            reset's target, the branch checked out), if the message says.
+        message: the reflog message itself.
+        name, email: who ran it; ``at``: Unix time; ``tz``: the offset it was written in.
+        relation: the new commit against the loaded one: ``ahead``, ``behind``,
+            ``diverged``, ``same`` or ``unknown``.
+        ahead, behind: commits along the first-parent line, when the chain tells.
+    """
+
+    action: str
+    detail: str | None
+    message: str
+    name: str
+    email: str
+    at: float
+    tz: str
+    relation: str
+    ahead: int | None = None
+    behind: int | None = None
+
+    def describe(self, now: float | None = None) -> str:
+        """One phrase: ``pull (fast-forward, 3 commits ahead) by alice at 12:03``."""
+        inside = [part for part in (self.detail, self._relation_words()) if part]
+        text = self.action + (f" ({', '.join(inside)})" if inside else "")
+        who = self.name or self.email
+        return f"{text}{f' by {who}' if who else ''} at {self._when(now)}"
+
+    def _relation_words(self) -> str:
+        if self.relation == "same":
+            return "back to the loaded commit"
+        if self.relation == "unknown":
+            return "ahead/behind unknown"
+        if self.relation == "diverged":
+            counts = ", ".join(f"{n} {w}" for n, w in ((self.ahead, "ahead"), (self.behind, "behind")) if n)
+            return f"diverged: {counts}" if counts else "diverged"
+        count = self.ahead if self.relation == "ahead" else self.behind
+        if count is None:
+            return self.relation
+        return f"{count} commit{'s' if count != 1 else ''} {self.relation}"
+
+    def _when(self, now: float | None) -> str:
+        """``12:03`` in the entry's own offset; with the date unless it is today there."""
+        try:
+            offset = int(self.tz[1:3]) * 60 + int(self.tz[3:5])
+            zone = timezone(timedelta(minutes=-offset if self.tz[0] == "-" else offset))
+            when = datetime.fromtimestamp(self.at, zone)
+            today = datetime.fromtimestamp(time.time() if now is None else now, zone).date()
+        except (ValueError, OverflowError, OSError, IndexError):  # a time no calendar holds
+            return f"@{self.at:.0f}"
+        return when.strftime("%H:%M" if when.date() == today else "%Y-%m-%d %H:%M")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values, with ``summary`` (:meth:`describe`) for human lines."""
+        return {
+            "action": self.action,
+            "detail": self.detail,
+            "message": self.message,
+            "name": self.name,
+            "email": self.email,
+            "at": self.at,
+            "tz": self.tz,
+            "relation": self.relation,
+            "ahead": self.ahead,
+            "behind": self.behind,
+            "summary": self.describe(),
+        }
+
+
+# -- parsing ----------------------------------------------------------------------------
+
+
+def _text(raw: bytes, limit: int) -> str:
+    # Names and messages reach log lines, terminals and hook environments (where a NUL
+    # is fatal): no control characters, and a bounded length.
+    return _CONTROL.sub("\ufffd", raw[: limit * 4].decode("utf-8", "replace"))[:limit].strip()
+
+
+def parse_entry(line: bytes) -> Entry | None:
+    """Parse one reflog line (without its newline); ``None`` if it is not one."""
+    header, _, message = line.partition(b"\t")
+    parts = header.split(b" ", 2)
+    if len(parts) != 3:
+        return None
+    old, new, ident = (parts[0].decode("ascii", "replace"), parts[1].decode("ascii", "replace"), parts[2])
+    if not (is_object_id(old) and is_object_id(new) and len(old) == len(new)):
+        return None
+    close = ident.rfind(b">")
+    start = ident.rfind(b"<", 0, close)
+    if close < 0 or start < 0:
+        return None
+    when = ident[close + 1 :].split()
+    if len(when) != 2 or not when[0].isdigit() or len(when[0]) > 12 or not _TZ.fullmatch(when[1]):
+        return None
+    return Entry(
+        old=old,
+        new=new,
+        name=_text(ident[:start], _MAX_NAME),
+        email=_text(ident[start + 1 : close], _MAX_NAME),
+        at=int(when[0]),
+        tz=when[1].decode("ascii"),
+        message=_text(message, _MAX_MESSAGE),
+    )
+
+
+def parse_log(data: bytes, *, whole: bool) -> list[Entry]:
+    """Parse the entries in a reflog's tail, oldest first.
+
+    Only complete lines count: the text after the last newline (a line being written,
+    or torn) is dropped, and so is the first line unless ``whole`` (the data starts at
+    the file's start). Lines that do not parse are skipped.
+    """
+    lines = data.split(b"\n")[:-1]
+    if not whole:
+        lines = lines[1:]
+    return [entry for entry in map(parse_entry, lines) if entry is not None]
+
+
+def _relation(entries: Sequence[Entry], target: int, loaded: str) -> moves.Rel:
+    """Compose the relations from the first entry naming ``loaded`` up to ``target``."""
+    start = next((i for i in range(target + 1) if loaded in (entries[i].old, entries[i].new)), None)
+    if start is None:
+        return moves.UNKNOWN
+    # Each relation is a fact about two commits, true whenever it was derived (it does
+    # not depend on when HEAD was where): so every entry since HEAD first left or reached
+    # the loaded commit may teach something, and a commit seen twice keeps what it has.
+    known: dict[str, moves.Rel] = {loaded: moves.SAME}
+    for entry in entries[start : target + 1]:
+        if entry.old == entry.new or _ZERO.issuperset(entry.old) or _ZERO.issuperset(entry.new):
+            continue  # no move, or a ref created from or deleted to nothing: nothing to learn
+        _, kind, steps_back = moves.classify(entry.message)[1:]
+        old, new = known.get(entry.old, moves.UNKNOWN), known.get(entry.new, moves.UNKNOWN)
+        if new[0] == "unknown":
+            learnt, commit = moves.step(old, kind, steps_back), entry.new
+        elif old[0] == "unknown" and kind == moves.CHILD and not steps_back:
+            learnt, commit = moves.back(new, 1), entry.old  # a commit's old value is its first parent
+        else:
+            continue
+        # Only the loaded commit itself is "same": a reflog that says otherwise (edited,
+        # or not git's) contradicts itself, and teaches nothing.
+        known[commit] = moves.UNKNOWN if learnt[0] == "same" and commit != loaded else learnt
+    return known.get(entries[target].new, moves.UNKNOWN)
+
+
+def explain_entries(entries: Sequence[Entry], loaded: str | None, current: str) -> Cause | None:
+    """The cause of HEAD being at ``current`` (the newest entry that moved it there)."""
+    for target in range(len(entries) - 1, -1, -1):
+        if entries[target].new == current:
+            break
+    else:
+        return None
+    entry = entries[target]
+    if loaded == current:
+        relation = moves.SAME
+    elif loaded is None or _ZERO.issuperset(loaded):
+        relation = moves.UNKNOWN
+    else:
+        relation = _relation(entries, target, loaded)
+    action, detail, _, _ = moves.classify(entry.message)
+    kind, ahead, behind = relation
+    return Cause(
+        action=action,
+        detail=detail,
+        message=entry.message,
+        name=entry.name,
+        email=entry.email,
+        at=float(entry.at),
+        tz=entry.tz,
+        relation=kind,
+        ahead=ahead if kind in ("ahead", "diverged") else None,
+        behind=behind if kind in ("behind", "diverged") else None,
+    )
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def _read_tail(path: Path, limit: int) -> tuple[bytes, bool]:
+    """Up to ``limit`` bytes from the end of a regular file, and whether that is all of it."""
+    try:
+        # O_NONBLOCK: a FIFO planted where a log should be must not hang the reader.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return b"", True
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return b"", True
+        start = max(0, info.st_size - limit)
+        return os.pread(fd, info.st_size - start, start), start == 0
+    except OSError:
+        return b"", True
+    finally:
+        os.close(fd)
+
+
+def relevant_entries(data: bytes, *, whole: bool, loaded: str | None, current: str) -> list[Entry]:
+    """The entries :func:`explain_entries` needs from a log's tail, parsing no others.
+
+    The same answer as parsing the whole tail: the newest entry that moved HEAD to
+    ``current``, and those since the first line naming ``loaded`` (found by a byte
+    search, so lines before it, which cannot name it, are never parsed).
+    """
+    lines = data.split(b"\n")[:-1]
+    if not whole:
+        lines = lines[1:]
+    width = len(current)
+    wanted = current.encode("ascii", "replace")
+    for target in range(len(lines) - 1, -1, -1):
+        line = lines[target]
+        if line[width + 1 : 2 * width + 1] != wanted:
+            continue
+        entry = parse_entry(line)
+        if entry is not None and entry.new == current:
+            break
+    else:
+        return []
+    ids = loaded.encode("ascii", "replace") if loaded else None
+    start = next((i for i in range(target) if ids and ids in lines[i][: 2 * width + 1]), target)
+    return [entry for entry in map(parse_entry, lines[start : target + 1]) if entry is not None]
+
+
+def _explain_log(path: Path, loaded: str | None, current: str) -> Cause | None:
+    limit = _FIRST_READ
+    while True:
+        data, whole = _read_tail(path, limit)
+        entries = relevant_entries(data, whole=whole, loaded=loaded, current=current)
+        cause = explain_entries(entries, loaded, current)
+        settled = cause is not None and cause.relation != "unknown"
+        if settled or whole or limit >= _MAX_READ:
+            return cause
+        limit = _MAX_READ  # the loaded commit is further back: one larger read, bounded
+
+
+def _log_of(dirs: GitDirs, ref: Path) -> Path | None:
+    # Per-worktree refs live under the worktree's git dir, which may itself sit inside
+    # the common dir (.git/worktrees/x): look there first.
+    for base in (dirs.git_dir, dirs.common_dir):
+        with contextlib.suppress(ValueError):
+            return base / "logs" / ref.relative_to(base)
+    return None
+
+
+def explain(dirs: GitDirs, chain: Sequence[Path], loaded: str | None, current: str) -> Cause | None:
+    """Why HEAD is at ``current``: ``logs/HEAD`` first, then the branch's own log.
+
+    Args:
+        dirs: the checkout's git directories (reftable keeps no ``logs/``: ``None``).
+        chain: the loose refs HEAD resolved through (from ``refs.resolve_head``).
+        loaded: the commit the process loaded.
+        current: the commit HEAD resolves to now.
+    """
+    if dirs.reftable:
+        return None
+    logs = [dirs.git_dir / "logs" / "HEAD"]
+    logs += [log for log in (_log_of(dirs, ref) for ref in reversed(chain)) if log is not None]
+    found = None
+    for log in logs:
+        cause = _explain_log(log, loaded, current)
+        if found is None:
+            found = cause  # the newest move of HEAD names the action
+        elif cause is not None and cause.relation != "unknown":
+            # The branch's log may reach further back: it can still tell the relation.
+            return replace(found, relation=cause.relation, ahead=cause.ahead, behind=cause.behind)
+        if found is not None and found.relation != "unknown":
+            return found
+    return found
+
+
+def explain_move(dirs: GitDirs, chain: Sequence[Path], loaded: str | None, current: str) -> Cause | None:
+    """:func:`explain`, for the watcher: a diagnostic never costs detection.
+
+    The parser is total (property-tested); this last guard keeps an unforeseen bug in a
+    diagnostic from ever failing a strict check or stopping a watcher.
+    """
+    try:
+        return explain(dirs, chain, loaded, current)
+    except Exception:
+        logger.exception("stalewatch: could not read the reflog of %s; no cause", dirs.worktree)
+        return None

@@ -1,0 +1,398 @@
+"""One inotify instance per process, shared by every watcher in it, and its reader thread.
+
+The kernel allows 128 inotify *instances* per user (``fs.inotify.max_user_instances``),
+shared with every program of that user, and each of watchdog's observers opens one and
+runs a thread per watched directory. :class:`Inotify` opens one instance for the whole
+process and reads it on one thread (``stalewatch-inotify``); watchers add and remove
+watches on it as their plans change.
+
+Built on watchdog's own inotify layer, its ctypes bindings (``inotify_init``,
+``inotify_add_watch``, ``inotify_rm_watch``, ``InotifyConstants`` in
+``watchdog.observers.inotify_c``), not on its ``InotifyFD`` bookkeeping, which re-adds
+a watch with a caller's mask and so *replaces* the mask another caller set on the
+same directory, records a refused watch (EACCES) as if it existed, removes every
+watch from the kernel when closed (which, in a forked child, would strip the
+parent's), and leaves its descriptor inheritable. Nor on watchdog's observers: one
+thread per watched directory, and a DEBUG log line per raw event that a debug log
+beside the checkout turns into a feedback loop (issue 12).
+
+Each watched directory is registered with the names in it that matter to its
+watcher; the reader matches an event's name against them and calls the watcher only
+on a match. Callbacks run on the reader thread and must not block or do I/O (a
+watcher only sets flags and queues itself for a worker). The kernel's queue overflow
+is reported to every listener, so every checkout resyncs. A reader that dies tells
+every listener at once; they open a fresh instance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import logging
+import os
+import select
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+__all__ = [
+    "ANCHOR_MASK",
+    "AVAILABLE",
+    "DELETED",
+    "REF_MASK",
+    "Inotify",
+    "Listener",
+    "Registration",
+    "acquire",
+    "release",
+]
+
+logger = logging.getLogger("stalewatch.watching.inotify")
+
+try:  # Linux only; elsewhere (and without inotify in libc) watchers poll
+    from watchdog.observers.inotify_c import (
+        InotifyConstants,
+        inotify_add_watch,
+        inotify_init,
+        inotify_rm_watch,
+    )
+
+    AVAILABLE = True
+except Exception:  # pragma: no cover - not Linux (UnsupportedLibcError, OSError, ImportError)
+    AVAILABLE = False
+
+if AVAILABLE:
+    _C = InotifyConstants
+    # The worktree and its parent: only the checkout or its .git renamed, replaced,
+    # deleted or changing permission. No IN_MODIFY/IN_CLOSE_WRITE: writes to files
+    # there (an app's debug log) never even wake the reader.
+    ANCHOR_MASK = int(
+        _C.IN_CREATE
+        | _C.IN_DELETE
+        | _C.IN_MOVED_FROM
+        | _C.IN_MOVED_TO
+        | _C.IN_ATTRIB
+        | _C.IN_DELETE_SELF
+        | _C.IN_MOVE_SELF
+        | _C.IN_ONLYDIR
+        | _C.IN_DONT_FOLLOW
+    )
+    # Git dirs and ref dirs: also a file rewritten in place (reported once, when its
+    # writer closes it: never a half-written HEAD). No IN_OPEN/IN_CLOSE_NOWRITE/IN_ACCESS,
+    # so reading .git never feeds the watch.
+    REF_MASK = ANCHOR_MASK | int(_C.IN_CLOSE_WRITE)
+    _SELF = int(_C.IN_DELETE_SELF | _C.IN_MOVE_SELF | _C.IN_IGNORED | _C.IN_UNMOUNT)
+    _IGNORED = int(_C.IN_IGNORED)
+    DELETED = int(_C.IN_DELETE)
+    _OVERFLOW = int(_C.IN_Q_OVERFLOW)
+    _MASK_ADD = int(_C.IN_MASK_ADD)
+else:  # pragma: no cover - not Linux
+    ANCHOR_MASK = REF_MASK = _SELF = _IGNORED = _OVERFLOW = _MASK_ADD = DELETED = 0
+
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
+_READ_SIZE = 64 * 1024
+
+
+class Listener(Protocol):
+    """What a watcher gives the reader: called on the reader thread, must not block."""
+
+    def on_inotify(self, registration: Registration, name: bytes, mask: int) -> None:
+        """An event in a registered directory: ``name`` is empty for the directory itself."""
+
+    def on_overflow(self) -> None:
+        """The kernel dropped events (queue overflow): resync."""
+
+    def on_reader_died(self) -> None:
+        """The reader thread ended unexpectedly: this instance is dead; open another."""
+
+
+@dataclass(eq=False)
+class Registration:
+    """One listener's watch of one directory.
+
+    Attributes:
+        path: the directory, as the listener named it.
+        mask: the events it wants (the kernel's mask for the directory is the union).
+        names: the names in the directory that matter to it; events for others are
+            dropped on the reader thread.
+        wd: the kernel's watch descriptor (shared by every registration of the inode).
+        alive: False once removed, or once the kernel dropped the watch (the
+            directory was deleted or unmounted): the listener must watch anew.
+    """
+
+    path: Path
+    mask: int
+    names: frozenset[bytes]
+    listener: Listener
+    wd: int = -1
+    alive: bool = True
+
+
+@dataclass(eq=False)
+class _Watch:
+    wd: int
+    mask: int
+    registrations: list[Registration] = field(default_factory=list)
+
+
+class Inotify:
+    """One inotify instance and its reader thread. Use :func:`acquire` / :func:`release`.
+
+    Raises:
+        OSError: the instance cannot be opened (``EMFILE``: the user's instance limit).
+    """
+
+    def __init__(self) -> None:
+        fd = inotify_init()
+        if fd < 0:
+            raise _error("inotify_init")
+        self.fd = fd
+        self.pid = os.getpid()
+        # Not inherited by hook processes; a forked child closes its copy (see below).
+        os.set_inheritable(fd, False)
+        self._kill_r, self._kill_w = os.pipe()  # non-inheritable by default
+        self._lock = threading.Lock()
+        self._watches: dict[int, _Watch] = {}
+        self._fds_open = True  # under _lock: once closed, their numbers may be reused
+        self._closing = False
+        self.dead = False
+        self.reads = 0  # reads from the kernel: how often the reader woke (tests, benches)
+        self.users = 0  # watchers holding this instance (see acquire/release)
+        self._thread = threading.Thread(target=self._run, name="stalewatch-inotify", daemon=True)
+        self._thread.start()
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    # -- watches (any thread) -------------------------------------------------------
+
+    def add(self, path: Path, mask: int, names: frozenset[bytes], listener: Listener) -> Registration:
+        """Watch directory ``path`` for ``listener``; events named ``names`` reach it.
+
+        Raises:
+            OSError: ``ENOSPC`` (the user's watch limit), ``EACCES``, ``ENOENT``,
+                ``ENOTDIR``, or ``EBADF`` once this instance is closed or dead.
+        """
+        registration = Registration(path, mask, names, listener)
+        with self._lock:
+            if self._closing or self.dead:
+                raise OSError(errno.EBADF, "inotify instance closed")
+            # IN_MASK_ADD: another registration of the same inode keeps its events.
+            wd = inotify_add_watch(self.fd, os.fsencode(path), mask | _MASK_ADD)
+            if wd < 0:
+                raise _error("inotify_add_watch", path)
+            watch = self._watches.get(wd)
+            if watch is None:
+                watch = self._watches[wd] = _Watch(wd, mask)
+            watch.mask |= mask
+            registration.wd = wd
+            watch.registrations.append(registration)
+        return registration
+
+    def rename(self, registration: Registration, names: frozenset[bytes]) -> None:
+        """Change which names in the directory matter to the registration (no syscall)."""
+        registration.names = names
+
+    def remove(self, registration: Registration) -> None:
+        """Stop delivering to ``registration``; the last one of a directory unwatches it."""
+        with self._lock:
+            registration.alive = False
+            watch = self._watches.get(registration.wd)
+            if watch is None or registration not in watch.registrations:
+                return
+            watch.registrations.remove(registration)
+            if not watch.registrations and not self._closing and not self.dead:
+                del self._watches[watch.wd]
+                # EINVAL: the kernel dropped it already (directory deleted); its
+                # IN_IGNORED then finds no entry and is skipped.
+                inotify_rm_watch(self.fd, watch.wd)  # type: ignore[arg-type]  # a WatchDescriptor
+
+    def watch_count(self) -> int:
+        """Directories watched now (kernel watches held by this instance)."""
+        with self._lock:
+            return len(self._watches)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the reader (joined within a second) and close the instance."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            if self._fds_open:
+                os.write(self._kill_w, b"x")  # wakes the reader's poll
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: close our copies of the descriptors, touch nothing else.
+
+        The child's descriptor refers to the parent's instance: removing a watch
+        through it would remove the parent's, and reading it would steal its events.
+        """
+        self._closing = True
+        if self._fds_open:  # the lock may be held by a parent thread that is gone: not taken
+            self._fds_open = False
+            _close_all(self.fd, self._kill_r, self._kill_w)
+
+    # -- the reader thread ----------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            poller = select.poll()
+            poller.register(self.fd, select.POLLIN)
+            poller.register(self._kill_r, select.POLLIN)
+            while not self._closing:
+                ready = {fd for fd, _ in poller.poll()}
+                if self._kill_r in ready or self._closing:
+                    break
+                try:
+                    data = os.read(self.fd, _READ_SIZE)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                self.reads += 1
+                self._dispatch(data)
+        except BaseException:
+            logger.exception("stalewatch: the inotify reader failed")
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        with self._lock:
+            died = not self._closing
+            self.dead = died
+            self._closing = True
+            listeners = self._listeners()
+            self._watches.clear()
+            if self._fds_open:
+                self._fds_open = False
+                _close_all(self.fd, self._kill_r, self._kill_w)
+        if died:
+            logger.error("stalewatch: the inotify reader thread died; every watcher opens a new instance")
+            for listener in listeners:
+                _call(listener.on_reader_died)
+
+    def _listeners(self) -> list[Listener]:
+        # Under _lock. Each listener once, whatever the number of its directories.
+        seen: dict[int, Listener] = {}
+        for watch in self._watches.values():
+            for registration in watch.registrations:
+                seen.setdefault(id(registration.listener), registration.listener)
+        return list(seen.values())
+
+    def _dispatch(self, data: bytes) -> None:
+        """Hand each event of one read to the registrations that want it.
+
+        Deliberately silent: no log line per event (a debug log beside a checkout
+        would otherwise feed itself).
+        """
+        calls: list[tuple[Callable[[Registration, bytes, int], None], Registration, bytes, int]] = []
+        overflow = False
+        offset = 0
+        with self._lock:
+            while offset + _EVENT.size <= len(data):
+                wd, mask, _, length = _EVENT.unpack_from(data, offset)
+                name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
+                offset += _EVENT.size + length
+                if mask & _OVERFLOW:
+                    overflow = True
+                    continue
+                watch = self._watches.get(wd)
+                if watch is None:
+                    continue  # removed meanwhile (its IN_IGNORED, or a late event)
+                if mask & _SELF and not name:
+                    for registration in watch.registrations:
+                        calls.append((registration.listener.on_inotify, registration, b"", mask))
+                        # Deleted, unmounted or moved away: this registration no longer
+                        # watches the directory at its path (a moved one's watch follows
+                        # the inode elsewhere until removed).
+                        registration.alive = False
+                    if mask & _IGNORED:  # the kernel dropped the watch
+                        del self._watches[wd]
+                    continue
+                for registration in watch.registrations:
+                    if registration.mask & mask and name in registration.names:
+                        calls.append((registration.listener.on_inotify, registration, name, mask))
+            listeners = self._listeners() if overflow else []
+        for call, registration, name, mask in calls:
+            try:
+                call(registration, name, mask)
+            except Exception:
+                logger.exception("stalewatch: error handling an event in %s", registration.path)
+        if overflow:
+            logger.warning("stalewatch: inotify queue overflow: events were lost; every checkout resyncs")
+            for listener in listeners:
+                _call(listener.on_overflow)
+
+
+def _close_all(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _call(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:
+        logger.exception("stalewatch: error in %r", callback)
+
+
+def _error(what: str, path: Path | None = None) -> OSError:
+    # The bindings are made with use_errno=True: ctypes keeps the call's errno.
+    code = ctypes.get_errno() or errno.EIO
+    reason = {errno.ENOSPC: "inotify watch limit reached", errno.EMFILE: "inotify instance limit reached"}
+    message = reason.get(code, os.strerror(code))
+    return OSError(code, f"{what}: {message}", None if path is None else str(path))
+
+
+# -- the process's instance --------------------------------------------------------------
+
+_shared: Inotify | None = None
+_shared_lock = threading.Lock()
+
+
+def acquire() -> Inotify:
+    """The process's instance (opened now if there is none, or it died); count a user.
+
+    Raises:
+        OSError: inotify is unavailable here (``ENOSYS``), or the instance limit is
+            reached (``EMFILE``).
+    """
+    global _shared  # noqa: PLW0603 - one instance per process, by design
+    if not AVAILABLE:
+        raise OSError(errno.ENOSYS, "inotify is not available on this platform")
+    with _shared_lock:
+        if _shared is None or _shared.dead or _shared.pid != os.getpid():
+            _shared = Inotify()
+        _shared.users += 1
+        return _shared
+
+
+def release(instance: Inotify) -> None:
+    """A user is done with ``instance``; the last one closes it (reader joined)."""
+    global _shared  # noqa: PLW0603
+    with _shared_lock:
+        instance.users -= 1
+        if instance.users > 0:
+            return
+        if _shared is instance:
+            _shared = None
+    instance.close()
+
+
+def _forget_in_child() -> None:
+    global _shared, _shared_lock  # noqa: PLW0603 - the lock may be held by a thread that is gone
+    _shared_lock = threading.Lock()
+    if _shared is not None:
+        _shared.forget_after_fork()
+    _shared = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

@@ -1,0 +1,323 @@
+"""A few worker threads that run every watcher's turns, and the timers that start them.
+
+A process may watch one checkout or a thousand. Each :class:`Task` (a watcher) is run
+by whichever worker is free, never by two at once; a wake-up while it is queued or
+running coalesces into one more turn after the current one (C12: a write after a
+turn began always gets a turn of its own). Timers (periodic re-verification, retries)
+live in one heap the idle workers wait on, so no thread exists per checkout.
+
+Workers start on demand, up to :data:`MAX_WORKERS` (one for a single guard), so a
+subscriber that blocks one worker delays only its own checkout. One idle worker keeps
+time (waits for the next timer); the others wait for work without a timeout, so a
+timer wakes one thread, not all of them. A worker that dies
+(a ``SystemExit`` from a callback, a bug here) is reported, its task told that its
+turn was lost, and a new worker takes its place.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from collections import deque
+from typing import Protocol
+
+__all__ = ["MAX_WORKERS", "Scheduler", "Slot", "Task", "acquire", "release"]
+
+logger = logging.getLogger("stalewatch.watching.scheduler")
+
+MAX_WORKERS = 4
+_NEVER = float("inf")
+
+
+class Task(Protocol):
+    """What a scheduler runs: a watcher."""
+
+    def turn(self) -> float:
+        """Run one turn; return the monotonic time of the next timer (``inf``: none)."""
+
+    def turn_lost(self) -> None:
+        """A worker died while running this task: distrust, and expect another turn."""
+
+
+class Slot:
+    """A task's place in a scheduler (its queue and timer state, under the lock)."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.active = True
+        self.queued = False
+        self.running: threading.Thread | None = None
+        self.again = False  # woken while running: one more turn after this one
+        self.deadline = _NEVER
+        self.asked = _NEVER  # the earliest at() made while running: kept by _finish
+
+
+class Scheduler:
+    """Worker threads and a timer heap shared by every task of the process."""
+
+    def __init__(self, max_workers: int = MAX_WORKERS) -> None:
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # idle workers wait here for work
+        self._clock = threading.Condition(lock)  # the one idle worker keeping time waits here
+        self._done = threading.Condition(lock)  # remove() waits here for a turn to end
+        self._ready: deque[Slot] = deque()
+        self._timers: list[tuple[float, int, Slot]] = []
+        self._seq = itertools.count()
+        self._workers: list[threading.Thread] = []
+        self._names = itertools.count(1)
+        self._idle = 0  # workers waiting on _cond
+        self._keeper = False  # a worker waits on _clock
+        self._max = max_workers
+        self._closed = False
+        self.pid = os.getpid()
+        self.slots = 0  # tasks added and not removed
+        self.turns = 0  # turns run (tests, benches)
+
+    # -- tasks (any thread) -----------------------------------------------------------
+
+    def add(self, task: Task) -> Slot:
+        """Add ``task``; it runs once :meth:`wake` or a timer asks."""
+        slot = Slot(task)
+        with self._cond:
+            self.slots += 1
+        return slot
+
+    def remove(self, slot: Slot, wait: float = 1.0) -> bool:
+        """Run ``slot`` no more; wait up to ``wait`` s for a turn in progress to end.
+
+        Returns:
+            False when a turn is still running (a slow callback) after the wait.
+        """
+        deadline = time.monotonic() + wait
+        with self._cond:
+            if slot.active:
+                slot.active = False
+                self.slots -= 1
+            while slot.running is not None and slot.running is not threading.current_thread():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._done.wait(left)
+        return True
+
+    def wake(self, slot: Slot) -> None:
+        """Run the task soon (coalesces with a pending or running turn)."""
+        with self._cond:
+            self._wake(slot)
+
+    def _wake(self, slot: Slot) -> None:
+        # Under _cond. A wake-up (an event) goes first and gets an idle worker.
+        if not slot.active or self._closed:
+            return
+        if slot.running is not None:
+            slot.again = True
+        elif not slot.queued:
+            slot.queued = True
+            self._ready.appendleft(slot)
+            if len(self._ready) <= self._idle:
+                self._cond.notify()
+            elif self._keeper and len(self._ready) <= self._idle + 1:
+                self._clock.notify()
+            elif len(self._workers) < self._max:
+                self._spawn()
+
+    def _due(self, slot: Slot) -> None:
+        # Under _cond. A timer's turn: queued behind wake-ups, for this worker to run
+        # in turn: a batch of periodic verifications costs one thread wake-up, not one
+        # per idle worker.
+        if not slot.active or self._closed:
+            return
+        if slot.running is not None:
+            slot.again = True
+        elif not slot.queued:
+            slot.queued = True
+            self._ready.append(slot)
+
+    def at(self, slot: Slot, when: float) -> None:
+        """Run the task at monotonic time ``when`` (replaces its earlier timer)."""
+        with self._cond:
+            self._set_timer(slot, when)
+
+    def _set_timer(self, slot: Slot, when: float) -> None:
+        # Under _cond.
+        if slot.running is not None and slot.running is not threading.current_thread():
+            # Asked from another thread during a turn, whose own answer comes later:
+            # the earlier of the two wins (a grace timer must not be lost).
+            slot.asked = min(slot.asked, when)
+        if when == slot.deadline or not slot.active:
+            return
+        slot.deadline = when
+        if when == _NEVER:
+            return
+        earliest = self._timers[0][0] if self._timers else _NEVER
+        heapq.heappush(self._timers, (when, next(self._seq), slot))
+        if when < earliest:  # the time keeper must shorten its wait
+            if self._keeper:
+                self._clock.notify()
+            elif self._idle:
+                self._cond.notify()  # it becomes the keeper
+            elif not self._workers:
+                self._spawn()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Stop every worker, joining them within ``timeout`` (not the calling one)."""
+        with self._cond:
+            self._closed = True
+            for condition in (self._cond, self._clock, self._done):
+                condition.notify_all()
+            workers = list(self._workers)
+        deadline = time.monotonic() + timeout
+        for worker in workers:
+            if worker is not threading.current_thread():
+                worker.join(timeout=max(0.0, deadline - time.monotonic()))
+                if worker.is_alive():
+                    logger.warning("stalewatch: %s is still in a callback; it ends after it", worker.name)
+
+    def workers(self) -> int:
+        with self._cond:
+            return len(self._workers)
+
+    # -- workers --------------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        # Under _cond.
+        if len(self._workers) >= self._max or self._closed:
+            return
+        name = f"stalewatch-worker-{next(self._names)}"
+        worker = threading.Thread(target=self._work, name=name, daemon=True)
+        self._workers.append(worker)
+        worker.start()
+
+    def _next(self) -> Slot | None:
+        """The next slot to run, waiting for one or for a timer; ``None`` once closed."""
+        # Under _cond.
+        while not self._closed:
+            now = time.monotonic()
+            while self._timers and self._timers[0][0] <= now:
+                when, _, slot = heapq.heappop(self._timers)
+                if slot.deadline == when:  # else replaced by a later at()
+                    slot.deadline = _NEVER
+                    self._due(slot)
+            while self._ready:
+                slot = self._ready.popleft()
+                if slot.active:
+                    return slot
+                slot.queued = False  # removed while queued: never run again
+            if not self._keeper:
+                self._keeper = True
+                try:
+                    self._clock.wait(self._timers[0][0] - now if self._timers else None)
+                finally:
+                    self._keeper = False
+            else:
+                self._idle += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self._idle -= 1
+        return None
+
+    def _work(self) -> None:
+        me = threading.current_thread()
+        slot: Slot | None = None
+        cause: BaseException | None = None
+        try:
+            while True:
+                with self._cond:
+                    slot = self._next()
+                    if slot is None:
+                        return
+                    slot.queued = False
+                    slot.again = False  # cleared before the turn: a later wake-up runs again
+                    slot.running = me
+                    self.turns += 1
+                when = _NEVER
+                try:
+                    when = slot.task.turn()
+                except Exception:  # a task catches its own; this is the last line
+                    logger.exception("stalewatch: a watcher's turn failed")
+                    when = time.monotonic() + 1.0
+                with self._cond:
+                    self._finish(slot, when)
+                slot = None
+        except BaseException as exc:  # SystemExit from a callback, a bug here: report, replace
+            cause = exc
+        finally:
+            self._exit(me, slot, cause)
+
+    def _finish(self, slot: Slot, when: float) -> None:
+        # Under _cond.
+        slot.running = None
+        when, slot.asked = min(when, slot.asked), _NEVER
+        self._set_timer(slot, when)
+        if slot.again:
+            slot.again = False
+            self._wake(slot)
+        self._done.notify_all()  # remove() may be waiting for this turn to end
+
+    def _exit(self, me: threading.Thread, slot: Slot | None, cause: BaseException | None) -> None:
+        with self._cond:
+            self._workers.remove(me)
+            if self._closed and cause is None:
+                return
+            logger.error("stalewatch: %s died (%r); starting another", me.name, cause)
+            if self._closed:
+                return
+            if slot is not None:
+                self._finish(slot, time.monotonic())
+            if (self._ready and self._idle == 0) or (not self._workers and self._timers):
+                self._spawn()
+        if slot is not None and slot.active:
+            try:
+                slot.task.turn_lost()
+            except Exception:
+                logger.exception("stalewatch: error reporting a lost turn")
+
+
+# -- the process's scheduler ---------------------------------------------------------------
+
+_shared: Scheduler | None = None
+_shared_lock = threading.Lock()
+
+
+def acquire(task: Task) -> tuple[Scheduler, Slot]:
+    """Add ``task`` to the process's scheduler (started now if there is none)."""
+    global _shared  # noqa: PLW0603 - one scheduler per process, by design
+    with _shared_lock:
+        if _shared is None or _shared.pid != os.getpid():
+            _shared = Scheduler()
+        return _shared, _shared.add(task)
+
+
+def release(scheduler: Scheduler, slot: Slot, wait: float = 1.0) -> bool:
+    """Remove ``slot``; the last task out stops the workers. False if a turn still runs.
+
+    Returns within about ``wait`` seconds in all: a worker stuck in a slow callback
+    is left to end when the callback returns.
+    """
+    global _shared  # noqa: PLW0603
+    deadline = time.monotonic() + wait
+    finished = scheduler.remove(slot, wait)
+    with _shared_lock:
+        if scheduler.slots > 0:
+            return finished
+        if _shared is scheduler:
+            _shared = None
+    scheduler.close(max(0.05, deadline - time.monotonic()))
+    return finished
+
+
+def _forget_in_child() -> None:
+    # The workers did not survive fork(); the lock may be held by one that is gone.
+    global _shared, _shared_lock  # noqa: PLW0603
+    _shared = None
+    _shared_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

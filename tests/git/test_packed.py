@@ -1,0 +1,178 @@
+"""stalewatch.git.packed: packed-refs snapshots, binary search, and when a snapshot is reused (C10, C11)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import Repo
+from stalewatch.core.errors import RefError
+from stalewatch.git import packed
+from stalewatch.git.refs import find_git_dirs, resolve_head
+
+HEADER = "# pack-refs with: peeled fully-peeled sorted \n"
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache() -> Iterator[None]:
+    packed.clear_cache()
+    yield
+    packed.clear_cache()
+
+
+def oid(i: int) -> str:
+    return f"{i:040x}"
+
+
+@pytest.fixture
+def settled_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Treat files as settled at once (what RACY_NS seconds of age would do)."""
+    monkeypatch.setattr(packed, "RACY_NS", 0)
+
+
+def write_packed(path: Path, refs: dict[str, str], *, header: str = HEADER, peel: bool = True) -> None:
+    lines = [header] if header else []
+    for i, (name, value) in enumerate(sorted(refs.items())):
+        lines.append(f"{value} {name}\n")
+        if peel and i % 3 == 0:
+            lines.append(f"^{oid(10**6 + i)}\n")  # an annotated tag's commit, never a ref's value
+    path.write_text("".join(lines))
+
+
+def test_c11_binary_search_finds_every_ref_and_no_other(tmp_path: Path) -> None:
+    refs = {f"refs/tags/v{i:05d}": oid(i) for i in range(0, 3000, 3)}
+    refs |= {"refs/heads/main": oid(7), "refs/heads/feature/x": oid(8), "refs/remotes/o/main": oid(9)}
+    path = tmp_path / "packed-refs"
+    write_packed(path, refs)
+    snap = packed.read_snapshot(path)
+    assert snap is not None and snap.sorted and snap.index is None  # the bisect path
+    for name, value in refs.items():
+        assert snap.find(name) == value
+    for absent in ("refs/tags/v00001", "refs/heads/mai", "refs/heads/mainx", "refs/a", "refs/zzz", ""):
+        assert snap.find(absent) is None
+    assert snap.find(f"^{oid(10**6)}") is None  # a peeled line is never a ref
+
+
+def test_c11_real_git_packed_refs_agree_with_git(git_repo: Repo) -> None:
+    head = git_repo.head()
+    commands = "".join(f"create refs/tags/t{i} {head}\n" for i in range(500))
+    subprocess.run(["git", "update-ref", "--stdin"], cwd=git_repo.path, input=commands, text=True, check=True)
+    git_repo.git("tag", "-a", "annotated", "-m", "peeled")
+    git_repo.git("branch", "other")
+    git_repo.git("pack-refs", "--all")
+    path = git_repo.path / ".git/packed-refs"
+    assert path.read_text().startswith("# pack-refs with:") and " sorted" in path.read_text().splitlines()[0]
+    snap = packed.read_snapshot(path)
+    assert snap is not None and snap.sorted
+    for line in git_repo.git("show-ref").splitlines():
+        value, name = line.split(" ", 1)
+        assert snap.find(name) == value, name
+    assert snap.find("refs/tags/t500") is None
+
+
+def test_c11_unsorted_file_is_indexed_and_first_record_wins(tmp_path: Path) -> None:
+    path = tmp_path / "packed-refs"
+    path.write_text(
+        "# pack-refs with: peeled \n"  # an old git: no "sorted"
+        f"{oid(2)} refs/heads/zeta\n"
+        f"{oid(1)} refs/heads/alpha\n"
+        f"^{oid(3)}\n"
+        "\n"
+        f"{oid(4)} refs/heads/alpha\n"
+    )
+    snap = packed.read_snapshot(path)
+    assert snap is not None and not snap.sorted
+    assert snap.find("refs/heads/alpha") == oid(1)
+    assert snap.find("refs/heads/zeta") == oid(2)
+    assert snap.find("refs/heads/beta") is None
+
+
+@pytest.mark.parametrize(
+    ("body", "line"),
+    [
+        (f"{oid(1)} refs/heads/a\nnot-an-id refs/heads/b\n{oid(3)} refs/heads/c\n", 3),
+        (f"{oid(1)} refs/heads/a\n^zz\n{oid(3)} refs/heads/c\n", 3),
+        (f"^{oid(1)}\n{oid(1)} refs/heads/b\n", 2),
+        (f"{oid(1)} refs/heads/a\n^{oid(2)}\n^{oid(2)}\n{oid(3)} refs/heads/c\n", 4),
+    ],
+)
+@pytest.mark.parametrize("header", [HEADER, "# pack-refs with: peeled \n"])
+def test_malformed_line_is_a_ref_error_naming_it(tmp_path: Path, header: str, body: str, line: int) -> None:
+    path = tmp_path / "packed-refs"
+    path.write_text(header + body)
+    errors = []
+    # A sorted file is validated where the search reads (as git does), an unsorted one
+    # whole: either way some lookup reaches the bad line, and none answers wrongly.
+    for name in ("refs/heads/a", "refs/heads/b", "refs/heads/c"):
+        try:
+            found = packed.lookup(path, name)
+        except RefError as exc:
+            errors.append(exc)
+        else:
+            assert found in (None, oid(1), oid(3))
+    assert errors
+    for error in errors:
+        assert f"malformed line {line} " in str(error)
+        assert Path(error.path) == path
+
+
+def test_fifo_in_place_of_packed_refs_does_not_hang(tmp_path: Path) -> None:
+    path = tmp_path / "packed-refs"
+    os.mkfifo(path)
+    with pytest.raises(RefError, match="not a regular file"):
+        packed.lookup(path, "refs/heads/main")
+
+
+def test_missing_file_is_none(tmp_path: Path) -> None:
+    assert packed.lookup(tmp_path / "packed-refs", "refs/heads/main") is None
+
+
+def test_c10_a_settled_snapshot_is_reused_until_the_file_changes(tmp_path: Path, settled_now: None) -> None:
+    path = tmp_path / "packed-refs"
+    write_packed(path, {"refs/heads/main": oid(1)})
+    assert packed.lookup(path, "refs/heads/main") == oid(1)
+    cached = packed._cache.entries[str(path)]
+    assert packed.lookup(path, "refs/heads/main") == oid(1)
+    assert packed._cache.entries[str(path)] is cached  # not read again
+    # What git does: write packed-refs.new, rename it over. Same size, same mtime.
+    new = tmp_path / "packed-refs.new"
+    write_packed(new, {"refs/heads/main": oid(2)})
+    st = path.stat()
+    os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))
+    new.replace(path)
+    assert packed.lookup(path, "refs/heads/main") == oid(2)
+
+
+def test_c10_a_file_rewritten_within_one_timestamp_tick_is_never_served_stale(tmp_path: Path) -> None:
+    # Two in-place rewrites within one tick keep inode, size, mtime and ctime: the stat
+    # data cannot tell them apart. Such a racy file must be read afresh every time.
+    path = tmp_path / "packed-refs"
+    write_packed(path, {"refs/heads/main": oid(1)})
+    assert packed.lookup(path, "refs/heads/main") == oid(1)
+    before = path.stat()
+    with path.open("r+") as f:  # same length, same inode
+        f.write(path.read_text().replace(oid(1), oid(2)))
+    after = path.stat()
+    assert packed.lookup(path, "refs/heads/main") == oid(2)
+    # Shows the hazard was real when the tick did not pass (most runs): identical stat data.
+    if (before.st_mtime_ns, before.st_ctime_ns) == (after.st_mtime_ns, after.st_ctime_ns):
+        assert before.st_ino == after.st_ino and before.st_size == after.st_size
+    assert str(path) not in packed._cache.entries  # racy: never cached
+
+
+def test_c11_strict_resolve_of_a_packed_only_branch_uses_the_snapshot(
+    git_repo: Repo, settled_now: None
+) -> None:
+    git_repo.git("pack-refs", "--all")
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None
+    assert resolve_head(dirs) == git_repo.head()
+    assert str(dirs.packed_refs) in packed._cache.entries
+    new = git_repo.commit("a loose ref now wins")
+    assert resolve_head(dirs) == new
+    git_repo.git("pack-refs", "--all")  # rewritten: a new identity
+    assert resolve_head(dirs) == new

@@ -1,0 +1,231 @@
+"""stalewatch.watching.inotify: the shared instance, and the watchdog layer it is built on."""
+
+from __future__ import annotations
+
+import errno
+import importlib.metadata
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from stalewatch.watching import inotify as inotify_module
+from stalewatch.watching.inotify import ANCHOR_MASK, REF_MASK, Inotify, Registration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Events:
+    """A listener that records what the reader hands it."""
+
+    def __init__(self) -> None:
+        self.events: queue.SimpleQueue[tuple[str, bytes, int]] = queue.SimpleQueue()
+        self.overflows = 0
+        self.died = threading.Event()
+
+    def on_inotify(self, registration: Registration, name: bytes, mask: int) -> None:
+        self.events.put((str(registration.path), name, mask))
+
+    def on_overflow(self) -> None:
+        self.overflows += 1
+
+    def on_reader_died(self) -> None:
+        self.died.set()
+
+    def next(self, timeout: float = 5.0) -> tuple[str, bytes, int]:
+        return self.events.get(timeout=timeout)
+
+
+def kernel_masks(instance: Inotify) -> dict[int, int]:
+    """The kernel's own record of the instance's watches: wd -> mask (/proc fdinfo, hex)."""
+    masks = {}
+    for line in Path(f"/proc/self/fdinfo/{instance.fd}").read_text().splitlines():
+        if line.startswith("inotify wd:"):
+            fields = dict(field.split(":", 1) for field in line.split()[1:])
+            masks[int(fields["wd"], 16)] = int(fields["mask"], 16)
+    return masks
+
+
+def test_the_watchdog_layer_we_build_on_is_still_there() -> None:
+    # stalewatch uses watchdog's inotify bindings and nothing else of it. An upgrade that
+    # moves or changes them must fail here, loudly, not in production.
+    from watchdog.observers import inotify_c
+
+    version = tuple(int(p) for p in importlib.metadata.version("watchdog").split(".")[:2])
+    assert (6, 0) <= version < (8, 0), "pyproject.toml pins watchdog>=6,<8: re-check this layer"
+    for name in ("inotify_init", "inotify_add_watch", "inotify_rm_watch", "InotifyConstants"):
+        assert hasattr(inotify_c, name), f"watchdog.observers.inotify_c.{name} is gone"
+    c = inotify_c.InotifyConstants  # the kernel's ABI (linux/inotify.h)
+    expected = {
+        "IN_MODIFY": 0x2,
+        "IN_ATTRIB": 0x4,
+        "IN_CLOSE_WRITE": 0x8,
+        "IN_MOVED_FROM": 0x40,
+        "IN_MOVED_TO": 0x80,
+        "IN_CREATE": 0x100,
+        "IN_DELETE": 0x200,
+        "IN_DELETE_SELF": 0x400,
+        "IN_MOVE_SELF": 0x800,
+        "IN_UNMOUNT": 0x2000,
+        "IN_Q_OVERFLOW": 0x4000,
+        "IN_IGNORED": 0x8000,
+        "IN_ONLYDIR": 0x01000000,
+        "IN_DONT_FOLLOW": 0x02000000,
+        "IN_MASK_ADD": 0x20000000,
+    }
+    assert {name: int(getattr(c, name)) for name in expected} == expected
+    fd = inotify_c.inotify_init()
+    assert fd >= 0
+    try:
+        wd = inotify_c.inotify_add_watch(fd, os.fsencode(ROOT), int(c.IN_CREATE))
+        assert wd > 0
+        again = inotify_c.inotify_add_watch(fd, os.fsencode(ROOT), int(c.IN_DELETE | c.IN_MASK_ADD))
+        assert again == wd  # the same inode, the same watch, masks merged
+        assert inotify_c.inotify_rm_watch(fd, wd) == 0
+        assert inotify_c.inotify_add_watch(fd, b"/nonexistent/stalewatch", int(c.IN_CREATE)) == -1
+    finally:
+        os.close(fd)
+
+
+def test_anchor_directories_are_never_watched_for_writes() -> None:
+    c = inotify_module.InotifyConstants
+    writes_or_reads = c.IN_MODIFY | c.IN_CLOSE_WRITE | c.IN_OPEN | c.IN_ACCESS | c.IN_CLOSE_NOWRITE
+    assert not ANCHOR_MASK & int(writes_or_reads)
+    assert REF_MASK & int(c.IN_CLOSE_WRITE) and not REF_MASK & int(c.IN_MODIFY | c.IN_OPEN | c.IN_ACCESS)
+
+
+def test_two_listeners_on_one_directory_keep_their_own_events_and_names(tmp_path: Path) -> None:
+    instance = Inotify()
+    try:
+        narrow, wide = Events(), Events()
+        a = instance.add(tmp_path, ANCHOR_MASK, frozenset({b"checkout"}), narrow)
+        b = instance.add(tmp_path, REF_MASK, frozenset({b"HEAD"}), wide)
+        assert a.wd == b.wd
+        assert kernel_masks(instance)[a.wd] & 0xFFFF == (ANCHOR_MASK | REF_MASK) & 0xFFFF  # the union
+        (tmp_path / "HEAD").write_text("x")  # CREATE, CLOSE_WRITE: only `wide` wants the name
+        (tmp_path / "checkout").mkdir()
+        (tmp_path / "unrelated").write_text("x")  # nobody's name: nobody is called
+        assert wide.next()[1:] == (b"HEAD", int(inotify_module.InotifyConstants.IN_CREATE))
+        assert wide.next()[1] == b"HEAD"  # its close-after-write
+        assert narrow.next()[1] == b"checkout"
+        instance.remove(b)  # a's registration keeps the directory watched
+        assert a.wd in kernel_masks(instance)
+        (tmp_path / "checkout").rmdir()
+        assert narrow.next()[1] == b"checkout"
+        assert wide.events.empty() and narrow.events.empty()
+        instance.remove(a)
+        assert kernel_masks(instance) == {}
+    finally:
+        instance.close()
+    assert not instance.thread.is_alive()
+
+
+def test_a_deleted_directory_marks_its_registrations_dead(tmp_path: Path) -> None:
+    instance = Inotify()
+    try:
+        listener = Events()
+        directory = tmp_path / "refs-heads-feature"
+        directory.mkdir()
+        registration = instance.add(directory, REF_MASK, frozenset(), listener)
+        directory.rmdir()
+        c = inotify_module.InotifyConstants
+        _, name, mask = listener.next()
+        assert name == b"" and mask & int(c.IN_DELETE_SELF)
+        _, name, mask = listener.next()  # then the kernel drops the watch
+        assert name == b"" and mask & int(c.IN_IGNORED)
+        assert not registration.alive
+        assert instance.watch_count() == 0
+    finally:
+        instance.close()
+
+
+def test_refused_watches_raise_instead_of_being_recorded(tmp_path: Path) -> None:
+    instance = Inotify()
+    try:
+        with pytest.raises(FileNotFoundError):
+            instance.add(tmp_path / "missing", REF_MASK, frozenset(), Events())
+        (tmp_path / "file").write_text("x")
+        with pytest.raises(NotADirectoryError):  # IN_ONLYDIR
+            instance.add(tmp_path / "file", REF_MASK, frozenset(), Events())
+        assert instance.watch_count() == 0
+    finally:
+        instance.close()
+
+
+def test_permission_denied_is_raised_not_silently_ignored(tmp_path: Path) -> None:
+    # watchdog's InotifyFD records a watch refused with EACCES as if it existed. Run as
+    # an unprivileged user (root may watch anything) in a child process.
+    if os.geteuid() != 0:
+        secret = tmp_path / "secret"
+        secret.mkdir(mode=0o311)
+        runner: list[str] = []
+    else:
+        secret = Path("/tmp") / f"sw-secret-{os.getpid()}"  # readable path for nobody
+        secret.mkdir(mode=0o311)
+        runner = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    code = (
+        "import errno, sys; from pathlib import Path\n"
+        "from stalewatch.watching.inotify import Inotify, REF_MASK\n"
+        "i = Inotify()\n"
+        "try:\n"
+        f"    i.add(Path({str(secret)!r}), REF_MASK, frozenset(), None)\n"
+        "except PermissionError as e:\n"
+        "    print('refused', e.errno == errno.EACCES, i.watch_count())\n"
+        "finally:\n"
+        "    i.close()\n"
+    )
+    try:
+        done = subprocess.run(
+            [*runner, sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )
+    finally:
+        secret.rmdir()
+    assert done.stdout.strip() == "refused True 0", done.stderr
+
+
+def test_the_instance_is_shared_and_closed_by_its_last_user() -> None:
+    first = inotify_module.acquire()
+    second = inotify_module.acquire()
+    try:
+        assert first is second and first.users == 2
+    finally:
+        inotify_module.release(second)
+    assert first.thread.is_alive()
+    inotify_module.release(first)
+    assert not first.thread.is_alive()
+    third = inotify_module.acquire()
+    try:
+        assert third is not first  # a fresh one after the last user left
+    finally:
+        inotify_module.release(third)
+
+
+def test_instance_limit_is_a_clear_os_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes
+
+    def exhausted() -> int:
+        ctypes.set_errno(errno.EMFILE)
+        return -1
+
+    monkeypatch.setattr(inotify_module, "inotify_init", exhausted)
+    with pytest.raises(OSError, match="instance limit reached") as info:
+        inotify_module.acquire()
+    assert info.value.errno == errno.EMFILE
+
+
+def test_the_instance_is_not_inherited_by_child_processes() -> None:
+    # A hook the daemon runs must not hold (or read) the daemon's instance.
+    instance = Inotify()
+    try:
+        assert not os.get_inheritable(instance.fd)
+    finally:
+        instance.close()

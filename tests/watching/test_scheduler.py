@@ -1,0 +1,224 @@
+"""stalewatch.watching.scheduler: turns coalesce, never overlap, timers fire, workers are bounded."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from stalewatch.watching.scheduler import MAX_WORKERS, Scheduler, Slot
+
+NEVER = float("inf")
+
+
+class Task:
+    """A task whose turns the test drives: each turn runs ``body`` and is recorded."""
+
+    def __init__(self, body: Callable[[], float] | None = None) -> None:
+        self.body = body or (lambda: NEVER)
+        self.turns = 0
+        self.running = 0
+        self.overlapped = False
+        self.lost = threading.Event()
+        self.turned = threading.Semaphore(0)
+        self.threads: set[str] = set()
+
+    def turn(self) -> float:
+        self.running += 1
+        self.overlapped |= self.running > 1
+        self.turns += 1
+        self.threads.add(threading.current_thread().name)
+        try:
+            return self.body()
+        finally:
+            self.running -= 1
+            self.turned.release()
+
+    def turn_lost(self) -> None:
+        self.lost.set()
+
+    def wait_turns(self, n: int, timeout: float = 5.0) -> None:
+        for _ in range(n):
+            assert self.turned.acquire(timeout=timeout), f"only {self.turns} turns"
+
+
+@pytest.fixture
+def sched() -> Iterator[Scheduler]:
+    scheduler = Scheduler()
+    yield scheduler
+    scheduler.close()
+
+
+def added(sched: Scheduler, task: Task) -> Slot:
+    return sched.add(task)
+
+
+def test_wake_ups_during_a_turn_coalesce_into_exactly_one_more(sched: Scheduler) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def body() -> float:
+        if not entered.is_set():
+            entered.set()
+            release.wait(5)
+        return NEVER
+
+    task = Task(body)
+    slot = added(sched, task)
+    sched.wake(slot)
+    assert entered.wait(5)
+    for _ in range(50):  # a burst while the first turn runs
+        sched.wake(slot)
+    release.set()
+    task.wait_turns(2)
+    assert not task.turned.acquire(timeout=0.2)  # and no third
+    assert task.turns == 2 and not task.overlapped
+
+
+def test_one_task_never_runs_on_two_workers_at_once(sched: Scheduler) -> None:
+    task = Task(lambda: time.sleep(0.001) or NEVER)  # type: ignore[func-returns-value]
+    others = [Task() for _ in range(8)]
+    slots = [added(sched, t) for t in (task, *others)]
+    for _ in range(20):  # bursts of wake-ups from every side, while turns run
+        for _ in range(10):
+            for slot in slots:
+                sched.wake(slot)
+        task.wait_turns(1)
+    for slot in slots:
+        assert sched.remove(slot, wait=5)  # returns once its turn in progress ended
+    assert task.turns >= 20
+    assert not task.overlapped and not any(t.overlapped for t in others)
+    assert sched.workers() <= MAX_WORKERS
+
+
+def test_timers_fire_in_order_without_a_thread_per_task(sched: Scheduler) -> None:
+    order: list[int] = []
+    lock = threading.Lock()
+    tasks = []
+    for i in range(20):
+
+        def body(i: int = i) -> float:
+            with lock:
+                order.append(i)
+            return NEVER
+
+        tasks.append(Task(body))
+    now = time.monotonic()
+    for i, task in enumerate(tasks):
+        sched.at(added(sched, task), now + 0.2 + 0.01 * (19 - i))  # the last added fires first
+    for task in tasks:
+        task.wait_turns(1)
+    assert order == list(range(19, -1, -1))
+    assert sched.workers() <= MAX_WORKERS
+
+
+def test_a_later_timer_replaces_an_earlier_one(sched: Scheduler) -> None:
+    task = Task()
+    slot = added(sched, task)
+    sched.at(slot, time.monotonic() + 0.05)
+    sched.at(slot, time.monotonic() + 3600)  # rescheduled: the first must not fire
+    assert not task.turned.acquire(timeout=0.3)
+
+
+def test_a_turn_returns_its_next_timer(sched: Scheduler) -> None:
+    task = Task(lambda: time.monotonic() + 0.02 if task.turns < 3 else NEVER)
+    sched.wake(added(sched, task))
+    task.wait_turns(3)
+    assert not task.turned.acquire(timeout=0.2)
+
+
+def test_a_worker_killed_by_a_turn_is_replaced_and_the_task_told(
+    sched: Scheduler, caplog: pytest.LogCaptureFixture
+) -> None:
+    def body() -> float:
+        if task.turns == 1:
+            raise SystemExit("a callback called sys.exit()")
+        return NEVER
+
+    task = Task(body)
+    slot = added(sched, task)
+    sched.wake(slot)
+    assert task.lost.wait(5)
+    task.wait_turns(2)  # the lost turn is rerun by a new worker
+    assert len(task.threads) == 2
+    assert "died" in caplog.text
+    sched.wake(slot)
+    task.wait_turns(1)
+
+
+def test_removed_tasks_do_not_run_and_remove_waits_for_a_running_turn(sched: Scheduler) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def body() -> float:
+        entered.set()
+        release.wait(5)
+        return time.monotonic()  # would run again at once
+
+    task = Task(body)
+    slot = added(sched, task)
+    sched.wake(slot)
+    assert entered.wait(5)
+    assert not sched.remove(slot, wait=0.1)  # still in its turn
+    release.set()
+    assert sched.remove(slot, wait=5)
+    task.wait_turns(1)  # the turn that was running
+    sched.wake(slot)
+    assert not task.turned.acquire(timeout=0.2)  # and none after, though it asked for one
+    assert task.turns == 1
+
+
+def test_close_joins_every_worker(sched: Scheduler) -> None:
+    tasks = [Task(lambda: time.sleep(0.01) or NEVER) for _ in range(8)]  # type: ignore[func-returns-value]
+    for task in tasks:
+        sched.wake(added(sched, task))
+    for task in tasks:
+        task.wait_turns(1)
+    assert 1 <= sched.workers() <= MAX_WORKERS
+    sched.close()
+    assert sched.workers() == 0
+
+
+def test_a_timer_asked_for_during_a_turn_is_not_lost_to_the_turns_own_answer(sched: Scheduler) -> None:
+    # The reader thread asks for a turn in 50 ms (HEAD being replaced) while a turn
+    # runs, which then answers "no timer": the earlier of the two must stand.
+    entered, release = threading.Event(), threading.Event()
+
+    def body() -> float:
+        if not entered.is_set():
+            entered.set()
+            release.wait(5)
+        return NEVER
+
+    task = Task(body)
+    slot = added(sched, task)
+    sched.wake(slot)
+    assert entered.wait(5)
+    sched.at(slot, time.monotonic() + 0.05)
+    release.set()
+    task.wait_turns(2)  # the first, then the one asked for
+
+
+def test_a_task_removed_while_queued_never_runs() -> None:
+    sched = Scheduler(max_workers=1)
+    try:
+        entered, release = threading.Event(), threading.Event()
+
+        def block() -> float:
+            entered.set()
+            release.wait(5)
+            return NEVER
+
+        busy, queued = Task(block), Task()
+        busy_slot, queued_slot = sched.add(busy), sched.add(queued)
+        sched.wake(busy_slot)
+        assert entered.wait(5)  # the only worker is taken
+        sched.wake(queued_slot)  # so this one waits in the queue
+        assert sched.remove(queued_slot, wait=1)
+        release.set()
+        busy.wait_turns(1)
+        sched.wake(busy_slot)
+        busy.wait_turns(1)  # the worker went round the queue since
+        assert queued.turns == 0
+    finally:
+        sched.close()

@@ -1,0 +1,272 @@
+"""Many checkouts in one process: one inotify instance, a few threads, faults kept apart (issue 11)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+import struct
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from conftest import Recorder, Repo, make_repo
+from stalewatch import Event, Guard, LocalSource, StaleError
+from stalewatch.watching import inotify as inotify_module
+from stalewatch.watching import scheduler as scheduler_module
+from stalewatch.watching.plan import Relevance
+from stalewatch.watching.watcher import Watcher
+
+
+def instances() -> int:
+    """inotify instances this process holds (its file descriptors that are one)."""
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            count += str(fd.readlink()) == "anon_inode:inotify"
+        except OSError:
+            continue  # the descriptor the listing itself used
+    return count
+
+
+def checkouts(root: Path, n: int) -> list[Repo]:
+    """``n`` real checkouts side by side (copies of one repository: fast)."""
+    first = make_repo(root / "c0")
+    repos = [first]
+    for i in range(1, n):
+        shutil.copytree(first.path, root / f"c{i}", symlinks=True)
+        repos.append(Repo(root / f"c{i}"))
+    return repos
+
+
+def watcher_of(guard: Guard) -> Watcher:
+    watch = guard._watch
+    assert isinstance(watch, Watcher)
+    return watch
+
+
+@pytest.fixture
+def guards() -> Iterator[list[Guard]]:
+    started: list[Guard] = []
+    with ExitStack() as stack:
+        stack.callback(lambda: [g.stop() for g in started])
+        yield started
+
+
+def start_all(repos: list[Repo], started: list[Guard], verify: float = 3600) -> list[Guard]:
+    for repo in repos:
+        started.append(Guard.for_checkout(repo.path, source=LocalSource(verify_interval=verify)).start())
+    for guard in started:
+        assert guard.wait_ready(10), f"{guard} never became ready"
+    return started
+
+
+def test_twenty_checkouts_share_one_instance_and_a_few_threads(tmp_path: Path, guards: list[Guard]) -> None:
+    repos = checkouts(tmp_path, 20)
+    threads_before, instances_before = threading.active_count(), instances()
+    start_all(repos, guards)
+    assert instances() - instances_before == 1
+    added = threading.active_count() - threads_before
+    assert added <= 1 + scheduler_module.MAX_WORKERS  # the reader and the workers, whatever N
+    names = {t.name for t in threading.enumerate()}
+    assert "stalewatch-inotify" in names
+    hub = watcher_of(guards[0]).instance
+    assert hub is not None
+    assert all(watcher_of(g).instance is hub for g in guards)
+    # Every checkout's directories are watched once; their common parent once for all.
+    assert hub.watch_count() == 1 + 3 * len(repos)
+    recorders = [Recorder(g) for g in guards]
+    new = repos[7].commit("in one of twenty")
+    recorders[7].wait_for("stale", new)
+    for other in (0, 19):
+        with pytest.raises(AssertionError):
+            recorders[other].wait_for("stale", timeout=0.05)
+    for guard in guards:
+        guard.stop()
+    assert instances() == instances_before  # the last watcher out closed the instance
+
+
+def test_one_guard_costs_one_instance_and_two_threads(git_repo: Repo, guards: list[Guard]) -> None:
+    threads_before, instances_before = threading.active_count(), instances()
+    start_all([git_repo], guards)
+    assert instances() - instances_before == 1
+    assert threading.active_count() - threads_before == 2  # stalewatch-inotify, stalewatch-worker-1
+
+
+def test_one_checkouts_faults_do_not_disturb_the_others(
+    tmp_path: Path, guards: list[Guard], caplog: pytest.LogCaptureFixture
+) -> None:
+    a_repo, b_repo = checkouts(tmp_path, 2)
+    a, b = start_all([a_repo, b_repo], guards)
+    b_health: list[bool] = []
+    b_watcher = watcher_of(b)
+    real_report = b_watcher._health._on_health
+
+    def spy(trusted: bool, mode: str) -> None:
+        b_health.append(trusted)
+        real_report(trusted, mode)
+
+    b_watcher._health._on_health = spy
+    rec_a, rec_b = Recorder(a), Recorder(b)
+
+    # 1. A's event handling raises on the reader thread, for every event.
+    a_watcher = watcher_of(a)
+
+    def broken(relevance: Relevance) -> None:
+        raise RuntimeError("a bug in A's handling")
+
+    a_watcher.signal = broken  # type: ignore[method-assign]
+    a_repo.commit("A's events raise")
+    new_b = b_repo.commit("B is still watched")
+    rec_b.wait_for("stale", new_b)
+
+    # 2. A's subscriber blocks its worker; B's turns run on another.
+    inside, release = threading.Event(), threading.Event()
+    a_watcher.signal = Watcher.signal.__get__(a_watcher)  # type: ignore[method-assign]
+
+    def blocking(event: Event) -> None:
+        inside.set()
+        release.wait(10)
+
+    unsubscribe = a.subscribe(blocking)
+    a_repo.commit("A's subscriber holds a worker")
+    assert inside.wait(5)
+    newer_b = b_repo.commit("B while A's worker is held")
+    rec_b.wait_for("stale", newer_b)
+    release.set()
+    unsubscribe()
+
+    # 3. A's .git disappears: A is unreadable, B carries on.
+    shutil.rmtree(a_repo.path / ".git")
+    rec_a.wait_for("unreadable")
+    newest_b = b_repo.commit("B after A lost its repository")
+    rec_b.wait_for("stale", newest_b)
+
+    assert b_health == []  # B's trust was never revoked, not even once
+    assert b.snapshot().trusted
+    with pytest.raises(StaleError):
+        b.check()
+    assert "a bug in A's handling" in caplog.text
+
+
+def test_c9_overflow_on_the_shared_instance_resyncs_every_checkout(
+    tmp_path: Path, guards: list[Guard], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repos = checkouts(tmp_path, 3)
+    start_all(repos, guards)
+    recorders = [Recorder(g) for g in guards]
+    for guard in guards:  # every event is lost, as in an overflow
+        monkeypatch.setattr(watcher_of(guard), "signal", lambda relevance: None)
+    lost = [repo.commit("its events fall into the overflow") for repo in repos]
+    for guard in guards:
+        monkeypatch.setattr(watcher_of(guard), "signal", Watcher.signal.__get__(watcher_of(guard)))
+    hub = watcher_of(guards[0]).instance
+    assert hub is not None
+    overflow = int(inotify_module.InotifyConstants.IN_Q_OVERFLOW)
+    hub._dispatch(struct.pack("iIII", -1, overflow, 0, 0))  # what the kernel writes
+    for rec, new in zip(recorders, lost, strict=True):
+        rec.wait_for("stale", new)
+    for guard in guards:
+        assert guard.wait_ready(5)
+
+
+def test_c9_forked_child_gets_its_own_instance_and_leaves_the_parents_alone(
+    git_repo: Repo, guards: list[Guard]
+) -> None:
+    (guard,) = start_all([git_repo], guards)
+    rec = Recorder(guard)
+    parent_hub = watcher_of(guard).instance
+    assert parent_hub is not None
+    events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+    guard.subscribe(events.put)
+    read_fd, write_fd = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+        pid = os.fork()
+    if pid == 0:  # child: report, then leave without running pytest's teardown
+        code = 1
+        try:
+            guard.check()  # starts the child's own watcher
+            ready = guard.wait_ready(10)
+            hub = watcher_of(guard).instance
+            own = hub is not None and hub is not parent_hub and hub.pid == os.getpid()
+            mine = git_repo.commit("in child")
+            seen = False
+            try:
+                while not seen:  # the child's own watcher names its commit
+                    seen = events.get(timeout=10).current_revision == mine
+            except queue.Empty:
+                pass
+            os.write(write_fd, f"{ready},{own},{seen},{instances()}".encode())
+            guard.stop()
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(read_fd, 100).decode()
+    os.close(read_fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert report == "True,True,True,1"  # ready, its own instance, saw its commit, held one
+    # The parent's watches were neither removed nor read by the child: it sees the commit.
+    rec.wait_for("stale")
+    assert guard.snapshot().trusted
+    assert watcher_of(guard).instance is parent_hub
+
+
+def test_issue12_a_debug_log_in_and_beside_the_checkout_wakes_nothing(
+    git_repo: Repo, guards: list[Guard]
+) -> None:
+    # An app that logs at DEBUG into its own checkout and beside it (issue 12, item 4).
+    # watchdog's emitters logged every raw event at DEBUG, and the worktree and its
+    # parent were watched for writes: each log line woke the watch, which logged.
+    loaded = git_repo.head()
+    sentinel = git_repo.commit("the sentinel, made ready beforehand")
+    git_repo.git("reset", "-q", "--hard", loaded)
+    (guard,) = start_all([git_repo], guards)
+    rec = Recorder(guard)
+    watcher = watcher_of(guard)
+    hub = watcher.instance
+    assert hub is not None
+    root = logging.getLogger()
+    handlers = [
+        logging.FileHandler(git_repo.path / "app.log"),
+        logging.FileHandler(git_repo.path.parent / "app.log"),
+    ]
+    ours: list[logging.LogRecord] = []
+
+    class Spy(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.name.startswith(("stalewatch", "watchdog")):
+                ours.append(record)
+
+    spy = Spy(logging.DEBUG)
+    level = root.level
+    for handler in (*handlers, spy):
+        root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        reads, turns = hub.reads, watcher.turns
+        app = logging.getLogger("app")
+        for i in range(500):
+            app.debug("request %d handled", i)  # each is a write(2) into both files
+        # Then one ref update as git makes it: events are read in order, so once it is
+        # seen, everything the log lines caused has been read and handled.
+        ref = git_repo.path / ".git/refs/heads/main"
+        ref.with_name("main.lock").write_text(sentinel + "\n")
+        ref.with_name("main.lock").replace(ref)
+        rec.wait_for("stale", sentinel)
+        woke, ran = hub.reads - reads, watcher.turns - turns
+    finally:
+        root.setLevel(level)
+        for handler in (*handlers, spy):
+            root.removeHandler(handler)
+            handler.close()
+    assert ours == []  # no log line about events at all, at any level
+    assert ran <= 3  # the sentinel's turn (and at most another), not one per log line
+    assert woke <= 10  # for the sentinel and the log files' creation, not for 1,000 writes
