@@ -2,7 +2,9 @@
 """Measure stalewatch's barrier, detection latency and idle cost on a real repository.
 
 Prints, in one run: the median and p99 of ``Guard.check()`` on the flag path and the
-strict path beside Hermes WebUI's three-subprocess check, and their ratios; the latency
+strict path beside Hermes WebUI's three-subprocess check, and their ratios; the flag
+path again with a ``stalewatch.metrics.GuardCollector`` registered, and what one scrape
+of it costs (when the metrics extra is installed); the latency
 from ``os.replace`` of a ref file to the subscriber seeing the flag flip, over
 ``--updates`` updates; the watcher's CPU over ``--idle`` idle seconds; the process RSS.
 Figures are printed, never asserted. ``--quick`` runs tiny counts (a smoke test).
@@ -126,6 +128,43 @@ def detection_latency(guard: Guard, repo: Path, a: str, b: str, updates: int) ->
     return latencies
 
 
+def barrier_with_metrics(guard: Guard, batches: int, ref_median: float) -> None:
+    """The flag path with and without a GuardCollector registered, batch by batch, and a scrape.
+
+    The batches alternate (a collector registered for one, none for the next), so both
+    figures share the machine's moment-to-moment noise.
+    """
+    try:
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        from stalewatch.metrics import GuardCollector
+    except ImportError:
+        print("  (metrics: the metrics extra is not installed; pip install '.[metrics]')")
+        return
+    without: list[float] = []
+    with_metrics: list[float] = []
+    for batch in range(batches):
+        if batch % 2:
+            registry = CollectorRegistry(auto_describe=False)
+            collector = GuardCollector(guard)
+            registry.register(collector)
+            with_metrics += per_call(guard.check, 1, 1000)
+            registry.unregister(collector)
+            collector.close()
+        else:
+            without += per_call(guard.check, 1, 1000)
+    registry = CollectorRegistry(auto_describe=False)
+    collector = GuardCollector(guard)
+    registry.register(collector)
+    try:
+        scrape = per_call(lambda: generate_latest(registry), max(10, batches // 10), 1)
+    finally:
+        collector.close()
+    row("check()  flag path", without, ref_median)
+    row("check()  flag path, metrics on", with_metrics, ref_median)
+    row("one scrape of GuardCollector", scrape)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=500)
@@ -180,12 +219,16 @@ def main() -> int:
             print(f"  RSS                                 {rss:8.1f} MB {added}")
             threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
             print(f"  threads                             {len(threads)}")
+
+            # Last: importing prometheus_client must not count in the RSS above.
+            print("\nmetrics: a GuardCollector registered (read at scrape time)")
+            barrier_with_metrics(guard, batches, ref_median)
     if args.no_daemon:
         return 0
     # The daemon's figures come from its own script, in a separate process so the
     # in-process figures above are not disturbed by a daemon sharing this interpreter.
     print("\ndaemon (scripts/bench_daemon.py)", flush=True)
-    small = ["--updates", "20", "--fanout", "5", "--fanout-updates", "3", "--idle", "0.5"]
+    small = ["--updates", "20", "--fanout", "5", "--fanout-updates", "3", "--idle", "0.5", "--scrapes", "5"]
     daemon_args = small if args.quick else ["--idle", str(idle)]
     bench_daemon = Path(__file__).with_name("bench_daemon.py")
     return subprocess.run([sys.executable, str(bench_daemon), *daemon_args], check=False).returncode

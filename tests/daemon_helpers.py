@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -112,15 +112,24 @@ class DaemonProcess:
         self.proc.wait(timeout=WAIT)
 
 
-def daemon_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "stalewatch", "daemon", *args]
+def daemon_command(*args: str, python: Sequence[str] = (sys.executable, "-m", "stalewatch")) -> list[str]:
+    """``stalewatch daemon ARGS`` as this interpreter runs it (``python``: what runs the CLI)."""
+    return [*python, "daemon", *args]
 
 
 @contextmanager
 def start_daemon(
-    workdir: Path, *args: str, env: dict[str, str] | None = None, name: str = "d", wait_ready: bool = True
+    workdir: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    name: str = "d",
+    wait_ready: bool = True,
+    python: Sequence[str] = (sys.executable, "-m", "stalewatch"),
 ) -> Iterator[DaemonProcess]:
-    """Start a daemon with ``--socket workdir/<name>.sock``; wait for READY=1; kill at exit."""
+    """Start a daemon with ``--socket workdir/<name>.sock``; wait for READY=1; kill at exit.
+
+    ``python`` is what runs the CLI (default ``python -m stalewatch``).
+    """
     sock = workdir / f"{name}.sock"
     notes = Notifications(workdir / f"{name}-{next(_notify_ids)}.notify")
     log = workdir / f"{name}.log"
@@ -129,7 +138,7 @@ def start_daemon(
         environment.pop("JOURNAL_STREAM", None)  # the format depends on it
     with log.open("wb") as log_file:
         proc = subprocess.Popen(
-            daemon_command("--socket", str(sock), *args),
+            daemon_command("--socket", str(sock), *args, python=python),
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=log_file,

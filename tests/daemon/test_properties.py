@@ -9,6 +9,7 @@ wrong).
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import json
 import math
 import tempfile
@@ -127,7 +128,18 @@ def test_a_request_is_a_ping_or_a_protocol_error(line: bytes) -> None:
 
 # -- the configuration loader -----------------------------------------------------------------
 
-_KEYS = ["socket", "keepalive", "max_clients", "client_queue", "client_buffer", "log_level", "x"]
+_KEYS = [
+    "socket",
+    "keepalive",
+    "max_clients",
+    "client_queue",
+    "client_buffer",
+    "log_level",
+    "metrics_address",
+    "metrics_textfile",
+    "metrics_interval",
+    "x",
+]
 _CHECKOUT_KEYS = ["path", "revision", "on_stale", "on_current", "on_unreadable", "hook_timeout", "hold_while"]
 
 toml_scalars = st.one_of(
@@ -138,6 +150,19 @@ toml_scalars = st.one_of(
     st.datetimes(min_value=datetime.datetime(1, 1, 1), max_value=datetime.datetime(9999, 1, 1)),
     st.dates(),
     st.sampled_from(["/srv/app", "info", "DEBUG", "ab" * 20, "", "\0", "rel/path"]),
+    # metrics: addresses good and bad, .prom files in a directory that exists or not
+    st.sampled_from(
+        [
+            "127.0.0.1:9840",
+            "[::1]:0",
+            "[1.2.3.4]:1",
+            "::1:80",
+            "1.2.3.4:99999",
+            "host:80",
+            "/tmp/s.prom",
+            "s.prom",
+        ]
+    ),
 )
 toml_values = st.recursive(
     toml_scalars,
@@ -202,6 +227,12 @@ def _load_or_refuse(content: bytes) -> DaemonConfig | None:
             assert str(exc).startswith(str(file))
             return None
     assert isinstance(config, DaemonConfig)
+    if config.metrics_address is not None:  # what MetricsServer binds: an IP literal and a port
+        host, port = config.metrics_address
+        assert ipaddress.ip_address(host) and 0 <= port <= 65535
+    if config.metrics_textfile is not None:
+        assert config.metrics_textfile.suffix == ".prom" and "\0" not in str(config.metrics_textfile)
+    assert 1.0 <= config.metrics_interval <= 3600
     for checkout in config.checkouts:
         assert "\0" not in str(checkout.path)
         for argv in (checkout.hooks.on_stale, checkout.hooks.on_current, checkout.hooks.on_unreadable):

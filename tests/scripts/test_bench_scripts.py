@@ -34,6 +34,11 @@ def test_bench_quick_prints_every_figure() -> None:
         "daemon: ref rename -> event at 1 subscriber",
         "daemon: fan-out to 5, last subscriber",
         "daemon idle",
+        "check()  flag path, metrics on",
+        "one scrape of GuardCollector",
+        "daemon idle, metrics on, not scraped",
+        "daemon idle, metrics on, scraped 1/s",
+        "daemon CPU per scrape",
     ):
         assert label in out
 

@@ -63,6 +63,7 @@ class Checkout:
             starts at 0).
         drain: the daemon's drain for hook output held by background processes.
         registry: the server processes registered with the daemon (restarts read it).
+        on_hook: called with ``(checkout, hook, outcome)`` after each hook run (metrics).
 
     Raises:
         BindError: as :func:`bind_checkout`.
@@ -75,6 +76,8 @@ class Checkout:
         base: int = 0,
         drain: OutputDrain | None = None,
         registry: Registry | None = None,
+        *,
+        on_hook: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self.config = config
         self.source = ObservedSource()
@@ -83,13 +86,19 @@ class Checkout:
         self.key = str(self.guard.checkout)
         self._drain = drain
         self._registry = registry or Registry()
-        self.hooks = HookRunner(self.guard.checkout, config.hooks, drain) if config.hooks.any else None
+        self._on_hook = on_hook
+        self.hooks = self._hook_runner(config) if config.hooks.any else None
         self.restarter = self._restarter(config.restart) if config.restart is not None else None
         self.was_trusted = False
         self.health: tuple[bool, str] | None = None  # last (trusted, mode) the loop handled
         self._post = post
         self._unsubscribe: Callable[[], None] | None = None
         self.source.on_report = lambda trusted, mode: post("health", self, (trusted, mode))
+
+    def _hook_runner(self, config: CheckoutConfig) -> HookRunner:
+        on_hook = self._on_hook
+        outcome = None if on_hook is None else lambda hook, result: on_hook(self.key, hook, result)
+        return HookRunner(self.guard.checkout, config.hooks, self._drain, on_outcome=outcome)
 
     def _restarter(self, policy: RestartPolicy) -> Restarter:
         return Restarter(
@@ -136,7 +145,7 @@ class Checkout:
         if self.hooks is not None:
             self.hooks.update(config.hooks)  # dropping every hook leaves an idle runner
         elif config.hooks.any:  # the first hooks of a checkout watched without any
-            self.hooks = HookRunner(self.guard.checkout, config.hooks, self._drain).start()
+            self.hooks = self._hook_runner(config).start()
         if config.restart is not None and self.restarter is not None:
             self.restarter.update(config.restart)
         elif config.restart is not None:

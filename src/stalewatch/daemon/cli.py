@@ -233,6 +233,10 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         cleanup.callback(_unlink_if_ours, path, path.lstat())
         cleanup.callback(sock.close)
         try:
+            server.start_metrics()  # after the socket: a second daemon is refused for that first
+        except StalewatchError as exc:
+            return _fail(exc, EXIT_USAGE)
+        try:
             server.serve(sock)
         except Exception:
             logger.exception("stalewatch: the daemon failed")

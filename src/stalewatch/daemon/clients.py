@@ -89,6 +89,10 @@ class ClientSet:
         max_clients: connections past this are told and closed at once.
         queue_limit: lines a client may have queued unread before it is dropped.
         buffer: the kernel send buffer per client (``SO_SNDBUF``), in bytes.
+        on_register: a client registered a server process (checkout, revision).
+        on_close: an admitted client's connection was closed.
+        on_drop: a client was dropped or refused, with the reason (``bad-request``,
+            ``slow-client``, ``too-many-clients``, or ``error``: a bug its input reached).
     """
 
     def __init__(
@@ -100,8 +104,10 @@ class ClientSet:
         *,
         on_register: Callable[[Client, str, str], None] | None = None,
         on_close: Callable[[Client], None] | None = None,
+        on_drop: Callable[[str], None] | None = None,
     ) -> None:
         self._selector = selector
+        self._on_drop = on_drop
         # A server process tells which revision it loaded (R5); the server owns that.
         self._on_register = on_register
         self._on_close = on_close
@@ -172,6 +178,7 @@ class ClientSet:
             with contextlib.suppress(OSError):  # best effort: it is refused either way
                 sock.send(encode(error_message("too-many-clients", detail)))
             sock.close()
+            self._dropped("too-many-clients")
             return
         self._numbers += 1
         client = Client(sock, self._numbers)
@@ -196,6 +203,7 @@ class ClientSet:
         except Exception:
             number = client.number if client is not None else "(new)"
             logger.exception("stalewatch: dropping client %s after an unexpected error", number)
+            self._dropped("error")
             if client is not None:
                 with contextlib.suppress(Exception):
                     self.close(client)
@@ -270,6 +278,7 @@ class ClientSet:
 
     def drop(self, client: Client, reason: str, detail: str) -> None:
         """Tell the client why (if it reads within the grace period), then close it."""
+        self._dropped(reason)
         partial = client.out[0] if client.out and client.offset else None
         client.out.clear()
         if partial is not None:
@@ -277,6 +286,11 @@ class ClientSet:
         client.out.append(encode(error_message(reason, detail)))
         client.closing_at = time.monotonic() + DROP_GRACE
         self.flush(client)
+
+    def _dropped(self, reason: str) -> None:
+        if self._on_drop is not None:
+            with contextlib.suppress(Exception):  # counting a drop must not cost the loop
+                self._on_drop(reason)
 
     def flush(self, client: Client) -> None:
         """Write as much of the queue as the socket takes now, without blocking."""

@@ -8,6 +8,9 @@ Example::
     client_queue = 1024                          # lines queued per client before it is dropped
     client_buffer = 65536                        # socket send buffer per client, in bytes
     log_level = "info"
+    metrics_address = "127.0.0.1:9840"          # optional: serve Prometheus metrics (the metrics extra)
+    metrics_textfile = "/var/lib/node_exporter/textfile_collector/stalewatch.prom"  # and/or this
+    metrics_interval = 15.0                      # seconds between textfile writes
 
     [[checkout]]
     path = "/srv/hermes-agent"                   # a checkout, or a source file in one
@@ -28,6 +31,8 @@ checked is the file read.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
 import re
 import stat
@@ -52,7 +57,19 @@ __all__ = [
 ]
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
-_TOP_KEYS = {"socket", "keepalive", "max_clients", "client_queue", "client_buffer", "log_level", "checkout"}
+_TOP_KEYS = {
+    "socket",
+    "keepalive",
+    "max_clients",
+    "client_queue",
+    "client_buffer",
+    "log_level",
+    "checkout",
+    "metrics_address",
+    "metrics_textfile",
+    "metrics_interval",
+}
+_ADDRESS = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>[0-9]{1,5})$")
 _HOOK_KEYS = ("on_stale", "on_current", "on_unreadable")
 _CHECKOUT_KEYS = {"path", "revision", "hook_timeout", "hold_while", "restart", *_HOOK_KEYS}
 MAX_CONFIG_BYTES = 1 << 20
@@ -118,6 +135,14 @@ class DaemonConfig:
     log_level: str = "info"
     checkouts: tuple[CheckoutConfig, ...] = ()
     file: Path | None = None
+    metrics_address: tuple[str, int] | None = None  # (IP address, port); port 0: any free one
+    metrics_textfile: Path | None = None  # a .prom file for node_exporter's textfile collector
+    metrics_interval: float = 15.0  # seconds between textfile writes when nothing changes
+
+    @property
+    def metrics(self) -> bool:
+        """Whether metrics are asked for (they need the ``metrics`` extra)."""
+        return self.metrics_address is not None or self.metrics_textfile is not None
 
 
 def _locate(text: str, table: int | None, key: str | None, sub: str | None = None) -> int | None:
@@ -194,6 +219,36 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             self.fail(key, value, f"expected a whole number between {low} and {high}", None, key)
         return int(value)
+
+    def address(self, data: dict[str, Any], key: str) -> tuple[str, int]:
+        """``HOST:PORT`` with an IP address (``[...]`` for IPv6): no name lookups at load."""
+        value = data[key]
+        found = _ADDRESS.match(value) if isinstance(value, str) else None
+        host = None
+        if found is not None:
+            with contextlib.suppress(ValueError):
+                host = str(ipaddress.ip_address(found.group("v6") or found.group("v4")))
+        if found is None or host is None or int(found.group("port")) > 65535:
+            reason = 'expected "IP:PORT", e.g. "127.0.0.1:9840" or "[::1]:9840" (port 0: any free port)'
+            self.fail(key, value, reason, None, key)
+        if (":" in host) != (found.group("v6") is not None):
+            self.fail(key, value, 'brackets hold an IPv6 address only, e.g. "[::1]:9840"', None, key)
+        return host, int(found.group("port"))
+
+    def textfile(self, data: dict[str, Any], key: str) -> Path:
+        """A ``.prom`` file in an existing directory (node_exporter reads only ``*.prom``)."""
+        path = self.path(data, key, None)
+        if path.suffix != ".prom":
+            self.fail(
+                key,
+                str(path),
+                "expected a file name ending in .prom (node_exporter reads only those)",
+                None,
+                key,
+            )
+        if not path.parent.is_dir():
+            self.fail(key, str(path), f"its directory {path.parent} does not exist", None, key)
+        return path
 
     def path(self, data: dict[str, Any], key: str, table: int | None, sub: str | None = None) -> Path:
         value = data[key]
@@ -376,6 +431,12 @@ def load(file: Path) -> DaemonConfig:
         if not isinstance(level, str) or level.lower() not in _LOG_LEVELS:
             reader.fail("log_level", level, f"expected one of {', '.join(_LOG_LEVELS)}", None, "log_level")
         config["log_level"] = str(level).lower()
+    if "metrics_address" in data:
+        config["metrics_address"] = reader.address(data, "metrics_address")
+    if "metrics_textfile" in data:
+        config["metrics_textfile"] = reader.textfile(data, "metrics_textfile")
+    if "metrics_interval" in data:
+        config["metrics_interval"] = reader.number(data, "metrics_interval", None, 1.0, 3600)
     tables = data.get("checkout", [])
     if not isinstance(tables, list):
         reader.fail("checkout", tables, "expected [[checkout]] tables", None, "checkout")

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..core.status import Event, Status
@@ -77,10 +78,21 @@ class HookRunner:
         config: which commands to run; replace with :meth:`update` on reload.
         drain: where the pipes of hooks that left a background writer go (the
             daemon shares one; default: the runner's own, stopped with it).
+        on_outcome: called with ``(hook, outcome)`` after each run, on the runner's
+            thread; ``outcome`` is ``success``, ``failure``, ``killed``, ``timeout``
+            or ``not_started`` (the daemon's metrics count them).
     """
 
-    def __init__(self, checkout: Path, config: HookConfig, drain: OutputDrain | None = None) -> None:
+    def __init__(
+        self,
+        checkout: Path,
+        config: HookConfig,
+        drain: OutputDrain | None = None,
+        *,
+        on_outcome: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.checkout = checkout
+        self._on_outcome = on_outcome
         self._config = config
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -248,6 +260,7 @@ class HookRunner:
             logger.warning(
                 "stalewatch: cannot run %s hook %s for %s: %s", name, _argv(argv), self.checkout, exc
             )
+            self._outcome(name, "not_started")
             return
         output = BoundedOutput()
         ending = _Wait(proc, output, deadline=started + config.timeout, stop=self._stop)
@@ -282,6 +295,7 @@ class HookRunner:
         for line in output.lines():
             logger.info("stalewatch: %s hook for %s: %s", name, self.checkout, line)
         if timeout is not None:
+            self._outcome(name, "timeout")
             logger.error(
                 "stalewatch: %s hook %s for %s timed out after %.1f s; killed",
                 name,
@@ -290,10 +304,19 @@ class HookRunner:
                 timeout,
             )
         elif code == 0:
+            self._outcome(name, "success")
             logger.info("stalewatch: %s hook for %s exited 0 in %.3f s", name, self.checkout, elapsed)
         else:
+            self._outcome(name, "killed" if code < 0 else "failure")
             what = f"was killed by signal {-code}" if code < 0 else f"exited {code}"
             logger.warning("stalewatch: %s hook %s for %s %s", name, _argv(argv), self.checkout, what)
+
+    def _outcome(self, name: str, outcome: str) -> None:
+        if self._on_outcome is not None:
+            try:
+                self._on_outcome(name, outcome)
+            except Exception:  # counting a run must never cost the next one
+                logger.exception("stalewatch: recording the outcome of a hook failed")
 
 
 def _argv(argv: tuple[str, ...]) -> str:

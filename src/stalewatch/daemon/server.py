@@ -19,11 +19,13 @@ import signal
 import socket
 import threading
 import time
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
 from .. import __version__
 from ..core.errors import BindError
+from ..metrics import for_daemon
 from .checkout import Checkout
 from .clients import ACCEPT_PAUSE, Client, ClientSet
 from .config import CheckoutConfig, DaemonConfig, DaemonConfigError
@@ -45,28 +47,38 @@ _LOOP_TICK = 1.0  # the loop wakes at least this often (its heartbeat)
 # after a change, on a quiet turn (never between an event and the next), or after this.
 _STATUS_QUIET, _STATUS_LATEST = 0.05, 1.0
 _InboxItem = tuple[str, Checkout, Any]
+_AT_START = ("metrics_address", "metrics_textfile", "metrics_interval")  # a reload keeps these
 
 
 class DaemonServer:
     """Serves a configuration on a listening socket (see :meth:`serve`) until :meth:`stop`.
 
     Args:
-        settings: the configuration (checkouts, limits, keepalive).
+        settings: the configuration (checkouts, limits, keepalive, metrics).
         reload: returns a fresh configuration on SIGHUP (``None``: nothing to reload).
+
+    Raises:
+        MetricsUnavailableError: metrics are configured, the ``metrics`` extra is not installed.
     """
 
     def __init__(self, settings: DaemonConfig, reload: Any = None) -> None:
         self.settings = settings
         self._reload = reload
         self._entries: dict[str, Checkout] = {}
+        self._view: tuple[Checkout, ...] = ()  # what a scrape reads: replaced whole, never mutated
         self._drain = OutputDrain()  # hook output still held by a hook's background process
         self._registry = Registry()  # server processes and the revision each loaded (R5)
+        # Metrics (the metrics extra), or a no-op when the configuration asks for none.
+        self.metrics = for_daemon(settings, lambda: self._view, self._registry)
         # Bind every checkout first: a bad one fails before anything is opened.
         for checkout in settings.checkouts:
             entry = self._make_entry(checkout, 0)
             if entry.key in self._entries:
                 raise DaemonConfigError("checkout", str(checkout.path), f"{entry.key} is configured twice")
             self._entries[entry.key] = entry
+        self._view = tuple(self._entries.values())
+        for entry in self._view:
+            self.metrics.track(entry)
         self._inbox: queue.SimpleQueue[_InboxItem] = queue.SimpleQueue()
         self._selector = selectors.DefaultSelector()
         self._clients = ClientSet(
@@ -76,6 +88,7 @@ class DaemonServer:
             settings.client_buffer,
             on_register=self._register,
             on_close=self._unregister,
+            on_drop=self.metrics.client_dropped,
         )
         self._publisher = Publisher(self._clients, self._registry)
         self._wake_r, self._wake_w = socket.socketpair()
@@ -89,6 +102,7 @@ class DaemonServer:
         self._ready_sent = False
         self._supervisor = Supervisor(_LOOP_TICK)
         self._supervisor.watching(self._watchers())
+        self._metrics_started = False
 
     # -- control (any thread, or a signal handler) ---------------------------------------
 
@@ -110,7 +124,7 @@ class DaemonServer:
     # -- entries ---------------------------------------------------------------------------
 
     def _make_entry(self, checkout: CheckoutConfig, base: int) -> Checkout:
-        return Checkout(checkout, self._post, base, self._drain, self._registry)
+        return Checkout(checkout, self._post, base, self._drain, self._registry, on_hook=self.metrics.hook)
 
     def _post(self, kind: str, entry: Checkout, payload: Any) -> None:
         # Any thread (a watcher's): the loop handles it on its next turn.
@@ -118,6 +132,18 @@ class DaemonServer:
         self._wake()
 
     # -- serving ---------------------------------------------------------------------------
+
+    def start_metrics(self) -> None:
+        """Listen on ``metrics_address``, write ``metrics_textfile`` (if configured; once).
+
+        :meth:`serve` calls it; call it first to fail before serving.
+
+        Raises:
+            MetricsError: the address cannot be listened on, or the file written.
+        """
+        if not self._metrics_started:
+            self.metrics.start()
+            self._metrics_started = True
 
     def serve(self, listener: socket.socket) -> None:
         """Start the watchers, serve at once, notify systemd, and serve until :meth:`stop`.
@@ -134,6 +160,7 @@ class DaemonServer:
         """
         handlers = self._install_signals()
         try:
+            self.start_metrics()
             self._clients.burst = 1 + len(self._entries)
             for entry in self._entries.values():
                 entry.start()
@@ -235,6 +262,7 @@ class DaemonServer:
             logger.exception("stalewatch: unexpected error while %s; serving on", what)
 
     def _greet(self, client: Client) -> None:
+        self.metrics.client_connected()
         self._publisher.greet(client, list(self._entries.values()), self.settings.keepalive)
 
     def _accept(self, listener: socket.socket) -> None:
@@ -266,9 +294,12 @@ class DaemonServer:
             if self._entries.get(entry.key) is not entry:
                 continue  # from a guard a reload replaced
             self._changes += 1
+            # Counted before clients hear of it: a scrape made after a line was read counts it.
             if kind == "event":
+                self.metrics.event(entry, payload)
                 self._publisher.event(entry, payload)
             elif kind == "restart":
+                self.metrics.restart(entry, payload)
                 self._publisher.restart(entry, payload)
             else:
                 if payload == entry.health:
@@ -280,6 +311,7 @@ class DaemonServer:
                 entry.was_trusted |= trusted
                 logger.log(level, "stalewatch: watcher for %s: trusted=%s mode=%s", entry.key, trusted, mode)
                 self._publisher.health(entry, trusted, mode)
+                self.metrics.changed()
 
     # -- registered server processes (R5) ---------------------------------------------------
 
@@ -294,6 +326,7 @@ class DaemonServer:
         self._processes_changed(entry)
 
     def _unregister(self, client: Client) -> None:
+        self.metrics.client_closed()
         process = self._registry.unregister(client.number)
         entry = self._entries.get(process.checkout) if process is not None else None
         if process is not None and entry is not None:
@@ -304,6 +337,7 @@ class DaemonServer:
     def _processes_changed(self, entry: Checkout) -> None:
         self._publisher.processes(entry)
         entry.processes_changed()
+        self.metrics.changed()
 
     # -- reload ----------------------------------------------------------------------------
 
@@ -335,6 +369,10 @@ class DaemonServer:
             (reused if old is not None else fresh)[entry.key] = entry
         if settings.socket is not None and settings.socket != self.settings.socket:
             logger.warning("stalewatch: a new socket path takes effect only after a restart")
+        keep = {key: getattr(self.settings, key) for key in _AT_START}
+        if any(getattr(settings, key) != value for key, value in keep.items()):
+            logger.warning("stalewatch: changed metrics settings take effect only after a restart")
+            settings = replace(settings, **keep)
         logging.getLogger().setLevel(settings.log_level.upper())
         self.settings = settings
         self._clients.burst = 1 + len(reused) + len(fresh)  # before fresh snapshots are queued
@@ -345,16 +383,20 @@ class DaemonServer:
             if key in reused:
                 continue
             del self._entries[key]
+            self._view = tuple(self._entries.values())  # before clients hear: scrapes agree
             entry.stop()
             if key in fresh:
                 fresh[key].base = entry.generation() + 1
             else:
                 logger.info("stalewatch: no longer watching %s", key)
+                self.metrics.forget(key)
                 self._publisher.removed(key)
         for entry in reused.values():
             self._update_entry(entry, settings)
         for key, entry in fresh.items():
             self._entries[key] = entry
+            self._view = tuple(self._entries.values())
+            self.metrics.track(entry)
             entry.start()
             logger.info("stalewatch: watching %s (loaded %s)", key, entry.guard.loaded_revision)
             self._publisher.snapshots(entry)
@@ -391,6 +433,7 @@ class DaemonServer:
         if self._selector.get_map() is None:
             return  # already shut down
         self._stopping.set()
+        self.metrics.stop()
         self._clients.close_all()
         # Every running hook gets SIGTERM first, then each runner is joined: the grace
         # periods of hooks that ignore SIGTERM overlap instead of adding up.

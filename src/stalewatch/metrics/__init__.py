@@ -1,0 +1,97 @@
+"""Prometheus metrics: the daemon's (``metrics_address``, ``metrics_textfile``) and an app's.
+
+Needs the ``metrics`` extra (``pip install 'stalewatch[metrics]'``: the official
+``prometheus_client``). This package is the only one that imports it, and only when
+one of its collectors is asked for: importing :mod:`stalewatch.metrics` itself works
+without the extra, and asking for a collector without it raises
+:class:`MetricsUnavailableError` (an ``ImportError``) naming the extra.
+
+For an app without the daemon::
+
+    from prometheus_client import REGISTRY
+    from stalewatch.metrics import GuardCollector
+
+    REGISTRY.register(GuardCollector(guard))   # read at scrape time; check() unchanged
+
+The metric names, types and labels are in the README ("Metrics") and
+:mod:`.families`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .errors import EXTRA, MetricsError, MetricsUnavailableError
+from .observer import DaemonObserver
+
+if TYPE_CHECKING:
+    from ..daemon.checkout import Checkout
+    from ..daemon.config import DaemonConfig
+    from ..daemon.registry import Registry
+    from .collector import GuardCollector
+    from .daemon import DaemonMetrics
+
+__all__ = [
+    "EXTRA",
+    "DaemonMetrics",
+    "DaemonObserver",
+    "GuardCollector",
+    "MetricsError",
+    "MetricsUnavailableError",
+    "available",
+    "for_daemon",
+]
+
+_LAZY = {"GuardCollector": "collector", "DaemonMetrics": "daemon"}
+
+
+def available() -> bool:
+    """Whether ``prometheus_client`` (the ``metrics`` extra) can be imported."""
+    try:
+        importlib.import_module("prometheus_client")
+    except ImportError:
+        return False
+    return True
+
+
+def load(name: str, what: str) -> Any:
+    """``name`` from this package, importing ``prometheus_client`` for it.
+
+    Raises:
+        MetricsUnavailableError: the extra is not installed (``what`` names the
+            setting or class that asked, for the message).
+    """
+    if not available():
+        raise MetricsUnavailableError(what)
+    module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
+    return getattr(module, name)
+
+
+def for_daemon(
+    settings: DaemonConfig, entries: Callable[[], Sequence[Checkout]], registry: Registry
+) -> DaemonObserver:
+    """What the daemon calls: :class:`DaemonMetrics` when the configuration asks for
+    metrics, else a :class:`DaemonObserver` that does nothing (and imports nothing).
+
+    Raises:
+        MetricsUnavailableError: metrics are configured and the extra is missing.
+    """
+    if not settings.metrics:
+        return DaemonObserver()
+    what = "metrics_address" if settings.metrics_address is not None else "metrics_textfile"
+    factory: type[DaemonMetrics] = load("DaemonMetrics", what)
+    return factory(
+        entries,
+        registry,
+        address=settings.metrics_address,
+        textfile=settings.metrics_textfile,
+        interval=settings.metrics_interval,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return load(name, f"stalewatch.metrics.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

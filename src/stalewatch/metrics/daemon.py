@@ -1,0 +1,201 @@
+"""``DaemonMetrics``: the one object the daemon calls when it exposes metrics.
+
+The daemon tells it about what only happens once (an event fanned out, a hook's
+outcome, a restart phase, a client connected, dropped or closed); each call is a few
+integer updates (:class:`~.tally.Tally`). Everything else is read when a scrape comes,
+through :meth:`DaemonMetrics.collect`: each checkout's guard snapshot, restart phase
+and registered processes, read with the same thread-safe accessors the daemon's loop
+uses. With nobody scraping, metrics cost the daemon those few updates per event and,
+with a textfile, one write per ``metrics_interval``.
+
+Exposition: :class:`~.server.MetricsServer` (HTTP, ``metrics_address``) and
+:class:`~.textfile.TextfileWriter` (``metrics_textfile``), one thread each.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from ..core.restart import RestartState
+from ..core.status import Event
+from ..core.text import printable
+from .families import CheckoutView, build_info, checkout_families, daemon_families, processes_by_revision
+from .observer import DaemonObserver
+from .server import MetricsServer
+from .tally import Tally, newest_ref_write
+from .textfile import TextfileWriter
+
+if TYPE_CHECKING:
+    from ..daemon.checkout import Checkout
+    from ..daemon.registry import Registry
+
+__all__ = ["DaemonMetrics"]
+
+logger = logging.getLogger(__name__)
+
+
+class DaemonMetrics(DaemonObserver, Collector):
+    """The daemon's metrics: counts fed by the daemon, the rest read at scrape time.
+
+    Args:
+        entries: returns the daemon's checkouts now (a tuple the loop replaces whole).
+        registry: the daemon's registered server processes.
+        address: ``(host, port)`` to serve ``/metrics`` on, or ``None``.
+        textfile: a ``.prom`` file to keep written, or ``None``.
+        interval: seconds between textfile writes when nothing changes.
+    """
+
+    def __init__(
+        self,
+        entries: Callable[[], Sequence[Checkout]],
+        registry: Registry,
+        *,
+        address: tuple[str, int] | None = None,
+        textfile: Path | None = None,
+        interval: float = 15.0,
+    ) -> None:
+        self._entries = entries
+        self._registry = registry
+        self.tally = Tally()
+        self._errors_logged: set[str] = set()
+        self.server: MetricsServer | None = None
+        self.textfile: TextfileWriter | None = None
+        if address is not None:
+            # The HTTP endpoint adds the process' own figures (CPU, memory, descriptors,
+            # read from /proc at scrape time), under their standard names. The textfile
+            # leaves them out: node_exporter exposes its own process_* series.
+            http = CollectorRegistry(auto_describe=False)
+            http.register(self)
+            ProcessCollector(registry=http)
+            self.server = MetricsServer(address[0], address[1], http)
+        if textfile is not None:
+            plain = CollectorRegistry(auto_describe=False)
+            plain.register(self)
+            self.textfile = TextfileWriter(textfile, lambda: generate_latest(plain), interval)
+            self.tally.on_change = self.textfile.changed
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen and write the textfile once, then start their threads.
+
+        Raises:
+            MetricsError: the address cannot be listened on, or the textfile written.
+        """
+        try:
+            if self.server is not None:
+                self.server.bind()
+            if self.textfile is not None:
+                self.textfile.write_now()
+        except BaseException:
+            self.stop()
+            raise
+        if self.server is not None:
+            self.server.start()
+            logger.info("stalewatch: metrics on %s", self.server.url)
+        if self.textfile is not None:
+            self.textfile.start()
+            logger.info("stalewatch: metrics written to %s", printable(str(self.textfile.path)))
+
+    def stop(self) -> None:
+        """Stop serving and writing (the textfile is removed). Harmless twice."""
+        if self.server is not None:
+            self.server.stop()
+        if self.textfile is not None:
+            self.textfile.stop()
+
+    # -- what the daemon tells (never raises into the daemon) -------------------------------
+
+    def track(self, entry: Checkout) -> None:
+        """A checkout begins to be watched (at start, or a reload's new guard)."""
+
+        def track() -> None:
+            dirs = entry.guard.binding.dirs
+            written = newest_ref_write(dirs) if dirs is not None else None
+            self.tally.track(entry.key, entry.guard.snapshot(), written)
+
+        self._safely(track)
+
+    def forget(self, key: str) -> None:
+        """A reload stopped watching ``key``."""
+        self._safely(lambda: self.tally.forget(key))
+
+    def event(self, entry: Checkout, event: Event) -> None:
+        """An event was fanned out to the clients (the loop's thread)."""
+
+        def count() -> None:
+            now = time.time()
+            dirs = entry.guard.binding.dirs
+            written = newest_ref_write(dirs) if dirs is not None else None
+            self.tally.event(entry.key, event, written, now)
+
+        self._safely(count)
+
+    def hook(self, key: str, hook: str, outcome: str) -> None:
+        """A hook finished (its runner's thread)."""
+        self._safely(lambda: self.tally.hook(key, hook, outcome))
+
+    def restart(self, entry: Checkout, state: RestartState) -> None:
+        """A restart phase was published (the loop's thread)."""
+        self._safely(lambda: self.tally.restart(entry.key, state))
+
+    def changed(self) -> None:
+        """Something a scrape reads changed (health, registrations): refresh the textfile."""
+        if self.textfile is not None:
+            self.textfile.changed()
+
+    def client_connected(self) -> None:
+        self._safely(self.tally.client_connected)
+
+    def client_closed(self) -> None:
+        self._safely(self.tally.client_closed)
+
+    def client_dropped(self, reason: str) -> None:
+        self._safely(lambda: self.tally.client_dropped(reason))
+
+    def _safely(self, step: Callable[[], object]) -> None:
+        # Metrics must never cost the daemon an event, a hook or a client: a bug
+        # here is logged once per kind and the daemon goes on.
+        try:
+            step()
+        except Exception as exc:
+            self._log_once(exc, "metrics could not count something; serving on")
+
+    def _log_once(self, exc: Exception, what: str) -> None:
+        kind = type(exc).__name__
+        if kind not in self._errors_logged:  # a kind of failure is logged once, not per event
+            self._errors_logged.add(kind)
+            logger.error("stalewatch: %s", what, exc_info=exc)
+
+    # -- scrape time --------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family, read now (a scrape's thread, or the textfile writer's)."""
+        views = []
+        for entry in self._entries():
+            try:
+                views.append(self._view(entry))
+            except Exception as exc:  # one checkout's trouble leaves the others exposed
+                self._log_once(exc, f"metrics of {printable(entry.key)} could not be read")
+        yield from checkout_families(views)
+        yield from daemon_families(*self.tally.clients())
+        yield build_info()
+
+    def _view(self, entry: Checkout) -> CheckoutView:
+        processes = self._registry.processes(entry.key)
+        return CheckoutView(
+            key=entry.key,
+            snapshot=entry.guard.snapshot(),
+            counts=self.tally.counts(entry.key),
+            hooks=entry.hooks is not None,
+            restart=entry.restart_state,
+            processes=processes_by_revision(p.revision for p in processes),
+        )

@@ -1,0 +1,237 @@
+"""The metric families stalewatch exposes: every name, type, label and help text, here only.
+
+Built at scrape time from :class:`CheckoutView` values (a guard's snapshot plus its
+counts) by :func:`checkout_families`, and daemon-wide by :func:`daemon_families`.
+Names follow Prometheus' conventions: the ``stalewatch_`` prefix, ``_total`` on
+counters, ``_seconds`` and Unix timestamps in seconds, ``_info`` for the one metric
+labelled by revisions. Every label takes values from a fixed set, except
+``checkout`` (one per watched checkout) and the revisions, which appear only on
+``stalewatch_revision_info`` (one series per checkout at a time) and
+``stalewatch_registered_processes`` (bounded by :data:`MAX_REVISIONS`): a thousand
+commits leave the number of series where it was.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    StateSetMetricFamily,
+)
+from prometheus_client.metrics_core import Metric
+
+from .. import __version__
+from ..core.restart import RestartPhase, RestartState
+from ..core.status import Snapshot, Status
+from ..core.text import printable
+from .tally import DROP_REASONS, HOOK_OUTCOMES, HOOKS, RESTART_OUTCOMES, CheckoutCounts
+
+__all__ = [
+    "MAX_REVISIONS",
+    "MODES",
+    "CheckoutView",
+    "build_info",
+    "checkout_families",
+    "daemon_families",
+    "label",
+    "processes_by_revision",
+]
+
+MODES = ("native", "polling", "daemon", "none")
+"""How a guard notices changes (``Snapshot.mode``); another mode is added as its own state."""
+
+MAX_REVISIONS = 8
+"""Revisions of registered processes shown one by one per checkout; the rest add up
+under ``revision="other"``. A host runs one or two (old and new, during a restart);
+the registry itself is bounded by ``max_clients``."""
+
+
+def label(text: str) -> str:
+    """A label value from outside text: a path may hold bytes that are not UTF-8
+    (surrogate escapes) or control characters, which the exposition cannot encode."""
+    return printable(text)
+
+
+@dataclass(frozen=True)
+class CheckoutView:
+    """What a scrape reports for one checkout.
+
+    Attributes:
+        key: the checkout as the daemon (or the app) names it; the ``checkout`` label.
+        snapshot: the guard's snapshot, taken at scrape time.
+        counts: the checkout's counts (a copy).
+        hooks: whether the checkout has hooks (its hook series are then all present).
+        restart: the restart sequence's phase; ``None`` without a restart policy.
+        processes: registered processes by revision (the daemon); ``None``: not known.
+    """
+
+    key: str
+    snapshot: Snapshot
+    counts: CheckoutCounts
+    hooks: bool = False
+    restart: RestartState | None = None
+    processes: dict[str, int] | None = None
+
+
+def processes_by_revision(revisions: Iterable[str], limit: int = MAX_REVISIONS) -> dict[str, int]:
+    """``{revision: processes}``, the ``limit`` most common first, the rest as ``other``."""
+    table: dict[str, int] = {}
+    for revision in revisions:
+        table[revision] = table.get(revision, 0) + 1
+    ranked = sorted(table.items(), key=lambda item: (-item[1], item[0]))
+    shown = dict(ranked[:limit])
+    rest = sum(count for _, count in ranked[limit:])
+    if rest:
+        shown["other"] = rest
+    return shown
+
+
+def build_info() -> Metric:
+    info = InfoMetricFamily("stalewatch_build", "stalewatch's version and the Python running it.")
+    info.add_metric([], {"version": __version__, "python_version": platform.python_version()})
+    return info
+
+
+def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
+    """The per-checkout families (labelled ``checkout``), for the daemon and for apps."""
+    c = ["checkout"]
+    status = StateSetMetricFamily("stalewatch_status", "The checkout's status; one state is 1.", labels=c)
+    stale = GaugeMetricFamily(
+        "stalewatch_stale",
+        "1 while the barrier refuses (status stale or unreadable: the loaded code is not HEAD's).",
+        labels=c,
+    )
+    since = GaugeMetricFamily(
+        "stalewatch_stale_since_timestamp_seconds",
+        "Unix time when the checkout became stale or unreadable; absent while it is not.",
+        labels=c,
+    )
+    revision = InfoMetricFamily(
+        "stalewatch_revision",
+        "The loaded revision and HEAD's current revision (empty when unknown).",
+        labels=c,
+    )
+    trusted = GaugeMetricFamily(
+        "stalewatch_watcher_trusted",
+        "1 while the watcher's flag is trusted (notifications live); 0: every check re-reads HEAD.",
+        labels=c,
+    )
+    mode = StateSetMetricFamily(
+        "stalewatch_watcher_mode", "How changes are noticed; one state is 1.", labels=c
+    )
+    events = CounterMetricFamily(
+        "stalewatch_events_total",
+        "Changes of status or current revision, by new status.",
+        labels=[*c, "status"],
+    )
+    latency = HistogramMetricFamily(
+        "stalewatch_detection_latency_seconds",
+        "From the newest write of HEAD, a ref on its chain or packed-refs to the event being counted.",
+        labels=c,
+    )
+    hooks = CounterMetricFamily(
+        "stalewatch_hook_runs_total", "Hook runs, by hook and outcome.", labels=[*c, "hook", "outcome"]
+    )
+    restarts = CounterMetricFamily(
+        "stalewatch_restarts_total",
+        "Automatic restart sequences that ended confirmed, failed or refused.",
+        labels=[*c, "outcome"],
+    )
+    actions = CounterMetricFamily(
+        "stalewatch_restart_actions_total", "Restart actions run (attempts).", labels=c
+    )
+    phase = StateSetMetricFamily(
+        "stalewatch_restart_phase", "The automatic restart's current phase; one state is 1.", labels=c
+    )
+    phase_since = GaugeMetricFamily(
+        "stalewatch_restart_phase_since_timestamp_seconds",
+        "Unix time when the automatic restart entered its current phase.",
+        labels=c,
+    )
+    processes = GaugeMetricFamily(
+        "stalewatch_registered_processes",
+        f"Server processes registered with the daemon, by loaded revision (the {MAX_REVISIONS} most "
+        "common; the rest as other).",
+        labels=[*c, "revision"],
+    )
+    behind = GaugeMetricFamily(
+        "stalewatch_stale_processes",
+        "Registered server processes whose loaded revision is not HEAD's current revision.",
+        labels=c,
+    )
+    for view in views:
+        key, snap, counts = [label(view.key)], view.snapshot, view.counts
+        status.add_metric(key, {s.value: s is snap.status for s in Status})
+        stale.add_metric(key, 1.0 if snap.status.blocks else 0.0)
+        if snap.status.blocks:
+            when = counts.stale_since if counts.stale_since is not None else snap.changed_at
+            since.add_metric(key, when)
+        revision.add_metric(
+            key,
+            {
+                "loaded_revision": snap.loaded_revision or "",
+                "current_revision": snap.current_revision or "",
+            },
+        )
+        trusted.add_metric(key, 1.0 if snap.trusted else 0.0)
+        modes = MODES if snap.mode in MODES else (*MODES, label(snap.mode))
+        mode.add_metric(key, {m: m == label(snap.mode) for m in modes})
+        for s in Status:
+            events.add_metric([*key, s.value], counts.events.get(s, 0))
+        cumulative = counts.latency.cumulative()
+        latency.add_metric(
+            key,
+            [("+Inf" if bound == float("inf") else _bound(bound), n) for bound, n in cumulative],
+            counts.latency.total,
+        )
+        if view.hooks:
+            for hook in HOOKS:
+                for outcome in HOOK_OUTCOMES:
+                    hooks.add_metric([*key, hook, outcome], counts.hooks.get((hook, outcome), 0))
+        if view.restart is not None:
+            for outcome in RESTART_OUTCOMES:
+                restarts.add_metric([*key, outcome], counts.restarts.get(outcome, 0))
+            actions.add_metric(key, counts.restart_actions)
+            phase.add_metric(key, {p.value: p is view.restart.phase for p in RestartPhase})
+            phase_since.add_metric(key, view.restart.at)
+        if view.processes is not None:
+            for rev, count in view.processes.items():
+                processes.add_metric([*key, rev], count)
+            current = snap.current_revision
+            behind.add_metric(key, sum(n for rev, n in view.processes.items() if rev != current))
+    families: list[Metric] = [status, stale, since, revision, trusted, mode, events, latency]
+    if any(view.hooks for view in views):
+        families.append(hooks)
+    if any(view.restart is not None for view in views):
+        families += [restarts, actions, phase, phase_since]
+    if any(view.processes is not None for view in views):
+        families += [processes, behind]
+    return families
+
+
+def _bound(bound: float) -> str:
+    return repr(bound)  # 0.001 -> "0.001", 1.0 -> "1.0": what le= labels look like
+
+
+def daemon_families(connected: int, connections: int, dropped: dict[str, int]) -> list[Metric]:
+    """The daemon-wide families: its socket clients."""
+    clients = GaugeMetricFamily(
+        "stalewatch_clients", "Clients connected to the daemon's socket (a dropped one until it is closed)."
+    )
+    clients.add_metric([], connected)
+    accepted = CounterMetricFamily("stalewatch_client_connections_total", "Client connections accepted.")
+    accepted.add_metric([], connections)
+    drops = CounterMetricFamily(
+        "stalewatch_clients_dropped_total",
+        "Clients the daemon dropped or refused, by reason.",
+        labels=["reason"],
+    )
+    for reason in DROP_REASONS:
+        drops.add_metric([reason], dropped.get(reason, 0))
+    return [clients, accepted, drops]

@@ -1,0 +1,291 @@
+"""``MetricsServer``: the daemon's ``/metrics`` over HTTP, on one thread, never starved.
+
+Prometheus scrapes with a ``GET /metrics``. The daemon answers on one thread
+(``stalewatch-metrics-http``) running a ``selectors`` loop: it accepts, reads each
+request without blocking, renders the exposition with ``prometheus_client``'s encoder
+(text or OpenMetrics, as the ``Accept`` header asks; gzip when accepted) and writes
+it without blocking. Nothing a client does can hold that thread: a request must
+arrive whole within :data:`REQUEST_TIMEOUT` seconds and fit in :data:`MAX_REQUEST`
+bytes, at most :data:`MAX_CONNECTIONS` connections are open (the oldest is closed
+for a new one), and any error is that connection's alone. With nobody scraping, the
+thread sleeps in ``select`` without a timeout: no wake-ups, no CPU.
+
+This is not a general HTTP server: one request per connection (``Connection:
+close``), ``GET`` and ``HEAD`` of ``/metrics`` (and ``/``), nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import gzip
+import logging
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from prometheus_client.exposition import choose_encoder, generate_latest, gzip_accepted
+from prometheus_client.registry import Collector
+
+from ..core.text import printable
+from .errors import MetricsError
+
+__all__ = ["MAX_CONNECTIONS", "MAX_REQUEST", "REQUEST_TIMEOUT", "MetricsServer"]
+
+logger = logging.getLogger(__name__)
+
+MAX_CONNECTIONS = 16
+MAX_REQUEST = 8192  # bytes of request line and headers (Prometheus sends ~300)
+REQUEST_TIMEOUT = 5.0  # seconds from accept to the response written
+_INDEX = b"stalewatch metrics: /metrics\n"
+_TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the text format every Prometheus reads
+
+
+@dataclass
+class _Connection:
+    sock: socket.socket
+    deadline: float
+    received: bytearray = field(default_factory=bytearray)
+    out: memoryview | None = None  # the response, while it is being written
+
+
+class MetricsServer:
+    """Serves ``registry`` on ``host:port`` until :meth:`stop`.
+
+    Args:
+        host: an IP address (``0.0.0.0``, ``::`` for every interface).
+        port: the TCP port; 0 picks a free one (see :attr:`address`).
+        registry: what a scrape collects.
+        request_timeout: seconds a connection may take from accept to response written.
+    """
+
+    def __init__(
+        self, host: str, port: int, registry: Collector, *, request_timeout: float = REQUEST_TIMEOUT
+    ) -> None:
+        self._host = host
+        self._timeout = request_timeout
+        self._port = port
+        self._registry = registry
+        self._listener: socket.socket | None = None
+        self._wake: tuple[socket.socket, socket.socket] | None = None  # (read, write), while running
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._connections: dict[int, _Connection] = {}
+        self.scrapes = 0
+        self._error_logged = 0.0
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound ``(host, port)`` (the port the kernel chose for port 0)."""
+        if self._listener is None:
+            return self._host, self._port
+        host, port = self._listener.getsockname()[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
+
+    def bind(self) -> None:
+        """Bind and listen (before the thread starts, so an error reaches the caller).
+
+        Raises:
+            MetricsError: the address is in use, not local, or not permitted.
+        """
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT after a restart
+            sock.bind((self._host, self._port))
+            sock.listen(64)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            where = (
+                f"{self._host}:{self._port}" if family == socket.AF_INET else f"[{self._host}]:{self._port}"
+            )
+            raise MetricsError(
+                "metrics_address", f"cannot listen on {where}: {exc.strerror or exc}"
+            ) from None
+        self._listener = sock
+
+    def start(self) -> MetricsServer:
+        if self._listener is None:
+            self.bind()
+        if self._thread is None and not self._stop.is_set():
+            self._wake = socket.socketpair()
+            self._thread = threading.Thread(target=self._run, name="stalewatch-metrics-http", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, close every connection and the listener. Harmless twice."""
+        self._stop.set()
+        if self._wake is not None:
+            with contextlib.suppress(OSError):
+                self._wake[1].send(b"\0")
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+            if thread.is_alive():
+                return  # wedged in a collect: leave its sockets to it (the process is ending)
+        for conn in list(self._connections.values()):
+            conn.sock.close()
+        self._connections.clear()
+        if self._listener is not None:
+            self._listener.close()
+        for sock in self._wake or ():
+            sock.close()
+        self._wake = None
+
+    # -- the thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        listener, wake = self._listener, self._wake
+        if listener is None or wake is None:
+            return
+        with selectors.DefaultSelector() as selector:
+            selector.register(listener, selectors.EVENT_READ, "listen")
+            selector.register(wake[0], selectors.EVENT_READ, "wake")
+            while not self._stop.is_set():
+                try:
+                    self._turn(selector, listener)
+                except Exception:  # a bug here must not end the endpoint
+                    self._log_error("unexpected error in the metrics server; serving on")
+                    self._stop.wait(0.1)
+
+    def _turn(self, selector: selectors.BaseSelector, listener: socket.socket) -> None:
+        now = time.monotonic()
+        deadlines = [c.deadline for c in self._connections.values()]
+        timeout = max(0.0, min(deadlines) - now) if deadlines else None  # idle: sleep until woken
+        for key, mask in selector.select(timeout):
+            if key.data == "listen":
+                self._accept(selector, listener)
+            elif key.data != "wake":
+                conn = self._connections.get(key.fd)
+                if conn is not None:
+                    self._serve(selector, conn, mask)
+        now = time.monotonic()
+        for conn in [c for c in self._connections.values() if now >= c.deadline]:
+            self._close(selector, conn)
+
+    def _accept(self, selector: selectors.BaseSelector, listener: socket.socket) -> None:
+        for _ in range(MAX_CONNECTIONS):
+            try:
+                sock, _ = listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._log_error(f"cannot accept a scrape: {exc.strerror}", trace=False)
+                    self._stop.wait(0.1)  # the backlog keeps it: rest instead of spinning
+                return
+            if len(self._connections) >= MAX_CONNECTIONS:
+                oldest = min(self._connections.values(), key=lambda c: c.deadline)
+                self._close(selector, oldest)
+            sock.setblocking(False)
+            conn = _Connection(sock, time.monotonic() + self._timeout)
+            self._connections[sock.fileno()] = conn
+            selector.register(sock, selectors.EVENT_READ, "client")
+
+    def _serve(self, selector: selectors.BaseSelector, conn: _Connection, mask: int) -> None:
+        try:
+            if conn.out is None and mask & selectors.EVENT_READ:
+                data = conn.sock.recv(4096)
+                if not data:
+                    self._close(selector, conn)
+                    return
+                conn.received += data
+                end = conn.received.find(b"\r\n\r\n")
+                if end < 0 and len(conn.received) <= MAX_REQUEST:
+                    return  # not whole yet
+                whole = 0 <= end <= MAX_REQUEST
+                response = self._respond(bytes(conn.received[:end]) if whole else None)
+                conn.out = memoryview(response)
+                selector.modify(conn.sock, selectors.EVENT_WRITE, "client")
+            if conn.out is not None:
+                sent = conn.sock.send(conn.out)
+                conn.out = conn.out[sent:]
+                if not conn.out:
+                    self._close(selector, conn)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._close(selector, conn)  # reset, broken pipe: that client's alone
+        except Exception:
+            self._log_error("unexpected error answering a scrape")
+            self._close(selector, conn)
+
+    def _close(self, selector: selectors.BaseSelector, conn: _Connection) -> None:
+        self._connections.pop(conn.sock.fileno(), None)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            selector.unregister(conn.sock)
+        conn.sock.close()
+
+    def _respond(self, head: bytes | None) -> bytes:
+        """The whole response to a request head (``None``: too large)."""
+        if head is None:
+            return _response(431, "Request Header Fields Too Large", b"request too large\n")
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            return _response(400, "Bad Request", b"bad request\n")
+        method, target, _ = parts
+        if method not in ("GET", "HEAD"):
+            return _response(405, "Method Not Allowed", b"GET /metrics\n", [("Allow", "GET, HEAD")])
+        path = target.split("?", 1)[0]
+        if path == "/":
+            return _response(200, "OK", _INDEX, head_only=method == "HEAD")
+        if path != "/metrics":
+            return _response(404, "Not Found", b"not found: try /metrics\n")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        encoder: Callable[[Collector], bytes]
+        try:
+            encoder, content_type = choose_encoder(headers.get("accept", ""))
+        except Exception:  # "version=abc" raises TypeError in the library: answer plain text
+            encoder, content_type = generate_latest, _TEXT
+        try:
+            body = encoder(self._registry)
+        except Exception:
+            self._log_error("collecting metrics failed")
+            return _response(500, "Internal Server Error", b"collecting metrics failed (logged)\n")
+        self.scrapes += 1
+        extra = [("Content-Type", content_type)]
+        if gzip_accepted(headers.get("accept-encoding", "")):
+            body = gzip.compress(body, compresslevel=6)
+            extra.append(("Content-Encoding", "gzip"))
+        return _response(200, "OK", body, extra, head_only=method == "HEAD")
+
+    def _log_error(self, what: str, *, trace: bool = True) -> None:
+        # At most once a minute: a client that triggers an error in a loop must not
+        # flood the daemon's log.
+        now = time.monotonic()
+        if now - self._error_logged < 60.0 and self._error_logged:
+            return
+        self._error_logged = now
+        if trace:
+            logger.exception("stalewatch: %s", printable(what))
+        else:
+            logger.warning("stalewatch: %s", printable(what))
+
+
+def _response(
+    code: int,
+    reason: str,
+    body: bytes,
+    headers: list[tuple[str, str]] | None = None,
+    *,
+    head_only: bool = False,
+) -> bytes:
+    lines = [f"HTTP/1.1 {code} {reason}"]
+    fields = headers or [("Content-Type", "text/plain; charset=utf-8")]
+    lines += [f"{name}: {value}" for name, value in fields]
+    lines += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
+    return "\r\n".join(lines).encode("latin-1") + (b"" if head_only else body)

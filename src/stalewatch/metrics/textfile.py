@@ -1,0 +1,176 @@
+"""Metrics as a file for node_exporter's textfile collector, replaced atomically.
+
+For hosts whose daemon keeps ``PrivateNetwork=yes``: node_exporter reads every
+``*.prom`` file of its ``--collector.textfile.directory`` on each scrape, so the file
+must never be seen half-written. It is written as a temporary file in the same
+directory (a dot-name not ending in ``.prom``, created ``O_EXCL | O_NOFOLLOW``),
+fsynced, renamed over the target and the directory fsynced. ``rename`` replaces a
+symlink planted at the target instead of writing through it, and no path is ever
+opened for writing that existed before.
+
+:class:`TextfileWriter` rewrites the file every ``interval`` seconds and soon after
+a change (at most once per ``min_gap``), on one thread, ``stalewatch-metrics-textfile``.
+It removes the file when the daemon stops (if it is still the file it wrote), so a
+stopped daemon's metrics do not live on in node_exporter's output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..core.text import printable
+from .errors import MetricsError
+
+__all__ = ["TextfileWriter", "write_atomically"]
+
+logger = logging.getLogger(__name__)
+
+_MODE = 0o644  # node_exporter runs as another user: the file must be readable by it
+_WARN_EVERY = 60.0  # seconds between repeats of the same write failure in the log
+
+
+def write_atomically(path: Path, data: bytes, mode: int = _MODE) -> tuple[int, int]:
+    """Replace ``path`` with ``data`` atomically; return the new file's (device, inode).
+
+    Raises:
+        OSError: the directory cannot be opened or written, the rename failed (the
+            target is a directory...). No temporary file is left behind.
+    """
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        temp = f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"  # never *.prom
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temp, flags, 0o600, dir_fd=directory)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, mode)  # on the descriptor: no path to follow
+                os.fsync(fd)
+                info = os.fstat(fd)
+            finally:
+                os.close(fd)
+            os.rename(temp, path.name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=directory)
+            raise
+        os.fsync(directory)  # the rename itself survives a crash
+        return info.st_dev, info.st_ino
+    finally:
+        os.close(directory)
+
+
+def remove_if_same(path: Path, identity: tuple[int, int]) -> None:
+    """Remove ``path`` if it still is the file ``identity`` names (never a successor's)."""
+    with contextlib.suppress(OSError):
+        info = path.lstat()
+        if (info.st_dev, info.st_ino) == identity:
+            path.unlink()
+
+
+class TextfileWriter:
+    """Writes ``render()`` to ``path`` periodically and after changes, on one thread.
+
+    Args:
+        path: the ``.prom`` file.
+        render: produces the file's content (called on the writer's thread).
+        interval: seconds between writes when nothing changes.
+        min_gap: the least time between two writes (a burst of changes: one write).
+    """
+
+    def __init__(
+        self, path: Path, render: Callable[[], bytes], interval: float, min_gap: float = 1.0
+    ) -> None:
+        self.path = path
+        self._render = render
+        self._interval = interval
+        self._min_gap = min(min_gap, interval)
+        self._wake = threading.Event()
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._written: tuple[int, int] | None = None
+        self._last = 0.0
+        self._failure: tuple[str, float] | None = None  # last failure logged, and when
+        self.writes = 0
+
+    def write_now(self) -> None:
+        """Write once, now, on the caller's thread (at start: a failure stops the daemon).
+
+        Raises:
+            MetricsError: the file cannot be written.
+        """
+        try:
+            self._write()
+        except OSError as exc:
+            reason = f"cannot write {printable(str(self.path))}: {exc.strerror or exc}"
+            raise MetricsError("metrics_textfile", reason) from None
+
+    def _write(self) -> None:
+        self._last = time.monotonic()
+        self._written = write_atomically(self.path, self._render())
+        self.writes += 1
+
+    def changed(self) -> None:
+        """Something changed: write soon (within ``min_gap``). Any thread; cheap."""
+        if not self._dirty.is_set():
+            self._dirty.set()
+            self._wake.set()
+
+    def start(self) -> TextfileWriter:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="stalewatch-metrics-textfile", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the thread, then remove the file if it is still ours. Harmless twice."""
+        self._stop.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+        written, self._written = self._written, None
+        if written is not None:
+            remove_if_same(self.path, written)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            due = self._last + (self._min_gap if self._dirty.is_set() else self._interval)
+            left = due - time.monotonic()
+            if left > 0:
+                self._wake.wait(left)
+                self._wake.clear()
+                continue
+            self._dirty.clear()
+            try:
+                self._write()
+            except Exception as exc:  # a full disk or a bug: logged, and the next write tries again
+                self._last = time.monotonic()
+                self._warn(exc)
+            else:
+                if self._failure is not None:
+                    logger.info("stalewatch: metrics textfile %s written again", printable(str(self.path)))
+                    self._failure = None
+
+    def _warn(self, exc: Exception) -> None:
+        text = str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+        now = time.monotonic()
+        if self._failure is not None and self._failure[0] == text and now - self._failure[1] < _WARN_EVERY:
+            return
+        self._failure = (text, now)
+        if isinstance(exc, OSError):
+            logger.warning(
+                "stalewatch: cannot write the metrics textfile %s: %s", printable(str(self.path)), text
+            )
+        else:
+            logger.exception("stalewatch: unexpected error writing the metrics textfile")
