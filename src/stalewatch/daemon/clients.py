@@ -120,6 +120,10 @@ class ClientSet:
         self.accept_paused_until: float | None = None  # out of descriptors: listener rests
         self._fd_warned = 0.0
 
+    def configure(self, max_clients: int, queue_limit: int, buffer: int) -> None:
+        """Take reloaded limits (for clients from now on; ``buffer`` for new ones)."""
+        self.max_clients, self.queue_limit, self.buffer = max_clients, queue_limit, buffer
+
     def __len__(self) -> int:
         """The clients being served (a dropped one no longer counts)."""
         return sum(1 for c in self._clients.values() if c.closing_at is None)

@@ -33,20 +33,19 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import os
 import re
-import stat
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..core.errors import ConfigError
 from ..git.refs import is_object_id
+from .configfile import MAX_CONFIG_BYTES, DaemonConfigError, check_ownership, read_checked
 from .restart.policy import RestartPolicy, parse_policy
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
     "CheckoutConfig",
     "DaemonConfig",
     "DaemonConfigError",
@@ -72,30 +71,6 @@ _TOP_KEYS = {
 _ADDRESS = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>[0-9]{1,5})$")
 _HOOK_KEYS = ("on_stale", "on_current", "on_unreadable")
 _CHECKOUT_KEYS = {"path", "revision", "hook_timeout", "hold_while", "restart", *_HOOK_KEYS}
-MAX_CONFIG_BYTES = 1 << 20
-"""Largest configuration file read (a real one is a few hundred bytes)."""
-
-
-class DaemonConfigError(ConfigError):
-    """The daemon's configuration is unreadable or invalid.
-
-    Attributes:
-        name: the key, e.g. ``checkout[2].on_stale`` (as for :class:`ConfigError`).
-        value: the rejected value.
-        reason: what is wrong.
-        file: the configuration file, ``None`` for command-line input.
-        line: the 1-based line of the key in ``file``, when it can be found.
-    """
-
-    def __init__(
-        self, name: str, value: object, reason: str, *, file: Path | None = None, line: int | None = None
-    ) -> None:
-        super().__init__(name, value, reason)
-        self.reason = reason
-        self.file = file
-        self.line = line
-        where = f"{file}:{line}: " if file is not None and line else f"{file}: " if file is not None else ""
-        self.args = (f"{where}{name}: {reason}",)
 
 
 @dataclass(frozen=True)
@@ -326,71 +301,6 @@ def _name(table: int | None, key: str, sub: str | None = None) -> str:
     return f"checkout[{table + 1}].{sub}.{key}" if sub and key != sub else f"checkout[{table + 1}].{key}"
 
 
-def _read(file: Path) -> str:
-    """The file's text, after checking the opened file: regular, small, safely owned."""
-
-    def refuse(reason: str) -> DaemonConfigError:
-        return DaemonConfigError("config", str(file), reason, file=file)
-
-    try:
-        # O_NONBLOCK: a FIFO planted at the path must not hang the daemon (or a reload).
-        fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError as exc:
-        raise refuse(f"cannot read: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise refuse("cannot read: not a regular file")
-        check_ownership(file, info)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_CONFIG_BYTES:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError as exc:
-                raise refuse(f"cannot read: {exc.strerror or exc}") from None
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_CONFIG_BYTES:
-            raise refuse(f"cannot read: larger than {MAX_CONFIG_BYTES} bytes")
-    finally:
-        os.close(fd)
-    try:
-        return b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise refuse(f"cannot read: {exc}") from None
-
-
-def check_ownership(file: Path, info: os.stat_result, euid: int | None = None) -> None:
-    """Refuse a file that anyone but its owner may write, or owned by a stranger.
-
-    Its owner must be root or the daemon's user (``euid``; default ours).
-
-    Raises:
-        DaemonConfigError: naming the owner or the mode, and what to do.
-    """
-    euid = os.geteuid() if euid is None else euid
-    if info.st_uid not in (0, euid):
-        raise DaemonConfigError(
-            "config",
-            str(file),
-            f"owned by uid {info.st_uid}, neither root nor the daemon's user (uid {euid}); "
-            "it names commands the daemon runs",
-            file=file,
-        )
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o022:
-        who = "group and others" if mode & 0o022 == 0o022 else "group" if mode & 0o020 else "others"
-        raise DaemonConfigError(
-            "config",
-            str(file),
-            f"writable by {who} (mode {mode:04o}); it names commands the daemon runs: chmod go-w {file}",
-            file=file,
-        )
-
-
 def load(file: Path) -> DaemonConfig:
     """Read and validate a configuration file.
 
@@ -401,7 +311,7 @@ def load(file: Path) -> DaemonConfig:
             or a key is invalid (the message names the file, the line and the key).
             This is the only exception it raises.
     """
-    text = _read(file)
+    text = read_checked(file)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -19,13 +19,12 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import replace
-from types import FrameType
 from typing import Any
 
 from .. import __version__
 from ..core.errors import BindError
 from ..metrics import for_daemon
+from . import reload, supervision
 from .checkout import Checkout
 from .clients import ACCEPT_PAUSE, Client, ClientSet
 from .config import CheckoutConfig, DaemonConfig, DaemonConfigError
@@ -47,7 +46,6 @@ _LOOP_TICK = 1.0  # the loop wakes at least this often (its heartbeat)
 # after a change, on a quiet turn (never between an event and the next), or after this.
 _STATUS_QUIET, _STATUS_LATEST = 0.05, 1.0
 _InboxItem = tuple[str, Checkout, Any]
-_AT_START = ("metrics_address", "metrics_textfile", "metrics_interval")  # a reload keeps these
 
 
 class DaemonServer:
@@ -158,7 +156,7 @@ class DaemonServer:
             listener: a bound, listening, non-blocking Unix stream socket (the caller
                 owns it and closes it afterwards).
         """
-        handlers = self._install_signals()
+        handlers = supervision.handle_signals(stop=self.stop, reload=self.request_reload)
         try:
             self.start_metrics()
             self._clients.burst = 1 + len(self._entries)
@@ -191,23 +189,6 @@ class DaemonServer:
         self._unready.clear()
         self._ready_sent = True
         self._supervisor.ready(self._status())
-
-    def _install_signals(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}  # embedded in a thread: the owner calls stop()/request_reload()
-
-        def on_stop(signum: int, frame: FrameType | None) -> None:
-            self.stop()
-
-        def on_hup(signum: int, frame: FrameType | None) -> None:
-            self.request_reload()
-
-        signums = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-        handlers: dict[int, Any] = {signum: signal.getsignal(signum) for signum in signums}
-        signal.signal(signal.SIGTERM, on_stop)
-        signal.signal(signal.SIGINT, on_stop)
-        signal.signal(signal.SIGHUP, on_hup)
-        return handlers
 
     def _loop(self, listener: socket.socket) -> None:
         next_ping = time.monotonic() + self.settings.keepalive
@@ -357,22 +338,8 @@ class DaemonServer:
         self._supervisor.reloaded(self._status())
 
     def _apply(self, settings: DaemonConfig) -> None:
-        # Bind every new guard before changing anything, so a bad reload changes nothing.
-        reused: dict[str, Checkout] = {}
-        fresh: dict[str, Checkout] = {}
-        by_config = {(e.config.path, e.config.revision): e for e in self._entries.values()}
-        for checkout in settings.checkouts:
-            old = by_config.get((checkout.path, checkout.revision))
-            entry = old if old is not None else self._make_entry(checkout, 0)
-            if entry.key in reused or entry.key in fresh:
-                raise DaemonConfigError("checkout", str(checkout.path), f"{entry.key} is configured twice")
-            (reused if old is not None else fresh)[entry.key] = entry
-        if settings.socket is not None and settings.socket != self.settings.socket:
-            logger.warning("stalewatch: a new socket path takes effect only after a restart")
-        keep = {key: getattr(self.settings, key) for key in _AT_START}
-        if any(getattr(settings, key) != value for key, value in keep.items()):
-            logger.warning("stalewatch: changed metrics settings take effect only after a restart")
-            settings = replace(settings, **keep)
+        planned = reload.plan(self._entries, self.settings, settings, self._make_entry)
+        reused, fresh, settings = planned.reused, planned.fresh, planned.settings
         logging.getLogger().setLevel(settings.log_level.upper())
         self.settings = settings
         self._clients.burst = 1 + len(reused) + len(fresh)  # before fresh snapshots are queued
@@ -392,7 +359,7 @@ class DaemonServer:
                 self.metrics.forget(key)
                 self._publisher.removed(key)
         for entry in reused.values():
-            self._update_entry(entry, settings)
+            entry.update(planned.config_of(entry))
         for key, entry in fresh.items():
             self._entries[key] = entry
             self._view = tuple(self._entries.values())
@@ -401,15 +368,8 @@ class DaemonServer:
             logger.info("stalewatch: watching %s (loaded %s)", key, entry.guard.loaded_revision)
             self._publisher.snapshots(entry)
         self._supervisor.watching(self._watchers())
-        self._clients.max_clients = settings.max_clients
-        self._clients.queue_limit = settings.client_queue
-        self._clients.buffer = settings.client_buffer
+        self._clients.configure(settings.max_clients, settings.client_queue, settings.client_buffer)
         logger.info("stalewatch: configuration reloaded: %d checkouts", len(self._entries))
-
-    @staticmethod
-    def _update_entry(entry: Checkout, settings: DaemonConfig) -> None:
-        key = (entry.config.path, entry.config.revision)
-        entry.update(next(c for c in settings.checkouts if (c.path, c.revision) == key))
 
     # -- systemd ---------------------------------------------------------------------------
 
