@@ -331,10 +331,23 @@ def test_c9_watch_limit_reached_when_head_moves_to_a_new_directory(
     source = LocalSource(verify_interval=3600, poll_interval=0.1)
     with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
         rec = Recorder(guard)
+        watcher = watcher_of(guard)
+        polling = threading.Event()
+        real = watcher._health._on_health
+
+        def spy(trusted: bool, mode: str) -> None:
+            if mode == "polling" and not trusted:
+                polling.set()
+            real(trusted, mode)
+
+        watcher._health._on_health = spy
         watch_limit.allowed = 0  # the limit is reached by another process meanwhile
         git_repo.git("checkout", "-q", "-b", "feature/deep")  # needs refs/heads/feature watched
         new = git_repo.commit("on the new branch")
-        rec.wait_for("stale", new)
+        rec.wait_for("stale", new)  # seen, whether before or after the switch
+        # The switch follows the re-plan that hit the limit: wait for it, never assume
+        # it came before the event (the commit may be read by the resolve before it).
+        assert polling.wait(10)
         assert guard.snapshot().mode == "polling"
         assert not guard.snapshot().trusted
 
