@@ -247,3 +247,32 @@ def test_pings_with_long_ids_cannot_multiply_what_the_daemon_holds(workdir: Path
                 sub.close()
         good.send(b'{"type":"ping","id":"' + b"x" * 300 + b'"}\n')
         assert next(m for m in good.rest() if m["type"] == "error")["reason"] == "bad-request"
+
+
+def _register(checkout: Path, revision: str) -> bytes:
+    return f'{{"type":"register","checkout":"{checkout}","revision":"{revision}"}}\n'.encode()
+
+
+def test_a_connection_registers_once_a_repeat_is_ignored_and_another_claim_is_refused(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """A client flooding registrations would wake the restart sequence on every line."""
+    head = git_repo.head()
+    other = "f" * len(head)
+    with start_daemon(workdir, str(git_repo.path)) as daemon, Subscriber(daemon.socket) as watcher:
+        greet(watcher)
+        with Subscriber(daemon.socket) as server:
+            greet(server)
+            server.send(_register(git_repo.path, head) * 200)
+            server.send(b'{"type":"ping","id":"after"}\n')
+            assert server.next("pong", skip=("ping", "health", "processes"))["id"] == "after"  # all read
+            server.send(_register(git_repo.path, other))
+            error = next(m for m in server.rest() if m["type"] == "error")
+            assert error["reason"] == "bad-request"
+            assert "already registered" in error["detail"]
+        # The watcher saw the one registration come and go: not 200 changes, no `other`.
+        tables = [watcher.next("processes")["processes"]]
+        while tables[-1]:
+            tables.append(watcher.next("processes")["processes"])
+        assert [[p["revision"] for p in t] for t in tables] == [[head], []]
+        assert daemon.proc.poll() is None

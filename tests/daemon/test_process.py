@@ -101,3 +101,6 @@ def test_signal_pidfile_reads_the_pid_safely(tmp_path: Path) -> None:
     assert not process.signal_pidfile(tmp_path / "one.pid", "HUP").ok  # never init
     (tmp_path / "link.pid").symlink_to(pidfile)
     assert not process.signal_pidfile(tmp_path / "link.pid", "USR1").ok  # never through a link
+    for name, text in {"huge": "9" * 30, "negative": "-15", "underscored": "1_234"}.items():
+        (tmp_path / f"{name}.pid").write_text(text)  # huge: os.kill raised OverflowError
+        assert process.signal_pidfile(tmp_path / f"{name}.pid", "HUP").detail.endswith("does not hold a pid")

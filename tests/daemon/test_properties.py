@@ -19,8 +19,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stalewatch.core.restart import RestartPhase, RestartState
 from stalewatch.daemon.clients import _request
 from stalewatch.daemon.config import DaemonConfig, DaemonConfigError, load
+from stalewatch.daemon.process import MAX_PID, parse_pid
 from stalewatch.daemon.protocol import (
     MAX_REQUEST_LINE,
     LineReader,
@@ -28,6 +30,7 @@ from stalewatch.daemon.protocol import (
     decode,
     encode,
 )
+from stalewatch.daemon.restart import markers
 
 BUDGET = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -257,3 +260,70 @@ def test_load_takes_any_bytes(content: bytes) -> None:
 def test_load_refuses_deep_nesting_with_its_error(depth: int, opener: str) -> None:
     closer = "]" if opener == "[" else "}"
     _load_or_refuse(f"keepalive = {opener * depth}1{closer * depth}\n".encode())
+
+
+# -- what an updater, a supervisor or a daemon leaves for the restart sequence ---------------
+
+marker_texts = st.one_of(
+    st.binary(max_size=200),
+    st.tuples(
+        st.one_of(st.integers(min_value=-(10**30), max_value=10**30).map(str), st.text(max_size=12)),
+        st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr), st.text(max_size=12)),
+    ).map(lambda parts: f"{parts[0]}\n{parts[1]}\n".encode("utf-8", "surrogatepass")),
+)
+
+
+@BUDGET
+@given(marker_texts, st.floats(min_value=0, max_value=1e6), st.floats(min_value=0, max_value=4e9))
+def test_any_pid_marker_is_a_wait_or_a_refusal_never_an_error(
+    data: bytes, max_age: float, now: float
+) -> None:
+    """A marker present means an update ran: the verdict is never `go`, never an exception."""
+    verdict = markers._judge(Path("/marker"), data, max_age, now)
+    assert verdict.action in ("wait", "refuse")
+    assert verdict.reason.startswith(("update-marker", "update-running"))
+
+
+@BUDGET
+@given(
+    st.one_of(
+        st.binary(max_size=40), st.integers(min_value=-(10**40), max_value=10**40).map(lambda n: b"%d" % n)
+    )
+)
+def test_a_pidfile_holds_a_signalable_pid_or_nothing(data: bytes) -> None:
+    pid = parse_pid(data)
+    assert pid is None or 0 < pid <= MAX_PID  # os.kill takes it (no OverflowError)
+    if pid is not None:
+        assert data.strip().isdigit() and int(data) == pid
+
+
+@BUDGET
+@given(
+    st.one_of(
+        json_values,
+        st.dictionaries(
+            st.sampled_from(["phase", "reason", "revision", "attempt", "retry_after", "at"]),
+            json_values,
+            max_size=6,
+        ),
+        st.builds(
+            dict,
+            phase=st.sampled_from([p.value for p in RestartPhase]),
+            reason=json_scalars,
+            revision=json_scalars,
+            attempt=json_scalars,
+            retry_after=json_scalars,
+            at=json_scalars,
+        ),
+    )
+)
+def test_a_restart_state_from_a_daemon_is_parsed_or_ignored(data: Any) -> None:
+    """A guard fed by a daemon reads its restart phases: bounded, finite, or None."""
+    state = RestartState.from_dict(data)
+    if state is None:
+        return
+    assert isinstance(state.phase, RestartPhase) and state.attempt >= 0
+    assert len(state.reason or "") <= 500 and len(state.revision or "") <= 64
+    assert state.retry_after is None or (math.isfinite(state.retry_after) and state.retry_after >= 0)
+    assert math.isfinite(state.at)
+    assert RestartState.from_dict(decode(encode({"type": "x", **state.to_dict()}))) == state

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -111,8 +112,8 @@ def test_r6_a_burst_of_commits_restarts_once_onto_the_last(workdir: Path, git_re
     with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
         greet(sub)
         last = [git_repo.commit(f"burst {i}") for i in range(5)][-1]
-        seen = phases(sub, "confirmed")
-        assert seen[-1]["revision"] == last
+        seen = phases(sub, "confirmed", "failed")
+        assert (seen[-1]["phase"], seen[-1]["revision"]) == ("confirmed", last)
         assert [m["phase"] for m in seen].count("restarting") == 1
         assert runs(workdir) == 1
 
@@ -133,7 +134,7 @@ def test_r1_a_live_update_holds_the_restart_until_its_marker_goes(workdir: Path,
             seen = phases(sub, "waiting")
         assert str(os.getpid()) in seen[-1]["reason"] and runs(workdir) == 0
         marker.unlink()  # the update ended
-        assert phases(sub, "confirmed")[-1]["phase"] == "confirmed"
+        assert phases(sub, "confirmed", "failed")[-1]["phase"] == "confirmed"
         assert runs(workdir) == 1
 
 
@@ -188,7 +189,7 @@ def test_r1_a_recovery_marker_refuses_incomplete_and_the_refusal_lifts_when_it_g
         refused = phases(sub, "refused")[-1]
         assert refused["reason"].startswith("incomplete") and runs(workdir) == 0
         incomplete.unlink()  # recovered by hand (or by the next update)
-        assert phases(sub, "confirmed")[-1]["phase"] == "confirmed"
+        assert phases(sub, "confirmed", "failed")[-1]["phase"] == "confirmed"
         assert runs(workdir) == 1
 
 
@@ -238,7 +239,7 @@ def test_r3_an_updater_holding_the_lock_makes_the_restart_wait(workdir: Path, gi
                 seen += phases(sub, "waiting")
             assert "verifying" in [m["phase"] for m in seen]  # the lock is taken after the probe
             assert runs(workdir) == 0
-        assert phases(sub, "confirmed")[-1]["phase"] == "confirmed"
+        assert phases(sub, "confirmed", "failed")[-1]["phase"] == "confirmed"
         assert runs(workdir) == 1
 
 
@@ -305,8 +306,8 @@ def test_r6_a_newer_commit_during_verification_starts_over_onto_it(workdir: Path
         assert seen[-1]["revision"] == second
         with gate.open("w") as opened:
             opened.write("go")
-        confirmed = phases(sub, "confirmed")[-1]
-        assert confirmed["revision"] == second
+        confirmed = phases(sub, "confirmed", "failed")[-1]
+        assert (confirmed["phase"], confirmed["revision"]) == ("confirmed", second)
         assert runs(workdir) == 1  # never restarted onto the first
 
 
@@ -332,3 +333,87 @@ def test_r5_with_a_probe_a_lazy_server_is_confirmed_once_no_registered_server_ru
         assert seen[-1]["phase"] == "confirmed"
         gone = next(i for i, m in enumerate(seen) if m["type"] == "processes" and not m["processes"])
         assert gone < len(seen) - 1  # confirmed only after the old server left
+
+
+def test_r6_a_give_up_stands_for_its_revision_when_head_leaves_and_comes_back(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """Else a HEAD that flaps (an updater's checkout dance) would re-arm every bound."""
+    probes = workdir / "probes"
+    failing = [sys.executable, "-c", RECORD + "; sys.exit(1)", str(probes)]
+    cfg = config(workdir, git_repo, verify=failing)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        loaded = git_repo.head()
+        broken = git_repo.commit("broken")
+        assert names(phases(sub, "refused"))[-1] == "refused: verify-failed"
+        git_repo.git("reset", "-q", "--hard", loaded)
+        assert phases(sub, "idle")[-1]["phase"] == "idle"
+        git_repo.git("reset", "-q", "--hard", broken)
+        again = phases(sub, "refused", "verifying", "scheduled")
+        assert names(again) == ["refused: verify-failed"], names(again)  # at once, as it stood
+        assert again[-1]["revision"] == broken
+        assert len(probes.read_text().splitlines()) == 1  # the probe did not run again
+
+
+def test_r6_a_failed_attempt_waits_out_the_interval_without_holding_the_lock(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """An updater must be able to take the lock while the daemon waits to retry (R3)."""
+    lock = workdir / "update.lock"
+    failing = [sys.executable, "-c", "raise SystemExit(3)"]
+    cfg = config(workdir, git_repo, action=failing, lock=lock, max_attempts=2, min_interval=WAIT)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        git_repo.commit()
+        assert phases(sub, "failed")[-1]["reason"] == "action exited 3"
+        seen = phases(sub, "waiting", "restarting")
+        while seen[-1]["phase"] == "waiting" and not seen[-1]["reason"].startswith("min-interval"):
+            seen = phases(sub, "waiting", "restarting")
+        assert seen[-1]["phase"] == "waiting", names(seen)
+        with lock.open("w") as updater:
+            fcntl.flock(updater, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the daemon held it
+
+
+def test_r5_servers_that_loaded_a_newer_commit_during_the_restart_are_verified_too(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """The probe passed for the target; the servers came up on what landed meanwhile."""
+    verify = [sys.executable, "-c", "import sys; sys.exit('broken' in open('module.py').read())"]
+    cfg = config(workdir, git_repo, verify=verify, confirm_timeout=WAIT)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        old = Guard.for_checkout(git_repo.path, source=Daemon(daemon.socket))
+        old.start()
+        try:
+            assert sub.next("processes", skip=SKIP[:-2])["processes"]
+            target = git_repo.commit("good")
+            assert phases(sub, "restarting")[-1]["revision"] == target
+        finally:
+            old.stop()  # the action's work: the old server goes...
+        newer = git_repo.commit("broken")
+        with Guard.for_checkout(
+            git_repo.path, source=Daemon(daemon.socket)
+        ) as new:  # ...a new one loads this
+            assert new.snapshot().loaded_revision == newer
+            outcome = phases(sub, "confirmed", "failed")[-1]
+        assert outcome["phase"] == "failed", outcome
+        assert outcome["revision"] == newer
+        assert outcome["reason"].startswith(f"verify-failed: the servers loaded {newer[:12]}")
+
+
+def test_stopping_the_daemon_during_confirmation_does_not_report_a_failure(
+    workdir: Path, git_repo: Repo
+) -> None:
+    cfg = config(
+        workdir, git_repo, confirm=[sys.executable, "-c", "raise SystemExit(1)"], confirm_timeout=WAIT
+    )
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        git_repo.commit()
+        assert phases(sub, "restarting")[-1]["phase"] == "restarting"
+        daemon.signal(signal.SIGTERM)
+        rest = [m for m in sub.rest() if m["type"] == "restart"]
+        assert [m["phase"] for m in rest] == [], rest
+        assert daemon.proc.wait(WAIT) == 0
+    assert ": failed" not in daemon.log_text()  # nor in the journal: an alert would fire

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Repo
+from conftest import Repo, exit_status_in_fork
 from stalewatch.core.errors import RefError
 from stalewatch.git import packed
 from stalewatch.git.refs import find_git_dirs, resolve_head
@@ -176,3 +176,16 @@ def test_c11_strict_resolve_of_a_packed_only_branch_uses_the_snapshot(
     assert resolve_head(dirs) == new
     git_repo.git("pack-refs", "--all")  # rewritten: a new identity
     assert resolve_head(dirs) == new
+
+
+def test_a_forked_child_reads_packed_refs_though_a_parent_thread_held_the_cache(git_repo: Repo) -> None:
+    """gunicorn forks its workers from a master whose watcher thread may be mid-lookup."""
+    git_repo.git("pack-refs", "--all")
+    head = git_repo.head()
+    path = git_repo.path / ".git" / "packed-refs"
+
+    def body() -> None:
+        if packed.lookup(path, "refs/heads/main") != head:
+            raise AssertionError("wrong answer in the child")
+
+    assert exit_status_in_fork(body, holding=packed._cache.lock) == 0

@@ -133,7 +133,10 @@ class Checkout:
         # restart is coming (its 409s say so from the first one, R7).
         restarter = self.restarter
         if restarter is not None:
-            restarter.notice(event)
+            try:
+                restarter.notice(event)
+            except Exception:  # no thread left to start, say: the event must still go out
+                logger.exception("stalewatch: the restart sequence of %s missed an event", self.key)
         self._post("event", self, event)
         hooks = self.hooks  # read each time: a reload may add the runner
         if hooks is not None:

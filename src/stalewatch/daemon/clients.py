@@ -51,6 +51,7 @@ class Client:
         # sending; the socket is then watched only for the hang-up of the whole peer.
         self.half_closed = False
         self.pid = _peer_pid(sock)
+        self.registered: tuple[str, str] | None = None  # (checkout, revision): one per connection
 
 
 def _peer_pid(sock: socket.socket) -> int:
@@ -250,8 +251,7 @@ class ClientSet:
                     continue
                 request = _request(line)
                 if request["type"] == "register":
-                    if self._on_register is not None:
-                        self._on_register(client, str(request["checkout"]), str(request["revision"]))
+                    self._register(client, line, str(request["checkout"]), str(request["revision"]))
                     continue
                 reply: dict[str, object] = {"type": "pong", "at": time.time()}
                 if "id" in request:
@@ -260,6 +260,18 @@ class ClientSet:
         except ProtocolError as exc:
             logger.warning("stalewatch: closing client %d: %s", client.number, exc)
             self.drop(client, "bad-request", str(exc))
+
+    def _register(self, client: Client, line: bytes, checkout: str, revision: str) -> None:
+        # One registration per connection: a process loads its code once. A repeat is
+        # harmless; another claim on the same connection is a client that floods the
+        # registry (each change wakes the restart sequence), so it is refused.
+        if client.registered == (checkout, revision):
+            return
+        if client.registered is not None:
+            raise ProtocolError(line, "this connection already registered another revision")
+        client.registered = (checkout, revision)
+        if self._on_register is not None:
+            self._on_register(client, checkout, revision)
 
     def send(self, client: Client, line: bytes, *, flush: bool = True) -> None:
         """Queue ``line`` for ``client`` and write what fits; drop it past the bound."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from .output import CHUNK, BoundedOutput, read_available
 from .sdnotify import SD_ENV
 
-__all__ = ["Outcome", "pidfd", "run", "signal_pidfile"]
+__all__ = ["MAX_PID", "Outcome", "parse_pid", "pidfd", "run", "signal_pidfile"]
 
 _KILL_GRACE = 0.5
 _STOP_CHECK = 0.25  # seconds between looks at the stop event while a command runs
@@ -150,6 +150,22 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             return
 
 
+MAX_PID = 2**22  # Linux's PID_MAX_LIMIT: a larger number names no process
+
+
+def parse_pid(data: bytes) -> int | None:
+    """The pid in ``data`` (ASCII digits, blanks around them); ``None`` if it holds none.
+
+    Only plain digits: ``int()`` alone would also take ``+1_0`` or a 4000-digit
+    number that ``os.kill`` cannot take (OverflowError, not OSError).
+    """
+    text = data.strip()
+    if not text or len(text) > len(str(MAX_PID)) or not text.isdigit():
+        return None
+    pid = int(text)
+    return pid if 0 < pid <= MAX_PID else None
+
+
 def signal_pidfile(pidfile: Path, signame: str) -> Outcome:
     """Send ``SIG<signame>`` to the pid written in ``pidfile`` (never following a link)."""
     try:
@@ -162,9 +178,8 @@ def signal_pidfile(pidfile: Path, signame: str) -> Outcome:
         return Outcome(False, None, "", f"cannot read {pidfile}: {exc.strerror or exc}")
     finally:
         os.close(fd)
-    try:
-        pid = int(data.decode("ascii").strip())
-    except (UnicodeDecodeError, ValueError):
+    pid = parse_pid(data)
+    if pid is None:
         return Outcome(False, None, "", f"{pidfile} does not hold a pid")
     if pid <= 1:
         return Outcome(False, None, "", f"{pidfile} holds pid {pid}; refusing to signal it")

@@ -44,7 +44,6 @@ class Registry:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._by_connection: dict[int, Process] = {}
-        self._version = 0
 
     def register(self, connection: int, checkout: str, pid: int, revision: str) -> Process:
         """Record (or replace) the registration made on ``connection``."""
@@ -104,5 +103,4 @@ class Registry:
             self._cond.notify_all()
 
     def _changed(self) -> None:
-        self._version += 1
         self._cond.notify_all()

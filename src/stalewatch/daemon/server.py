@@ -301,7 +301,6 @@ class DaemonServer:
         if entry is None:  # harmless: the client learns from hello that it is not watched
             logger.debug("stalewatch: client %d registered for %s, not watched here", client.number, checkout)
             return
-        self._registry.unregister(client.number)  # one registration per connection
         process = self._registry.register(client.number, entry.key, client.pid, revision)
         logger.info("stalewatch: pid %d registered for %s on %s", process.pid, entry.key, revision[:7])
         self._processes_changed(entry)

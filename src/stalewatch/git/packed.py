@@ -349,8 +349,14 @@ class _Cache:
         with self.lock:
             self.entries.clear()
 
+    def forget_after_fork(self) -> None:
+        # A thread of the parent may have held the lock at fork(): in the child that
+        # thread is gone and the lock would never be released (a deadlocked check).
+        self.lock = threading.Lock()
+
 
 _cache = _Cache()
+os.register_at_fork(after_in_child=_cache.forget_after_fork)
 
 
 def _settled(key: Key, now_ns: int) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -114,3 +115,14 @@ class Fallback:
         with _waiting_lock:
             self._gone = True
             _waiting.pop(self, None)
+
+
+def _forget_in_child() -> None:
+    # The child has none of the parent's watcher threads: nothing waits in it, and the
+    # lock may have been held by one of those threads at fork().
+    global _waiting_lock  # noqa: PLW0603
+    _waiting_lock = threading.Lock()
+    _waiting.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

@@ -27,10 +27,6 @@ class HandoffLock:
         self.path = path
         self._fd: int | None = None
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def try_acquire(self) -> bool:
         """Take the lock if free; False when another process holds it.
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..process import parse_pid
 from .policy import RestartPolicy
 
 __all__ = ["Verdict", "assess", "exists", "read_pid_marker"]
@@ -111,13 +112,13 @@ def read_pid_marker(path: Path, max_age: float, now: float | None = None) -> Ver
 
 def _judge(path: Path, data: bytes, max_age: float, now: float) -> Verdict:
     lines = data.decode("ascii", "replace").splitlines()
+    pid = parse_pid(lines[0].encode()) if lines else None
     try:
-        pid = int(lines[0].strip())
         started = float(lines[1].strip())
     except (IndexError, ValueError):
+        started = math.nan
+    if pid is None or not math.isfinite(started):
         return Verdict("refuse", f"update-marker: {path} is malformed (expected PID and UNIX time)")
-    if pid <= 0 or not math.isfinite(started):
-        return Verdict("refuse", f"update-marker: {path} is malformed (pid {pid})")
     age = now - started
     if age < -_CLOCK_SKEW:
         return Verdict("refuse", f"update-marker: {path} is dated {-age:.0f} s in the future")

@@ -123,12 +123,6 @@ class RestartPolicy:
     max_attempts: int = 3
     min_interval: float = 30.0
 
-    def describe_action(self) -> str:
-        """The action for a log line."""
-        if self.action is not None:
-            return " ".join(self.action)
-        return f"kill -{self.signal} $(cat {self.pidfile})"
-
 
 def parse_policy(reader: TableReader, data: object, table: int) -> RestartPolicy:
     """Read a ``[checkout.restart]`` table (``table``: the checkout's index).

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from ...core.guard import Guard
 from ...core.restart import RestartPhase, RestartState
@@ -88,10 +89,11 @@ class Restarter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pending = False
-        # Per target, reset when the target changes: memory stays bounded.
+        # Per target, reset when another revision is wanted (not when none is for a
+        # moment): memory stays bounded, and a give-up stands for its revision (R6).
         self._target: str | None = None
         self._attempts = 0
-        self._gave_up: str | None = None  # why the sequence gave up on the target
+        self._gave_up: RestartState | None = None  # the phase that gave up, until reset
         # What the servers run since a confirmed restart, until the daemon's guard is
         # re-bound to it (that happens on the socket loop, a moment later).
         self._running: str | None = None
@@ -109,7 +111,11 @@ class Restarter:
         self.submit()
 
     def update(self, policy: RestartPolicy) -> None:
-        """A reload: the new policy from the next step on; give-ups are forgotten."""
+        """A reload: the new policy from the next step on; give-ups are forgotten.
+
+        A reload is how an operator says "try again" after fixing what a probe or an
+        action tripped on (R6: the bounds hold between reloads).
+        """
         with self._cond:
             self._policy = policy
             self._gave_up = None
@@ -123,7 +129,10 @@ class Restarter:
         answers already says ``restart_scheduled`` (R7); the sequence's thread
         decides the rest.
         """
-        if event.status is Status.STALE and event.current_revision is not None:
+        gave_up = self._gave_up
+        if gave_up is not None and gave_up.revision == event.current_revision:
+            pass  # a give-up stands for its revision (R6): no restart is coming
+        elif event.status is Status.STALE and event.current_revision is not None:
             state = self.state
             if not (state.phase.coming and state.revision == event.current_revision):
                 self._publish(RestartPhase.SCHEDULED, None, event.current_revision)
@@ -137,10 +146,11 @@ class Restarter:
             self._pending = True
             self._cond.notify_all()
             if self._thread is None:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._run, name=f"stalewatch-restart:{self.key}", daemon=True
                 )
-                self._thread.start()
+                thread.start()  # may raise (no threads left): then the next submit tries again
+                self._thread = thread
 
     def request_stop(self) -> None:
         """Begin stopping: a running command is killed; :meth:`stop` waits for it."""
@@ -164,14 +174,22 @@ class Restarter:
                 with self._cond:
                     self._pending = False
                 target = self._wanted()
-                if target != self._target:
+                if target is not None and target != self._target:
                     self._target, self._attempts, self._gave_up = target, 0, None
-                if target is not None and self._gave_up is None:
+                gave_up = self._gave_up
+                if gave_up is not None and gave_up.revision in (
+                    target,
+                    self._guard.snapshot().current_revision,
+                ):
+                    # R6: a give-up stands until another revision is wanted or a reload;
+                    # say it again over whatever was published meanwhile.
+                    self._publish(gave_up.phase, gave_up.reason, gave_up.revision, gave_up.attempt)
+                elif target is not None:
                     try:
                         self._sequence(target)
                     except _Changed:
                         continue
-                elif target is None and self.state.phase not in (RestartPhase.IDLE, RestartPhase.CONFIRMED):
+                elif self.state.phase not in (RestartPhase.IDLE, RestartPhase.CONFIRMED):
                     self._publish(RestartPhase.IDLE)
                 with self._cond:
                     if not self._pending:
@@ -242,7 +260,8 @@ class Restarter:
                 if self._guard.refresh().current_revision != target:
                     raise _Changed
                 if not assess(policy).go:
-                    continue  # an update began before the lock: wait for it again
+                    verified = None  # an update began before the lock: wait, then verify again
+                    continue
                 self._restart(target, policy)
                 return
             finally:
@@ -272,17 +291,9 @@ class Restarter:
     def _verify(self, target: str, policy: RestartPolicy, probe: tuple[str, ...]) -> bool:
         self._publish(RestartPhase.VERIFYING, None, target, retry_after=self._estimate(policy))
         started = time.monotonic()
-        outcome = process.run(
-            probe,
-            cwd=self._worktree,
-            timeout=policy.verify_timeout,
-            env=self._env(target),
-            stop=self._stop,
-        )
+        outcome = self._probe(probe, target, policy)
         self._check(target)
         if not outcome.ok:
-            if outcome.output:
-                logger.warning("stalewatch: verify probe for %s printed:\n%s", self.key, outcome.output)
             self._give_up(target, RestartPhase.REFUSED, f"verify-failed: {outcome.detail}")
             return False
         self._verify_seconds = time.monotonic() - started
@@ -313,34 +324,60 @@ class Restarter:
             argv = policy.action or ()
             env = self._env(target)
             outcome = process.run(argv, timeout=policy.action_timeout, env=env, stop=self._stop)
+        if self._stop.is_set():
+            raise _Changed  # the daemon stops: the action was cut short, not failed
         if not outcome.ok:
             self._failed(target, policy, f"action {outcome.detail}")
-            return
         self._registered_ever |= bool(self._registry.processes(self.key))
         confirmation = Confirmation(self.key, self._registry, self._guard, self._stop, self._env(target))
         running, problem = confirmation.wait(target, policy, started_wall, registered=self._registered_ever)
+        if self._stop.is_set():
+            raise _Changed
         if problem is not None:
             self._failed(target, policy, f"not-confirmed: {problem}")
-            return
+        if running != target and policy.verify is not None:
+            # A commit landed during the restart and the new servers loaded it (R5):
+            # the probe passed for the target only, so it must pass for this one too.
+            # If not, they run it already (nothing to restart onto): not confirmed, and
+            # the daemon's guard keeps calling them stale.
+            outcome = self._probe(policy.verify, running, policy)
+            if self._stop.is_set():
+                raise _Changed
+            if not outcome.ok:
+                reason = f"verify-failed: the servers loaded {running[:12]}; the probe {outcome.detail}"
+                self._give_up(running, RestartPhase.FAILED, reason)
+                return
         self._restart_seconds = max(0.5, time.monotonic() - self._last_action)
         self._running = running
         self._publish(RestartPhase.CONFIRMED, None, running, attempt)
         self._rebind(running)
 
-    def _failed(self, target: str, policy: RestartPolicy, reason: str) -> None:
+    def _probe(self, probe: tuple[str, ...], revision: str, policy: RestartPolicy) -> process.Outcome:
+        """Run the verify probe against ``revision``'s code, in the worktree."""
+        env = self._env(revision)
+        outcome = process.run(
+            probe, cwd=self._worktree, timeout=policy.verify_timeout, env=env, stop=self._stop
+        )
+        if not outcome.ok and outcome.output:
+            logger.warning("stalewatch: verify probe for %s printed:\n%s", self.key, outcome.output)
+        return outcome
+
+    def _failed(self, target: str, policy: RestartPolicy, reason: str) -> NoReturn:
+        """Publish a failed attempt, give up after the last; raise :class:`_Changed` to retry."""
         attempts = self._attempts
-        self._publish(RestartPhase.FAILED, reason, target, attempts)
         if attempts >= policy.max_attempts:
             self._give_up(
                 target, RestartPhase.FAILED, f"{reason} (attempt {attempts} of {policy.max_attempts})"
             )
-            return
-        # Never a tight loop (R6): the next attempt comes after the minimum interval.
-        self._wait(policy.min_interval, target)
+        else:
+            self._publish(RestartPhase.FAILED, reason, target, attempts)
+        # Never a tight loop (R6): the next attempt waits out ``min_interval`` from the
+        # last action in _sequence, after the lock is released, not while holding it.
         raise _Changed
 
     def _give_up(self, target: str, phase: RestartPhase, reason: str) -> None:
-        self._gave_up = reason  # until the target changes or the configuration is reloaded
+        # Stands until another revision is wanted or a reload (see _run).
+        self._gave_up = RestartState(phase, reason, target, self._attempts, None, time.time())
         self._publish(phase, reason, target, self._attempts)
 
     # -- publishing ----------------------------------------------------------------------

@@ -1,0 +1,49 @@
+"""The restart sequence's own bookkeeping, without a daemon (pure logic around a real guard)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from conftest import Repo
+from daemon_helpers import WAIT
+from stalewatch import Guard
+from stalewatch.daemon.registry import Registry
+from stalewatch.daemon.restart.policy import RestartPolicy
+from stalewatch.daemon.restart.sequence import Restarter
+
+
+def test_a_sequence_thread_that_could_not_start_is_started_by_the_next_submit(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of threads once (RuntimeError) must not leave the checkout without restarts."""
+    guard = Guard.for_checkout(git_repo.path)
+    restarter = Restarter(
+        "checkout",
+        git_repo.path,
+        RestartPolicy(action=("true",)),
+        guard=guard,
+        registry=Registry(),
+        publish=lambda state: None,
+        rebind=lambda revision: None,
+    )
+    ran = threading.Event()
+    monkeypatch.setattr(restarter, "_run", ran.set)
+    start = threading.Thread.start
+    calls = []
+
+    def start_once_failing(thread: threading.Thread) -> None:
+        calls.append(thread.name)
+        if len(calls) == 1:
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_once_failing)
+    with pytest.raises(RuntimeError):
+        restarter.submit()
+    restarter.submit()
+    try:
+        assert ran.wait(WAIT), calls
+    finally:
+        restarter.stop()
