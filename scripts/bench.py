@@ -29,21 +29,14 @@ from pathlib import Path
 
 import watchdog.version
 
-from gitrepo import git
+from gitrepo import git, two_commits
 from stalewatch import Event, Guard, StaleError
 
 
 def make_repo(root: Path) -> tuple[Path, str, str]:
+    """A checkout with a ``run_agent.py``, two commits, HEAD on the first."""
     repo = root / "checkout"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "run_agent.py").write_text("class AIAgent: ...\n")
-    git(repo, "add", "run_agent.py")
-    git(repo, "commit", "-q", "-m", "a")
-    a = git(repo, "rev-parse", "HEAD")
-    git(repo, "commit", "-q", "--allow-empty", "-m", "b")
-    b = git(repo, "rev-parse", "HEAD")
-    git(repo, "reset", "-q", "--hard", a)
+    a, b = two_commits(repo, "run_agent.py", "class AIAgent: ...\n")
     return repo, a, b
 
 

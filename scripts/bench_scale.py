@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitrepo import git
+from gitrepo import git, two_commits
 
 READY_TIMEOUT = 120.0
 
@@ -50,15 +50,7 @@ READY_TIMEOUT = 120.0
 def template(root: Path) -> tuple[Path, str, str]:
     """A small repository (no sample hooks) with two commits; HEAD on the first."""
     repo = root / "template"
-    repo.mkdir()
-    git(repo, "init", "-q", "--template=", "-b", "main")
-    (repo / "app.py").write_text("VALUE = 1\n")
-    git(repo, "add", "app.py")
-    git(repo, "commit", "-q", "-m", "a")
-    a = git(repo, "rev-parse", "HEAD")
-    git(repo, "commit", "-q", "--allow-empty", "-m", "b")
-    b = git(repo, "rev-parse", "HEAD")
-    git(repo, "reset", "-q", "--hard", a)
+    a, b = two_commits(repo, "app.py", "VALUE = 1\n", "--template=")
     return repo, a, b
 
 

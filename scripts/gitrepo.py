@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-__all__ = ["GIT_ENV", "git", "git_run"]
+__all__ = ["GIT_ENV", "git", "git_run", "two_commits"]
 
 GIT_ENV = {
     **os.environ,
@@ -41,3 +41,20 @@ def git(cwd: Path, *args: str, check: bool = True) -> str:
     if check and done.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout.strip()
+
+
+def two_commits(repo: Path, name: str, text: str, *init: str) -> tuple[str, str]:
+    """A new repository at ``repo`` with two commits (``name`` holding ``text``, then an
+    empty one), HEAD back on the first: ``(first, second)``, for benches that move HEAD
+    between them. ``init``: extra ``git init`` arguments.
+    """
+    repo.mkdir()
+    git(repo, "init", "-q", *init, "-b", "main")
+    (repo / name).write_text(text)
+    git(repo, "add", name)
+    git(repo, "commit", "-q", "-m", "a")
+    first = git(repo, "rev-parse", "HEAD")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "b")
+    second = git(repo, "rev-parse", "HEAD")
+    git(repo, "reset", "-q", "--hard", first)
+    return first, second

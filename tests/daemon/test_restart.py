@@ -417,3 +417,79 @@ def test_stopping_the_daemon_during_confirmation_does_not_report_a_failure(
         assert [m["phase"] for m in rest] == [], rest
         assert daemon.proc.wait(WAIT) == 0
     assert ": failed" not in daemon.log_text()  # nor in the journal: an alert would fire
+
+
+def test_r6_a_reload_while_the_probe_runs_judges_again_under_the_new_policy(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """The operator fixes a hanging probe and reloads: the old probe's failure is moot."""
+    gate = workdir / "gate"
+    os.mkfifo(gate)  # the probe blocks until the test writes, then fails unless told "ok"
+    gated = [sys.executable, "-c", f"import sys; sys.exit(open({str(gate)!r}).read() != 'ok')"]
+    cfg = config(workdir, git_repo, verify=gated, verify_timeout=WAIT)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        git_repo.commit()
+        assert phases(sub, "verifying")[-1]["phase"] == "verifying"
+        config(workdir, git_repo, verify=[sys.executable, "-c", "pass"])
+        daemon.signal(signal.SIGHUP)
+        daemon.notes.wait_for(lambda m: m.startswith("RELOADING=1"))
+        daemon.notes.wait_for(lambda m: m.startswith("READY=1"))
+        with gate.open("w") as opened:
+            opened.write("fail")  # the probe of the old policy fails now
+        seen = phases(sub, "confirmed", "failed", "refused")
+        assert names(seen)[-3:] == ["verifying", "restarting", "confirmed"], names(seen)
+        assert runs(workdir) == 1
+
+
+def test_r6_a_confirmed_restart_does_not_count_against_the_next_one(workdir: Path, git_repo: Repo) -> None:
+    cfg = config(workdir, git_repo, max_attempts=1, confirm_timeout=0.5)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        late = Guard.for_checkout(git_repo.path, source=Daemon(daemon.socket))  # on the old code
+        git_repo.commit()
+        assert phases(sub, "confirmed", "failed")[-1]["phase"] == "confirmed"
+        with late:  # registers only now: a server on old code, so a restart is wanted again
+            seen = phases(sub, "failed")
+        assert "restarting" in [m["phase"] for m in seen], names(seen)  # not "max-attempts"
+        assert seen[-1]["reason"].startswith("not-confirmed") and "attempt 1 of 1" in seen[-1]["reason"]
+        assert runs(workdir) == 2
+
+
+def test_r6_servers_restarted_by_hand_onto_a_refused_revision_end_the_refusal(
+    workdir: Path, git_repo: Repo
+) -> None:
+    cfg = config(workdir, git_repo, verify=[sys.executable, "-c", "raise SystemExit(1)"])
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        git_repo.commit()
+        assert names(phases(sub, "refused"))[-1] == "refused: verify-failed"
+        with Guard.for_checkout(git_repo.path, source=Daemon(daemon.socket)):  # loads the new code
+            assert phases(sub, "idle", "scheduled", "verifying")[-1]["phase"] == "idle"
+        assert runs(workdir) == 0
+
+
+def test_r5_servers_on_a_commit_the_watcher_has_yet_to_see_are_confirmed_by_reading_head(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """A polling watcher (no inotify here) learns of a commit up to a poll later."""
+    slow = {"STALEWATCH_POLL": "1", "STALEWATCH_POLL_INTERVAL": "2"}
+    cfg = config(workdir, git_repo, confirm_timeout=WAIT)
+    with start_daemon(workdir, "--config", str(cfg), env=slow) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        old = Guard.for_checkout(git_repo.path, source=Daemon(daemon.socket))
+        old.start()
+        try:
+            assert sub.next("processes", skip=SKIP[:-2])["processes"]
+            git_repo.commit("target")
+            assert phases(sub, "restarting")[-1]["phase"] == "restarting"
+        finally:
+            old.stop()
+        newer = git_repo.commit("landed during the restart")
+        with Guard.for_checkout(git_repo.path, source=Daemon(daemon.socket)):  # loads it, registers
+            started = time.monotonic()
+            outcome = phases(sub, "confirmed", "failed")[-1]
+            waited = time.monotonic() - started
+        assert (outcome["phase"], outcome["revision"]) == ("confirmed", newer), outcome
+        # Without reading HEAD, only the confirm timeout's last look would have seen it.
+        assert waited < WAIT / 2, waited

@@ -9,6 +9,7 @@ import pytest
 from conftest import Repo
 from daemon_helpers import WAIT
 from stalewatch import Guard
+from stalewatch.core.restart import RestartState
 from stalewatch.daemon.registry import Registry
 from stalewatch.daemon.restart.policy import RestartPolicy
 from stalewatch.daemon.restart.sequence import Restarter
@@ -45,5 +46,37 @@ def test_a_sequence_thread_that_could_not_start_is_started_by_the_next_submit(
     restarter.submit()
     try:
         assert ran.wait(WAIT), calls
+    finally:
+        restarter.stop()
+
+
+def test_a_submit_during_an_internal_error_is_not_lost(git_repo: Repo) -> None:
+    """The failing thread is still registered when another thread submits: it must look again."""
+    states: list[RestartState] = []
+    restarter = Restarter(
+        "checkout",
+        git_repo.path,
+        RestartPolicy(action=("true",)),
+        guard=Guard.for_checkout(git_repo.path),
+        registry=Registry(),
+        publish=states.append,
+        rebind=lambda revision: None,
+    )
+    looked_again = threading.Event()
+    calls = []
+
+    def wanted() -> str | None:
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            restarter.submit()  # as the watcher's thread would, while this one runs
+            raise RuntimeError("a bug")
+        looked_again.set()
+        return None
+
+    restarter._wanted = wanted  # type: ignore[method-assign]
+    restarter.submit()
+    try:
+        assert looked_again.wait(WAIT), calls
+        assert states[0].reason == "internal error (logged)"
     finally:
         restarter.stop()

@@ -5,4 +5,5 @@
 - :mod:`.lock`: the ``flock`` handoff with a cooperating updater (R3).
 - :mod:`.sequence`: :class:`~.sequence.Restarter`, one checkout's sequence (R1-R7).
 - :mod:`.confirm`: is the restart done? (R5)
+- :mod:`.announce`: telling each phase, in order, with its estimate (R7).
 """

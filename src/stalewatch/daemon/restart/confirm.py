@@ -24,6 +24,7 @@ from .policy import RestartPolicy
 __all__ = ["Confirmation"]
 
 _PROBE_POLL = (0.2, 2.0)  # first and longest wait between runs of the confirm probe
+_HEAD_POLL = 0.25  # seconds between re-reads of HEAD while servers register
 
 
 class Confirmation:
@@ -68,19 +69,28 @@ class Confirmation:
 
     def _by_registrations(self, target: str, action_at: float, timeout: float) -> tuple[str, str | None]:
         confirmed: list[str] = []
+        heads = self._heads(target)
 
         def done(processes: list[Process]) -> bool:
             revisions = {p.revision for p in processes}
             if len(revisions) != 1 or not any(p.since >= action_at for p in processes):
                 return False
             (revision,) = revisions
-            if revision not in self._heads(target):
+            if revision not in heads:
                 return False
             confirmed.append(revision)
             return True
 
-        if self._registry.wait(self._key, done, timeout, self._stop):
-            return confirmed[-1], None
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if self._registry.wait(self._key, done, min(_HEAD_POLL, max(0.0, left)), self._stop):
+                return confirmed[-1], None
+            if left <= _HEAD_POLL:
+                break
+            # New servers may have loaded a commit the watcher has yet to report (it
+            # polls, or its event is on the way): read HEAD now rather than refuse them.
+            heads = (target, self._guard.refresh().current_revision)
         return target, f"after {timeout:g} s the registered servers run {self.runs()}"
 
     def _by_probe(self, target: str, probe: tuple[str, ...], timeout: float) -> tuple[str, str | None]:

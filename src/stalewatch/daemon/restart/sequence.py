@@ -7,14 +7,15 @@ the sequence for HEAD's revision, the *target*:
 2. the attempt and interval bounds (R6);
 3. the markers (R1): wait while an update runs or a hold file exists, refuse after an
    update that did not end cleanly (a refusal by a marker lifts when it is removed);
-4. ``verifying``: the probe against the new code (R2); a failure refuses until a newer
-   commit or a reload;
+4. ``verifying``: the probe against the new code (R2); a failure refuses until another
+   revision is wanted or a reload (a reload during the probe discards its verdict);
 5. the lock (R3), then under it HEAD and the markers once more;
 6. ``restarting``: the action through the supervisor (R4), then confirmation (R5):
    every registered server of the checkout runs the target and one registered after
    the action; else the confirm probe; else the action's exit status;
-7. ``confirmed`` (the daemon's guard is re-bound to the target), or ``failed`` (retried
-   after ``min_interval`` while attempts remain).
+7. ``confirmed`` (the daemon's guard is re-bound to what the servers run: the target,
+   or a commit that landed meanwhile and passes the probe too), or ``failed`` (retried
+   after ``min_interval``, the lock released, while attempts remain).
 
 A newer target at any point starts over (one restart for a burst of commits). Every
 phase is published (R7) through ``publish``; nothing here touches the socket.
@@ -34,6 +35,7 @@ from ...core.restart import RestartPhase, RestartState
 from ...core.status import Event, Status
 from .. import process
 from ..registry import Registry
+from .announce import Announcer
 from .confirm import Confirmation
 from .lock import HandoffLock, LockError
 from .markers import assess
@@ -46,7 +48,6 @@ logger = logging.getLogger(__name__)
 _MARKER_POLL = 0.5  # seconds between looks at markers while waiting on them
 _REFUSED_POLL = 2.0  # seconds between looks at a refusing marker
 _LOCK_POLL = (0.05, 1.0)  # first and longest wait between tries of a held lock
-_DEFAULT_RESTART = 5.0  # seconds from action to confirmed, until one is measured
 
 
 class _Changed(Exception):
@@ -82,10 +83,9 @@ class Restarter:
         self._policy = policy
         self._guard = guard
         self._registry = registry
-        self._publish_cb = publish
+        self._announcer = Announcer(key, publish)
         self._rebind = rebind
         self._cond = threading.Condition()
-        self._publish_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pending = False
@@ -94,14 +94,19 @@ class Restarter:
         self._target: str | None = None
         self._attempts = 0
         self._gave_up: RestartState | None = None  # the phase that gave up, until reset
+        # The servers already run the revision given up on (they loaded a commit that
+        # landed during the restart, and it failed the probe): the give-up stands even
+        # though no restart is wanted.
+        self._gave_up_loaded = False
+        # Reloads so far, and at the start of the running step: a verdict reached under
+        # an older policy (a probe that ran while the operator fixed it) is not recorded.
+        self._reloads = 0
+        self._epoch = 0
         # What the servers run since a confirmed restart, until the daemon's guard is
         # re-bound to it (that happens on the socket loop, a moment later).
         self._running: str | None = None
         self._last_action: float | None = None
-        self._restart_seconds = _DEFAULT_RESTART
-        self._verify_seconds = 1.0
         self._registered_ever = False
-        self.state = RestartState(RestartPhase.IDLE, at=time.time())
 
     # -- control (any thread) ------------------------------------------------------------
 
@@ -118,7 +123,8 @@ class Restarter:
         """
         with self._cond:
             self._policy = policy
-            self._gave_up = None
+            self._reloads += 1
+            self._gave_up, self._gave_up_loaded = None, False
             self._attempts = 0
         self.submit()
 
@@ -175,11 +181,16 @@ class Restarter:
                     self._pending = False
                 target = self._wanted()
                 if target is not None and target != self._target:
-                    self._target, self._attempts, self._gave_up = target, 0, None
+                    self._target, self._attempts = target, 0
+                    self._gave_up, self._gave_up_loaded = None, False
                 gave_up = self._gave_up
-                if gave_up is not None and gave_up.revision in (
-                    target,
-                    self._guard.snapshot().current_revision,
+                if gave_up is not None and (
+                    gave_up.revision == target
+                    or (
+                        target is None
+                        and self._gave_up_loaded
+                        and gave_up.revision == self._guard.snapshot().current_revision
+                    )
                 ):
                     # R6: a give-up stands until another revision is wanted or a reload;
                     # say it again over whatever was published meanwhile.
@@ -202,6 +213,9 @@ class Restarter:
             self._publish(RestartPhase.FAILED, "internal error (logged)", self.state.revision)
             with self._cond:
                 self._thread = None
+                again = self._pending  # a submit that came meanwhile found this thread
+            if again:
+                self.submit()
 
     def _wanted(self) -> str | None:
         """The revision the servers should run, when some do not: else ``None``."""
@@ -232,7 +246,8 @@ class Restarter:
         self._check(target)
 
     def _sequence(self, target: str) -> None:
-        policy = self._policy
+        with self._cond:
+            policy, self._epoch = self._policy, self._reloads
         self._publish(RestartPhase.SCHEDULED, None, target)
         self._settle(target, policy)
         if self._attempts >= policy.max_attempts:
@@ -296,7 +311,7 @@ class Restarter:
         if not outcome.ok:
             self._give_up(target, RestartPhase.REFUSED, f"verify-failed: {outcome.detail}")
             return False
-        self._verify_seconds = time.monotonic() - started
+        self._announcer.verify_seconds = time.monotonic() - started
         return True
 
     def _take(self, lock: HandoffLock, target: str) -> bool:
@@ -317,7 +332,7 @@ class Restarter:
         attempt = self._attempts
         self._last_action = time.monotonic()
         started_wall = time.time()
-        self._publish(RestartPhase.RESTARTING, None, target, attempt, self._restart_seconds)
+        self._publish(RestartPhase.RESTARTING, None, target, attempt, self._announcer.restart_seconds)
         if policy.pidfile is not None:
             outcome = process.signal_pidfile(policy.pidfile, policy.signal)
         else:
@@ -345,10 +360,13 @@ class Restarter:
                 raise _Changed
             if not outcome.ok:
                 reason = f"verify-failed: the servers loaded {running[:12]}; the probe {outcome.detail}"
-                self._give_up(running, RestartPhase.FAILED, reason)
+                self._give_up(running, RestartPhase.FAILED, reason, loaded=True)
                 return
-        self._restart_seconds = max(0.5, time.monotonic() - self._last_action)
+        self._announcer.restart_seconds = max(0.5, time.monotonic() - self._last_action)
         self._running = running
+        # Done: the bounds count failures of one revision; a later need (a server on
+        # old code registering) starts afresh.
+        self._target, self._attempts = None, 0
         self._publish(RestartPhase.CONFIRMED, None, running, attempt)
         self._rebind(running)
 
@@ -364,6 +382,8 @@ class Restarter:
 
     def _failed(self, target: str, policy: RestartPolicy, reason: str) -> NoReturn:
         """Publish a failed attempt, give up after the last; raise :class:`_Changed` to retry."""
+        if self._reloads != self._epoch:
+            raise _Changed  # reloaded meanwhile: judge again under the new policy
         attempts = self._attempts
         if attempts >= policy.max_attempts:
             self._give_up(
@@ -375,18 +395,24 @@ class Restarter:
         # last action in _sequence, after the lock is released, not while holding it.
         raise _Changed
 
-    def _give_up(self, target: str, phase: RestartPhase, reason: str) -> None:
+    def _give_up(self, target: str, phase: RestartPhase, reason: str, *, loaded: bool = False) -> None:
         # Stands until another revision is wanted or a reload (see _run).
-        self._gave_up = RestartState(phase, reason, target, self._attempts, None, time.time())
+        with self._cond:
+            if self._reloads != self._epoch:
+                raise _Changed  # the verdict of an older policy: judge again
+            self._gave_up = RestartState(phase, reason, target, self._attempts, None, time.time())
+            self._gave_up_loaded, self._target = loaded, target
         self._publish(phase, reason, target, self._attempts)
 
     # -- publishing ----------------------------------------------------------------------
 
+    @property
+    def state(self) -> RestartState:
+        """The last phase published."""
+        return self._announcer.state
+
     def _estimate(self, policy: RestartPolicy, settle_left: float | None = None) -> float:
-        """Seconds until the new servers should answer, from what the last ones took."""
-        settle = policy.settle if settle_left is None else settle_left
-        verify = self._verify_seconds if policy.verify is not None else 0.0
-        return settle + verify + self._restart_seconds
+        return self._announcer.estimate(policy, settle_left)
 
     def _publish(
         self,
@@ -396,31 +422,10 @@ class Restarter:
         attempt: int | None = None,
         retry_after: float | None = None,
     ) -> None:
-        # Two threads publish (the watcher's notice, the sequence): one at a time, so
-        # the phases reach the loop in the order they were decided.
-        with self._publish_lock:
-            old = self.state
-            if (phase, reason, revision) == (old.phase, old.reason, old.revision):
-                return
-            if attempt is None:
-                attempt = self._attempts if revision else 0
-            if retry_after is None and phase.coming:
-                retry_after = self._estimate(self._policy)
-            retry_after = retry_after if phase.coming else None
-            state = RestartState(phase, reason, revision, attempt, retry_after, time.time())
-            self.state = state
-            try:
-                self._publish_cb(state)
-            except Exception:
-                logger.exception("stalewatch: publishing a restart phase failed")
-        level = logging.WARNING if phase in (RestartPhase.REFUSED, RestartPhase.FAILED) else logging.INFO
-        logger.log(
-            level,
-            "stalewatch: restart of %s onto %s: %s%s",
-            self.key,
-            (revision or "")[:7] or "-",
-            phase.value,
-            f" ({reason})" if reason else "",
+        if attempt is None:
+            attempt = self._attempts if revision else 0
+        self._announcer.tell(
+            phase, reason, revision, attempt=attempt, retry_after=retry_after, policy=self._policy
         )
 
     def _env(self, target: str) -> dict[str, str]:
