@@ -20,11 +20,12 @@ from pathlib import Path
 from types import FrameType
 
 from . import __version__
-from .core.errors import HeadUnreadableError, StalewatchError, short
+from .core.errors import HeadUnreadableError, StalewatchError
 from .core.guard import Guard
 from .core.status import Event, Snapshot, Status
 from .core.text import printable
 from .daemon import cli as daemon_cli
+from .daemon.lines import format_message
 from .hermes import setup as hermes_setup
 
 EXIT_OK = 0
@@ -56,15 +57,11 @@ def _bind(path: str) -> Guard:
 
 
 def _line(item: Snapshot | Event, *, as_json: bool) -> str:
-    data = item.to_dict()
+    # The same line as the daemon's messages get (`events`, `status --socket`).
+    data = {"type": "event" if isinstance(item, Event) else "snapshot", **item.to_dict()}
     if as_json:
-        data["type"] = "event" if isinstance(item, Event) else "snapshot"
         return json.dumps(data, separators=(",", ":"))
-    moved = f": {item.cause.describe()}" if item.cause is not None else ""
-    return (
-        f"{data['status']:<10} {printable(str(data['checkout']))} loaded {short(item.loaded_revision)} "
-        f"current {short(item.current_revision)} (generation {data['generation']}){printable(moved)}"
-    )
+    return format_message(data) or ""
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

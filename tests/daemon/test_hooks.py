@@ -386,10 +386,13 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN)
 """
 
 
-def test_sigterm_ends_the_daemon_within_a_second_with_several_stubborn_hooks(
+def test_sigterm_ends_the_daemon_with_several_stubborn_hooks_stopped_side_by_side(
     hooks: HookServer, tmp_path: Path
 ) -> None:
-    repos = [make_repo(tmp_path / f"r{n}") for n in range(3)]
+    # Each hook ignores SIGTERM and dies of the SIGKILL sent the kill grace (0.5 s, in
+    # stalewatch.daemon) later: side by side the daemon ends in about one grace, one
+    # after another in six (3 s and more).
+    repos = [make_repo(tmp_path / f"r{n}") for n in range(6)]
     argv = ", ".join(json.dumps(part) for part in (sys.executable, "-c", STUBBORN, str(hooks.path)))
     with short_dir() as workdir:
         config = workdir / "c.toml"
@@ -399,14 +402,14 @@ def test_sigterm_ends_the_daemon_within_a_second_with_several_stubborn_hooks(
             greet(sub)
             for repo in repos:
                 repo.commit()
-            runs = [hooks.next_run() for _ in repos]  # three hooks running, ignoring SIGTERM
+            runs = [hooks.next_run() for _ in repos]  # six hooks running, ignoring SIGTERM
             started = time.monotonic()
             daemon.signal(signal.SIGTERM)
             assert daemon.proc.wait(timeout=WAIT) == 0
             took = time.monotonic() - started
             for conn, _ in runs:
                 assert conn.recv(1) == b""  # killed
-        assert took < 1.0, f"stopping took {took:.2f} s"  # one after another: 1.5 s and more
+        assert took < 2.0, f"stopping took {took:.2f} s"  # one after another: 3 s and more
 
 
 def test_a_dangling_symlink_marker_holds(hooks: HookServer, runner_factory: Any, tmp_path: Path) -> None:

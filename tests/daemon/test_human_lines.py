@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Repo, make_repo
-from daemon_helpers import LineReader, short_dir, start_daemon
+from daemon_helpers import WAIT, LineReader, short_dir, start_daemon
 from stalewatch.core.text import printable
 from stalewatch.daemon.lines import format_message
 
@@ -122,7 +122,9 @@ def test_the_daemon_log_keeps_one_line_per_record_for_a_path_with_a_newline(
     assert "\x1b" not in daemon.log_text()
 
 
-def test_status_gives_up_on_a_peer_that_talks_but_never_sends_snapshots(workdir: Path) -> None:
+def test_status_gives_up_on_a_peer_that_talks_but_never_sends_snapshots(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Another program on the socket: a hello, then pings for ever; status exits 3 in time."""
     import json
     import socket
@@ -130,17 +132,27 @@ def test_status_gives_up_on_a_peer_that_talks_but_never_sends_snapshots(workdir:
     import time
 
     from stalewatch.cli import main
+    from stalewatch.daemon.protocol import PROTOCOL_VERSION
 
     path = workdir / "impostor.sock"
     stop = threading.Event()
     with socket.socket(socket.AF_UNIX) as listener:
         listener.bind(str(path))
         listener.listen()
+        listener.settimeout(WAIT)  # main never connecting must not leave this thread in accept()
 
         def talk() -> None:
-            conn, _ = listener.accept()
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                return  # main's own assertions say what went wrong
             with conn:
-                hello = {"type": "hello", "protocol": 1, "keepalive": 0.05, "checkouts": ["/a", {"x": 1}]}
+                hello = {
+                    "type": "hello",
+                    "protocol": PROTOCOL_VERSION,
+                    "keepalive": 0.05,
+                    "checkouts": ["/a", {"x": 1}],
+                }
                 conn.sendall(json.dumps(hello).encode() + b"\n")
                 while not stop.wait(0.02):
                     try:
@@ -157,3 +169,9 @@ def test_status_gives_up_on_a_peer_that_talks_but_never_sends_snapshots(workdir:
         finally:
             stop.set()
             thread.join(timeout=10)
+    err = capsys.readouterr().err
+    # The deadline, not any other way of being unavailable (refused, bad hello, closed):
+    # the last receive times out at it ("no answer in time") or the loop finds it
+    # passed ("no complete answer in time").
+    assert f"cannot reach the stalewatch daemon at {path}: " in err, err
+    assert err.rstrip().endswith("answer in time"), err

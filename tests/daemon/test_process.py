@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import select
 import signal
 import sys
 import threading
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon_helpers import WAIT
 from stalewatch.daemon import process
 from stalewatch.daemon.output import HEAD_BYTES
 
@@ -52,10 +54,44 @@ def test_a_command_is_done_when_it_exits_even_if_its_background_child_holds_the_
         os.kill(child, signal.SIGKILL)
 
 
-def test_a_command_past_its_timeout_is_killed_with_its_whole_group() -> None:
-    outcome = process.run(["sh", "-c", "sleep 60 & sleep 60"], timeout=0.5)
-    assert not outcome.ok and outcome.code is None
-    assert "timed out" in outcome.detail
+def _ended(pid: int, timeout: float) -> bool:
+    """True once ``pid`` has exited (gone, or a zombie its new parent has not reaped),
+    waiting at most ``timeout`` s on a pidfd (a signal is delivered, not acted on, at once)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+    return bool(ready)
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (``Z``: a zombie), ``None`` once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="os.pidfd_open needs Linux >= 5.3")
+def test_a_command_past_its_timeout_is_killed_with_its_whole_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "background.pid"
+    script = f"sleep 60 & echo $! > {pidfile}; sleep 60"
+    outcome = process.run(["sh", "-c", script], timeout=0.5)
+    background = int(pidfile.read_text())
+    try:
+        assert not outcome.ok and outcome.code is None
+        assert "timed out" in outcome.detail
+        # Not only the shell: the sleep it left in the background went with its group.
+        assert _ended(background, WAIT), f"background pid {background} survived: {_state(background)}"
+        assert _state(background) in (None, "Z")
+    finally:
+        if _state(background) not in (None, "Z"):
+            os.kill(background, signal.SIGKILL)
 
 
 def test_stop_kills_a_running_command() -> None:

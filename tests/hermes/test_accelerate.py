@@ -13,7 +13,6 @@ import os
 import sys
 import threading
 import types
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import pytest
 import webui_shaped_runtime
 from process_audit import processes
 
-from conftest import Repo, make_agent, make_repo
+from conftest import Repo, make_agent, make_repo, report_from_fork
 from stalewatch.git import refs
 from stalewatch.hermes import accelerate
 from stalewatch.hermes import accelerator as acceleration
@@ -252,29 +251,19 @@ def test_a_forked_worker_reads_correctly_without_restarting_anything(reads: Read
     reads()  # bound in the parent
     new = agent.commit("after binding", name="run_agent.py")
     threads = threading.active_count()
-    read_end, write_end = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # the child: report through the pipe, skip pytest's teardown
-        code = 1
-        try:
-            os.close(read_end)
-            with processes() as started:
-                first = reads()
-            newer = land_commit(agent)  # git runs here, outside the audited reads
-            with processes() as started_again:
-                second = reads()
-            count = len(started) + len(started_again)
-            os.write(write_end, f"{first} {second} {newer} {count} {threading.active_count()}".encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        first, second, newer, count, child_threads = pipe.read().decode().split()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def child() -> str:
+        with processes() as started:
+            first = reads()
+        newer = land_commit(agent)  # git runs here, outside the audited reads
+        with processes() as started_again:
+            second = reads()
+        count = len(started) + len(started_again)
+        return f"{first} {second} {newer} {count} {threading.active_count()}"
+
+    code, report = report_from_fork(child)
+    assert code == 0, report
+    first, second, newer, count, child_threads = report.split()
     assert (first, second) == (new, newer)  # right answers, read-your-writes in the child
     assert (count, child_threads) == ("0", "1")  # no process, no thread started
     assert threading.active_count() == threads

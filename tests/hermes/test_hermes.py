@@ -15,14 +15,14 @@ import subprocess
 import sys
 import threading
 import types
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from child import python_child
 
-from conftest import Repo, make_agent, make_repo
+from conftest import Repo, make_agent, make_repo, report_from_fork
 from stalewatch import StaleError, StalewatchError, hermes
 from stalewatch.git import command as gitcmd
 from stalewatch.web import WSGIBarrier
@@ -318,22 +318,17 @@ def test_c6_swapping_run_agent_in_sys_modules_is_not_a_change(agent: Repo, tmp_p
 def test_a_forked_worker_restarts_its_watcher(agent: Repo) -> None:
     hermes.get_ai_agent_class()
     assert hermes.wait_until_watching(10)
-    with warnings.catch_warnings():  # Python >= 3.12 warns about forking with threads
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # the child: report through the exit code, skip pytest's teardown
-        code = 10
-        try:
-            guard = hermes.current_guard()
-            code = 11
-            if guard is not None and not guard.snapshot().trusted:  # the thread did not survive
-                code = 12
-                hermes.ensure_agent_runtime_current()  # decided by the read; restarts it
-                code = 0 if hermes.wait_until_watching(10) else 13
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def child() -> str:  # the child reports how far it got
+        guard = hermes.current_guard()
+        if guard is None:
+            return "no guard"
+        if guard.snapshot().trusted:
+            return "trusts the parent's watcher"  # the thread did not survive the fork
+        hermes.ensure_agent_runtime_current()  # decided by the read; restarts it
+        return "watching" if hermes.wait_until_watching(10) else "not watching"
+
+    assert report_from_fork(child) == (0, "watching")
     assert hermes.wait_until_watching(0)  # the parent's watcher is untouched
 
 
@@ -517,30 +512,15 @@ def test_the_three_line_drop_in_in_a_fresh_process(tmp_path: Path) -> None:
     )
     env = {**os.environ, "HERMES_WEBUI_AGENT_DIR": str(link), "HOME": str(tmp_path / "home")}
     env.pop("HERMES_HOME", None)
-    with subprocess.Popen(
-        [sys.executable, "-c", _WEBUI_SCRIPT],
-        cwd=webui,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        assert proc.stdin is not None
-        assert proc.stdout is not None
-        try:
-            first = json.loads(proc.stdout.readline() or "null")
-            assert first == {"agent_dir": str(repo.path.resolve())}, proc.stderr.read() if proc.stderr else ""
-            bound = json.loads(proc.stdout.readline())
-            assert bound == {"class": "AIAgent", "revision": repo.head(), "watching": True}
-            new = repo.commit("update", name="run_agent.py")
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            payload = json.loads(proc.stdout.readline())["payload"]
-        finally:
-            proc.stdin.close()
-            proc.wait(timeout=20)
-    assert proc.returncode == 0
+    with python_child(_WEBUI_SCRIPT, cwd=webui, env=env, stderr=tmp_path / "webui.stderr") as child:
+        first = child.json()
+        assert first == {"agent_dir": str(repo.path.resolve())}, child.stderr()
+        bound = child.json()
+        assert bound == {"class": "AIAgent", "revision": repo.head(), "watching": True}, child.stderr()
+        new = repo.commit("update", name="run_agent.py")
+        child.send("go\n")
+        payload = child.json()["payload"]
+        assert child.finish() == 0, child.stderr()
     assert payload["type"] == "agent_runtime_stale"
     assert payload["retryable"] is True
     assert "Hermes Agent was updated" in payload["error"]

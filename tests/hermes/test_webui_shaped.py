@@ -8,9 +8,7 @@ no process.
 from __future__ import annotations
 
 import importlib
-import json
 import os
-import subprocess
 import sys
 import types
 from collections.abc import Iterator
@@ -18,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import webui_shaped_runtime
+from child import python_child
 from process_audit import processes
 
 from conftest import Repo, make_agent, make_repo
@@ -215,27 +214,11 @@ def test_the_suffix_at_import_in_a_fresh_process(tmp_path: Path) -> None:
     source = Path(webui_shaped_runtime.__file__).read_text()
     (webui / "api" / "agent_runtime.py").write_text(source + webui_shaped_runtime.SUFFIX)
     env = {**os.environ, "HERMES_WEBUI_AGENT_DIR": str(agent.path)}
-    with subprocess.Popen(
-        [sys.executable, "-c", _PROBE],
-        cwd=webui,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        try:
-            first = json.loads(proc.stdout.readline() or "null")
-            assert first == {"accelerated": True, "revision": agent.head(), "class": "before"}, (
-                proc.stderr.read()
-            )
-            agent.commit("update", name="run_agent.py")
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            second = json.loads(proc.stdout.readline())
-        finally:
-            proc.stdin.close()
-            proc.wait(timeout=20)
-        assert proc.returncode == 0, proc.stderr.read()
+    with python_child(_PROBE, cwd=webui, env=env, stderr=tmp_path / "probe.stderr") as child:
+        first = child.json()
+        assert first == {"accelerated": True, "revision": agent.head(), "class": "before"}, child.stderr()
+        agent.commit("update", name="run_agent.py")
+        child.send("go\n")
+        second = child.json()
+        assert child.finish() == 0, child.stderr()
     assert second == {"error": webui_shaped_runtime.MESSAGE}  # upstream's message, untouched

@@ -17,7 +17,8 @@ import pytest
 from conftest import Repo
 from daemon_helpers import WAIT, Subscriber, daemon_command, greet, short_dir, start_daemon
 from metrics_helpers import samples, value, write_config
-from stalewatch.metrics.textfile import TextfileWriter, write_atomically
+from stalewatch.core.files import write_atomically
+from stalewatch.metrics.textfile import TextfileWriter
 
 
 @pytest.fixture

@@ -54,6 +54,7 @@ def test_systemd_analyze_verify_with_the_drop_in(
     tmp_path: Path, drop_in: str, name: str, verify_as: str
 ) -> None:
     executable = Path(sys.executable).with_name("stalewatch")
+    assert executable.exists()
     text = (UNITS / name).read_text().replace("/opt/stalewatch/bin/stalewatch", str(executable))
     (tmp_path / name).write_text(text)
     (tmp_path / f"{name}.d").mkdir()

@@ -94,17 +94,25 @@ def _attempt(work: Path, repos: list[Repo], notes: Notifications) -> None:
             event = sub.next("event")
             assert event["current_revision"] == new
     finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait(timeout=WAIT)
-        if daemon is not None:
-            if daemon.poll() is None:
-                daemon.send_signal(signal.SIGTERM)
-            daemon.wait(timeout=WAIT)
-            daemon.stderr.close()  # type: ignore[union-attr]
-        holder.stdout.close()  # type: ignore[union-attr]
-        if holder.stdin is not None and not holder.stdin.closed:
-            holder.stdin.close()
+        try:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait(timeout=WAIT)
+            if daemon is not None:
+                if daemon.poll() is None:
+                    daemon.send_signal(signal.SIGTERM)
+                try:
+                    daemon.wait(timeout=WAIT)
+                except subprocess.TimeoutExpired:
+                    daemon.kill()  # SIGTERM was not enough: it must not outlive the test
+                    daemon.wait()
+                    raise
+        finally:
+            if daemon is not None:
+                daemon.stderr.close()  # type: ignore[union-attr]
+            holder.stdout.close()  # type: ignore[union-attr]
+            if holder.stdin is not None and not holder.stdin.closed:
+                holder.stdin.close()
 
 
 def test_daemon_polls_while_every_instance_is_taken_says_so_and_returns_to_native(tmp_path: Path) -> None:

@@ -8,14 +8,13 @@ import queue
 import shutil
 import struct
 import threading
-import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from conftest import Recorder, Repo, make_repo
+from conftest import Recorder, Repo, make_repo, report_from_fork
 from stalewatch import Event, Guard, LocalSource, StaleError
 from stalewatch.watching import inotify as inotify_module
 from stalewatch.watching import scheduler as scheduler_module
@@ -184,34 +183,25 @@ def test_c9_forked_child_gets_its_own_instance_and_leaves_the_parents_alone(
     assert parent_hub is not None
     events: queue.SimpleQueue[Event] = queue.SimpleQueue()
     guard.subscribe(events.put)
-    read_fd, write_fd = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
-        pid = os.fork()
-    if pid == 0:  # child: report, then leave without running pytest's teardown
-        code = 1
+
+    def child() -> str:
+        guard.check()  # starts the child's own watcher
+        ready = guard.wait_ready(10)
+        hub = watcher_of(guard).instance
+        own = hub is not None and hub is not parent_hub and hub.pid == os.getpid()
+        mine = git_repo.commit("in child")
+        seen = False
         try:
-            guard.check()  # starts the child's own watcher
-            ready = guard.wait_ready(10)
-            hub = watcher_of(guard).instance
-            own = hub is not None and hub is not parent_hub and hub.pid == os.getpid()
-            mine = git_repo.commit("in child")
-            seen = False
-            try:
-                while not seen:  # the child's own watcher names its commit
-                    seen = events.get(timeout=10).current_revision == mine
-            except queue.Empty:
-                pass
-            os.write(write_fd, f"{ready},{own},{seen},{instances()}".encode())
-            guard.stop()
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    _, status = os.waitpid(pid, 0)
-    report = os.read(read_fd, 100).decode()
-    os.close(read_fd)
-    assert os.waitstatus_to_exitcode(status) == 0
+            while not seen:  # the child's own watcher names its commit
+                seen = events.get(timeout=10).current_revision == mine
+        except queue.Empty:
+            pass
+        report = f"{ready},{own},{seen},{instances()}"
+        guard.stop()
+        return report
+
+    code, report = report_from_fork(child, timeout=60)
+    assert code == 0, report
     assert report == "True,True,True,1"  # ready, its own instance, saw its commit, held one
     # The parent's watches were neither removed nor read by the child: it sees the commit.
     rec.wait_for("stale")

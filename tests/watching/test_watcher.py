@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import shutil
 import struct
 import threading
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import Recorder, Repo, make_repo
+from conftest import Recorder, Repo, make_repo, report_from_fork
 from stalewatch import Guard, LocalSource, StaleError
 from stalewatch.git.refs import GitDirs, find_git_dirs
 from stalewatch.watching import inotify as inotify_module
@@ -421,29 +419,19 @@ def test_c4_checkout_swapped_by_rename_is_seen_at_once(git_repo: Repo, tmp_path:
 def test_c9_forked_child_does_not_trust_the_parents_watcher(git_repo: Repo) -> None:
     with started(Guard.for_checkout(git_repo.path)) as guard:
         rec = Recorder(guard)
-        read_fd, write_fd = os.pipe()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
-            pid = os.fork()
-        if pid == 0:  # child: report, then leave without running pytest's teardown
-            code = 1
+
+        def child() -> str:
+            trusted_after_fork = guard.snapshot().trusted
+            git_repo.git("commit", "-q", "--allow-empty", "-m", "in child")
             try:
-                trusted_after_fork = guard.snapshot().trusted
-                git_repo.git("commit", "-q", "--allow-empty", "-m", "in child")
-                try:
-                    guard.check()
-                    raised = False
-                except StaleError:
-                    raised = True
-                os.write(write_fd, f"{trusted_after_fork},{raised}".encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write_fd)
-        _, status = os.waitpid(pid, 0)
-        report = os.read(read_fd, 100).decode()
-        os.close(read_fd)
-        assert os.waitstatus_to_exitcode(status) == 0
+                guard.check()
+                raised = False
+            except StaleError:
+                raised = True
+            return f"{trusted_after_fork},{raised}"
+
+        code, report = report_from_fork(child)
+        assert code == 0, report
         assert report == "False,True"
         # The parent's watcher is untouched by the child and sees the child's commit.
         rec.wait_for("stale")
@@ -497,19 +485,38 @@ def test_c11_reftable_is_watched_through_tables_list_and_resolved_by_git(git_rep
 def test_c12_a_burst_coalesces_and_the_final_state_arrives(git_repo: Repo) -> None:
     a = git_repo.head()
     b = git_repo.commit("b")
+    c = git_repo.commit("c")
     git_repo.git("reset", "-q", "--hard", a)
     ref = git_repo.path / ".git/refs/heads/main"
     lock = ref.with_name("main.lock")
+
+    def move_to(revision: str) -> None:  # what git does: write main.lock, rename it over main
+        lock.write_text(revision + "\n")
+        lock.replace(ref)
+
     with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=3600))) as guard:
         rec = Recorder(guard)
-        writes = 201
-        for i in range(writes):  # a rebase-like burst, ending on b
-            lock.write_text((b if i % 2 == 0 else a) + "\n")
-            lock.replace(ref)
-        # The burst's events may still be in flight: the final one must name b.
-        while guard.snapshot().current_revision != b:
-            rec.wait_for("stale", b)
-        assert len(rec.events) <= writes
+        entered, release = threading.Event(), threading.Event()
+        first = iter([True])
+
+        def hold_first(event: object) -> None:  # a slow subscriber, held by the test
+            if next(first, False):
+                entered.set()
+                release.wait(60)
+
+        guard.subscribe(hold_first)
+        try:
+            move_to(c)
+            assert entered.wait(10)  # the worker is inside the event for c now
+            for i in range(1, 201):  # a rebase-like burst, ending on b
+                move_to(b if i % 2 == 0 else a)
+        finally:
+            release.set()
+        # Every write of the burst landed while the worker was held: they coalesce
+        # into a turn or two that read b, not one event per write.
+        rec.wait_for("stale", b)
+        assert [e.current_revision for e in rec.events[:1]] == [c]
+        assert len(rec.events) <= 3, [e.current_revision for e in rec.events]
         assert rec.events[-1].current_revision == b
         assert [e.generation for e in rec.events] == list(range(1, len(rec.events) + 1))
         assert guard.snapshot().current_revision == b

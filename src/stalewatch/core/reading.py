@@ -10,11 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..git import command, refs
+from ..git.refs import GitDirs
 from .errors import BindError, HeadUnreadableError, NeedsGitError, RefError
 from .identity import Binding
 from .status import Status, decide
 
-__all__ = ["MISSING_REF_GRACE", "checked_revision", "initial", "read_head", "read_settled"]
+__all__ = ["MISSING_REF_GRACE", "checked_revision", "initial", "read_head", "read_settled", "resolve_dirs"]
 
 MISSING_REF_GRACE = (0.001, 0.004, 0.016, 0.064)
 """Seconds to look again when HEAD names a missing branch while a revision is known."""
@@ -29,6 +30,15 @@ def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
     dirs = binding.dirs
     if dirs is None:
         raise RefError(binding.checkout, "untracked: nothing to resolve")
+    return resolve_dirs(dirs, chain)
+
+
+def resolve_dirs(dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
+    """HEAD's commit in ``dirs``, in-process; through ``git`` only for a reftable.
+
+    Raises:
+        RefError: HEAD cannot be resolved.
+    """
     try:
         return refs.resolve_head(dirs, chain)
     except NeedsGitError:  # reftable: its tables are not parsed here

@@ -79,6 +79,21 @@ class RestartState:
             return None
         return max(1, math.ceil(self.retry_after))
 
+    def payload_fields(self) -> dict[str, Any]:
+        """What a refusal's JSON body says of this phase (R7): while a restart is coming,
+        ``restart_scheduled``, ``retry_after`` and ``restart_phase``; else (not idle)
+        ``restart_scheduled`` false, ``restart_phase`` and ``restart_reason``."""
+        if self.scheduled:
+            return {
+                "restart_scheduled": True,
+                "retry_after": self.retry_after_seconds(),
+                "restart_phase": self.phase.value,
+            }
+        if self.phase is RestartPhase.IDLE:
+            return {}
+        reason = self.reason or self.phase.value
+        return {"restart_scheduled": False, "restart_phase": self.phase.value, "restart_reason": reason}
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (the protocol's ``restart`` fields)."""
         return {

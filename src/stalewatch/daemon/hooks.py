@@ -14,11 +14,8 @@ started still holds its output; that output is kept within a fixed number of byt
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import selectors
-import signal
 import subprocess
 import threading
 import time
@@ -28,9 +25,8 @@ from pathlib import Path
 from ..core.status import Event, Status
 from ..core.text import printable
 from .config import HookConfig
-from .output import CHUNK, BoundedOutput, OutputDrain, read_available
-from .process import pidfd
-from .sdnotify import SD_ENV
+from .output import BoundedOutput, OutputDrain
+from .process import KILL_GRACE, ProcessWait, environment
 
 __all__ = ["HookRunner", "hook_environment"]
 
@@ -38,9 +34,6 @@ logger = logging.getLogger(__name__)
 
 _HOLD_POLL = 0.1  # seconds between checks of the hold_while marker
 _HOLD_REMIND = 60.0  # repeat the "held" log line this often
-_KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
-_TICK = 0.05  # the longest a running hook's thread waits before looking at stop()
-_NO_PIDFD_POLL = 0.02  # seconds between exit checks where os.pidfd_open is missing
 
 
 def hook_environment(event: Event, generation: int, hook: str) -> dict[str, str]:
@@ -167,7 +160,7 @@ class HookRunner:
         with self._cond:
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=2 * _KILL_GRACE + 1.0)
+            thread.join(timeout=2 * KILL_GRACE + 1.0)
         if self._own_drain:
             self._drain.stop()
 
@@ -241,8 +234,7 @@ class HookRunner:
         argv = getattr(config, name) if name else None
         if not argv or name is None:
             return
-        env = {key: value for key, value in os.environ.items() if key not in SD_ENV}
-        env.update(hook_environment(event, generation, name))
+        env = environment(hook_environment(event, generation, name))
         if self._stop.is_set():
             return
         started = time.monotonic()
@@ -263,7 +255,7 @@ class HookRunner:
             self._outcome(name, "not_started")
             return
         output = BoundedOutput()
-        ending = _Wait(proc, output, deadline=started + config.timeout, stop=self._stop)
+        ending = ProcessWait(proc, output, deadline=started + config.timeout, stop=self._stop)
         timed_out = ending.run()
         if ending.pipe is not None:
             logger.warning(
@@ -321,87 +313,3 @@ class HookRunner:
 
 def _argv(argv: tuple[str, ...]) -> str:
     return printable(repr(list(argv)))
-
-
-class _Wait:
-    """Waits for one hook: reads its output, ends it on timeout or stop, reaps it.
-
-    The hook is done when its process exits, not when its output pipe closes: a
-    background process it started (``cmd &``) may hold the pipe for ever. The pipe
-    and a pidfd for the process are waited on together (without a pidfd: the pipe,
-    and an exit check every few milliseconds).
-    """
-
-    def __init__(
-        self, proc: subprocess.Popen[bytes], output: BoundedOutput, *, deadline: float, stop: threading.Event
-    ) -> None:
-        if proc.stdout is None:
-            raise ValueError("the hook's stdout must be a pipe")
-        self.proc = proc
-        self.output = output
-        self.deadline = deadline
-        self.stop = stop
-        self.pipe: int | None = proc.stdout.fileno()  # still open after run(): held by another writer
-        os.set_blocking(self.pipe, False)
-
-    def run(self) -> bool:
-        """Wait until the hook's process exited (ending it when due); True if it timed out."""
-        proc = self.proc
-        exit_fd = pidfd(proc.pid)
-        timed_out = False
-        escalation: list[tuple[float, int]] = []  # (when, signal) still to send
-        with selectors.DefaultSelector() as selector:
-            if self.pipe is not None:
-                selector.register(self.pipe, selectors.EVENT_READ, "out")
-            if exit_fd is not None:
-                selector.register(exit_fd, selectors.EVENT_READ, "exit")
-            try:
-                while proc.poll() is None:
-                    now = time.monotonic()
-                    if not escalation and (now >= self.deadline or self.stop.is_set()):
-                        timed_out = now >= self.deadline and not self.stop.is_set()
-                        _signal_group(proc, signal.SIGTERM)
-                        escalation = [(now + _KILL_GRACE, signal.SIGKILL), (now + 2 * _KILL_GRACE, -1)]
-                    while escalation and now >= escalation[0][0]:
-                        _, signum = escalation.pop(0)
-                        if signum == signal.SIGKILL:
-                            _signal_group(proc, signal.SIGKILL)
-                        else:  # it left its group (setsid) and survived: kill the hook itself
-                            with contextlib.suppress(OSError):
-                                proc.kill()
-                    due = escalation[0][0] if escalation else self.deadline
-                    wait = min(_TICK, max(0.0, due - now))  # _TICK: stop() is seen promptly
-                    if exit_fd is None:
-                        wait = min(wait, _NO_PIDFD_POLL)
-                    for key, _ in selector.select(wait):
-                        if key.data == "out" and read_available(key.fd, self.output, CHUNK * 16):
-                            selector.unregister(key.fd)
-                            self._close_pipe()
-                    if self.pipe is None and exit_fd is None:
-                        # Output closed and no pidfd: the process is about to exit.
-                        with contextlib.suppress(subprocess.TimeoutExpired):
-                            proc.wait(timeout=_NO_PIDFD_POLL)
-            finally:
-                if exit_fd is not None:
-                    os.close(exit_fd)
-        # What it wrote just before exiting; then the pipe is closed, or another
-        # process still holds it (see self.pipe).
-        pipe = self.pipe
-        if pipe is not None and read_available(pipe, self.output, CHUNK * 16):
-            self._close_pipe()
-        elif pipe is not None:
-            self.pipe = os.dup(pipe)  # the drain owns a copy; Popen's file is closed
-            os.set_blocking(self.pipe, False)
-            self._close_pipe(keep=True)
-        return timed_out
-
-    def _close_pipe(self, *, keep: bool = False) -> None:
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        if not keep:
-            self.pipe = None
-
-
-def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-        os.killpg(proc.pid, signum)

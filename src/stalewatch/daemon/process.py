@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
+import selectors
 import signal
 import subprocess
 import threading
@@ -23,10 +23,22 @@ from pathlib import Path
 from .output import CHUNK, BoundedOutput, read_available
 from .sdnotify import SD_ENV
 
-__all__ = ["MAX_PID", "Outcome", "parse_pid", "pidfd", "run", "signal_pidfile"]
+__all__ = [
+    "KILL_GRACE",
+    "MAX_PID",
+    "Outcome",
+    "ProcessWait",
+    "environment",
+    "parse_pid",
+    "pidfd",
+    "run",
+    "signal_group",
+    "signal_pidfile",
+]
 
-_KILL_GRACE = 0.5
-_STOP_CHECK = 0.25  # seconds between looks at the stop event while a command runs
+KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
+_TICK = 0.05  # the longest a waiting thread goes without looking at its stop event
+_NO_PIDFD_POLL = 0.02  # seconds between exit checks where os.pidfd_open is missing
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,14 @@ def _text(output: BoundedOutput) -> str:
     return "\n".join(output.lines()).strip()
 
 
+def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The daemon's environment without systemd's own variables (``NOTIFY_SOCKET``…),
+    plus ``extra``: what every command the daemon runs gets."""
+    env = {key: value for key, value in os.environ.items() if key not in SD_ENV}
+    env.update(extra or {})
+    return env
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -76,16 +96,13 @@ def run(
 ) -> Outcome:
     """Run ``argv`` until its process exits, the timeout passes, or ``stop`` is set.
 
-    ``env`` is added to the daemon's environment, from which systemd's own variables
-    (``NOTIFY_SOCKET``…) are removed.
+    ``env`` is added to the daemon's :func:`environment`.
     """
-    environment = {k: v for k, v in os.environ.items() if k not in SD_ENV}
-    environment.update(env or {})
     try:
         proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
-            env=environment,
+            env=environment(env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -93,46 +110,18 @@ def run(
         )
     except OSError as exc:
         return Outcome(False, None, "", f"cannot run {argv[0]!r}: {exc.strerror or exc}")
-    stdout = proc.stdout
-    if stdout is None:  # pragma: no cover - Popen with stdout=PIPE always has one
-        raise RuntimeError("no pipe from the command")
-    out = stdout.fileno()
-    os.set_blocking(out, False)
     sink = BoundedOutput()
-    exited = pidfd(proc.pid)
-    poller = select.poll()
-    poller.register(out, select.POLLIN)
-    if exited is not None:
-        poller.register(exited, select.POLLIN)
-    deadline = time.monotonic() + timeout
-    reason: str | None = None
+    ending = ProcessWait(proc, sink, deadline=time.monotonic() + timeout, stop=stop or threading.Event())
     try:
-        open_pipe = True
-        while proc.poll() is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                reason = f"timed out after {timeout:g} s; killed"
-                break
-            if stop is not None and stop.is_set():
-                reason = "stopped; killed"
-                break
-            # Without a pidfd the exit is noticed on the next turn: bound the wait.
-            wait = left if exited is not None and stop is None else min(left, _STOP_CHECK)
-            for fd, _ in poller.poll(wait * 1000):
-                if fd == out and open_pipe and read_available(out, sink, CHUNK * 16):
-                    open_pipe = False
-                    poller.unregister(out)
-        if reason is not None:
-            _kill_group(proc)
-        if open_pipe:
-            read_available(out, sink, CHUNK * 16)  # what is there now; never wait for orphans
+        timed_out = ending.run()
     finally:
-        stdout.close()
-        if exited is not None:
-            os.close(exited)
+        if ending.pipe is not None:  # a background child holds it: never wait for it
+            os.close(ending.pipe)
     output = _text(sink)
-    if reason is not None:
-        return Outcome(False, None, output, reason)
+    if timed_out:
+        return Outcome(False, None, output, f"timed out after {timeout:g} s; killed")
+    if ending.ended:
+        return Outcome(False, None, output, "stopped; killed")
     code = proc.returncode
     if code == 0:
         return Outcome(True, 0, output, "exited 0")
@@ -141,13 +130,92 @@ def run(
     return Outcome(False, code, output, f"{what}: {last}" if last else what)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signum)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=_KILL_GRACE)
-            return
+class ProcessWait:
+    """Waits for one command: reads its output, ends it on timeout or stop, reaps it.
+
+    The command is done when its process exits, not when its output pipe closes: a
+    background process it started (``cmd &``) may hold the pipe for ever. The pipe
+    and a pidfd for the process are waited on together (without a pidfd: the pipe,
+    and an exit check every few milliseconds). Ending it: SIGTERM to its group, then
+    SIGKILL, then the process itself (it may have left its group). ``ended``: it did.
+    """
+
+    def __init__(
+        self, proc: subprocess.Popen[bytes], output: BoundedOutput, *, deadline: float, stop: threading.Event
+    ) -> None:
+        if proc.stdout is None:
+            raise ValueError("the command's stdout must be a pipe")
+        self.proc = proc
+        self.output = output
+        self.deadline = deadline
+        self.stop = stop
+        self.ended = False
+        self.pipe: int | None = proc.stdout.fileno()  # still open after run(): held by another writer
+        os.set_blocking(self.pipe, False)
+
+    def run(self) -> bool:
+        """Wait until the command's process exited (ending it when due); True if it timed out."""
+        proc = self.proc
+        exit_fd = pidfd(proc.pid)
+        timed_out = False
+        escalation: list[tuple[float, int]] = []  # (when, signal) still to send
+        with selectors.DefaultSelector() as selector:
+            if self.pipe is not None:
+                selector.register(self.pipe, selectors.EVENT_READ, "out")
+            if exit_fd is not None:
+                selector.register(exit_fd, selectors.EVENT_READ, "exit")
+            try:
+                while proc.poll() is None:
+                    now = time.monotonic()
+                    if not escalation and (now >= self.deadline or self.stop.is_set()):
+                        timed_out = now >= self.deadline and not self.stop.is_set()
+                        self.ended = True
+                        signal_group(proc, signal.SIGTERM)
+                        escalation = [(now + KILL_GRACE, signal.SIGKILL), (now + 2 * KILL_GRACE, -1)]
+                    while escalation and now >= escalation[0][0]:
+                        _, signum = escalation.pop(0)
+                        if signum == signal.SIGKILL:
+                            signal_group(proc, signal.SIGKILL)
+                        else:  # it left its group (setsid) and survived: kill the hook itself
+                            with contextlib.suppress(OSError):
+                                proc.kill()
+                    due = escalation[0][0] if escalation else self.deadline
+                    wait = min(_TICK, max(0.0, due - now))  # _TICK: stop() is seen promptly
+                    if exit_fd is None:
+                        wait = min(wait, _NO_PIDFD_POLL)
+                    for key, _ in selector.select(wait):
+                        if key.data == "out" and read_available(key.fd, self.output, CHUNK * 16):
+                            selector.unregister(key.fd)
+                            self._close_pipe()
+                    if self.pipe is None and exit_fd is None:
+                        # Output closed and no pidfd: the process is about to exit.
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            proc.wait(timeout=_NO_PIDFD_POLL)
+            finally:
+                if exit_fd is not None:
+                    os.close(exit_fd)
+        # What it wrote just before exiting; then the pipe is closed, or another
+        # process still holds it (see self.pipe).
+        pipe = self.pipe
+        if pipe is not None and read_available(pipe, self.output, CHUNK * 16):
+            self._close_pipe()
+        elif pipe is not None:
+            self.pipe = os.dup(pipe)  # the drain owns a copy; Popen's file is closed
+            os.set_blocking(self.pipe, False)
+            self._close_pipe(keep=True)
+        return timed_out
+
+    def _close_pipe(self, *, keep: bool = False) -> None:
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if not keep:
+            self.pipe = None
+
+
+def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """Send ``signum`` to the command's process group (its own session)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        os.killpg(proc.pid, signum)
 
 
 MAX_PID = 2**22  # Linux's PID_MAX_LIMIT: a larger number names no process

@@ -234,35 +234,16 @@ def snapshot_message(
     """
     return {
         "type": "snapshot",
-        "checkout": str(snap.checkout),
-        "status": snap.status.value,
-        "loaded_revision": snap.loaded_revision,
-        "current_revision": snap.current_revision,
-        "generation": generation,
-        "at": snap.changed_at,
-        "trusted": snap.trusted,
-        "mode": snap.mode,
-        "error": snap.error,
+        **snap.to_dict(),
+        "generation": generation,  # the daemon's, not its guard's
         "restart": None if restart is None else restart.to_dict(),
         "processes": processes or [],
-        "cause": snap.cause.to_dict() if snap.cause is not None else None,
     }
 
 
 def event_message(event: Event, generation: int) -> dict[str, Any]:
     """An ``event`` line: one change of status or current revision (with its ``cause``)."""
-    return {
-        "type": "event",
-        "checkout": str(event.checkout),
-        "status": event.status.value,
-        "previous_status": event.previous_status.value,
-        "loaded_revision": event.loaded_revision,
-        "current_revision": event.current_revision,
-        "generation": generation,
-        "at": event.at,
-        "error": event.error,
-        "cause": event.cause.to_dict() if event.cause is not None else None,
-    }
+    return {"type": "event", **event.to_dict(), "generation": generation}
 
 
 def health_message(checkout: str, trusted: bool, mode: str) -> dict[str, Any]:

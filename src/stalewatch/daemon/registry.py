@@ -85,12 +85,7 @@ class Registry:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                if predicate(
-                    sorted(
-                        (p for p in self._by_connection.values() if p.checkout == checkout),
-                        key=lambda p: (p.since, p.connection),
-                    )
-                ):
+                if predicate(self.processes(checkout)):  # re-entrant: _cond is an RLock's
                     return True
                 left = deadline - time.monotonic()
                 if left <= 0 or stop.is_set():

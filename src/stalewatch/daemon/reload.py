@@ -29,17 +29,14 @@ class Plan:
         settings: the new configuration, with the :data:`AT_START` settings kept.
         reused: checkouts whose ``path`` and ``revision`` did not change (keep their
             watcher and loaded revision; their hooks and restart policy are updated).
+        updates: the new configuration of each reused checkout, by key.
         fresh: checkouts to start (new, or re-bound), already bound.
     """
 
     settings: DaemonConfig
     reused: dict[str, Checkout]
+    updates: dict[str, CheckoutConfig]
     fresh: dict[str, Checkout]
-
-    def config_of(self, entry: Checkout) -> CheckoutConfig:
-        """The new configuration of a reused checkout."""
-        key = (entry.config.path, entry.config.revision)
-        return next(c for c in self.settings.checkouts if (c.path, c.revision) == key)
 
 
 def plan(
@@ -55,6 +52,7 @@ def plan(
         BindError: a new checkout cannot be bound.
     """
     reused: dict[str, Checkout] = {}
+    updates: dict[str, CheckoutConfig] = {}
     fresh: dict[str, Checkout] = {}
     by_config = {(e.config.path, e.config.revision): e for e in entries.values()}
     for checkout in settings.checkouts:
@@ -63,8 +61,10 @@ def plan(
         if entry.key in reused or entry.key in fresh:
             raise DaemonConfigError("checkout", str(checkout.path), f"{entry.key} is configured twice")
         (reused if old is not None else fresh)[entry.key] = entry
+        if old is not None:
+            updates[entry.key] = checkout
     changed = [key for key in AT_START if getattr(settings, key) != getattr(running, key)]
     if changed and not (changed == ["socket"] and settings.socket is None):
         logger.warning("stalewatch: changed %s take effect only after a restart", ", ".join(changed))
     settings = replace(settings, **{key: getattr(running, key) for key in AT_START})
-    return Plan(settings, reused, fresh)
+    return Plan(settings, reused, updates, fresh)

@@ -24,7 +24,7 @@ from typing import Any
 from .. import __version__
 from ..core.errors import BindError
 from ..metrics import for_daemon
-from . import reload, supervision
+from . import supervision
 from .checkout import Checkout
 from .clients import ACCEPT_PAUSE, Client, ClientSet
 from .config import CheckoutConfig, DaemonConfig, DaemonConfigError
@@ -34,6 +34,7 @@ from .protocol import (
 )
 from .publish import Publisher
 from .registry import Registry
+from .reload import plan as plan_reload
 from .supervision import ObservedSource, Supervisor, status_text
 
 __all__ = ["DaemonServer"]
@@ -69,11 +70,7 @@ class DaemonServer:
         # Metrics (the metrics extra), or a no-op when the configuration asks for none.
         self.metrics = for_daemon(settings, lambda: self._view, self._registry)
         # Bind every checkout first: a bad one fails before anything is opened.
-        for checkout in settings.checkouts:
-            entry = self._make_entry(checkout, 0)
-            if entry.key in self._entries:
-                raise DaemonConfigError("checkout", str(checkout.path), f"{entry.key} is configured twice")
-            self._entries[entry.key] = entry
+        self._entries = plan_reload({}, settings, settings, self._make_entry).fresh
         self._view = tuple(self._entries.values())
         for entry in self._view:
             self.metrics.track(entry)
@@ -337,7 +334,7 @@ class DaemonServer:
         self._supervisor.reloaded(self._status())
 
     def _apply(self, settings: DaemonConfig) -> None:
-        planned = reload.plan(self._entries, self.settings, settings, self._make_entry)
+        planned = plan_reload(self._entries, self.settings, settings, self._make_entry)
         reused, fresh, settings = planned.reused, planned.fresh, planned.settings
         logging.getLogger().setLevel(settings.log_level.upper())
         self.settings = settings
@@ -357,8 +354,8 @@ class DaemonServer:
                 logger.info("stalewatch: no longer watching %s", key)
                 self.metrics.forget(key)
                 self._publisher.removed(key)
-        for entry in reused.values():
-            entry.update(planned.config_of(entry))
+        for key, entry in reused.items():
+            entry.update(planned.updates[key])
         for key, entry in fresh.items():
             self._entries[key] = entry
             self._view = tuple(self._entries.values())

@@ -45,7 +45,6 @@ class ObservedSource:
         self._inner = LocalSource()
         self._watcher: Watcher | None = None
         self.beat: float | None = None
-        self.trusted = threading.Event()
         self.on_report: Callable[[bool, str], None] | None = None  # set by the server
 
     @property
@@ -72,10 +71,6 @@ class ObservedSource:
 
         def health(trusted: bool, mode: str) -> None:
             on_health(trusted, mode)
-            if trusted:
-                self.trusted.set()
-            else:
-                self.trusted.clear()
             if self.on_report is not None:
                 self.on_report(trusted, mode)
 

@@ -186,10 +186,14 @@ def parse_log(data: bytes, *, whole: bool) -> list[Entry]:
     or torn) is dropped, and so is the first line unless ``whole`` (the data starts at
     the file's start). Lines that do not parse are skipped.
     """
+    return [entry for entry in map(parse_entry, _complete_lines(data, whole=whole)) if entry is not None]
+
+
+def _complete_lines(data: bytes, *, whole: bool) -> list[bytes]:
+    """The lines of a log's tail that are whole: not the one after the last newline
+    (being written, or torn), nor the first unless the tail starts at the file's start."""
     lines = data.split(b"\n")[:-1]
-    if not whole:
-        lines = lines[1:]
-    return [entry for entry in map(parse_entry, lines) if entry is not None]
+    return lines if whole else lines[1:]
 
 
 def _relation(entries: Sequence[Entry], target: int, loaded: str) -> moves.Rel:
@@ -277,9 +281,7 @@ def relevant_entries(data: bytes, *, whole: bool, loaded: str | None, current: s
     ``current``, and those since the first line naming ``loaded`` (found by a byte
     search, so lines before it, which cannot name it, are never parsed).
     """
-    lines = data.split(b"\n")[:-1]
-    if not whole:
-        lines = lines[1:]
+    lines = _complete_lines(data, whole=whole)
     width = len(current)
     wanted = current.encode("ascii", "replace")
     for target in range(len(lines) - 1, -1, -1):

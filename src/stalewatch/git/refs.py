@@ -22,7 +22,7 @@ from pathlib import Path
 from ..core.errors import NeedsGitError, RefError
 from . import packed
 
-__all__ = ["GitDirs", "find_git_dirs", "head_chain", "identity", "is_object_id", "resolve_head"]
+__all__ = ["GitDirs", "find_git_dirs", "head_chain", "is_object_id", "resolve_head"]
 
 _HEX = frozenset("0123456789abcdef")
 _MAX_SMALL_FILE = 4096  # HEAD and loose refs are one line; never read a corrupt giant
@@ -256,12 +256,3 @@ def head_chain(dirs: GitDirs) -> list[Path]:
         with contextlib.suppress(RefError):
             resolve_head(dirs, chain)
     return chain
-
-
-def identity(path: Path) -> tuple[int, int] | None:
-    """The (device, inode) of a directory, ``None`` when it is gone or unreadable."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)

@@ -35,7 +35,7 @@ from pathlib import Path, PurePath
 from types import ModuleType
 from typing import Any, Final
 
-from ..core.errors import NeedsGitError
+from ..core import reading
 from ..git import command, refs
 from ..git.refs import GitDirs
 from .discovery import AGENT_MODULE
@@ -292,8 +292,5 @@ def _index_signature(dirs: GitDirs) -> tuple[int, int, int, int] | None:
 
 def _head(dirs: GitDirs) -> str | _Defer:
     """Exactly one read of HEAD; an unborn branch (no commit) is upstream's to answer."""
-    try:
-        revision = refs.resolve_head(dirs)
-    except NeedsGitError:  # reftable: its tables are not parsed here
-        revision = command.rev_parse_head(dirs.worktree)
+    revision = reading.resolve_dirs(dirs)
     return revision if revision is not None else DEFER

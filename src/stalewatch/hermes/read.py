@@ -7,13 +7,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..core import identity
-from ..core.errors import NeedsGitError, RefError, StalewatchError
-from ..git import command, refs
-from ..git.refs import GitDirs
+from ..core import identity, reading
+from ..core.errors import RefError, StalewatchError
+from ..git import refs
 from .discovery import AGENT_MODULE
 
-__all__ = ["loaded_agent_identity", "read_agent_revision", "resolve"]
+__all__ = ["loaded_agent_identity", "read_agent_revision"]
 
 
 def loaded_agent_identity() -> tuple[Path, Path] | None:
@@ -56,16 +55,7 @@ def read_agent_revision(agent_dir: Path | None, *, module_path: Path | None = No
         return None
     if binding.dirs is None or binding.dirs.worktree != dirs.worktree:
         return None  # untracked, or tracked by another repository than agent_dir's (C2)
-    return resolve(binding.dirs)
-
-
-def resolve(dirs: GitDirs) -> str | None:
     try:
-        return refs.resolve_head(dirs)
-    except NeedsGitError:
-        try:
-            return command.rev_parse_head(dirs.worktree)
-        except RefError:
-            return None
+        return reading.resolve_dirs(binding.dirs)
     except RefError:
         return None

@@ -107,14 +107,9 @@ def restart_aware(original: Callable[..., Any], view: RestartView) -> Callable[.
 
 
 def _annotate(payload: dict[str, Any], state: RestartState) -> None:
-    if state.scheduled:
-        payload["restart_scheduled"] = True
-        payload["retry_after"] = state.retry_after_seconds()
-        payload["restart_phase"] = state.phase.value
-    elif state.phase in (RestartPhase.REFUSED, RestartPhase.FAILED):
-        payload["restart_scheduled"] = False
-        payload["restart_phase"] = state.phase.value
-        payload["restart_reason"] = state.reason or state.phase.value
+    # The WebUI's own payload stands unless a restart is coming or was refused/failed.
+    if state.scheduled or state.phase in (RestartPhase.REFUSED, RestartPhase.FAILED):
+        payload.update(state.payload_fields())
 
 
 def stop_all() -> None:

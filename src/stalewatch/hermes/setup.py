@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import __version__
 from ..core.errors import StalewatchError
+from ..core.files import write_atomically
 from .discovery import agent_python, discover_agent_dir, hermes_home, webui_unit
 
 __all__ = ["Install", "add_commands", "cmd_setup", "discover", "render"]
@@ -57,17 +58,11 @@ class Install:
     port: int
     config: Path
     unit_dir: Path
-    socket: Path
 
 
 def _config_home() -> Path:
     xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()
     return Path(xdg).expanduser() if xdg else Path("~/.config").expanduser()
-
-
-def _runtime_dir() -> Path:
-    xdg = os.environ.get("XDG_RUNTIME_DIR", "").strip()
-    return Path(xdg) if xdg else Path(f"/run/user/{os.getuid()}")
 
 
 def _port() -> int:
@@ -103,7 +98,6 @@ def discover(args: argparse.Namespace) -> Install:
         port=_port(),
         config=Path(args.config).expanduser() if args.config else config_home / "stalewatch" / "hermes.toml",
         unit_dir=Path(args.unit_dir).expanduser() if args.unit_dir else config_home / "systemd" / "user",
-        socket=_runtime_dir() / RUNTIME / "stalewatch.sock",
     )
 
 
@@ -200,18 +194,9 @@ def _write(files: dict[Path, str], *, force: bool) -> None:
         raise SetupError(f"not overwriting {listed} (pass --force to replace)")
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         # The configuration names commands the daemon runs: ours alone (the daemon
-        # refuses one writable by others). O_EXCL|O_NOFOLLOW: never through a link.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temporary, flags, 0o600 if path.suffix == ".toml" else 0o644)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(text)
-            temporary.replace(path)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
+        # refuses one writable by others).
+        write_atomically(path, text.encode(), 0o600 if path.suffix == ".toml" else 0o644)
 
 
 def cmd_setup(args: argparse.Namespace) -> int:

@@ -68,8 +68,7 @@ class GuardCollector(Collector):
         with self._lock:
             if key in self._guards:
                 raise ValueError(f"a guard of {key} is already collected; one per checkout")
-            dirs = guard.binding.dirs
-            self._tally.track(key, guard.snapshot(), newest_ref_write(dirs) if dirs is not None else None)
+            self._tally.track(key, guard.snapshot(), newest_ref_write(guard.binding.dirs))
             unsubscribers = [
                 guard.subscribe(self._counter(key, guard)),
                 guard.subscribe_restart(lambda state: self._tally.restart(key, state)),
@@ -101,7 +100,7 @@ class GuardCollector(Collector):
             # The subscriber runs once per change, right after the flag flipped: a few
             # stat() calls for the latency, then integer updates under one lock.
             now = time.time()
-            written = newest_ref_write(dirs) if dirs is not None else None
+            written = newest_ref_write(dirs)
             self._tally.event(key, event, written, now)
 
         return on_event

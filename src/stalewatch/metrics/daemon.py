@@ -118,8 +118,7 @@ class DaemonMetrics(DaemonObserver, Collector):
         """A checkout begins to be watched (at start, or a reload's new guard)."""
 
         def track() -> None:
-            dirs = entry.guard.binding.dirs
-            written = newest_ref_write(dirs) if dirs is not None else None
+            written = newest_ref_write(entry.guard.binding.dirs)
             self.tally.track(entry.key, entry.guard.snapshot(), written)
 
         self._safely(track)
@@ -133,8 +132,7 @@ class DaemonMetrics(DaemonObserver, Collector):
 
         def count() -> None:
             now = time.time()
-            dirs = entry.guard.binding.dirs
-            written = newest_ref_write(dirs) if dirs is not None else None
+            written = newest_ref_write(entry.guard.binding.dirs)
             self.tally.event(entry.key, event, written, now)
 
         self._safely(count)

@@ -78,13 +78,16 @@ class RefWrite:
     identity: tuple[str, int, int, int]
 
 
-def newest_ref_write(dirs: GitDirs) -> RefWrite | None:
-    """The newest write of the files that decide HEAD's commit; ``None`` if none is readable.
+def newest_ref_write(dirs: GitDirs | None) -> RefWrite | None:
+    """The newest write of the files that decide HEAD's commit; ``None`` if none is
+    readable (or ``dirs`` is ``None``: nothing tracked).
 
     ``HEAD``, the loose refs HEAD's chain goes through, ``packed-refs`` (or reftable's
     ``tables.list``): git writes one of them (through a ``.lock`` file renamed into
     place) whenever HEAD's commit moves. Pure reads, a few ``stat`` calls; never raises.
     """
+    if dirs is None:
+        return None
     paths = [dirs.head_file, *head_chain(dirs)]
     paths.append(dirs.common_dir / "reftable" / "tables.list" if dirs.reftable else dirs.packed_refs)
     newest: RefWrite | None = None

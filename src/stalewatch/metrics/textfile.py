@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import secrets
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core.files import write_atomically
 from ..core.text import printable
 from .errors import MetricsError
 
@@ -34,39 +33,6 @@ logger = logging.getLogger(__name__)
 
 _MODE = 0o644  # node_exporter runs as another user: the file must be readable by it
 _WARN_EVERY = 60.0  # seconds between repeats of the same write failure in the log
-
-
-def write_atomically(path: Path, data: bytes, mode: int = _MODE) -> tuple[int, int]:
-    """Replace ``path`` with ``data`` atomically; return the new file's (device, inode).
-
-    Raises:
-        OSError: the directory cannot be opened or written, the rename failed (the
-            target is a directory...). No temporary file is left behind.
-    """
-    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        temp = f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"  # never *.prom
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temp, flags, 0o600, dir_fd=directory)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fchmod(fd, mode)  # on the descriptor: no path to follow
-                os.fsync(fd)
-                info = os.fstat(fd)
-            finally:
-                os.close(fd)
-            os.rename(temp, path.name, src_dir_fd=directory, dst_dir_fd=directory)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=directory)
-            raise
-        os.fsync(directory)  # the rename itself survives a crash
-        return info.st_dev, info.st_ino
-    finally:
-        os.close(directory)
 
 
 def remove_if_same(path: Path, identity: tuple[int, int]) -> None:
@@ -117,7 +83,7 @@ class TextfileWriter:
 
     def _write(self) -> None:
         self._last = time.monotonic()
-        self._written = write_atomically(self.path, self._render())
+        self._written = write_atomically(self.path, self._render(), _MODE)
         self.writes += 1
 
     def changed(self) -> None:

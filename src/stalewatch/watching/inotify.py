@@ -135,7 +135,6 @@ class Registration:
 @dataclass(eq=False)
 class _Watch:
     wd: int
-    mask: int
     registrations: list[Registration] = field(default_factory=list)
 
 
@@ -188,8 +187,7 @@ class Inotify:
                 raise _error("inotify_add_watch", path)
             watch = self._watches.get(wd)
             if watch is None:
-                watch = self._watches[wd] = _Watch(wd, mask)
-            watch.mask |= mask
+                watch = self._watches[wd] = _Watch(wd)
             registration.wd = wd
             watch.registrations.append(registration)
         return registration

@@ -111,31 +111,37 @@ class Scheduler:
 
     def _wake(self, slot: Slot) -> None:
         # Under _cond. A wake-up (an event) goes first and gets an idle worker.
-        if not slot.active or self._closed:
+        if not self._enqueue(slot, front=True):
             return
-        if slot.running is not None:
-            slot.again = True
-        elif not slot.queued:
-            slot.queued = True
-            self._ready.appendleft(slot)
-            if len(self._ready) <= self._idle:
-                self._cond.notify()
-            elif self._keeper and len(self._ready) <= self._idle + 1:
-                self._clock.notify()
-            elif len(self._workers) < self._max:
-                self._spawn()
+        if len(self._ready) <= self._idle:
+            self._cond.notify()
+        elif self._keeper and len(self._ready) <= self._idle + 1:
+            self._clock.notify()
+        elif len(self._workers) < self._max:
+            self._spawn()
 
     def _due(self, slot: Slot) -> None:
         # Under _cond. A timer's turn: queued behind wake-ups, for this worker to run
         # in turn: a batch of periodic verifications costs one thread wake-up, not one
         # per idle worker.
+        self._enqueue(slot, front=False)
+
+    def _enqueue(self, slot: Slot, *, front: bool) -> bool:
+        """Under _cond: queue ``slot`` for a turn; True if it was newly queued (a turn
+        running now is told to run once more instead)."""
         if not slot.active or self._closed:
-            return
+            return False
         if slot.running is not None:
             slot.again = True
-        elif not slot.queued:
-            slot.queued = True
+            return False
+        if slot.queued:
+            return False
+        slot.queued = True
+        if front:
+            self._ready.appendleft(slot)
+        else:
             self._ready.append(slot)
+        return True
 
     def at(self, slot: Slot, when: float) -> None:
         """Run the task at monotonic time ``when`` (replaces its earlier timer)."""

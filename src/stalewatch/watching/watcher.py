@@ -153,9 +153,7 @@ class Watcher:
             self.wake()
         elif relevance is Relevance.ANCHOR:
             self._health.fault()
-            self._restart_needed = True
-            self._restart_at = 0.0
-            self.wake()
+            self._restart_soon()
 
     def on_inotify(self, registration: inotify.Registration, name: bytes, mask: int) -> None:
         """An event in one of our directories (the reader thread: classify, no I/O)."""
@@ -187,9 +185,14 @@ class Watcher:
     def on_reader_died(self) -> None:
         """The instance's reader died: its watches are blind; restart on a new one."""
         self._health.fault()
+        self._restart_soon()
+
+    def _restart_soon(self, at: float = 0.0) -> None:
+        """Start over (new plan, new watches) at ``at`` (monotonic; 0: the next turn)."""
         self._restart_needed = True
-        self._restart_at = 0.0
-        self.wake()
+        self._restart_at = at
+        if at == 0.0:
+            self.wake()
 
     def turn_lost(self) -> None:
         """A worker died in our turn (a callback raised ``SystemExit``): start over."""
@@ -206,8 +209,7 @@ class Watcher:
             # Never a dead watcher: distrust, back off, start over.
             logger.exception("stalewatch: watcher for %s failed; restarting", self._dirs.worktree)
             self._health.fault()
-            self._restart_needed = True
-            self._restart_at = time.monotonic() + min(_RETRY, self._source.verify_interval)
+            self._restart_soon(time.monotonic() + min(_RETRY, self._source.verify_interval))
         return self._next_timer()
 
     def _step(self, now: float) -> None:
@@ -256,34 +258,33 @@ class Watcher:
             logger.exception("stalewatch: re-resolving %s failed", self._dirs.worktree)
             return None
 
-    def _resolve(self, *, recheck: bool = False) -> None:
+    def _resolve(self, *, recheck: bool = False, stamp: Stamp | None = None) -> None:
         """Re-resolve HEAD, then move the watches with it; again while they move.
 
         A branch switch changes which ref matters. The watches move after the
         resolve, so one more resolve covers a write that landed in between. The stamp
-        is taken before each read, so it describes no later state than the one read.
+        is taken before each read, so it describes no later state than the one read
+        (``stamp``: one the caller just took, for the first read).
         """
         for _ in range(_MAX_REPLANS):
-            stamp = take(self._order)
+            stamp = take(self._order) if stamp is None else stamp
             chain = self._changed()
             if not self._replan(chain, recheck=recheck):
                 self._stamp = stamp
                 return
-            recheck = False
+            recheck, stamp = False, None
         self._stamp = None
         self.wake()  # still moving: another turn
 
-    def _resolve_checked(self, *, recheck: bool = False) -> bool:
+    def _resolve_checked(self, *, recheck: bool = False, stamp: Stamp | None = None) -> bool:
         """:meth:`_resolve`; when a new watch hits a limit, fall back to polling (False)."""
         try:
-            self._resolve(recheck=recheck)
+            self._resolve(recheck=recheck, stamp=stamp)
         except OSError as exc:
             if exc.errno not in NO_NOTIFICATION or self._health.mode != "native":
                 raise
             self._fallback.unavailable(exc, time.monotonic())
-            self._restart_needed = True
-            self._restart_at = 0.0
-            self.wake()
+            self._restart_soon()
             return False
         return True
 
@@ -299,7 +300,8 @@ class Watcher:
         stamp = take(self._order)
         lost = self._watches.lost()
         if lost or self._verifies % READ_EVERY == 0 or not stamp.proves_unchanged_since(self._stamp):
-            self._resolve_checked(recheck=True)
+            # lost() just compared every directory's identity: recheck only if it found one.
+            self._resolve_checked(recheck=lost, stamp=stamp)
 
     def _beat(self, now: float) -> None:
         self.verified_at = now
@@ -323,8 +325,7 @@ class Watcher:
         if None in identities.values():
             self._health.mode = "none"  # checkout gone: HEAD reads unreadable; retried soon
             self._changed()
-            self._restart_needed = True
-            self._restart_at = now + min(_RETRY, self._source.verify_interval)
+            self._restart_soon(now + min(_RETRY, self._source.verify_interval))
             return
         self._identities = identities
         self._set_plan(self._planner.plan())
@@ -358,8 +359,7 @@ class Watcher:
                 return "polling"
             # e.g. a directory vanished between the plan and the watch
             logger.warning("stalewatch: cannot watch %s yet (%s); retrying", self._dirs.worktree, exc)
-            self._restart_needed = True
-            self._restart_at = now + min(_RETRY, self._source.verify_interval)
+            self._restart_soon(now + min(_RETRY, self._source.verify_interval))
             return "none"
         self._fallback.available()
         return "native"

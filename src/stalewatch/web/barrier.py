@@ -33,7 +33,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from ..core.errors import StaleError
 from ..core.guard import Guard
-from ..core.restart import RestartPhase, RestartState
+from ..core.restart import RestartState
 
 __all__ = [
     "CONFLICT",
@@ -79,17 +79,8 @@ def stale_payload(exc: BaseException, *, kind: str = "code_stale") -> dict[str, 
     """
     payload: dict[str, Any] = {"error": str(exc), "type": kind, "retryable": True}
     restart = getattr(exc, "restart", None)
-    if isinstance(restart, RestartState) and restart.scheduled:
-        payload.update(
-            restart_scheduled=True,
-            retry_after=restart.retry_after_seconds(),
-            restart_phase=restart.phase.value,
-        )
-    elif isinstance(restart, RestartState) and restart.phase is not RestartPhase.IDLE:
-        reason = restart.reason or restart.phase.value
-        payload.update(restart_scheduled=False, restart_phase=restart.phase.value, restart_reason=reason)
-    else:
-        payload.update(restart_scheduled=False, restart_reason=NO_RESTART)
+    fields = restart.payload_fields() if isinstance(restart, RestartState) else {}
+    payload.update(fields or {"restart_scheduled": False, "restart_reason": NO_RESTART})
     return payload
 
 
