@@ -11,9 +11,9 @@ Example::
 from __future__ import annotations
 
 from .core.errors import BindError, ConfigError, RefError, StaleError, StalewatchError
-from .core.guard import Guard
 from .core.status import Event, Snapshot, Status
 from .daemon.client import Daemon
+from .guard.guard import Guard
 from .watching.local import LocalSource
 from .watching.source import Source
 

@@ -21,11 +21,11 @@ from types import FrameType
 
 from . import __version__
 from .core.errors import HeadUnreadableError, StalewatchError
-from .core.guard import Guard
+from .core.escaping import printable
 from .core.status import Event, Snapshot, Status
-from .core.text import printable
 from .daemon import cli as daemon_cli
 from .daemon.lines import format_message
+from .guard.guard import Guard
 from .hermes import setup as hermes_setup
 
 EXIT_OK = 0

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import Repo, make_repo
 from stalewatch import BindError, Guard, Status
-from stalewatch.core.identity import bind_checkout, bind_file, bind_module
+from stalewatch.guard.identity import bind_checkout, bind_file, bind_module
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import Repo, make_repo
 from daemon_helpers import WAIT, LineReader, short_dir, start_daemon
-from stalewatch.core.text import printable
+from stalewatch.core.escaping import printable
 from stalewatch.daemon.lines import format_message
 
 # A newline forges a second line; ESC drives the terminal; U+202E reverses the text;

@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stalewatch.core.restart import RestartPhase, RestartState
+from stalewatch.core.phases import RestartPhase, RestartState
 from stalewatch.daemon.clients import _request
 from stalewatch.daemon.config import DaemonConfig, DaemonConfigError, load
 from stalewatch.daemon.process import MAX_PID, parse_pid

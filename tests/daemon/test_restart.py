@@ -22,7 +22,7 @@ import pytest
 from conftest import Repo
 from daemon_helpers import WAIT, Subscriber, greet, short_dir, start_daemon
 from stalewatch import Daemon, Guard, StaleError
-from stalewatch.core.restart import RestartPhase
+from stalewatch.core.phases import RestartPhase
 from stalewatch.web import stale_payload
 
 SKIP = ("ping", "health", "event", "snapshot", "processes", "pong")

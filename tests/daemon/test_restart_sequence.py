@@ -9,7 +9,7 @@ import pytest
 from conftest import Repo
 from daemon_helpers import WAIT
 from stalewatch import Guard
-from stalewatch.core.restart import RestartState
+from stalewatch.core.phases import RestartState
 from stalewatch.daemon.registry import Registry
 from stalewatch.daemon.restart.policy import RestartPolicy
 from stalewatch.daemon.restart.sequence import Restarter

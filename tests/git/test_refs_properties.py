@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stalewatch.core.errors import RefError
+from stalewatch.core.revisions import is_object_id
 from stalewatch.git import packed
-from stalewatch.git.refs import GitDirs, is_object_id, resolve_head
+from stalewatch.git.refs import GitDirs, resolve_head
 
 BUDGET = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.registry import Collector
 
 from metrics_helpers import samples
-from stalewatch.core.restart import RestartPhase, RestartState
+from stalewatch.core.phases import RestartPhase, RestartState
 from stalewatch.core.status import Snapshot, Status
 from stalewatch.metrics.families import CheckoutView, build_info, checkout_families, daemon_families
 from stalewatch.metrics.tally import CheckoutCounts

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from conftest import Repo
-from stalewatch.core.restart import RestartPhase, RestartState
+from stalewatch.core.phases import RestartPhase, RestartState
 from stalewatch.core.status import Event, Snapshot, Status
 from stalewatch.git.refs import find_git_dirs
 from stalewatch.metrics.families import processes_by_revision

@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..git.reflog import Cause
-from .restart import RestartState
+from .cause import Cause
+from .phases import RestartState
 
 __all__ = ["Event", "Snapshot", "Status", "decide", "transition"]
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import BindError
-from ..core.guard import Guard
-from ..core.restart import RestartPhase, RestartState
+from ..core.phases import RestartPhase, RestartState
 from ..core.status import Event
+from ..guard.guard import Guard
 from .config import CheckoutConfig
 from .hooks import HookRunner
 from .output import OutputDrain

@@ -28,7 +28,7 @@ from types import FrameType
 from typing import Any
 
 from ..core.errors import StalewatchError
-from ..core.text import printable
+from ..core.escaping import printable
 from .config import DaemonConfig, DaemonConfigError, load, with_checkouts
 from .connection import DaemonUnavailableError, follow_reconnecting, read_status
 from .lines import format_message

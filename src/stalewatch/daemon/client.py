@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import settings
-from ..core.restart import RestartState
+from ..core.phases import RestartState
 from ..git.refs import GitDirs
 from ..watching.source import OnChange, OnHealth, OnRestart
 from .connection import (

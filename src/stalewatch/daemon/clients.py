@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from ..git.refs import is_object_id
+from ..core.revisions import is_object_id
 from .protocol import MAX_REQUEST_LINE, LineReader, ProtocolError, decode, encode, error_message
 
 __all__ = ["Client", "ClientSet"]

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..git.refs import is_object_id
+from ..core.revisions import is_object_id
 from .configfile import MAX_CONFIG_BYTES, DaemonConfigError, check_ownership, read_checked
 from .restart.policy import RestartPolicy, parse_policy
 

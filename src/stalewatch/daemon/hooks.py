@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core.escaping import printable
 from ..core.status import Event, Status
-from ..core.text import printable
 from .config import HookConfig
 from .output import BoundedOutput, OutputDrain
 from .process import KILL_GRACE, ProcessWait, environment

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.errors import short
-from ..core.text import printable
+from ..core.escaping import printable
+from ..core.revisions import short
 
 __all__ = ["format_message"]
 

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 
-from ..core.text import printable
+from ..core.escaping import printable
 
 __all__ = [
     "DRAIN_BURST",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import StalewatchError
-from ..core.restart import RestartState
+from ..core.phases import RestartState
 from ..core.status import Event, Snapshot
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from .. import __version__
-from ..core.restart import RestartState
+from ..core.phases import RestartState
 from ..core.status import Event
 from .checkout import Checkout
 from .clients import Client, ClientSet

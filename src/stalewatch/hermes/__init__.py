@@ -41,10 +41,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import StaleError, StalewatchError, short
-from ..core.guard import Guard
+from ..core.cause import Cause
+from ..core.errors import StaleError, StalewatchError
+from ..core.revisions import short
 from ..core.status import Status
-from ..git.reflog import Cause
+from ..guard.guard import Guard
 from .accelerator import accelerate
 from .discovery import AGENT_MODULE, discover_agent_dir
 from .read import loaded_agent_identity, read_agent_revision

@@ -35,8 +35,8 @@ from pathlib import Path, PurePath
 from types import ModuleType
 from typing import Any, Final
 
-from ..core import reading
 from ..git import command, refs
+from ..git.head import head_commit
 from ..git.refs import GitDirs
 from .discovery import AGENT_MODULE
 from .restarts import RestartView, restart_aware
@@ -292,5 +292,5 @@ def _index_signature(dirs: GitDirs) -> tuple[int, int, int, int] | None:
 
 def _head(dirs: GitDirs) -> str | _Defer:
     """Exactly one read of HEAD; an unborn branch (no commit) is upstream's to answer."""
-    revision = reading.resolve_dirs(dirs)
+    revision = head_commit(dirs)
     return revision if revision is not None else DEFER

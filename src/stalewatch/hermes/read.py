@@ -7,9 +7,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..core import identity, reading
 from ..core.errors import RefError, StalewatchError
 from ..git import refs
+from ..git.head import head_commit
+from ..guard import identity
 from .discovery import AGENT_MODULE
 
 __all__ = ["loaded_agent_identity", "read_agent_revision"]
@@ -56,6 +57,6 @@ def read_agent_revision(agent_dir: Path | None, *, module_path: Path | None = No
     if binding.dirs is None or binding.dirs.worktree != dirs.worktree:
         return None  # untracked, or tracked by another repository than agent_dir's (C2)
     try:
-        return reading.resolve_dirs(binding.dirs)
+        return head_commit(binding.dirs)
     except RefError:
         return None

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.guard import Guard
-from ..core.restart import RestartPhase, RestartState
+from ..core.phases import RestartPhase, RestartState
 from ..daemon.client import Daemon
+from ..guard.guard import Guard
 
 __all__ = ["RestartView", "restart_aware", "stop_all"]
 

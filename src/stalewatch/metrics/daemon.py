@@ -24,9 +24,9 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ..core.restart import RestartState
+from ..core.escaping import printable
+from ..core.phases import RestartState
 from ..core.status import Event
-from ..core.text import printable
 from .families import CheckoutView, build_info, checkout_families, daemon_families, processes_by_revision
 from .observer import DaemonObserver
 from .server import MetricsServer

@@ -27,9 +27,9 @@ from prometheus_client.core import (
 from prometheus_client.metrics_core import Metric
 
 from .. import __version__
-from ..core.restart import RestartPhase, RestartState
+from ..core.escaping import printable
+from ..core.phases import RestartPhase, RestartState
 from ..core.status import Snapshot, Status
-from ..core.text import printable
 from .tally import DROP_REASONS, HOOK_OUTCOMES, HOOKS, RESTART_OUTCOMES, CheckoutCounts
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..core.restart import RestartState
+    from ..core.phases import RestartState
     from ..core.status import Event
     from ..daemon.checkout import Checkout
 

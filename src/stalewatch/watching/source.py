@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from ..core.restart import RestartState
+from ..core.phases import RestartState
 from ..git.refs import GitDirs
 
 __all__ = ["OnChange", "OnHealth", "OnRestart", "Source", "Watch", "start_watch"]

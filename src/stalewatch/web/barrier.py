@@ -32,8 +32,8 @@ from typing import Any, Generic, TypeVar
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from ..core.errors import StaleError
-from ..core.guard import Guard
-from ..core.restart import RestartState
+from ..core.phases import RestartState
+from ..guard.guard import Guard
 
 __all__ = [
     "CONFLICT",

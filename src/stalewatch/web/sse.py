@@ -42,9 +42,9 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..core.guard import Guard
-from ..core.restart import RestartState
+from ..core.phases import RestartState
 from ..core.status import Event, Snapshot
+from ..guard.guard import Guard
 from .barrier import Receive, Scope, Send
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ...core.restart import RestartPhase, RestartState
+from ...core.phases import RestartPhase, RestartState
 from .policy import RestartPolicy
 
 __all__ = ["Announcer"]

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from ...core.guard import Guard
+from ...guard.guard import Guard
 from .. import process
 from ..registry import Process, Registry
 from .policy import RestartPolicy

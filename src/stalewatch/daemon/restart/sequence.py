@@ -30,9 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from ...core.guard import Guard
-from ...core.restart import RestartPhase, RestartState
+from ...core.phases import RestartPhase, RestartState
 from ...core.status import Event, Status
+from ...guard.guard import Guard
 from .. import process
 from ..registry import Registry
 from .announce import Announcer

@@ -1,6 +1,7 @@
 """Reading a guard's HEAD: in-process, with git only where parsing cannot decide (C9, C10).
 
-Pure of guard state: the guard passes what it knows and applies what comes back.
+Pure of guard state: the guard passes what it knows and applies what comes back; the
+grace for ``git branch -m``, and a new guard's first state.
 """
 
 from __future__ import annotations
@@ -9,20 +10,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..git import command, refs
-from ..git.refs import GitDirs
-from .errors import BindError, HeadUnreadableError, NeedsGitError, RefError
+from ..core.errors import BindError, HeadUnreadableError, RefError
+from ..core.revisions import is_object_id
+from ..core.status import Status, decide
+from ..git.head import head_commit
 from .identity import Binding
-from .status import Status, decide
 
-__all__ = ["MISSING_REF_GRACE", "checked_revision", "initial", "read_head", "read_settled", "resolve_dirs"]
+__all__ = ["MISSING_REF_GRACE", "checked_revision", "initial", "read_head", "read_settled"]
 
 MISSING_REF_GRACE = (0.001, 0.004, 0.016, 0.064)
 """Seconds to look again when HEAD names a missing branch while a revision is known."""
 
 
 def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
-    """HEAD's commit for ``binding`` (``None``: an unborn branch); see :func:`~..git.refs.resolve_head`.
+    """HEAD's commit for ``binding`` (``None``: an unborn branch); see :func:`~..git.head.head_commit`.
 
     Raises:
         RefError: untracked, or HEAD cannot be resolved.
@@ -30,19 +31,7 @@ def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
     dirs = binding.dirs
     if dirs is None:
         raise RefError(binding.checkout, "untracked: nothing to resolve")
-    return resolve_dirs(dirs, chain)
-
-
-def resolve_dirs(dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
-    """HEAD's commit in ``dirs``, in-process; through ``git`` only for a reftable.
-
-    Raises:
-        RefError: HEAD cannot be resolved.
-    """
-    try:
-        return refs.resolve_head(dirs, chain)
-    except NeedsGitError:  # reftable: its tables are not parsed here
-        return command.rev_parse_head(dirs.worktree)
+    return head_commit(dirs, chain)
 
 
 def _once(read: Callable[[list[Path]], str | None], chain: list[Path]) -> tuple[str | None, str | None]:
@@ -78,7 +67,7 @@ def checked_revision(revision: str) -> str:
     Raises:
         BindError: it is not (40 or 64 hex digits).
     """
-    if not refs.is_object_id(revision):
+    if not is_object_id(revision):
         raise BindError(revision, "loaded_revision must be a full commit id (40 or 64 hex digits)")
     return revision
 

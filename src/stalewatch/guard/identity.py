@@ -12,9 +12,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.errors import BindError, RefError
 from ..git import command
 from ..git.refs import GitDirs, find_git_dirs
-from .errors import BindError, RefError
 
 __all__ = ["Binding", "bind_checkout", "bind_file", "bind_module"]
 

@@ -17,15 +17,15 @@ from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
+from ..core.errors import StaleError
+from ..core.phases import RestartState
+from ..core.status import Event, Snapshot, Status, transition
 from ..git import reflog
 from ..watching.local import LocalSource
 from ..watching.source import Source, Watch, start_watch
-from . import identity, reading
+from . import head, identity
 from .delivery import Subscribers
-from .errors import StaleError
 from .identity import Binding
-from .restart import RestartState
-from .status import Event, Snapshot, Status, transition
 
 __all__ = ["Guard"]
 
@@ -82,7 +82,7 @@ class Guard:
         self._trusted = False
         self._mode = "none"
         self._ready = threading.Event()  # set while the watcher runs (see wait_ready)
-        status, loaded, current = reading.initial(binding, loaded_revision)
+        status, loaded, current = head.initial(binding, loaded_revision)
         self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time())
         self._stale = status.blocks
         # The barrier flag (C9): True only when the flag may be trusted and passes.
@@ -214,7 +214,7 @@ class Guard:
     # -- reading and deciding ---------------------------------------------------------
 
     def _read(self, chain: list[Path] | None = None) -> str | None:
-        return reading.read_head(self.binding, chain)
+        return head.read_head(self.binding, chain)
 
     def refresh(self) -> Snapshot:
         """Re-resolve HEAD now, update the status (emitting an event on change), return it.
@@ -258,7 +258,7 @@ class Guard:
     def _read_settled(self, chain: list[Path]) -> tuple[str | None, str | None]:
         snap = self._snap
         known = bool(snap.loaded_revision and snap.current_revision)
-        return reading.read_settled(self._read, chain, known=known)
+        return head.read_settled(self._read, chain, known=known)
 
     def adopt(self, revision: str) -> Snapshot:
         """Make ``revision`` the loaded revision: what this guard stands for now runs it.
@@ -270,7 +270,7 @@ class Guard:
         Raises:
             BindError: ``revision`` is not a full commit id.
         """
-        self._update([], reading.checked_revision(revision))
+        self._update([], head.checked_revision(revision))
         return self.snapshot()
 
     def _apply(self, current: str | None, error: str | None, loaded: str | None = None) -> Event | None:
