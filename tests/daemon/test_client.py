@@ -17,8 +17,8 @@ import pytest
 from conftest import Repo, make_repo
 from daemon_helpers import WAIT, short_dir, start_daemon
 from stalewatch import Daemon, Guard, StaleError
+from stalewatch.client.daemon import DaemonWatch
 from stalewatch.core.status import Event
-from stalewatch.daemon.client import DaemonWatch
 from stalewatch.git.refs import GitDirs
 from stalewatch.watching.source import OnChange, OnHealth
 
@@ -119,7 +119,7 @@ def test_unwatched_checkout_stays_untrusted(
     with start_daemon(workdir, str(git_repo.path)) as daemon:
         source = Observed(daemon.socket)
         guard = Guard.for_checkout(other.path, source=source)
-        with caplog.at_level(logging.WARNING, logger="stalewatch.daemon.client"), guard:
+        with caplog.at_level(logging.WARNING, logger="stalewatch.client"), guard:
             source.wait_health(False)
             assert "does not watch" in caplog.text
             other.commit()

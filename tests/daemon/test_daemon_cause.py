@@ -9,11 +9,12 @@ from pathlib import Path
 
 from conftest import Repo
 from daemon_helpers import WAIT, Subscriber, greet, short_dir, start_daemon
+from stalewatch.cli.human_lines import human_line as format_message
 from stalewatch.core.cause import Cause
 from stalewatch.core.status import Event, Status
-from stalewatch.daemon.cli import format_message
-from stalewatch.daemon.hooks import hook_environment
-from stalewatch.daemon.protocol import decode, encode, event_message
+from stalewatch.protocol.codec import decode, encode
+from stalewatch.protocol.messages import event_message
+from stalewatch.server.hooks import hook_environment
 
 # Reports its STALEWATCH_* environment to the test over a Unix socket, then exits.
 HOOK = r"""

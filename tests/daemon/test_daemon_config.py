@@ -12,15 +12,11 @@ import pytest
 from conftest import Repo
 from daemon_helpers import short_dir
 from stalewatch.cli import main
-from stalewatch.daemon.config import MAX_CONFIG_BYTES, DaemonConfigError, check_ownership, load
-from stalewatch.daemon.protocol import (
-    LineReader,
-    ProtocolError,
-    SocketPathError,
-    decode,
-    default_socket_path,
-    encode,
-)
+from stalewatch.core.errors import DaemonConfigError, ProtocolError, SocketPathError
+from stalewatch.protocol.codec import LineReader, decode, encode
+from stalewatch.protocol.socket_path import default_socket_path
+from stalewatch.server.config import load
+from stalewatch.server.owned_file import MAX_CONFIG_BYTES, check_ownership
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ import pytest
 from conftest import Repo, make_repo
 from daemon_helpers import WAIT, Subscriber, greet, short_dir, start_daemon
 from stalewatch.core.status import Event, Status
-from stalewatch.daemon.config import HookConfig
-from stalewatch.daemon.hooks import HookRunner
-from stalewatch.daemon.output import HEAD_BYTES, MAX_LINES, TAIL_BYTES
+from stalewatch.server.capture import HEAD_BYTES, MAX_LINES, TAIL_BYTES
+from stalewatch.server.config import HookConfig
+from stalewatch.server.hooks import HookRunner
 
 # The hook reports its argv and environment to the test over a Unix socket, then
 # waits for the test's go-ahead byte, prints a line and exits with the code it got.
@@ -117,7 +117,7 @@ def test_hook_gets_argv_literally_and_the_event_in_env(
     hooks: HookServer, runner_factory: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     runner = runner_factory(HookConfig(on_stale=hooks.command("$HOME; echo hi", "*")))
-    with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+    with caplog.at_level(logging.INFO, logger="stalewatch.server"):
         runner.submit(_event(Status.STALE), 5)
         conn, report = hooks.next_run()
         assert report["argv"] == ["$HOME; echo hi", "*"]  # never a shell
@@ -169,7 +169,7 @@ def test_timeout_kills_the_hook(
     hooks: HookServer, runner_factory: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     runner = runner_factory(HookConfig(on_stale=hooks.command(), timeout=0.3))
-    with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+    with caplog.at_level(logging.INFO, logger="stalewatch.server"):
         runner.submit(_event(Status.STALE), 1)
         conn, _ = hooks.next_run()  # and never answered
         assert runner.wait_until_idle(WAIT)
@@ -191,7 +191,7 @@ def test_timeout_does_not_wait_for_a_process_that_left_the_group(
 ) -> None:
     command = (sys.executable, "-c", ESCAPING_HOOK, str(hooks.path))
     runner = runner_factory(HookConfig(on_stale=command, timeout=0.3))
-    with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+    with caplog.at_level(logging.INFO, logger="stalewatch.server"):
         runner.submit(_event(Status.STALE), 1)
         roles = {report["argv"][0]: conn for conn, report in (hooks.next_run() for _ in range(2))}
         hook, escaped = roles["hook"], roles["escaped"]
@@ -297,7 +297,7 @@ def test_hook_output_is_bounded_in_bytes_under_yes(
     runner = runner_factory(HookConfig(on_stale=("yes",), timeout=1.0))
     tracemalloc.start()
     try:
-        with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+        with caplog.at_level(logging.INFO, logger="stalewatch.server"):
             runner.submit(_event(Status.STALE), 1)
             assert runner.wait_until_idle(WAIT)
         _, peak = tracemalloc.get_traced_memory()
@@ -321,7 +321,7 @@ def test_one_huge_line_is_logged_as_a_bounded_head_and_tail(
     runner = runner_factory(HookConfig(on_stale=(sys.executable, "-c", HUGE_LINE), timeout=60))
     tracemalloc.start()
     try:
-        with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+        with caplog.at_level(logging.INFO, logger="stalewatch.server"):
             runner.submit(_event(Status.STALE), 1)
             assert runner.wait_until_idle(WAIT * 3)
         _, peak = tracemalloc.get_traced_memory()
@@ -357,7 +357,7 @@ def test_a_hook_is_done_when_it_exits_even_if_its_child_holds_stdout(
 ) -> None:
     background = (sys.executable, "-c", BACKGROUND, str(hooks.path))
     runner = runner_factory(HookConfig(on_stale=background, on_current=hooks.command("next"), timeout=30))
-    with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+    with caplog.at_level(logging.INFO, logger="stalewatch.server"):
         started = time.monotonic()
         runner.submit(_event(Status.STALE), 1)
         child, report = hooks.next_run()

@@ -16,10 +16,10 @@ import pytest
 
 from conftest import Repo, make_repo
 from daemon_helpers import WAIT, Subscriber, greet, short_dir, start_daemon
-from stalewatch.daemon import clients
-from stalewatch.daemon.cli import listen
-from stalewatch.daemon.config import CheckoutConfig, DaemonConfig
-from stalewatch.daemon.server import DaemonServer
+from stalewatch.server import connections
+from stalewatch.server.config import CheckoutConfig, DaemonConfig
+from stalewatch.server.listening import listen
+from stalewatch.server.loop import DaemonServer
 
 
 @pytest.fixture
@@ -71,14 +71,14 @@ def test_an_unexpected_error_in_one_clients_handling_drops_only_that_client(
     workdir: Path, git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The second line of defence: a bug one client's input triggers is that client's alone."""
-    real = clients._request
+    real = connections.parse_request
 
-    def buggy(line: bytes) -> dict[str, object]:
+    def buggy(line: bytes) -> object:
         if b"boom" in line:
             raise RuntimeError("a bug the protocol checks did not catch")
         return real(line)
 
-    monkeypatch.setattr(clients, "_request", buggy)
+    monkeypatch.setattr(connections, "parse_request", buggy)
     sock, lock = listen(workdir / "s.sock")
     server = DaemonServer(DaemonConfig(checkouts=(CheckoutConfig(git_repo.path),)))
     thread = threading.Thread(target=server.serve, args=(sock,), name="test-daemon-serve")

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import Repo, make_repo
 from daemon_helpers import WAIT, LineReader, short_dir, start_daemon
+from stalewatch.cli.human_lines import human_line as format_message
 from stalewatch.core.escaping import printable
-from stalewatch.daemon.lines import format_message
 
 # A newline forges a second line; ESC drives the terminal; U+202E reverses the text;
 # \xff is not UTF-8 (a surrogate escape, which print() cannot even encode).
@@ -132,7 +132,7 @@ def test_status_gives_up_on_a_peer_that_talks_but_never_sends_snapshots(
     import time
 
     from stalewatch.cli import main
-    from stalewatch.daemon.protocol import PROTOCOL_VERSION
+    from stalewatch.protocol.codec import PROTOCOL_VERSION
 
     path = workdir / "impostor.sock"
     stop = threading.Event()

@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 from daemon_helpers import WAIT
-from stalewatch.daemon.output import MAX_DRAINED, BoundedOutput, OutputDrain
+from stalewatch.server.capture import BoundedOutput
+from stalewatch.server.drain import MAX_DRAINED, OutputDrain
 
 
 def test_bounded_output_keeps_head_and_tail_and_counts_the_rest() -> None:
@@ -38,7 +39,7 @@ def test_the_drain_holds_at_most_max_drained_pipes(caplog: pytest.LogCaptureFixt
     drain = OutputDrain()
     writers: list[int] = []
     try:
-        with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+        with caplog.at_level(logging.INFO, logger="stalewatch.server"):
             for n in range(MAX_DRAINED + 6):
                 read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
                 writers.append(write_end)
@@ -73,7 +74,7 @@ def test_a_background_flood_is_cut_off_instead_of_busying_the_drain_for_ever(
     flood = subprocess.Popen(["yes"], stdout=write_end)
     os.close(write_end)
     try:
-        with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+        with caplog.at_level(logging.INFO, logger="stalewatch.server"):
             drain.adopt(read_end, "on_stale hook for /srv/app", BoundedOutput())
             assert flood.wait(timeout=WAIT) in (1, -signal.SIGPIPE)  # EPIPE, or SIGPIPE
             # The drain logs what it kept after closing the pipe: join it while INFO is
@@ -93,7 +94,7 @@ def test_a_slow_background_writer_is_drained_for_as_long_as_it_writes(
     drain = OutputDrain()
     read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        with caplog.at_level(logging.INFO, logger="stalewatch.daemon.hooks"):
+        with caplog.at_level(logging.INFO, logger="stalewatch.server"):
             drain.adopt(read_end, "hook", BoundedOutput())
             for n in range(20):  # 20 lines, well under the rate: never cut off
                 os.write(write_end, f"request {n}\n".encode())

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from daemon_helpers import WAIT
-from stalewatch.daemon import process
-from stalewatch.daemon.output import HEAD_BYTES
+from stalewatch.server import commands as process
+from stalewatch.server.capture import HEAD_BYTES
 
 PY = sys.executable
 

@@ -19,18 +19,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stalewatch.core.errors import DaemonConfigError, ProtocolError
 from stalewatch.core.phases import RestartPhase, RestartState
-from stalewatch.daemon.clients import _request
-from stalewatch.daemon.config import DaemonConfig, DaemonConfigError, load
-from stalewatch.daemon.process import MAX_PID, parse_pid
-from stalewatch.daemon.protocol import (
-    MAX_REQUEST_LINE,
-    LineReader,
-    ProtocolError,
-    decode,
-    encode,
-)
-from stalewatch.daemon.restart import markers
+from stalewatch.protocol.codec import MAX_REQUEST_LINE, LineReader, decode, encode
+from stalewatch.protocol.messages import Ping, Register, parse_request, pong_message
+from stalewatch.server.commands import MAX_PID, parse_pid
+from stalewatch.server.config import DaemonConfig, load
+from stalewatch.server.restart import markers
 
 BUDGET = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -122,11 +117,12 @@ def test_any_line_split_gives_the_same_lines_or_one_protocol_error(chunks: list[
 @given(st.binary(max_size=MAX_REQUEST_LINE))
 def test_a_request_is_a_ping_or_a_protocol_error(line: bytes) -> None:
     try:
-        request = _request(line)
+        request = parse_request(line)
     except ProtocolError:
         return
-    assert request["type"] == "ping"
-    encode({"type": "pong", "id": request.get("id")})  # the reply always encodes
+    assert isinstance(request, Ping | Register)
+    if isinstance(request, Ping):
+        encode(pong_message(request))  # the reply always encodes
 
 
 # -- the configuration loader -----------------------------------------------------------------

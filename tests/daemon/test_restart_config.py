@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.daemon.config import DaemonConfigError, load
-from stalewatch.daemon.restart.policy import RestartPolicy
+from stalewatch.core.errors import DaemonConfigError
+from stalewatch.server.config import load
+from stalewatch.server.restart.policy import RestartPolicy
 
 
 def write(tmp_path: Path, restart: str, *, before: str = "") -> Path:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.daemon.restart.lock import HandoffLock, LockError
-from stalewatch.daemon.restart.markers import MAX_MARKER, assess, read_pid_marker
-from stalewatch.daemon.restart.policy import RestartPolicy
+from stalewatch.core.errors import LockError
+from stalewatch.server.restart.lock import HandoffLock
+from stalewatch.server.restart.markers import MAX_MARKER, assess, read_pid_marker
+from stalewatch.server.restart.policy import RestartPolicy
 
 DAY = 86400.0
 

@@ -10,9 +10,9 @@ from conftest import Repo
 from daemon_helpers import WAIT
 from stalewatch import Guard
 from stalewatch.core.phases import RestartState
-from stalewatch.daemon.registry import Registry
-from stalewatch.daemon.restart.policy import RestartPolicy
-from stalewatch.daemon.restart.sequence import Restarter
+from stalewatch.server.registry import Registry
+from stalewatch.server.restart.policy import RestartPolicy
+from stalewatch.server.restart.sequence import Restarter
 
 
 def test_a_sequence_thread_that_could_not_start_is_started_by_the_next_submit(

@@ -13,10 +13,10 @@ import pytest
 
 from conftest import Repo
 from daemon_helpers import Notifications, Subscriber, greet, short_dir, start_daemon
-from stalewatch.daemon import sdnotify
-from stalewatch.daemon.cli import listen
-from stalewatch.daemon.config import CheckoutConfig, DaemonConfig
-from stalewatch.daemon.server import DaemonServer
+from stalewatch.server import sdnotify
+from stalewatch.server.config import CheckoutConfig, DaemonConfig
+from stalewatch.server.listening import listen
+from stalewatch.server.loop import DaemonServer
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from conftest import Repo
 from daemon_helpers import Subscriber, greet, short_dir, start_daemon
 from stalewatch.cli import main
-from stalewatch.daemon.cli import listen
+from stalewatch.server.listening import listen
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_a_link_swapped_in_for_our_socket_survives_our_exit(workdir: Path, git_r
 
 def test_stale_socket_swapped_for_a_file_before_removal_is_kept(workdir: Path) -> None:
     """The stale socket is unlinked only while it still is the one probed."""
-    from stalewatch.daemon import cli as daemon_cli
+    from stalewatch.server import listening
 
     path = workdir / "s.sock"
     with socket.socket(socket.AF_UNIX) as stale:
@@ -112,5 +112,5 @@ def test_stale_socket_swapped_for_a_file_before_removal_is_kept(workdir: Path) -
     replacement = workdir / "replacement"
     replacement.write_text("a file that took its place")
     replacement.replace(path)
-    daemon_cli._unlink_if_same(path, seen)
+    listening.unlink_if_same(path, seen)
     assert path.read_text() == "a file that took its place"

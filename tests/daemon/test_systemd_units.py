@@ -44,7 +44,7 @@ def test_unit_has_what_the_daemon_needs(name: str) -> None:
     assert settings["ReadOnlyPaths"]
     assert settings["RestrictAddressFamilies"] == "AF_UNIX"
     # ExecStart runs our own CLI: its arguments must parse.
-    from stalewatch.cli import _parser
+    from stalewatch.cli.run import parser as _parser
 
     argv = settings["ExecStart"].split()
     assert argv[0].endswith("/stalewatch")

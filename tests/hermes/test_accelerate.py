@@ -325,7 +325,7 @@ def test_a_module_without_a_compatible_function_is_left_untouched(caplog: pytest
     for case in cases:
         before = dict(vars(case))
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="stalewatch.hermes.accelerator"):
+        with caplog.at_level(logging.WARNING, logger="stalewatch.hermes"):
             assert accelerate(case) is False
         assert vars(case) == before
         warnings_logged = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -343,7 +343,7 @@ def test_it_never_raises_into_the_import(caplog: pytest.LogCaptureFixture) -> No
 
     frozen = Frozen("frozen")
     types.ModuleType.__setattr__(frozen, "_read_agent_revision", _read_agent_revision)
-    with caplog.at_level(logging.WARNING, logger="stalewatch.hermes.accelerator"):
+    with caplog.at_level(logging.WARNING, logger="stalewatch.hermes"):
         assert accelerate(frozen) is False
     assert frozen._read_agent_revision is _read_agent_revision  # type: ignore[attr-defined]
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1

@@ -115,7 +115,7 @@ def test_r7_the_payload_says_a_restart_is_coming_and_the_webui_registers_its_rev
 def test_a_module_without_a_payload_function_keeps_an_accelerated_read_and_says_why(
     workdir: Path, agent: Repo, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="stalewatch.hermes.accelerator"):
+    with caplog.at_level(logging.WARNING, logger="stalewatch.hermes"):
         module = load(workdir / "nowhere.sock", payload=False)  # the mirrored WebUI's shape
     assert hasattr(module._read_agent_revision, "__stalewatch_original__")
     assert "agent_runtime_stale_payload" in caplog.text

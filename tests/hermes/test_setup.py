@@ -14,7 +14,7 @@ import pytest
 from conftest import make_agent
 from daemon_helpers import short_dir, start_daemon
 from stalewatch.cli import main
-from stalewatch.daemon.config import load
+from stalewatch.server.config import load
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.daemon.config import DaemonConfig, DaemonConfigError, load
+from stalewatch.core.errors import DaemonConfigError
+from stalewatch.server.config import DaemonConfig, load
 
 
 def _load(tmp_path: Path, text: str) -> DaemonConfig:

@@ -1,6 +1,6 @@
 """Where an automatic restart of the servers of a checkout stands (R7): a value type.
 
-A daemon with a restart policy (see :mod:`stalewatch.daemon.restart`) publishes a
+A daemon with a restart policy (see :mod:`stalewatch.server.restart`) publishes a
 :class:`RestartState` at every phase. A guard fed by that daemon keeps the latest one
 in its :class:`~stalewatch.Snapshot` and in the :class:`~stalewatch.StaleError` it
 raises, so a barrier can tell a client that a restart is coming and when to retry.

@@ -21,7 +21,7 @@ __all__ = ["Subscribers"]
 
 T = TypeVar("T")
 
-logger = logging.getLogger("stalewatch.core.guard")
+logger = logging.getLogger(__name__)
 
 
 class Subscribers(Generic[T]):

@@ -22,13 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..client.daemon import Daemon
 from ..core.phases import RestartPhase, RestartState
-from ..daemon.client import Daemon
 from ..guard.guard import Guard
 
 __all__ = ["RestartView", "restart_aware", "stop_all"]
 
-logger = logging.getLogger("stalewatch.hermes.accelerator")
+logger = logging.getLogger(__name__)
 
 _views: list[RestartView] = []
 _views_lock = threading.Lock()

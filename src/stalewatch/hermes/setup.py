@@ -25,14 +25,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from .. import __version__
-from ..core.errors import StalewatchError
+from ..core.errors import SetupError
 from ..core.files import write_atomically
+from ..core.version import __version__
 from .discovery import agent_python, discover_agent_dir, hermes_home, webui_unit
 
-__all__ = ["Install", "add_commands", "cmd_setup", "discover", "render"]
+__all__ = ["UNIT", "Install", "discover", "render", "write"]
 
 UNIT = "stalewatch-hermes.service"
 RUNTIME = "stalewatch-hermes"  # RuntimeDirectory=: the socket is %t/stalewatch-hermes/stalewatch.sock
@@ -40,10 +39,6 @@ UPDATE_MARKER = ".hermes-update-in-progress"
 RECOVERY_MARKERS = (".update-incomplete", ".lazy-refresh-incomplete")
 UPDATE_MAX_AGE = 1200  # Hermes' own: a marker older than 20 minutes is not a live update
 _PROBE = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5).close()"
-
-
-class SetupError(StalewatchError):
-    """Nothing to set up: no Hermes found, or a file is in the way."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +182,13 @@ def render(install: Install) -> dict[Path, str]:
     }
 
 
-def _write(files: dict[Path, str], *, force: bool) -> None:
+def write(files: dict[Path, str], *, force: bool) -> None:
+    """Install ``files`` (never overwriting one that exists unless ``force``).
+
+    Raises:
+        SetupError: a file is in the way.
+        OSError: a file cannot be written.
+    """
     in_the_way = [path for path in files if os.path.lexists(path)]
     if in_the_way and not force:
         listed = ", ".join(str(p) for p in in_the_way)
@@ -197,55 +198,3 @@ def _write(files: dict[Path, str], *, force: bool) -> None:
         # The configuration names commands the daemon runs: ours alone (the daemon
         # refuses one writable by others).
         write_atomically(path, text.encode(), 0o600 if path.suffix == ".toml" else 0o644)
-
-
-def cmd_setup(args: argparse.Namespace) -> int:
-    """Print (or write) what makes ``hermes update`` restart the WebUI by itself."""
-    try:
-        install = discover(args)
-        files = render(install)
-        if args.write:
-            _write(files, force=args.force)
-    except (SetupError, OSError) as exc:
-        print(f"stalewatch: {exc}", file=sys.stderr)
-        return 2
-    out: Any = sys.stdout
-    found = [
-        f"# Hermes Agent checkout: {install.agent_dir}",
-        f"# Hermes home:           {install.hermes_home}",
-        f"# Agent's Python:        {install.python or 'not found: the probe uses python3'}",
-        f"# WebUI unit:            {install.unit} (systemctl --user), http://{install.host}:{install.port}/",
-    ]
-    print("\n".join(found), file=out)
-    for path, text in files.items():
-        verb = "wrote" if args.write else "would write"
-        print(f"\n# --- {verb} {path}\n{text}", end="", file=out)
-    print(
-        "\n# Then:\n"
-        f"#   systemctl --user daemon-reload && systemctl --user enable --now {UNIT}\n"
-        "# Optional, for restart-aware 409s and 150x cheaper checks: end the WebUI's\n"
-        "# api/agent_runtime.py with\n"
-        "#   from stalewatch.hermes import accelerate\n"
-        '#   accelerate(sys.modules[__name__], daemon=os.environ.get("STALEWATCH_SOCKET"))',
-        file=out,
-    )
-    if not args.write:
-        print("# (nothing written: run again with --write)", file=out)
-    return 0
-
-
-def add_commands(sub: Any) -> None:
-    """Add ``hermes setup`` to the CLI's subparsers."""
-    hermes = sub.add_parser("hermes", help="Hermes WebUI: automatic restarts after `hermes update`")
-    commands = hermes.add_subparsers(dest="hermes_command", required=True, metavar="COMMAND")
-    setup = commands.add_parser("setup", help="print (or --write) a daemon configuration and systemd units")
-    setup.add_argument(
-        "--write", action="store_true", help="install the files (never overwriting without --force)"
-    )
-    setup.add_argument("--force", action="store_true", help="replace files that exist")
-    setup.add_argument("--agent-dir", help="the Hermes Agent checkout (default: found as the WebUI finds it)")
-    setup.add_argument("--hermes-home", help="Hermes' home (default: $HERMES_HOME, else ~/.hermes)")
-    setup.add_argument("--python", help="the Agent's Python (default: its venv's)")
-    setup.add_argument("--unit", help="the WebUI's systemd user unit (default: hermes-webui.service)")
-    setup.add_argument("--config", help="where the daemon's configuration goes")
-    setup.add_argument("--unit-dir", help="where systemd user units go (default: ~/.config/systemd/user)")

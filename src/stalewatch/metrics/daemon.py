@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -27,15 +26,13 @@ from prometheus_client.registry import Collector
 from ..core.escaping import printable
 from ..core.phases import RestartState
 from ..core.status import Event
+from ..server.checkout import Checkout
+from ..server.observer import DaemonObserver
+from ..server.registry import Registry
 from .families import CheckoutView, build_info, checkout_families, daemon_families, processes_by_revision
-from .observer import DaemonObserver
 from .server import MetricsServer
 from .tally import Tally, newest_ref_write
 from .textfile import TextfileWriter
-
-if TYPE_CHECKING:
-    from ..daemon.checkout import Checkout
-    from ..daemon.registry import Registry
 
 __all__ = ["DaemonMetrics"]
 

@@ -26,10 +26,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.metrics_core import Metric
 
-from .. import __version__
 from ..core.escaping import printable
 from ..core.phases import RestartPhase, RestartState
 from ..core.status import Snapshot, Status
+from ..core.version import __version__
 from .tally import DROP_REASONS, HOOK_OUTCOMES, HOOKS, RESTART_OUTCOMES, CheckoutCounts
 
 __all__ = [

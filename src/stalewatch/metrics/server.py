@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from prometheus_client.exposition import choose_encoder, generate_latest, gzip_accepted
 from prometheus_client.registry import Collector
 
+from ..core.errors import MetricsError
 from ..core.escaping import printable
-from .errors import MetricsError
 
 __all__ = ["MAX_CONNECTIONS", "MAX_REQUEST", "REQUEST_TIMEOUT", "MetricsServer"]
 

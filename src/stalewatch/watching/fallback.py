@@ -18,7 +18,7 @@ from pathlib import Path
 
 __all__ = ["NO_NOTIFICATION", "Fallback"]
 
-logger = logging.getLogger("stalewatch.watching.watcher")
+logger = logging.getLogger(__name__)
 
 NO_NOTIFICATION = frozenset({errno.ENOSPC, errno.EMFILE, errno.ENFILE, errno.ENOSYS, errno.ENOMEM})
 """``OSError`` numbers meaning "no change notification here, now": poll, retry later."""

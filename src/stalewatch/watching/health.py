@@ -15,7 +15,7 @@ from .source import OnHealth
 
 __all__ = ["Health"]
 
-logger = logging.getLogger("stalewatch.watching.watcher")
+logger = logging.getLogger(__name__)
 
 
 class Health:

@@ -51,7 +51,7 @@ __all__ = [
     "release",
 ]
 
-logger = logging.getLogger("stalewatch.watching.inotify")
+logger = logging.getLogger(__name__)
 
 try:  # Linux only; elsewhere (and without inotify in libc) watchers poll
     from watchdog.observers.inotify_c import (

@@ -27,7 +27,7 @@ from typing import Protocol
 
 __all__ = ["MAX_WORKERS", "Scheduler", "Slot", "Task", "acquire", "release"]
 
-logger = logging.getLogger("stalewatch.watching.scheduler")
+logger = logging.getLogger(__name__)
 
 MAX_WORKERS = 4
 _NEVER = float("inf")

@@ -1,0 +1,194 @@
+"""One checkout the daemon watches: its guard, its watcher's heartbeat, hooks, restarts.
+
+The server owns a :class:`Checkout` per configured checkout. The guard's events and
+the watcher's health reports arrive on the watcher's thread; they are handed to the
+server's loop through ``post`` (never handled on the watcher's thread), to the hook
+runner and to the restart sequence, each of which starts a thread of its own only
+while it has work.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..core.errors import BindError
+from ..core.phases import RestartPhase, RestartState
+from ..core.status import Event
+from ..guard.guard import Guard
+from .config import CheckoutConfig
+from .drain import OutputDrain
+from .hooks import HookRunner
+from .registry import Registry
+from .restart.policy import RestartPolicy
+from .restart.sequence import Restarter
+from .supervision import ObservedSource
+
+__all__ = ["Checkout", "bind_checkout"]
+
+logger = logging.getLogger(__name__)
+
+Post = Callable[[str, "Checkout", Any], None]
+"""Hands ``(kind, checkout, payload)`` to the server's loop: ``event``, ``health`` or
+``restart`` (a :class:`RestartState`)."""
+
+
+def bind_checkout(checkout: CheckoutConfig, source: ObservedSource | None = None) -> Guard:
+    """A guard for one configured checkout (not started).
+
+    Raises:
+        BindError: the path does not exist, is not in a git checkout, or is a file no
+            repository tracks.
+    """
+    feed = source or ObservedSource()
+    path = checkout.path
+    if path.is_file():
+        guard = Guard.for_file(path, loaded_revision=checkout.revision, source=feed)
+        if not guard.binding.tracked:
+            raise BindError(path, "is not tracked by any git repository; there is nothing to watch")
+        return guard
+    return Guard.for_checkout(path, loaded_revision=checkout.revision, source=feed)
+
+
+class Checkout:
+    """A watched checkout: guard, source, hooks, restarts, and the generation offset.
+
+    Args:
+        config: the checkout's configuration.
+        post: where events, health reports and restart phases go (the server's inbox).
+        base: added to the guard's generations, so they keep increasing for clients
+            across a reload (or a restart) that re-binds the checkout (a new guard
+            starts at 0).
+        drain: the daemon's drain for hook output held by background processes.
+        registry: the server processes registered with the daemon (restarts read it).
+        on_hook: called with ``(checkout, hook, outcome)`` after each hook run (metrics).
+
+    Raises:
+        BindError: as :func:`bind_checkout`.
+    """
+
+    def __init__(
+        self,
+        config: CheckoutConfig,
+        post: Post,
+        base: int = 0,
+        drain: OutputDrain | None = None,
+        registry: Registry | None = None,
+        *,
+        on_hook: Callable[[str, str, str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.source = ObservedSource()
+        self.guard = bind_checkout(config, self.source)
+        self.base = base
+        self.key = str(self.guard.checkout)
+        self._drain = drain
+        self._registry = registry or Registry()
+        self._on_hook = on_hook
+        self.hooks = self._hook_runner(config) if config.hooks.any else None
+        self.restarter = self._restarter(config.restart) if config.restart is not None else None
+        self.was_trusted = False
+        self.health: tuple[bool, str] | None = None  # last (trusted, mode) the loop handled
+        self._post = post
+        self._unsubscribe: Callable[[], None] | None = None
+        self.source.on_report = lambda trusted, mode: post("health", self, (trusted, mode))
+
+    def _hook_runner(self, config: CheckoutConfig) -> HookRunner:
+        on_hook = self._on_hook
+        outcome = None if on_hook is None else lambda hook, result: on_hook(self.key, hook, result)
+        return HookRunner(self.guard.checkout, config.hooks, self._drain, on_outcome=outcome)
+
+    def _restarter(self, policy: RestartPolicy) -> Restarter:
+        return Restarter(
+            self.key,
+            self.guard.checkout,
+            policy,
+            guard=self.guard,
+            registry=self._registry,
+            publish=lambda state: self._post("restart", self, state),
+            rebind=self.rebind,
+        )
+
+    @property
+    def restart_state(self) -> RestartState | None:
+        """The restart sequence's latest phase (``None`` without a restart policy)."""
+        return self.restarter.state if self.restarter is not None else None
+
+    def generation(self) -> int:
+        """The daemon's generation for this checkout now."""
+        return self.base + self.guard.snapshot().generation
+
+    def start(self) -> None:
+        """Subscribe, let the hook runner take work, start the guard's watcher."""
+        self._unsubscribe = self.guard.subscribe(self._on_event)
+        if self.hooks is not None:
+            self.hooks.start()
+        self.guard.start()
+
+    def _on_event(self, event: Event) -> None:
+        # On the watcher's thread: hand over, never block here. A restart phase first:
+        # a client that learns the code is stale learns in the same breath that a
+        # restart is coming (its 409s say so from the first one, R7).
+        restarter = self.restarter
+        if restarter is not None:
+            try:
+                restarter.notice(event)
+            except Exception:  # no thread left to start, say: the event must still go out
+                logger.exception("stalewatch: the restart sequence of %s missed an event", self.key)
+        self._post("event", self, event)
+        hooks = self.hooks  # read each time: a reload may add the runner
+        if hooks is not None:
+            hooks.submit(event, self.base + event.generation)
+
+    def update(self, config: CheckoutConfig) -> None:
+        """Take a reloaded configuration with the same path and revision (hooks, restarts)."""
+        self.config = config
+        if self.hooks is not None:
+            self.hooks.update(config.hooks)  # dropping every hook leaves an idle runner
+        elif config.hooks.any:  # the first hooks of a checkout watched without any
+            self.hooks = self._hook_runner(config).start()
+        if config.restart is not None and self.restarter is not None:
+            self.restarter.update(config.restart)
+        elif config.restart is not None:
+            self.restarter = self._restarter(config.restart)
+            self.restarter.submit()
+        elif self.restarter is not None:
+            restarter, self.restarter = self.restarter, None
+            restarter.stop()
+            self._post("restart", self, RestartState(RestartPhase.IDLE, "no restart policy", at=time.time()))
+
+    def processes_changed(self) -> None:
+        """A server process of this checkout registered or went away (the loop tells)."""
+        if self.restarter is not None:
+            self.restarter.submit()
+
+    def rebind(self, revision: str) -> None:
+        """The servers now run ``revision`` (a confirmed restart): make it the loaded one.
+
+        Called on the restart sequence's thread. The guard adopts it (an event follows
+        through the inbox, generations go on), so the daemon's status means again
+        "the servers run HEAD's code" (R5).
+        """
+        self.guard.adopt(revision)
+        if self.restarter is not None:
+            self.restarter.adopted()
+
+    def request_stop(self) -> None:
+        """Begin ending a running hook or restart command without waiting for it."""
+        if self.hooks is not None:
+            self.hooks.request_stop()
+        if self.restarter is not None:
+            self.restarter.request_stop()
+
+    def stop(self) -> None:
+        """Unsubscribe and stop the hooks, the restarts and the watcher (harmless twice)."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self.hooks is not None:
+            self.hooks.stop()
+        if self.restarter is not None:
+            self.restarter.stop()
+        self.guard.stop()
