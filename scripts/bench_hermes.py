@@ -28,8 +28,8 @@ from pathlib import Path
 from types import ModuleType
 
 from bench import git, make_repo, per_call, row
-from stalewatch import hermes
 from stalewatch.git import reflog, refs
+from stalewatch.hermes import dropin as hermes
 
 _SHAPED = Path(__file__).resolve().parents[1] / "tests" / "hermes" / "webui_shaped_runtime.py"
 

@@ -23,7 +23,7 @@ from process_audit import processes
 
 from conftest import Repo, make_agent, make_repo, report_from_fork
 from stalewatch.git import refs
-from stalewatch.hermes import accelerate
+from stalewatch.hermes import accelerate, agent_head
 from stalewatch.hermes import accelerator as acceleration
 
 AGENT_SOURCE = "class AIAgent:\n    pass\n"
@@ -31,13 +31,13 @@ AGENT_SOURCE = "class AIAgent:\n    pass\n"
 
 @pytest.fixture(autouse=True)
 def fresh_bindings() -> Iterator[None]:
-    acceleration.BINDINGS.clear()
+    agent_head.BINDINGS.clear()
     before = set(sys.modules)
     yield
     for name in set(sys.modules) - before:
         if name.startswith("webui_shaped_runtime_"):
             del sys.modules[name]
-    acceleration.BINDINGS.clear()
+    agent_head.BINDINGS.clear()
 
 
 @pytest.fixture
@@ -271,14 +271,14 @@ def test_a_forked_worker_reads_correctly_without_restarting_anything(reads: Read
 
 
 def test_bindings_are_bounded(module: types.ModuleType, tmp_path: Path) -> None:
-    agents = [make_agent(tmp_path / f"a{n}").path.resolve() for n in range(acceleration.MAX_BINDINGS + 6)]
+    agents = [make_agent(tmp_path / f"a{n}").path.resolve() for n in range(agent_head.MAX_BINDINGS + 6)]
     fast = module._read_agent_revision
     for path in agents:
         assert fast(path, module_path=path / "run_agent.py") is not None
-        assert len(acceleration.BINDINGS) <= acceleration.MAX_BINDINGS
-    assert len(acceleration.BINDINGS) == acceleration.MAX_BINDINGS
+        assert len(agent_head.BINDINGS) <= agent_head.MAX_BINDINGS
+    assert len(agent_head.BINDINGS) == agent_head.MAX_BINDINGS
     first = agents[0]
-    assert acceleration.BINDINGS.get((first, first / "run_agent.py")) is None  # the oldest went
+    assert agent_head.BINDINGS.get((first, first / "run_agent.py")) is None  # the oldest went
     assert fast(first, module_path=first / "run_agent.py") is not None  # and binds again
 
 

@@ -22,7 +22,7 @@ import webui_shaped_runtime
 
 from conftest import Repo, make_agent
 from daemon_helpers import WAIT, Subscriber, greet, short_dir, start_daemon
-from stalewatch.hermes import accelerate, accelerator, restarts
+from stalewatch.hermes import accelerate, agent_head, restart_view
 
 PAYLOAD_FUNCTION = """
 
@@ -56,12 +56,12 @@ def agent(tmp_path: Path) -> Iterator[Repo]:
     sys.modules.pop("run_agent", None)
     sys.path.insert(0, str(repo.path))
     importlib.invalidate_caches()
-    accelerator.BINDINGS.clear()
+    agent_head.BINDINGS.clear()
     yield repo
-    restarts.stop_all()  # no client thread outlives the test
+    restart_view.stop_all()  # no client thread outlives the test
     sys.path[:] = saved
     sys.modules.pop("run_agent", None)
-    accelerator.BINDINGS.clear()
+    agent_head.BINDINGS.clear()
 
 
 def daemon_config(workdir: Path, agent: Repo, hold: Path) -> Path:

@@ -20,14 +20,14 @@ from child import python_child
 from process_audit import processes
 
 from conftest import Repo, make_agent, make_repo
-from stalewatch.hermes import accelerator
+from stalewatch.hermes import agent_head
 
 AGENT_SOURCE = "class AIAgent:\n    revision = 'before'\n"
 
 
 @pytest.fixture(params=[False, True], ids=["upstream", "accelerated"])
 def runtime(request: pytest.FixtureRequest) -> Iterator[types.ModuleType]:
-    accelerator.BINDINGS.clear()
+    agent_head.BINDINGS.clear()
     saved_path = list(sys.path)
     sys.modules.pop("run_agent", None)
     module = webui_shaped_runtime.load(accelerated=request.param)
@@ -37,7 +37,7 @@ def runtime(request: pytest.FixtureRequest) -> Iterator[types.ModuleType]:
     sys.modules.pop("run_agent", None)
     sys.path[:] = saved_path
     importlib.invalidate_caches()
-    accelerator.BINDINGS.clear()
+    agent_head.BINDINGS.clear()
 
 
 def use_agent(repo: Repo) -> None:

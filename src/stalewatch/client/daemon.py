@@ -29,6 +29,7 @@ from typing import Any
 from ..core import settings
 from ..core.errors import DaemonUnavailableError
 from ..core.phases import RestartState
+from ..core.status import WatchMode
 from ..git.refs import GitDirs
 from ..protocol.codec import MAX_MESSAGE_LINE, LineReader, encode
 from ..protocol.messages import HELLO_TIMEOUT, register_message, silence_limit
@@ -139,7 +140,7 @@ class DaemonWatch:
 
     # -- the thread -------------------------------------------------------------------
 
-    def _report(self, trusted: bool, mode: str = "daemon") -> None:
+    def _report(self, trusted: bool, mode: WatchMode = WatchMode.DAEMON) -> None:
         if trusted == self._reported:
             return
         self._reported = trusted
@@ -191,7 +192,7 @@ class DaemonWatch:
                 if backoff.wait(self._stop):
                     break
         finally:
-            self._report(False, "none")
+            self._report(False, WatchMode.NONE)
 
     def _follow(self) -> bool:
         """Connect and follow the daemon until the connection ends; True once greeted."""

@@ -12,9 +12,9 @@ the loop that owns the work: :class:`Wakeup` (a byte on a pipe, no lock), a
 from __future__ import annotations
 
 import contextlib
-import os
 import select
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
@@ -56,15 +56,18 @@ def _handler(call: Callable[[], object]) -> Callable[[int, FrameType | None], No
 
 
 class Wakeup:
-    """A flag a signal handler (or any thread) may set, and a pipe that wakes a waiter.
+    """A flag a signal handler (or any thread) may set, and a socket pair that wakes a waiter.
 
-    :meth:`set` only assigns an attribute and writes a byte: safe in a signal handler,
-    whatever the interrupted code holds. A loop waits with :meth:`wait` or puts
-    :meth:`fileno` in its selector, then :meth:`drain` s the pipe.
+    :meth:`set` only assigns an attribute and sends a byte: safe in a signal handler,
+    whatever the interrupted code holds. A loop waits with :meth:`wait`, or puts
+    :meth:`fileno` in its selector and then calls :meth:`drain`. After :meth:`close`
+    a late :meth:`poke` from another thread is a no-op.
     """
 
     def __init__(self) -> None:
-        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._read, self._write = socket.socketpair()
+        self._read.setblocking(False)
+        self._write.setblocking(False)
         self._set = False
 
     @property
@@ -72,36 +75,34 @@ class Wakeup:
         return self._set
 
     def set(self) -> None:
-        """Set the flag and wake the waiter (signal-safe)."""
+        """Set the flag and wake the waiter (signal-safe; any thread)."""
         self._set = True
         self.poke()
 
     def poke(self) -> None:
         """Wake the waiter without setting the flag (signal-safe; any thread)."""
         with contextlib.suppress(OSError):  # full: a wake-up is pending; closed: shut down
-            os.write(self._write, b"\0")
+            self._write.send(b"\0")
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until set (or poked), at most ``timeout`` s; return whether it is set."""
         if not self._set:
-            with contextlib.suppress(InterruptedError, ValueError, OSError):
+            with contextlib.suppress(OSError, ValueError):  # closed meanwhile
                 select.select([self._read], [], [], timeout)
             self.drain()
         return self._set
 
     def fileno(self) -> int:
-        """The pipe's read end, readable while a wake-up is pending (for a selector)."""
-        return self._read
+        """The readable end, readable while a wake-up is pending (for a selector)."""
+        return self._read.fileno()
 
     def drain(self) -> None:
         """Consume pending wake-ups."""
         with contextlib.suppress(OSError):
-            while os.read(self._read, 4096):
+            while self._read.recv(4096):
                 pass
 
     def close(self) -> None:
-        """Close the pipe (harmless twice)."""
-        for fd in (self._read, self._write):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._read = self._write = -1
+        """Close both ends (harmless twice)."""
+        self._read.close()
+        self._write.close()

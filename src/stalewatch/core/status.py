@@ -12,7 +12,7 @@ from typing import Any
 from .cause import Cause
 from .phases import RestartState
 
-__all__ = ["Event", "Snapshot", "Status", "decide", "transition"]
+__all__ = ["Event", "Snapshot", "Status", "WatchMode", "decide", "transition"]
 
 
 class Status(enum.StrEnum):
@@ -33,6 +33,21 @@ class Status(enum.StrEnum):
     def blocks(self) -> bool:
         """True when the barrier refuses in this status."""
         return self in (Status.STALE, Status.UNREADABLE)
+
+
+class WatchMode(enum.StrEnum):
+    """How a guard learns that its checkout may have moved (C9).
+
+    ``NATIVE``: the kernel's notifications in this process (the only mode a flag read
+    can be trusted in). ``POLLING``: a scan every poll interval, while notification is
+    unavailable (never trusted: every check re-reads HEAD). ``DAEMON``: a stalewatch
+    daemon's socket. ``NONE``: nothing feeds the guard now.
+    """
+
+    NATIVE = "native"
+    POLLING = "polling"
+    DAEMON = "daemon"
+    NONE = "none"
 
 
 def decide(loaded: str | None, current: str | None, *, readable: bool) -> Status:
@@ -62,7 +77,7 @@ class Snapshot:
         generation: increases by one on every change of status or current revision.
         changed_at: ``time.time()`` of the last change.
         trusted: whether the barrier may decide from the flag alone right now (C9).
-        mode: how changes are noticed: ``native``, ``polling``, ``daemon`` or ``none``.
+        mode: how changes are noticed (:class:`WatchMode`, a string enum).
         error: why HEAD is unreadable, when it is.
         restart: where an automatic restart stands, when a daemon with a restart
             policy feeds this guard (R7); ``None`` otherwise.
@@ -77,7 +92,7 @@ class Snapshot:
     generation: int
     changed_at: float
     trusted: bool = False
-    mode: str = "none"
+    mode: WatchMode = WatchMode.NONE
     error: str | None = None
     restart: RestartState | None = None
     cause: Cause | None = None
@@ -91,7 +106,7 @@ class Snapshot:
             "generation": self.generation,
             "at": self.changed_at,
             "trusted": self.trusted,
-            "mode": self.mode,
+            "mode": self.mode.value,
             "error": self.error,
             "restart": None if self.restart is None else self.restart.to_dict(),
             "cause": self.cause.to_dict() if self.cause is not None else None,

@@ -11,15 +11,15 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
+from ..core import forking
 from ..core.errors import StaleError
 from ..core.phases import RestartState
-from ..core.status import Event, Snapshot, Status, transition
+from ..core.status import Event, Snapshot, Status, WatchMode, transition
 from ..git import reflog
 from ..watching.local import LocalSource
 from ..watching.source import Source, Watch, start_watch
@@ -30,8 +30,6 @@ from .identity import Binding
 __all__ = ["Guard"]
 
 logger = logging.getLogger(__name__)
-
-_guards: weakref.WeakSet[Guard] = weakref.WeakSet()
 
 
 class Guard:
@@ -80,14 +78,14 @@ class Guard:
         self._restart_after_fork = False
         self._pid = os.getpid()
         self._trusted = False
-        self._mode = "none"
+        self._mode = WatchMode.NONE
         self._ready = threading.Event()  # set while the watcher runs (see wait_ready)
         status, loaded, current = head.initial(binding, loaded_revision)
         self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time())
         self._stale = status.blocks
         # The barrier flag (C9): True only when the flag may be trusted and passes.
         self._pass = status is Status.UNTRACKED
-        _guards.add(self)
+        forking.in_child(self._after_fork_in_child)  # held weakly: a dropped guard is gone
 
     # -- constructors -----------------------------------------------------------------
 
@@ -301,7 +299,8 @@ class Guard:
                 self._restart_subscribers.push(state)
         self._restart_subscribers.drain()
 
-    def _on_health(self, token: object, trusted: bool, mode: str) -> None:
+    def _on_health(self, token: object, trusted: bool, mode: WatchMode | str) -> None:
+        mode = _mode(mode)
         with self._lock:
             if token is not self._token:
                 return  # a report from a watch this guard no longer runs
@@ -310,7 +309,7 @@ class Guard:
             self._pass = trusted and not self._snap.status.blocks
             # Ready = the watcher runs: trusted, or polling (a mode never trusted, in
             # which every check re-reads HEAD; waiting for trust would wait for ever).
-            if trusted or mode == "polling":
+            if trusted or mode is WatchMode.POLLING:
                 self._ready.set()
             else:
                 self._ready.clear()
@@ -363,7 +362,7 @@ class Guard:
         self._token = None
         self._restart = None
         self._trusted = False
-        self._mode = "none"
+        self._mode = WatchMode.NONE
         self._pass = self.binding.dirs is None
         self._ready.clear()
 
@@ -399,9 +398,10 @@ class Guard:
         return f"<Guard {snap.status.value} {snap.checkout} loaded={snap.loaded_revision}>"
 
 
-def _forget_watchers_in_child() -> None:
-    for guard in list(_guards):
-        guard._after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_forget_watchers_in_child)
+def _mode(mode: WatchMode | str) -> WatchMode:
+    """A source's mode as a :class:`WatchMode` (a third-party source may pass a string)."""
+    try:
+        return WatchMode(mode)
+    except ValueError:
+        logger.warning("stalewatch: a source reported an unknown mode %r; taken as none", mode)
+        return WatchMode.NONE

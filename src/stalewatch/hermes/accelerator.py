@@ -14,10 +14,11 @@ and reads HEAD in-process on every call: no process (reftable aside), and a ref 
 before the call is seen by it. Everything else in the module, its error, its messages
 and its payloads, stays upstream's.
 
-What it costs once per (``agent_dir``, ``module_path``): finding the checkout and one
-``git ls-files`` to confirm the file is tracked literally (C2). That binding is cached,
-bounded, and shared by every accelerated module; a call afterwards is one in-process
-read of HEAD (~20 µs). No thread is started; nothing needs restarting after ``fork()``.
+What it costs is :mod:`.agent_head`'s: once per (``agent_dir``, ``module_path``),
+finding the checkout and one ``git ls-files`` to confirm the file is tracked literally
+(C2), cached, bounded and shared by every accelerated module and the drop-in; a call
+afterwards is one in-process read of HEAD (~20 µs). No thread is started; nothing
+needs restarting after ``fork()``.
 """
 
 from __future__ import annotations
@@ -27,19 +28,13 @@ import functools
 import inspect
 import logging
 import os
-import sys
-import threading
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from pathlib import Path, PurePath
+from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
-from ..git import command, refs
-from ..git.head import head_commit
-from ..git.refs import GitDirs
-from .discovery import AGENT_MODULE
-from .restarts import RestartView, restart_aware
+from .agent_head import DEFER, Defer, read
+from .restart_view import RestartView, restart_aware
 
 __all__ = ["accelerate"]
 
@@ -50,74 +45,7 @@ ATTRIBUTE: Final = "_read_agent_revision"
 PAYLOAD: Final = "agent_runtime_stale_payload"
 """The one it also wraps when given a daemon (restart-aware 409s)."""
 _ORIGINAL: Final = "__stalewatch_original__"  # set on our function: the one it replaced
-MAX_BINDINGS: Final = 64
-"""At most this many (agent_dir, module_path) bindings are kept; the oldest goes first."""
-
 Read = Callable[..., "str | None"]
-
-
-class _Defer:
-    """The accelerated read cannot decide: the original function must (fail closed as upstream)."""
-
-
-DEFER: Final = _Defer()
-
-
-@dataclass(frozen=True)
-class Binding:
-    """What a (``agent_dir``, ``module_path``) pair identifies.
-
-    Attributes:
-        dirs: the git directories of ``agent_dir``'s checkout.
-        tracked: whether that checkout's repository tracks ``module_path`` literally.
-        index: for an untracked file, the index's (inode, size, mtime, ctime) when that
-            was decided: a later ``git add`` rewrites the index, and the file is asked
-            about again. A tracked file is not: a call then runs no process at all, and
-            a commit that untracks it moves HEAD anyway.
-    """
-
-    dirs: GitDirs
-    tracked: bool
-    index: tuple[int, int, int, int] | None = None
-
-
-class Bindings:
-    """A bounded map of bindings: reads take no lock, writes and the bound take one.
-
-    Args:
-        limit: the most bindings kept; inserting past it drops the oldest.
-    """
-
-    def __init__(self, limit: int = MAX_BINDINGS) -> None:
-        self.limit = limit
-        self._items: dict[Hashable, Binding] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> Binding | None:
-        return self._items.get(key)  # one dict read: atomic under the GIL
-
-    def put(self, key: Hashable, binding: Binding) -> None:
-        with self._lock:
-            self._items.pop(key, None)
-            while len(self._items) >= self.limit:
-                del self._items[next(iter(self._items))]
-            self._items[key] = binding
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-    def after_fork_in_child(self) -> None:
-        # Another thread may have held the lock at fork(): the child's copy would never
-        # be released. The bindings themselves stay valid in the child.
-        self._lock = threading.Lock()
-
-
-BINDINGS = Bindings()
-os.register_at_fork(after_in_child=BINDINGS.after_fork_in_child)
 
 
 def accelerate(module: ModuleType, *, daemon: str | os.PathLike[str] | None = None) -> bool:
@@ -206,11 +134,10 @@ def accelerated(original: Read, module: ModuleType | None = None) -> Read:
     @functools.wraps(original)
     def _read_agent_revision(agent_dir: Any, *, module_path: Any = None) -> str | None:
         try:
-            revision = read(agent_dir, module_path)
+            found = read(agent_dir, module_path)
         except Exception:  # whatever it is, upstream decides (and fails closed)
-            revision = DEFER
-        if isinstance(revision, _Defer):
-            revision = original(agent_dir, module_path=module_path)
+            found = DEFER
+        revision = original(agent_dir, module_path=module_path) if isinstance(found, Defer) else found
         if module is not None and isinstance(revision, str):
             _binding(module, agent_dir, revision)
         return revision
@@ -224,73 +151,3 @@ def _binding(module: ModuleType, agent_dir: Any, revision: str) -> None:
     if isinstance(view, RestartView) and getattr(module, "_AGENT_REVISION", None) is None:
         with contextlib.suppress(Exception):  # never into the WebUI's read
             view.bound(Path(agent_dir), revision)
-
-
-def read(agent_dir: Any, module_path: Any) -> str | _Defer | None:
-    """One in-process read of HEAD for the checkout tracking ``module_path``, or :data:`DEFER`.
-
-    Raises:
-        Exception: anything unexpected; the caller defers to the original function.
-    """
-    if agent_dir is None:
-        return DEFER  # upstream answers None at once, without a process
-    if module_path is None:
-        module_path = _loaded_module_path()  # as upstream: the loaded run_agent's file
-        if module_path is None:
-            return None
-    if not isinstance(module_path, PurePath):
-        return DEFER  # upstream's own behaviour for odd input, whatever it is
-    key = (agent_dir, module_path)
-    binding = BINDINGS.get(key)
-    if binding is None or (not binding.tracked and binding.index != _index_signature(binding.dirs)):
-        found = _bind(agent_dir, module_path)
-        if not isinstance(found, Binding):
-            return found
-        BINDINGS.put(key, found)
-        binding = found
-    if not binding.tracked:
-        return None
-    return _head(binding.dirs)
-
-
-def _loaded_module_path() -> Path | None:
-    module = sys.modules.get(AGENT_MODULE)
-    module_file = getattr(module, "__file__", None)
-    if not module_file:
-        return None
-    try:
-        return Path(module_file).resolve()
-    except (OSError, RuntimeError, TypeError):
-        return None
-
-
-def _bind(agent_dir: Any, module_path: PurePath) -> Binding | _Defer | None:
-    """Which checkout ``agent_dir`` is in, and whether it tracks ``module_path`` (C2).
-
-    ``None`` (not cached) when ``agent_dir`` is in no checkout or the file lies outside
-    it; a git failure (an untrusted owner, a corrupt index) raises, so upstream decides.
-    """
-    dirs = refs.find_git_dirs(Path(agent_dir).resolve(strict=True))
-    if dirs is None:
-        return None
-    try:
-        relative = module_path.relative_to(dirs.worktree)
-    except ValueError:
-        return None
-    index = _index_signature(dirs)  # before asking: a write meanwhile means asking again
-    tracked = command.is_tracked(dirs.worktree, dirs.worktree / relative)
-    return Binding(dirs, tracked, None if tracked else index)
-
-
-def _index_signature(dirs: GitDirs) -> tuple[int, int, int, int] | None:
-    try:
-        info = (dirs.git_dir / "index").stat()
-    except OSError:
-        return None
-    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-
-
-def _head(dirs: GitDirs) -> str | _Defer:
-    """Exactly one read of HEAD; an unborn branch (no commit) is upstream's to answer."""
-    revision = head_commit(dirs)
-    return revision if revision is not None else DEFER

@@ -28,7 +28,7 @@ from prometheus_client.metrics_core import Metric
 
 from ..core.escaping import printable
 from ..core.phases import RestartPhase, RestartState
-from ..core.status import Snapshot, Status
+from ..core.status import Snapshot, Status, WatchMode
 from ..core.version import __version__
 from .tally import DROP_REASONS, HOOK_OUTCOMES, HOOKS, RESTART_OUTCOMES, CheckoutCounts
 
@@ -43,8 +43,8 @@ __all__ = [
     "processes_by_revision",
 ]
 
-MODES = ("native", "polling", "daemon", "none")
-"""How a guard notices changes (``Snapshot.mode``); another mode is added as its own state."""
+MODES = tuple(mode.value for mode in WatchMode)
+"""How a guard notices changes (``Snapshot.mode``)."""
 
 MAX_REVISIONS = 8
 """Revisions of registered processes shown one by one per checkout; the rest add up
@@ -180,8 +180,7 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
             },
         )
         trusted.add_metric(key, 1.0 if snap.trusted else 0.0)
-        modes = MODES if snap.mode in MODES else (*MODES, label(snap.mode))
-        mode.add_metric(key, {m: m == label(snap.mode) for m in modes})
+        mode.add_metric(key, {m: m == snap.mode.value for m in MODES})
         for s in Status:
             events.add_metric([*key, s.value], counts.events.get(s, 0))
         cumulative = counts.latency.cumulative()

@@ -16,7 +16,7 @@ from typing import Any
 from ..core.errors import ProtocolError
 from ..core.phases import RestartState
 from ..core.revisions import is_object_id
-from ..core.status import Event, Snapshot
+from ..core.status import Event, Snapshot, WatchMode
 from .codec import PROTOCOL_VERSION, decode, encode
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "hello_message",
     "hello_problem",
     "parse_request",
+    "ping_message",
     "pong_message",
     "processes_message",
     "register_message",
@@ -91,9 +92,9 @@ def event_message(event: Event, generation: int) -> dict[str, Any]:
     return {"type": "event", **event.to_dict(), "generation": generation}
 
 
-def health_message(checkout: str, trusted: bool, mode: str) -> dict[str, Any]:
+def health_message(checkout: str, trusted: bool, mode: WatchMode) -> dict[str, Any]:
     """A ``health`` line: whether the daemon's own watcher for a checkout is trusted."""
-    return {"type": "health", "checkout": checkout, "trusted": trusted, "mode": mode, "at": time.time()}
+    return {"type": "health", "checkout": checkout, "trusted": trusted, "mode": mode.value, "at": time.time()}
 
 
 def restart_message(checkout: str, state: RestartState) -> dict[str, Any]:
@@ -114,6 +115,11 @@ def register_message(checkout: str, revision: str) -> dict[str, Any]:
 def removed_message(checkout: str) -> dict[str, Any]:
     """A ``removed`` line: a reload dropped this checkout; no more events for it."""
     return {"type": "removed", "checkout": checkout, "at": time.time()}
+
+
+def ping_message() -> dict[str, Any]:
+    """A ``ping`` line: the daemon is alive (sent every ``keepalive`` seconds)."""
+    return {"type": "ping", "at": time.time()}
 
 
 def error_message(reason: str, detail: str) -> dict[str, Any]:

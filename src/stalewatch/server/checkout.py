@@ -2,9 +2,12 @@
 
 The server owns a :class:`Checkout` per configured checkout. The guard's events and
 the watcher's health reports arrive on the watcher's thread; they are handed to the
-server's loop through ``post`` (never handled on the watcher's thread), to the hook
-runner and to the restart sequence, each of which starts a thread of its own only
-while it has work.
+server's loop as typed messages through ``post`` (:class:`EventSeen`,
+:class:`HealthReported`, :class:`RestartTold`; never handled on the watcher's
+thread), to the hook runner and to the restart sequence, each of which starts a
+thread of its own only while it has work. What the loop learns of a checkout it
+records through its methods (:meth:`Checkout.note_health`,
+:meth:`Checkout.continue_from`), never by setting its fields.
 """
 
 from __future__ import annotations
@@ -12,11 +15,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
 from ..core.errors import BindError
 from ..core.phases import RestartPhase, RestartState
-from ..core.status import Event
+from ..core.status import Event, WatchMode
 from ..guard.guard import Guard
 from .config import CheckoutConfig
 from .drain import OutputDrain
@@ -26,13 +29,39 @@ from .restart.policy import RestartPolicy
 from .restart.sequence import Restarter
 from .supervision import ObservedSource
 
-__all__ = ["Checkout", "bind_checkout"]
+__all__ = ["Checkout", "EventSeen", "HealthReported", "Posted", "RestartTold", "bind_checkout"]
 
 logger = logging.getLogger(__name__)
 
-Post = Callable[[str, "Checkout", Any], None]
-"""Hands ``(kind, checkout, payload)`` to the server's loop: ``event``, ``health`` or
-``restart`` (a :class:`RestartState`)."""
+
+@dataclass(frozen=True)
+class EventSeen:
+    """The checkout's guard saw a change of status or revision."""
+
+    entry: Checkout
+    event: Event
+
+
+@dataclass(frozen=True)
+class HealthReported:
+    """The daemon's own watcher of the checkout became trusted or not, or changed mode."""
+
+    entry: Checkout
+    trusted: bool
+    mode: WatchMode
+
+
+@dataclass(frozen=True)
+class RestartTold:
+    """The checkout's restart sequence entered a new phase (R7)."""
+
+    entry: Checkout
+    state: RestartState
+
+
+Posted = EventSeen | HealthReported | RestartTold
+"""What a checkout hands the server's loop (from a watcher's or a restart's thread)."""
+Post = Callable[[Posted], None]
 
 
 def bind_checkout(checkout: CheckoutConfig, source: ObservedSource | None = None) -> Guard:
@@ -89,11 +118,11 @@ class Checkout:
         self._on_hook = on_hook
         self.hooks = self._hook_runner(config) if config.hooks.any else None
         self.restarter = self._restarter(config.restart) if config.restart is not None else None
-        self.was_trusted = False
-        self.health: tuple[bool, str] | None = None  # last (trusted, mode) the loop handled
+        self._was_trusted = False
+        self._health: tuple[bool, WatchMode] | None = None  # the last report the loop handled
         self._post = post
         self._unsubscribe: Callable[[], None] | None = None
-        self.source.on_report = lambda trusted, mode: post("health", self, (trusted, mode))
+        self.source.on_report = lambda trusted, mode: post(HealthReported(self, trusted, mode))
 
     def _hook_runner(self, config: CheckoutConfig) -> HookRunner:
         on_hook = self._on_hook
@@ -107,7 +136,7 @@ class Checkout:
             policy,
             guard=self.guard,
             registry=self._registry,
-            publish=lambda state: self._post("restart", self, state),
+            publish=lambda state: self._post(RestartTold(self, state)),
             rebind=self.rebind,
         )
 
@@ -119,6 +148,23 @@ class Checkout:
     def generation(self) -> int:
         """The daemon's generation for this checkout now."""
         return self.base + self.guard.snapshot().generation
+
+    def continue_from(self, previous: Checkout) -> None:
+        """This checkout re-binds ``previous`` (a reload): its generations go on from there."""
+        self.base = previous.generation() + 1
+
+    def note_health(self, trusted: bool, mode: WatchMode) -> tuple[bool, bool]:
+        """Record a health report on the loop's thread: ``(new, lost)``.
+
+        ``new``: it differs from the last one handled; ``lost``: a watcher that was
+        trusted no longer is (worth a warning, where becoming trusted is not).
+        """
+        if (trusted, mode) == self._health:
+            return False, False
+        lost = self._was_trusted and not trusted
+        self._health = (trusted, mode)
+        self._was_trusted |= trusted
+        return True, lost
 
     def start(self) -> None:
         """Subscribe, let the hook runner take work, start the guard's watcher."""
@@ -137,7 +183,7 @@ class Checkout:
                 restarter.notice(event)
             except Exception:  # no thread left to start, say: the event must still go out
                 logger.exception("stalewatch: the restart sequence of %s missed an event", self.key)
-        self._post("event", self, event)
+        self._post(EventSeen(self, event))
         hooks = self.hooks  # read each time: a reload may add the runner
         if hooks is not None:
             hooks.submit(event, self.base + event.generation)
@@ -157,7 +203,9 @@ class Checkout:
         elif self.restarter is not None:
             restarter, self.restarter = self.restarter, None
             restarter.stop()
-            self._post("restart", self, RestartState(RestartPhase.IDLE, "no restart policy", at=time.time()))
+            self._post(
+                RestartTold(self, RestartState(RestartPhase.IDLE, "no restart policy", at=time.time()))
+            )
 
     def processes_changed(self) -> None:
         """A server process of this checkout registered or went away (the loop tells)."""

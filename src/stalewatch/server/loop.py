@@ -3,30 +3,31 @@
 One :class:`DaemonServer` holds a :class:`~.checkout.Checkout` (a guard with a local
 watcher) per checkout, a hook runner per checkout with hooks, and a single-threaded
 ``selectors`` loop serving the Unix socket. Guards deliver events on their watcher
-threads into an inbox; the loop encodes each event once and appends it to every
-client's bounded queue, writing without ever blocking, so a slow client only ever
-delays itself (past its bound it is told and dropped). See :mod:`.protocol`;
-systemd notifications and the watchdog's proof of life are :mod:`.supervision`.
+threads into an inbox (typed messages: :data:`~.checkout.Posted`); the loop encodes
+each event once and appends it to every client's bounded queue, writing without ever
+blocking, so a slow client only ever delays itself (past its bound it is told and
+dropped). Signals only set a flag and wake the loop (:mod:`stalewatch.core.signals`);
+the loop stops or reloads on its next turn. See :mod:`stalewatch.protocol`; systemd
+notifications and the watchdog's proof of life are :mod:`.supervision`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import selectors
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from ..core import signals
 from ..core.errors import BindError, DaemonConfigError
+from ..core.status import WatchMode
 from ..core.version import __version__
 from ..protocol.codec import encode
-from . import supervision
-from .checkout import Checkout
+from ..protocol.messages import ping_message
+from .checkout import Checkout, EventSeen, HealthReported, Posted, RestartTold
 from .config import CheckoutConfig, DaemonConfig
 from .connections import ACCEPT_PAUSE, Client, ClientSet
 from .drain import OutputDrain
@@ -45,7 +46,6 @@ _LOOP_TICK = 1.0  # the loop wakes at least this often (its heartbeat)
 # STATUS= costs a snapshot per checkout (milliseconds for a thousand): it is made only
 # after a change, on a quiet turn (never between an event and the next), or after this.
 _STATUS_QUIET, _STATUS_LATEST = 0.05, 1.0
-_InboxItem = tuple[str, Checkout, Any]
 
 ObserverFactory = Callable[[DaemonConfig, Callable[[], Sequence[Checkout]], Registry], DaemonObserver]
 """Makes the daemon's observer from its configuration, its checkouts now and its registry
@@ -79,15 +79,15 @@ class DaemonServer:
         self._drain = OutputDrain()  # hook output still held by a hook's background process
         self._registry = Registry()  # server processes and the revision each loaded (R5)
         # Metrics (the metrics extra), or a no-op when the configuration asks for none.
-        self.metrics = (
+        self._observer = (
             observe(settings, lambda: self._view, self._registry) if observe is not None else DaemonObserver()
         )
         # Bind every checkout first: a bad one fails before anything is opened.
         self._entries = plan_reload({}, settings, settings, self._make_entry).fresh
         self._view = tuple(self._entries.values())
         for entry in self._view:
-            self.metrics.track(entry)
-        self._inbox: queue.SimpleQueue[_InboxItem] = queue.SimpleQueue()
+            self._observer.track(entry)
+        self._inbox: queue.SimpleQueue[Posted] = queue.SimpleQueue()
         self._selector = selectors.DefaultSelector()
         self._clients = ClientSet(
             self._selector,
@@ -96,13 +96,10 @@ class DaemonServer:
             settings.client_buffer,
             on_register=self._register,
             on_close=self._unregister,
-            on_drop=self.metrics.client_dropped,
+            on_drop=self._observer.client_dropped,
         )
         self._publisher = Publisher(self._clients, self._registry)
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._stopping = threading.Event()
+        self._wakeup = signals.Wakeup()  # set: stop; poked: an inbox message, a reload
         self._reload_requested = False
         self._changes = 0  # events and health reports handled, and reloads: STATUS= may differ
         self._unready: set[str] = set()  # checkouts whose watcher is not running yet
@@ -115,29 +112,23 @@ class DaemonServer:
     # -- control (any thread, or a signal handler) ---------------------------------------
 
     def stop(self) -> None:
-        """Ask the loop to stop; :meth:`serve` returns within a second."""
-        self._stopping.set()
-        self._wake()
+        """Ask the loop to stop; :meth:`serve` returns within a second (signal-safe)."""
+        self._wakeup.set()
 
     def request_reload(self) -> None:
-        """Ask the loop to reload the configuration (what SIGHUP does)."""
+        """Ask the loop to reload the configuration (what SIGHUP does; signal-safe)."""
         self._reload_requested = True
-        self._wake()
-
-    def _wake(self) -> None:
-        # A full buffer means a wake-up is already pending; closed means shut down.
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"\0")
+        self._wakeup.poke()
 
     # -- entries ---------------------------------------------------------------------------
 
     def _make_entry(self, checkout: CheckoutConfig, base: int) -> Checkout:
-        return Checkout(checkout, self._post, base, self._drain, self._registry, on_hook=self.metrics.hook)
+        return Checkout(checkout, self._post, base, self._drain, self._registry, on_hook=self._observer.hook)
 
-    def _post(self, kind: str, entry: Checkout, payload: Any) -> None:
-        # Any thread (a watcher's): the loop handles it on its next turn.
-        self._inbox.put((kind, entry, payload))
-        self._wake()
+    def _post(self, message: Posted) -> None:
+        # Any thread (a watcher's, a restart's): the loop handles it on its next turn.
+        self._inbox.put(message)
+        self._wakeup.poke()
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -150,7 +141,7 @@ class DaemonServer:
             MetricsError: the address cannot be listened on, or the file written.
         """
         if not self._metrics_started:
-            self.metrics.start()
+            self._observer.start()
             self._metrics_started = True
 
     def serve(self, listener: socket.socket) -> None:
@@ -166,29 +157,31 @@ class DaemonServer:
             listener: a bound, listening, non-blocking Unix stream socket (the caller
                 owns it and closes it afterwards).
         """
-        handlers = supervision.handle_signals(stop=self.stop, reload=self.request_reload)
-        try:
-            self.start_metrics()
-            self._clients.burst = 1 + len(self._entries)
-            for entry in self._entries.values():
-                entry.start()
-            self._unready = set(self._entries)
-            self._ready_by = time.monotonic() + _READY_WAIT
-            self._selector.register(listener, selectors.EVENT_READ, "listen")
-            self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-            logger.info(
-                "stalewatch: daemon %s serving %s for %d checkouts: %s",
-                __version__,
-                listener.getsockname(),
-                len(self._entries),
-                ", ".join(self._entries),
-            )
-            self._loop(listener)
-        finally:
-            self._supervisor.stopping()
-            self._shutdown()
-            for signum, previous in handlers.items():
-                signal.signal(signum, previous)
+        wakeups = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop, signal.SIGHUP: self.request_reload}
+        with signals.handling(wakeups):  # only on the main thread: an embedded daemon is its owner's
+            try:
+                self._serve(listener)
+            finally:
+                self._supervisor.stopping()
+                self._shutdown()
+
+    def _serve(self, listener: socket.socket) -> None:
+        self.start_metrics()
+        self._clients.burst = 1 + len(self._entries)
+        for entry in self._entries.values():
+            entry.start()
+        self._unready = set(self._entries)
+        self._ready_by = time.monotonic() + _READY_WAIT
+        self._selector.register(listener, selectors.EVENT_READ, "listen")
+        self._selector.register(self._wakeup.fileno(), selectors.EVENT_READ, "wake")
+        logger.info(
+            "stalewatch: daemon %s serving %s for %d checkouts: %s",
+            __version__,
+            listener.getsockname(),
+            len(self._entries),
+            ", ".join(self._entries),
+        )
+        self._loop(listener)
 
     def _maybe_ready(self, now: float) -> None:
         """Send ``READY=1`` once every watcher runs, or once the wait is over."""
@@ -204,7 +197,7 @@ class DaemonServer:
         next_ping = time.monotonic() + self.settings.keepalive
         shown: tuple[int, int] | None = None  # (changes, clients) STATUS= was made for
         status_by = 0.0
-        while not self._stopping.is_set():
+        while not self._wakeup.is_set:
             now = time.monotonic()
             timeout = min(_LOOP_TICK, next_ping - now)
             for deadline in (self._clients.next_deadline(), self._clients.accept_paused_until):
@@ -220,7 +213,7 @@ class DaemonServer:
                 if key.data == "listen":
                     self._accept(listener)
                 elif key.data == "wake":
-                    self._drain_wake()
+                    self._wakeup.drain()
                 elif isinstance(key.data, Client):
                     self._clients.serve(key.data, mask)  # isolated: one client's failure is its own
             changes = self._changes
@@ -233,7 +226,7 @@ class DaemonServer:
             self._resume_accepting(listener, now)
             if now >= next_ping:
                 next_ping = now + self.settings.keepalive
-                self._clients.broadcast(encode({"type": "ping", "at": time.time()}))
+                self._clients.broadcast(encode(ping_message()))
             self._clients.expire(now)
             wanted = (self._changes, len(self._clients))
             if not pending and wanted != shown:
@@ -244,7 +237,7 @@ class DaemonServer:
                 self._supervisor.status(self._status())
             self._supervisor.beat()
 
-    def _guarded(self, what: str, step: Any) -> None:
+    def _guarded(self, what: str, step: Callable[[], object]) -> None:
         # A bug in one step of a turn is logged and the loop goes on: the daemon's
         # clients, hooks and restarts must not die with it.
         try:
@@ -253,7 +246,7 @@ class DaemonServer:
             logger.exception("stalewatch: unexpected error while %s; serving on", what)
 
     def _greet(self, client: Client) -> None:
-        self.metrics.client_connected()
+        self._observer.client_connected()
         self._publisher.greet(client, list(self._entries.values()), self.settings.keepalive)
 
     def _accept(self, listener: socket.socket) -> None:
@@ -269,40 +262,36 @@ class DaemonServer:
             self._clients.accept_paused_until = None
             self._selector.register(listener, selectors.EVENT_READ, "listen")
 
-    def _drain_wake(self) -> None:
-        try:
-            while self._wake_r.recv(4096):
-                pass
-        except BlockingIOError:
-            pass
-
     def _process_inbox(self) -> None:
         while True:
             try:
-                kind, entry, payload = self._inbox.get_nowait()
+                message = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if self._entries.get(entry.key) is not entry:
+            if self._entries.get(message.entry.key) is not message.entry:
                 continue  # from a guard a reload replaced
             self._changes += 1
             # Counted before clients hear of it: a scrape made after a line was read counts it.
-            if kind == "event":
-                self.metrics.event(entry, payload)
-                self._publisher.event(entry, payload)
-            elif kind == "restart":
-                self.metrics.restart(entry, payload)
-                self._publisher.restart(entry, payload)
-            else:
-                if payload == entry.health:
-                    continue
-                trusted, mode = entry.health = payload
-                if trusted or mode == "polling":  # running (polling is never trusted)
-                    self._unready.discard(entry.key)
-                level = logging.WARNING if entry.was_trusted and not trusted else logging.INFO
-                entry.was_trusted |= trusted
-                logger.log(level, "stalewatch: watcher for %s: trusted=%s mode=%s", entry.key, trusted, mode)
-                self._publisher.health(entry, trusted, mode)
-                self.metrics.changed()
+            match message:
+                case EventSeen(entry, event):
+                    self._observer.event(entry, event)
+                    self._publisher.event(entry, event)
+                case RestartTold(entry, state):
+                    self._observer.restart(entry, state)
+                    self._publisher.restart(entry, state)
+                case HealthReported(entry, trusted, mode):
+                    self._health(entry, trusted, mode)
+
+    def _health(self, entry: Checkout, trusted: bool, mode: WatchMode) -> None:
+        new, lost = entry.note_health(trusted, mode)
+        if not new:
+            return
+        if trusted or mode is WatchMode.POLLING:  # running (polling is never trusted)
+            self._unready.discard(entry.key)
+        level = logging.WARNING if lost else logging.INFO
+        logger.log(level, "stalewatch: watcher for %s: trusted=%s mode=%s", entry.key, trusted, mode.value)
+        self._publisher.health(entry, trusted, mode)
+        self._observer.changed()
 
     # -- registered server processes (R5) ---------------------------------------------------
 
@@ -316,7 +305,7 @@ class DaemonServer:
         self._processes_changed(entry)
 
     def _unregister(self, client: Client) -> None:
-        self.metrics.client_closed()
+        self._observer.client_closed()
         process = self._registry.unregister(client.number)
         entry = self._entries.get(process.checkout) if process is not None else None
         if process is not None and entry is not None:
@@ -327,7 +316,7 @@ class DaemonServer:
     def _processes_changed(self, entry: Checkout) -> None:
         self._publisher.processes(entry)
         entry.processes_changed()
-        self.metrics.changed()
+        self._observer.changed()
 
     # -- reload ----------------------------------------------------------------------------
 
@@ -362,17 +351,17 @@ class DaemonServer:
             self._view = tuple(self._entries.values())  # before clients hear: scrapes agree
             entry.stop()
             if key in fresh:
-                fresh[key].base = entry.generation() + 1
+                fresh[key].continue_from(entry)
             else:
                 logger.info("stalewatch: no longer watching %s", key)
-                self.metrics.forget(key)
+                self._observer.forget(key)
                 self._publisher.removed(key)
         for key, entry in reused.items():
             entry.update(planned.updates[key])
         for key, entry in fresh.items():
             self._entries[key] = entry
             self._view = tuple(self._entries.values())
-            self.metrics.track(entry)
+            self._observer.track(entry)
             entry.start()
             logger.info("stalewatch: watching %s (loaded %s)", key, entry.guard.loaded_revision)
             self._publisher.snapshots(entry)
@@ -401,8 +390,8 @@ class DaemonServer:
     def _shutdown(self) -> None:
         if self._selector.get_map() is None:
             return  # already shut down
-        self._stopping.set()
-        self.metrics.stop()
+        self._wakeup.set()
+        self._observer.stop()
         self._clients.close_all()
         # Every running hook gets SIGTERM first, then each runner is joined: the grace
         # periods of hooks that ignore SIGTERM overlap instead of adding up.
@@ -412,6 +401,5 @@ class DaemonServer:
             entry.stop()
         self._drain.stop()
         self._selector.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        self._wakeup.close()
         logger.debug("stalewatch: daemon stopped")

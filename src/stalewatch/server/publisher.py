@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from ..core.phases import RestartState
-from ..core.status import Event
+from ..core.status import Event, WatchMode
 from ..core.version import __version__
 from ..protocol.codec import encode
 from ..protocol.messages import (
@@ -82,7 +82,7 @@ class Publisher:
             with self._clients.isolated(client):
                 self._clients.send(client, line)
 
-    def health(self, entry: Checkout, trusted: bool, mode: str) -> None:
+    def health(self, entry: Checkout, trusted: bool, mode: WatchMode) -> None:
         """The daemon's own watcher for a checkout became trusted or not."""
         self._clients.broadcast(encode(health_message(entry.key, trusted, mode)))
 

@@ -12,22 +12,19 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
-from ..core.status import Snapshot, Status
+from ..core.status import Snapshot, Status, WatchMode
 from ..git.refs import GitDirs
 from ..watching.local import LocalSource
 from ..watching.source import OnChange, OnHealth, OnRestart, Watch
 from ..watching.watcher import Watcher
 from . import sdnotify
 
-__all__ = ["ObservedSource", "Supervisor", "handle_signals", "status_text"]
+__all__ = ["ObservedSource", "Supervisor", "status_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +42,7 @@ class ObservedSource:
         self._inner = LocalSource()
         self._watcher: Watcher | None = None
         self.beat: float | None = None
-        self.on_report: Callable[[bool, str], None] | None = None  # set by the server
+        self.on_report: Callable[[bool, WatchMode], None] | None = None  # set by the checkout
 
     @property
     def verify_interval(self) -> float:
@@ -69,7 +66,7 @@ class ObservedSource:
             self._beat()
             return on_change()
 
-        def health(trusted: bool, mode: str) -> None:
+        def health(trusted: bool, mode: WatchMode) -> None:
             on_health(trusted, mode)
             if self.on_report is not None:
                 self.on_report(trusted, mode)
@@ -78,29 +75,6 @@ class ObservedSource:
         watcher.on_verified = self._beat
         self._watcher = watcher
         return watcher
-
-
-def handle_signals(*, stop: Callable[[], None], reload: Callable[[], None]) -> dict[int, Any]:
-    """SIGTERM/SIGINT stop the daemon, SIGHUP reloads it; returns the handlers replaced.
-
-    Only on the main thread (Python's rule): a daemon embedded in a thread is stopped
-    and reloaded by its owner, and nothing is installed.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-
-    def on_stop(signum: int, frame: FrameType | None) -> None:
-        stop()
-
-    def on_hup(signum: int, frame: FrameType | None) -> None:
-        reload()
-
-    signums = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    handlers: dict[int, Any] = {signum: signal.getsignal(signum) for signum in signums}
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGINT, on_stop)
-    signal.signal(signal.SIGHUP, on_hup)
-    return handlers
 
 
 def status_text(snapshots: Iterable[Snapshot], clients: int) -> str:

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ..core.shared import Shared
+
 __all__ = [
     "ANCHOR_MASK",
     "AVAILABLE",
@@ -49,6 +51,7 @@ __all__ = [
     "Registration",
     "acquire",
     "release",
+    "users",
 ]
 
 logger = logging.getLogger(__name__)
@@ -160,7 +163,6 @@ class Inotify:
         self._closing = False
         self.dead = False
         self.reads = 0  # reads from the kernel: how often the reader woke (tests, benches)
-        self.users = 0  # watchers holding this instance (see acquire/release)
         self._thread = threading.Thread(target=self._run, name="stalewatch-inotify", daemon=True)
         self._thread.start()
 
@@ -352,8 +354,9 @@ def _error(what: str, path: Path | None = None) -> OSError:
 
 # -- the process's instance --------------------------------------------------------------
 
-_shared: Inotify | None = None
-_shared_lock = threading.Lock()
+_shared: Shared[Inotify] = Shared(
+    Inotify, usable=lambda instance: not instance.dead, forget=Inotify.forget_after_fork
+)
 
 
 def acquire() -> Inotify:
@@ -363,34 +366,17 @@ def acquire() -> Inotify:
         OSError: inotify is unavailable here (``ENOSYS``), or the instance limit is
             reached (``EMFILE``).
     """
-    global _shared  # noqa: PLW0603 - one instance per process, by design
     if not AVAILABLE:
         raise OSError(errno.ENOSYS, "inotify is not available on this platform")
-    with _shared_lock:
-        if _shared is None or _shared.dead or _shared.pid != os.getpid():
-            _shared = Inotify()
-        _shared.users += 1
-        return _shared
+    return _shared.acquire()
 
 
 def release(instance: Inotify) -> None:
     """A user is done with ``instance``; the last one closes it (reader joined)."""
-    global _shared  # noqa: PLW0603
-    with _shared_lock:
-        instance.users -= 1
-        if instance.users > 0:
-            return
-        if _shared is instance:
-            _shared = None
-    instance.close()
+    if _shared.release(instance):
+        instance.close()
 
 
-def _forget_in_child() -> None:
-    global _shared, _shared_lock  # noqa: PLW0603 - the lock may be held by a thread that is gone
-    _shared_lock = threading.Lock()
-    if _shared is not None:
-        _shared.forget_after_fork()
-    _shared = None
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
+def users(instance: Inotify) -> int:
+    """The watchers holding ``instance`` now."""
+    return _shared.users(instance)

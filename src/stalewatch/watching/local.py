@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..core import settings
 from ..git.refs import GitDirs
 from .source import OnChange, OnHealth, OnRestart
-from .watcher import Watcher
+from .watcher import Watcher, WatcherSettings
 
 __all__ = ["LocalSource"]
 
@@ -32,6 +32,11 @@ class LocalSource:
         self.poll = settings.poll(poll)
         self.poll_interval = settings.poll_interval(poll_interval)
 
+    @property
+    def watcher_settings(self) -> WatcherSettings:
+        """What each of its watchers runs with."""
+        return WatcherSettings(self.verify_interval, self.poll, self.poll_interval)
+
     def watch(
         self,
         dirs: GitDirs,
@@ -42,4 +47,4 @@ class LocalSource:
         on_restart: OnRestart | None = None,
     ) -> Watcher:
         """Watch ``dirs`` in this process (no daemon: no restart notices)."""
-        return Watcher(self, dirs, on_change, on_health)
+        return Watcher(self.watcher_settings, dirs, on_change, on_health)

@@ -19,11 +19,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import os
 import threading
 import time
 from collections import deque
 from typing import Protocol
+
+from ..core.shared import Shared
 
 __all__ = ["MAX_WORKERS", "Scheduler", "Slot", "Task", "acquire", "release"]
 
@@ -73,7 +74,6 @@ class Scheduler:
         self._keeper = False  # a worker waits on _clock
         self._max = max_workers
         self._closed = False
-        self.pid = os.getpid()
         self.slots = 0  # tasks added and not removed
         self.turns = 0  # turns run (tests, benches)
 
@@ -288,17 +288,13 @@ class Scheduler:
 
 # -- the process's scheduler ---------------------------------------------------------------
 
-_shared: Scheduler | None = None
-_shared_lock = threading.Lock()
+_shared: Shared[Scheduler] = Shared(Scheduler)
 
 
 def acquire(task: Task) -> tuple[Scheduler, Slot]:
     """Add ``task`` to the process's scheduler (started now if there is none)."""
-    global _shared  # noqa: PLW0603 - one scheduler per process, by design
-    with _shared_lock:
-        if _shared is None or _shared.pid != os.getpid():
-            _shared = Scheduler()
-        return _shared, _shared.add(task)
+    scheduler = _shared.acquire()  # counted first: a concurrent last release cannot close it
+    return scheduler, scheduler.add(task)
 
 
 def release(scheduler: Scheduler, slot: Slot, wait: float = 1.0) -> bool:
@@ -307,23 +303,8 @@ def release(scheduler: Scheduler, slot: Slot, wait: float = 1.0) -> bool:
     Returns within about ``wait`` seconds in all: a worker stuck in a slow callback
     is left to end when the callback returns.
     """
-    global _shared  # noqa: PLW0603
     deadline = time.monotonic() + wait
     finished = scheduler.remove(slot, wait)
-    with _shared_lock:
-        if scheduler.slots > 0:
-            return finished
-        if _shared is scheduler:
-            _shared = None
-    scheduler.close(max(0.05, deadline - time.monotonic()))
+    if _shared.release(scheduler):
+        scheduler.close(max(0.05, deadline - time.monotonic()))
     return finished
-
-
-def _forget_in_child() -> None:
-    # The workers did not survive fork(); the lock may be held by one that is gone.
-    global _shared, _shared_lock  # noqa: PLW0603
-    _shared = None
-    _shared_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)

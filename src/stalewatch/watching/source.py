@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..core.phases import RestartState
+from ..core.status import WatchMode
 from ..git.refs import GitDirs
 
 __all__ = ["OnChange", "OnHealth", "OnRestart", "Source", "Watch", "start_watch"]
@@ -24,8 +25,8 @@ Returns the loose-ref files HEAD's resolution went through (``refs/heads/main``â
 so a watcher can move its watches without resolving HEAD again; ``None`` when the
 callee cannot tell (the watcher then reads the chain itself).
 """
-OnHealth = Callable[[bool, str], None]
-"""Called with (trusted, mode) whenever either changes; mode: native/polling/daemon/none."""
+OnHealth = Callable[[bool, WatchMode], None]
+"""Called with (trusted, mode) whenever either changes (a :class:`~stalewatch.core.status.WatchMode`)."""
 OnRestart = Callable[[RestartState | None], None]
 """Called with each phase of an automatic restart a daemon publishes (R7)."""
 

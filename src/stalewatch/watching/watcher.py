@@ -33,9 +33,10 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from ..core.status import WatchMode
 from ..git.refs import GitDirs
 from . import inotify, scheduler
 from .fallback import NO_NOTIFICATION, Fallback
@@ -45,10 +46,7 @@ from .source import OnChange, OnHealth
 from .stamp import Stamp, take
 from .watches import Watches, identity_of
 
-if TYPE_CHECKING:
-    from .local import LocalSource
-
-__all__ = ["READ_EVERY", "VERIFY_RATE", "Watcher"]
+__all__ = ["READ_EVERY", "VERIFY_RATE", "Watcher", "WatcherSettings"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +67,21 @@ _NEVER = float("inf")
 _Identity = tuple[int, int] | None
 
 
+@dataclass(frozen=True)
+class WatcherSettings:
+    """The settings a watcher runs with (resolved by its source: :mod:`stalewatch.core.settings`).
+
+    Attributes:
+        verify_interval: seconds between periodic in-process re-verifications.
+        poll: poll instead of kernel notifications.
+        poll_interval: seconds between polls while polling.
+    """
+
+    verify_interval: float
+    poll: bool
+    poll_interval: float
+
+
 class Watcher:
     """Watches one checkout; calls ``on_change`` on a worker thread. See the module doc.
 
@@ -79,8 +92,8 @@ class Watcher:
         turns: turns run so far (tests and benches count wake-ups with it).
     """
 
-    def __init__(self, source: LocalSource, dirs: GitDirs, on_change: OnChange, on_health: OnHealth):
-        self._source = source
+    def __init__(self, settings: WatcherSettings, dirs: GitDirs, on_change: OnChange, on_health: OnHealth):
+        self._settings = settings
         self._dirs = dirs
         self._on_change = on_change
         self._health = Health(on_health)
@@ -99,7 +112,7 @@ class Watcher:
         self._stamp: Stamp | None = None
         self._verifies = 0
         self._next_verify = _NEVER
-        self._fallback = Fallback(dirs.worktree, source.poll_interval, self.wake)
+        self._fallback = Fallback(dirs.worktree, settings.poll_interval, self.wake)
         self.verified_at: float | None = None
         self.on_verified: Callable[[], None] | None = None
         self.turns = 0
@@ -128,15 +141,15 @@ class Watcher:
                 self._dirs.worktree,
             )
         self._watches.close(final=True)
-        self._health.report(False, "none")
+        self._health.report(False, WatchMode.NONE)
 
     @property
     def verify_period(self) -> float:
         """Seconds between periodic verifications now (poll interval while polling)."""
-        if self._health.mode == "polling":
-            return self._source.poll_interval
+        if self._health.mode is WatchMode.POLLING:
+            return self._settings.poll_interval
         count = self._scheduler.slots if self._scheduler is not None else 1
-        return max(self._source.verify_interval, count / VERIFY_RATE)
+        return max(self._settings.verify_interval, count / VERIFY_RATE)
 
     # -- signals (any thread; the reader's must not block) -----------------------------------
 
@@ -209,7 +222,7 @@ class Watcher:
             # Never a dead watcher: distrust, back off, start over.
             logger.exception("stalewatch: watcher for %s failed; restarting", self._dirs.worktree)
             self._health.fault()
-            self._restart_soon(time.monotonic() + min(_RETRY, self._source.verify_interval))
+            self._restart_soon(time.monotonic() + min(_RETRY, self._settings.verify_interval))
         return self._next_timer()
 
     def _step(self, now: float) -> None:
@@ -281,7 +294,7 @@ class Watcher:
         try:
             self._resolve(recheck=recheck, stamp=stamp)
         except OSError as exc:
-            if exc.errno not in NO_NOTIFICATION or self._health.mode != "native":
+            if exc.errno not in NO_NOTIFICATION or self._health.mode is not WatchMode.NATIVE:
                 raise
             self._fallback.unavailable(exc, time.monotonic())
             self._restart_soon()
@@ -323,9 +336,9 @@ class Watcher:
         self._beat(now)
         identities = {path: identity_of(path) for path in anchors(self._dirs)}
         if None in identities.values():
-            self._health.mode = "none"  # checkout gone: HEAD reads unreadable; retried soon
+            self._health.mode = WatchMode.NONE  # checkout gone: HEAD reads unreadable; retried soon
             self._changed()
-            self._restart_soon(now + min(_RETRY, self._source.verify_interval))
+            self._restart_soon(now + min(_RETRY, self._settings.verify_interval))
             return
         self._identities = identities
         self._set_plan(self._planner.plan())
@@ -334,7 +347,7 @@ class Watcher:
         # The first verification: spread over a period, so a thousand checkouts started
         # together are not verified together; no sooner than a period after the start
         # (the watches are fresh), except when polling (that is how changes are seen).
-        if mode == "polling":
+        if mode is WatchMode.POLLING:
             self._next_verify = now + random.uniform(0.1, 1.0) * self.verify_period  # noqa: S311
         elif self._next_verify == _NEVER:
             self._next_verify = now + random.uniform(1.0, 2.0) * self.verify_period  # noqa: S311
@@ -342,27 +355,27 @@ class Watcher:
         if self._resolve_checked():
             self._trust_unless_faulted(faults)  # trusted only when native
 
-    def _open(self, now: float) -> str:
+    def _open(self, now: float) -> WatchMode:
         """Watch the plan's directories natively if possible; the mode to run in."""
-        if self._source.poll:
-            return "polling"
+        if self._settings.poll:
+            return WatchMode.POLLING
         if self._fallback.holds(now):
-            return "polling"
+            return WatchMode.POLLING
         try:
             self._watches.open(self.plan)
         except OSError as exc:
             self._watches.close()
             if self._stopped:
-                return "none"
+                return WatchMode.NONE
             if exc.errno in NO_NOTIFICATION or exc.errno == errno.EACCES:
                 self._fallback.unavailable(exc, now)
-                return "polling"
+                return WatchMode.POLLING
             # e.g. a directory vanished between the plan and the watch
             logger.warning("stalewatch: cannot watch %s yet (%s); retrying", self._dirs.worktree, exc)
-            self._restart_soon(now + min(_RETRY, self._source.verify_interval))
-            return "none"
+            self._restart_soon(now + min(_RETRY, self._settings.verify_interval))
+            return WatchMode.NONE
         self._fallback.available()
-        return "native"
+        return WatchMode.NATIVE
 
     # -- watches --------------------------------------------------------------------------------
 
@@ -381,7 +394,7 @@ class Watcher:
         """
         old = self.plan
         changed = self._set_plan(self._planner.plan(chain))
-        if self._health.mode != "native":
+        if self._health.mode is not WatchMode.NATIVE:
             return changed
         return self._watches.follow(old, self.plan, recheck=recheck) or changed
 

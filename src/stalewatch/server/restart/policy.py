@@ -21,9 +21,11 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any
 
-__all__ = ["RestartPolicy", "TableReader", "parse_policy"]
+from ...core.tables import TableReader
+
+__all__ = ["RestartPolicy", "parse_policy"]
 
 KEYS = {
     "action",
@@ -44,42 +46,6 @@ KEYS = {
     "min_interval",
 }
 _SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signal.Signals)
-
-
-class TableReader(Protocol):
-    """What :func:`parse_policy` needs from the configuration loader (``daemon.config``)."""
-
-    def name(self, table: int | None, key: str, sub: str | None = None) -> str: ...
-
-    def fail(
-        self,
-        name: str,
-        value: object,
-        reason: str,
-        table: int | None,
-        key: str | None,
-        *,
-        sub: str | None = None,
-    ) -> NoReturn: ...
-
-    def number(
-        self,
-        data: dict[str, Any],
-        key: str,
-        table: int | None,
-        low: float,
-        high: float,
-        *,
-        sub: str | None = None,
-    ) -> float: ...
-
-    def path(self, data: dict[str, Any], key: str, table: int | None, sub: str | None = None) -> Path: ...
-
-    def paths(
-        self, data: dict[str, Any], key: str, table: int, sub: str | None = None
-    ) -> tuple[Path, ...]: ...
-
-    def argv(self, data: dict[str, Any], key: str, table: int, sub: str | None = None) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)

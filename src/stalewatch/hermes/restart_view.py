@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..client.daemon import Daemon
+from ..client import Daemon
+from ..core import forking
 from ..core.phases import RestartPhase, RestartState
 from ..guard.guard import Guard
 
@@ -30,8 +31,29 @@ __all__ = ["RestartView", "restart_aware", "stop_all"]
 
 logger = logging.getLogger(__name__)
 
-_views: list[RestartView] = []
-_views_lock = threading.Lock()
+
+class _Views:
+    """Every view of the process, so a test suite or a shutdown can stop their client threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._views: list[RestartView] = []
+        forking.in_child(self._after_fork_in_child)
+
+    def add(self, view: RestartView) -> None:
+        with self._lock:
+            self._views.append(view)
+
+    def take_all(self) -> list[RestartView]:
+        with self._lock:
+            views, self._views = self._views, []
+        return views
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()  # the views stay: each restarts its own client in the child
+
+
+_VIEWS = _Views()
 
 
 class RestartView:
@@ -47,8 +69,7 @@ class RestartView:
         self._guard: Guard | None = None
         self._bound: tuple[Path, str] | None = None  # (checkout, loaded revision)
         self._pid = os.getpid()
-        with _views_lock:
-            _views.append(self)
+        _VIEWS.add(self)
 
     def bound(self, checkout: Path, revision: str) -> None:
         """The WebUI bound the Agent at ``checkout``, loaded at ``revision``: follow it."""
@@ -114,8 +135,5 @@ def _annotate(payload: dict[str, Any], state: RestartState) -> None:
 
 def stop_all() -> None:
     """Stop every view's client thread (for test suites and shutdown)."""
-    with _views_lock:
-        views = list(_views)
-        _views.clear()
-    for view in views:
+    for view in _VIEWS.take_all():
         view.stop()
