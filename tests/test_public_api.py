@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from importlib import resources
 
+import pytest
+
 import stalewatch
+
+pytestmark = pytest.mark.unit
 
 
 def test_public_names_are_pinned() -> None:

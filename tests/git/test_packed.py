@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Repo, exit_status_in_fork
 from stalewatch.core.errors import RefError
 from stalewatch.git import packed
 from stalewatch.git.refs import find_git_dirs, resolve_head
+from tests.support.forks import exit_status_in_fork
+from tests.support.repos import Repo
 
 HEADER = "# pack-refs with: peeled fully-peeled sorted \n"
 

@@ -14,12 +14,13 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import Repo, make_repo
 from stalewatch.git import reflog
 from stalewatch.git.refs import find_git_dirs, resolve_head
+from tests.support.properties import budget
+from tests.support.repos import Repo, make_repo
 
 _ENV = {
     "GIT_AUTHOR_NAME": "alice",
@@ -449,7 +450,7 @@ def reflog_lines(draw: st.DrawFn) -> bytes:
     return b"\n".join(parts) + draw(st.sampled_from([b"", b"\n"]))
 
 
-@settings(max_examples=1000, deadline=None)
+@budget(1000)
 @given(data=st.one_of(st.binary(max_size=2000), reflog_lines()), whole=st.booleans())
 def test_any_bytes_give_a_cause_or_none(data: bytes, whole: bool) -> None:
     entries = reflog.parse_log(data, whole=whole)
@@ -469,7 +470,7 @@ def test_any_bytes_give_a_cause_or_none(data: bytes, whole: bool) -> None:
             assert len(cause.message) <= 200
 
 
-@settings(max_examples=300, deadline=None)
+@budget(300)
 @given(data=st.one_of(st.binary(max_size=2000), reflog_lines()), whole=st.booleans())
 def test_parsing_only_the_relevant_lines_gives_the_same_cause(data: bytes, whole: bool) -> None:
     for loaded in (_OIDS[1], _OIDS[2], None):
@@ -479,7 +480,7 @@ def test_parsing_only_the_relevant_lines_gives_the_same_cause(data: bytes, whole
             assert reflog.explain_entries(relevant, loaded, current) == everything
 
 
-@settings(max_examples=50, deadline=None)
+@budget(50)
 @given(unit=st.binary(min_size=1, max_size=8))
 def test_pathological_repetition_is_linear(unit: bytes) -> None:
     data = unit * (256 * 1024 // len(unit))  # as large as one read can ever be
@@ -528,7 +529,7 @@ class History:
         return kind, ahead, behind
 
 
-@settings(max_examples=500, deadline=None)
+@budget(500)
 @given(
     ops=st.lists(
         st.tuples(st.sampled_from(["commit", "amend", "reset", "checkout", "ff"]), st.integers(0, 50))

@@ -15,15 +15,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import given
 from hypothesis import strategies as st
 
 from stalewatch.core.errors import RefError
 from stalewatch.core.revisions import is_object_id
 from stalewatch.git import packed
 from stalewatch.git.refs import GitDirs, resolve_head
+from tests.support.properties import budget
 
-BUDGET = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+pytestmark = pytest.mark.unit
+
+BUDGET = budget(250)
 
 OIDS = st.one_of(
     st.text("0123456789abcdef", min_size=40, max_size=40),

@@ -1,6 +1,6 @@
 """stalewatch.hermes.accelerate: each rule of the two-line accelerator, against real git.
 
-The module accelerated here is ``webui_shaped_runtime`` (the WebUI's surface and its
+The module accelerated here is ``tests.support.webui_runtime`` (the WebUI's surface and its
 three-``git`` read, written for these tests). Every answer of the accelerated read is
 compared with the original read's on the same checkout.
 """
@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import webui_shaped_runtime
-from process_audit import processes
 
-from conftest import Repo, make_agent, make_repo, report_from_fork
 from stalewatch.git import refs
 from stalewatch.hermes import accelerate, agent_head
 from stalewatch.hermes import accelerator as acceleration
+from tests.support import webui_runtime
+from tests.support.forks import report_from_fork
+from tests.support.process_audit import processes
+from tests.support.repos import Repo, make_agent, make_repo
 
 AGENT_SOURCE = "class AIAgent:\n    pass\n"
 
@@ -47,7 +48,7 @@ def agent(tmp_path: Path) -> Repo:
 
 @pytest.fixture
 def module() -> types.ModuleType:
-    return webui_shaped_runtime.load(accelerated=True)
+    return webui_runtime.load(accelerated=True)
 
 
 class Reads:
@@ -284,7 +285,7 @@ def test_bindings_are_bounded(module: types.ModuleType, tmp_path: Path) -> None:
 
 def test_no_thread_is_started(agent: Repo) -> None:
     before = threading.active_count()
-    module = webui_shaped_runtime.load(accelerated=True)
+    module = webui_runtime.load(accelerated=True)
     source = agent.path.resolve()
     for _ in range(10):
         module._read_agent_revision(source, module_path=source / "run_agent.py")
@@ -302,7 +303,7 @@ def test_calling_it_twice_changes_nothing(module: types.ModuleType) -> None:
 
 
 def test_only_the_read_is_replaced() -> None:
-    module = webui_shaped_runtime.load(accelerated=False)
+    module = webui_runtime.load(accelerated=False)
     before = dict(vars(module))
     assert accelerate(module) is True
     after = dict(vars(module))

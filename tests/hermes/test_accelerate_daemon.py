@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import webui_shaped_runtime
 
-from conftest import Repo, make_agent
-from daemon_helpers import WAIT, Subscriber, greet, short_dir, start_daemon
 from stalewatch.hermes import accelerate, agent_head, restart_view
+from tests.support import webui_runtime
+from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
+from tests.support.repos import Repo, make_agent
 
 PAYLOAD_FUNCTION = """
 
@@ -34,11 +34,11 @@ def agent_runtime_stale_payload(exc):
 def load(socket: Path | None, *, payload: bool = True) -> types.ModuleType:
     """A fresh WebUI-shaped module (with a payload function), accelerated."""
     name = f"webui_shaped_daemon_{id(socket)}_{payload}"
-    source = Path(webui_shaped_runtime.__file__).read_text() + (PAYLOAD_FUNCTION if payload else "")
+    source = Path(webui_runtime.__file__).read_text() + (PAYLOAD_FUNCTION if payload else "")
     module = types.ModuleType(name)
-    module.__file__ = webui_shaped_runtime.__file__
+    module.__file__ = webui_runtime.__file__
     sys.modules[name] = module
-    exec(compile(source, webui_shaped_runtime.__file__, "exec"), module.__dict__)  # noqa: S102
+    exec(compile(source, webui_runtime.__file__, "exec"), module.__dict__)  # noqa: S102
     assert accelerate(module, daemon=socket) is True
     return module
 

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from child import python_child
 
-from conftest import Repo, make_agent, make_repo, report_from_fork
 from stalewatch import StaleError, StalewatchError
 from stalewatch.git import command as gitcmd
 from stalewatch.hermes import dropin as hermes
 from stalewatch.web import WSGIBarrier
+from tests.support.children import python_child
+from tests.support.forks import report_from_fork
+from tests.support.repos import Repo, make_agent, make_repo
 
 AGENT_SOURCE = "class AIAgent:\n    pass\n"
 

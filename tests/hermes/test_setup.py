@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_agent
-from daemon_helpers import short_dir, start_daemon
 from stalewatch.cli import main
 from stalewatch.server.config import load
+from tests.support.daemons import short_dir, start_daemon
+from tests.support.repos import make_agent
 
 
 @pytest.fixture

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 
-from conftest import Repo, make_repo
-from daemon_helpers import WAIT, Subscriber, daemon_command, greet, short_dir, start_daemon
-from metrics_helpers import (
+from tests.support.daemons import WAIT, Subscriber, daemon_command, greet, short_dir, start_daemon
+from tests.support.metrics import (
     label_names,
     metrics_url,
     samples,
@@ -24,6 +23,7 @@ from metrics_helpers import (
     wait_for_scrape,
     write_config,
 )
+from tests.support.repos import Repo, make_repo
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ import pytest
 from stalewatch.core.errors import DaemonConfigError
 from stalewatch.server.config import DaemonConfig, load
 
+pytestmark = pytest.mark.unit
+
 
 def _load(tmp_path: Path, text: str) -> DaemonConfig:
     file = tmp_path / "c.toml"

@@ -5,14 +5,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.registry import Collector
 
-from metrics_helpers import samples
 from stalewatch.core.phases import RestartPhase, RestartState
 from stalewatch.core.status import Snapshot, Status
 from stalewatch.metrics.families import CheckoutView, build_info, checkout_families, daemon_families
 from stalewatch.metrics.tally import CheckoutCounts
+from tests.support.metrics import samples
+
+pytestmark = pytest.mark.unit
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 _TYPES = {

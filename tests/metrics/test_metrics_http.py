@@ -16,17 +16,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.registry import Collector
 
-from conftest import Repo
-from daemon_helpers import WAIT, Subscriber, greet, short_dir, start_daemon
-from metrics_helpers import get, metrics_url, samples, scrape, value, write_config
 from stalewatch.metrics.server import MAX_CONNECTIONS, MAX_REQUEST, MetricsServer
+from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
+from tests.support.metrics import get, metrics_url, samples, scrape, value, write_config
+from tests.support.properties import budget
+from tests.support.repos import Repo
 
-BUDGET = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+BUDGET = budget(150)
 
 
 @pytest.fixture

@@ -25,9 +25,11 @@ from typing import Any
 
 import pytest
 
-from conftest import Repo
-from daemon_helpers import Subscriber, greet, short_dir, start_daemon
-from metrics_helpers import metrics_url, write_config
+from tests.support.daemons import Subscriber, greet, short_dir, start_daemon
+from tests.support.metrics import metrics_url, write_config
+from tests.support.repos import Repo
+
+pytestmark = pytest.mark.real_server
 
 RULES = Path(__file__).resolve().parents[2] / "prometheus"
 PROMETHEUS = shutil.which("prometheus")

@@ -6,8 +6,8 @@ import errno
 import time
 from pathlib import Path
 
-from conftest import exit_status_in_fork
 from stalewatch.watching import fallback
+from tests.support.forks import exit_status_in_fork
 
 
 def test_a_forked_child_stops_polling_though_a_parent_thread_held_the_waiting_list(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import Repo
 from stalewatch.git.refs import GitDirs, find_git_dirs
 from stalewatch.watching.plan import Relevance, plan
+from tests.support.repos import Repo
 
 
 def dirs_of(repo: Repo) -> GitDirs:

@@ -97,6 +97,10 @@ class Snapshot:
     restart: RestartState | None = None
     cause: Cause | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, WatchMode):  # a plain string: "native" is WatchMode.NATIVE
+            object.__setattr__(self, "mode", WatchMode(self.mode))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "checkout": str(self.checkout),
