@@ -13,10 +13,26 @@ variable                        default  meaning
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from .errors import ConfigError
 
-__all__ = ["git_executable", "poll", "poll_interval", "verify_interval"]
+__all__ = ["WatchSettings", "git_executable", "poll", "poll_interval", "verify_interval"]
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """What a watcher runs with, resolved (by :class:`~stalewatch.LocalSource`, from the functions below).
+
+    Attributes:
+        verify_interval: seconds between periodic in-process re-verifications.
+        poll: poll instead of kernel notifications.
+        poll_interval: seconds between polls while polling.
+    """
+
+    verify_interval: float
+    poll: bool
+    poll_interval: float
 
 
 def _seconds(name: str, value: float | None, default: float) -> float:

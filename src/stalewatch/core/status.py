@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,6 +14,8 @@ from .cause import Cause
 from .phases import RestartState
 
 __all__ = ["Event", "Snapshot", "Status", "WatchMode", "decide", "transition"]
+
+logger = logging.getLogger(__name__)
 
 
 class Status(enum.StrEnum):
@@ -48,6 +51,15 @@ class WatchMode(enum.StrEnum):
     POLLING = "polling"
     DAEMON = "daemon"
     NONE = "none"
+
+    @classmethod
+    def of(cls, mode: WatchMode | str) -> WatchMode:
+        """``mode`` as a member; a third-party source's unknown string is ``NONE`` (logged)."""
+        try:
+            return cls(mode)
+        except ValueError:
+            logger.warning("stalewatch: a source reported an unknown mode %r; taken as none", mode)
+            return cls.NONE
 
 
 def decide(loaded: str | None, current: str | None, *, readable: bool) -> Status:
@@ -99,7 +111,7 @@ class Snapshot:
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, WatchMode):  # a plain string: "native" is WatchMode.NATIVE
-            object.__setattr__(self, "mode", WatchMode(self.mode))
+            object.__setattr__(self, "mode", WatchMode.of(self.mode))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -300,7 +300,7 @@ class Guard:
         self._restart_subscribers.drain()
 
     def _on_health(self, token: object, trusted: bool, mode: WatchMode | str) -> None:
-        mode = _mode(mode)
+        mode = WatchMode.of(mode)
         with self._lock:
             if token is not self._token:
                 return  # a report from a watch this guard no longer runs
@@ -396,12 +396,3 @@ class Guard:
     def __repr__(self) -> str:
         snap = self._snap
         return f"<Guard {snap.status.value} {snap.checkout} loaded={snap.loaded_revision}>"
-
-
-def _mode(mode: WatchMode | str) -> WatchMode:
-    """A source's mode as a :class:`WatchMode` (a third-party source may pass a string)."""
-    try:
-        return WatchMode(mode)
-    except ValueError:
-        logger.warning("stalewatch: a source reported an unknown mode %r; taken as none", mode)
-        return WatchMode.NONE

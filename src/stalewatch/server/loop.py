@@ -34,7 +34,7 @@ from .drain import OutputDrain
 from .observer import DaemonObserver
 from .publisher import Publisher
 from .registry import Registry
-from .reload import plan as plan_reload
+from .reload import plan_reload
 from .supervision import ObservedSource, Supervisor, status_text
 
 __all__ = ["DaemonServer", "ObserverFactory"]

@@ -14,7 +14,7 @@ from ..core.errors import DaemonConfigError
 from .checkout import Checkout
 from .config import CheckoutConfig, DaemonConfig
 
-__all__ = ["AT_START", "Plan", "plan"]
+__all__ = ["AT_START", "ReloadPlan", "plan_reload"]
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ AT_START = ("socket", "metrics_address", "metrics_textfile", "metrics_interval")
 
 
 @dataclass(frozen=True)
-class Plan:
+class ReloadPlan:
     """What a reload does.
 
     Attributes:
@@ -40,12 +40,12 @@ class Plan:
     fresh: dict[str, Checkout]
 
 
-def plan(
+def plan_reload(
     entries: Mapping[str, Checkout],
     running: DaemonConfig,
     settings: DaemonConfig,
     make: Callable[[CheckoutConfig, int], Checkout],
-) -> Plan:
+) -> ReloadPlan:
     """Bind what ``settings`` adds, reuse what it keeps; change nothing that runs.
 
     Raises:
@@ -68,4 +68,4 @@ def plan(
     if changed and not (changed == ["socket"] and settings.socket is None):
         logger.warning("stalewatch: changed %s take effect only after a restart", ", ".join(changed))
     settings = replace(settings, **{key: getattr(running, key) for key in AT_START})
-    return Plan(settings, reused, updates, fresh)
+    return ReloadPlan(settings, reused, updates, fresh)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..core import settings
 from ..git.refs import GitDirs
 from .source import OnChange, OnHealth, OnRestart
-from .watcher import Watcher, WatcherSettings
+from .watcher import Watcher
 
 __all__ = ["LocalSource"]
 
@@ -33,9 +33,9 @@ class LocalSource:
         self.poll_interval = settings.poll_interval(poll_interval)
 
     @property
-    def watcher_settings(self) -> WatcherSettings:
+    def watcher_settings(self) -> settings.WatchSettings:
         """What each of its watchers runs with."""
-        return WatcherSettings(self.verify_interval, self.poll, self.poll_interval)
+        return settings.WatchSettings(self.verify_interval, self.poll, self.poll_interval)
 
     def watch(
         self,

@@ -33,9 +33,9 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.settings import WatchSettings
 from ..core.status import WatchMode
 from ..git.refs import GitDirs
 from . import inotify, scheduler
@@ -46,7 +46,7 @@ from .source import OnChange, OnHealth
 from .stamp import Stamp, take
 from .watches import Watches, identity_of
 
-__all__ = ["READ_EVERY", "VERIFY_RATE", "Watcher", "WatcherSettings"]
+__all__ = ["READ_EVERY", "VERIFY_RATE", "Watcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,21 +67,6 @@ _NEVER = float("inf")
 _Identity = tuple[int, int] | None
 
 
-@dataclass(frozen=True)
-class WatcherSettings:
-    """The settings a watcher runs with (resolved by its source: :mod:`stalewatch.core.settings`).
-
-    Attributes:
-        verify_interval: seconds between periodic in-process re-verifications.
-        poll: poll instead of kernel notifications.
-        poll_interval: seconds between polls while polling.
-    """
-
-    verify_interval: float
-    poll: bool
-    poll_interval: float
-
-
 class Watcher:
     """Watches one checkout; calls ``on_change`` on a worker thread. See the module doc.
 
@@ -92,7 +77,7 @@ class Watcher:
         turns: turns run so far (tests and benches count wake-ups with it).
     """
 
-    def __init__(self, settings: WatcherSettings, dirs: GitDirs, on_change: OnChange, on_health: OnHealth):
+    def __init__(self, settings: WatchSettings, dirs: GitDirs, on_change: OnChange, on_health: OnHealth):
         self._settings = settings
         self._dirs = dirs
         self._on_change = on_change

@@ -6,4 +6,5 @@
 - :mod:`.sequence`: :class:`~.sequence.Restarter`, one checkout's sequence (R1-R7).
 - :mod:`.confirm`: is the restart done? (R5)
 - :mod:`.announce`: telling each phase, in order, with its estimate (R7).
+- :mod:`.action`: the action through the supervisor (R4) and the verify probe (R2).
 """

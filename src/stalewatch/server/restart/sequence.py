@@ -34,8 +34,9 @@ from ...core.errors import LockError
 from ...core.phases import RestartPhase, RestartState
 from ...core.status import Event, Status
 from ...guard.guard import Guard
-from .. import commands as process
+from ..commands import Outcome
 from ..registry import Registry
+from .action import environment, run_action, run_probe
 from .announce import Announcer
 from .confirm import Confirmation
 from .lock import HandoffLock
@@ -334,12 +335,7 @@ class Restarter:
         self._last_action = time.monotonic()
         started_wall = time.time()
         self._publish(RestartPhase.RESTARTING, None, target, attempt, self._announcer.restart_seconds)
-        if policy.pidfile is not None:
-            outcome = process.signal_pidfile(policy.pidfile, policy.signal)
-        else:
-            argv = policy.action or ()
-            env = self._env(target)
-            outcome = process.run(argv, timeout=policy.action_timeout, env=env, stop=self._stop)
+        outcome = run_action(policy, self._env(target), self._stop)
         if self._stop.is_set():
             raise _Changed  # the daemon stops: the action was cut short, not failed
         if not outcome.ok:
@@ -371,12 +367,9 @@ class Restarter:
         self._publish(RestartPhase.CONFIRMED, None, running, attempt)
         self._rebind(running)
 
-    def _probe(self, probe: tuple[str, ...], revision: str, policy: RestartPolicy) -> process.Outcome:
+    def _probe(self, probe: tuple[str, ...], revision: str, policy: RestartPolicy) -> Outcome:
         """Run the verify probe against ``revision``'s code, in the worktree."""
-        env = self._env(revision)
-        outcome = process.run(
-            probe, cwd=self._worktree, timeout=policy.verify_timeout, env=env, stop=self._stop
-        )
+        outcome = run_probe(probe, self._worktree, policy, self._env(revision), self._stop)
         if not outcome.ok and outcome.output:
             logger.warning("stalewatch: verify probe for %s printed:\n%s", self.key, outcome.output)
         return outcome
@@ -430,10 +423,4 @@ class Restarter:
         )
 
     def _env(self, target: str) -> dict[str, str]:
-        loaded = self._guard.snapshot().loaded_revision or ""
-        return {
-            "STALEWATCH_CHECKOUT": self.key,
-            "STALEWATCH_REVISION": target,
-            "STALEWATCH_LOADED_REVISION": loaded,
-            "STALEWATCH_CURRENT_REVISION": target,
-        }
+        return environment(self.key, target, self._guard.snapshot().loaded_revision)
