@@ -94,7 +94,7 @@ class Follower:
         return self._stop.is_set
 
     def close(self) -> None:
-        """Release the wake-up pipe (after the loop ended)."""
+        """Release the wake-up sockets (after the loop ended)."""
         self._stop.close()
 
     def messages(self) -> Iterator[dict[str, Any]]:

@@ -5,7 +5,7 @@ is: inside a lock's critical section, half-way through a loop's turn. A handler 
 takes a lock the interrupted code holds (``threading.Event.set`` does) deadlocks, and
 one that raises tears the interrupted code apart. So every handler installed here only
 calls the function it was given, and that function only sets an attribute and wakes
-the loop that owns the work: :class:`Wakeup` (a byte on a pipe, no lock), a
+the loop that owns the work: :class:`Wakeup` (a byte on a socket pair, no lock), a
 ``queue.SimpleQueue.put`` (reentrant by design), or ``socket.shutdown``.
 """
 

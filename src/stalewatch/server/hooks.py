@@ -9,7 +9,7 @@ runs it once. Commands are argv lists, never a shell; each gets the event in
 group so a timeout kills everything it started. A hook is done when its process
 exits (waited on with a pidfd where Linux has one), even if a background process it
 started still holds its output; that output is kept within a fixed number of bytes
-(:mod:`.output`) and logged with the exit status.
+(:mod:`.capture`) and logged with the exit status.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""What the daemon tells its socket subscribers, and when (see :mod:`.protocol`).
+"""What the daemon tells its socket subscribers, and when (see :mod:`stalewatch.protocol`).
 
 Used on the loop's thread only. Each line is encoded once and queued for every client
-(:class:`~.clients.ClientSet` never blocks on one); one client's failure is its own.
+(:class:`~.connections.ClientSet` never blocks on one); one client's failure is its own.
 Generations make every event reach each client exactly once, after its snapshot (C12).
 """
 
