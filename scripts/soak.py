@@ -100,6 +100,16 @@ class Proc:
         return sum(1 for _ in Path(f"/proc/{self.pid}/fd").iterdir())
 
 
+def _listening(path: Path) -> bool:
+    """Whether a daemon accepts connections at ``path`` (a probe connects and leaves)."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 class Honest:
     """A subscriber that reads everything and checks generations per checkout."""
 
@@ -260,10 +270,10 @@ def main() -> int:
         )
         proc = Proc(daemon.pid)
         deadline = time.monotonic() + 30
-        while not sock_path.exists():
+        while not _listening(sock_path):  # the path exists from bind(), connecting from listen()
             if time.monotonic() > deadline or daemon.poll() is not None:
                 raise SystemExit(f"the daemon did not start:\n{(work / 'daemon.log').read_text()}")
-            time.sleep(0.02)
+            time.sleep(0.02)  # polls another process's start-up, not a thread of ours
         seen = threading.Condition()
         honest = [Honest(sock_path, n, seen) for n in range(4)]
         for sub in honest:
