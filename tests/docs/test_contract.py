@@ -58,7 +58,9 @@ def _defined() -> dict[str, str]:
     """``{code: definition text}`` from docs/contract.md: an anchor, then a heading naming it."""
     text = CONTRACT.read_text()
     defined = {}
-    for match in re.finditer(r'<a id="([cr]\d{1,2})"></a>\n### ([CR]\d{1,2})\. ([^\n]+)\n\n(.+?)(?=\n<a id=|\n## |\Z)', text, re.S):
+    for match in re.finditer(
+        r'<a id="([cr]\d{1,2})"></a>\n### ([CR]\d{1,2})\. ([^\n]+)\n\n(.+?)(?=\n<a id=|\n## |\Z)', text, re.S
+    ):
         anchor, code, title, body = match.groups()
         assert anchor == code.lower(), (anchor, code)
         defined[code] = f"{title}\n{body}"
