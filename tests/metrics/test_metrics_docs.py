@@ -1,4 +1,4 @@
-"""The docs' metrics table (docs/metrics.md) names every metric stalewatch exposes, with its type and labels."""
+"""The metrics table in docs/metrics.md names every metric stalewatch exposes, with its type and labels."""
 
 from __future__ import annotations
 
