@@ -18,11 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.kinds import KINDS
+from tests.support.parts import CI_INSTALLS
 from tests.support.recorder import Recorder
 from tests.support.repos import Repo, make_repo
-
-CI_INSTALLS = ".ci/run installs it"
-"""In a skip's reason: the part is Debian's and CI installs it (so on CI the skip fails)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,4 +1,4 @@
-"""The README's metrics table names every metric stalewatch exposes, with its type and labels."""
+"""The metrics table in docs/metrics.md names every metric stalewatch exposes, with its type and labels."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.support.metrics import samples
 
 pytestmark = pytest.mark.unit
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+METRICS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 _TYPES = {
     "counter": "counter",
     "gauge": "gauge",
@@ -28,9 +28,9 @@ _TYPES = {
 
 
 def _table() -> dict[str, tuple[str, set[str]]]:
-    """``{metric: (type, labels)}`` from the README's table."""
-    text = README.read_text()
-    section = text[text.index("### The metrics") : text.index("### For apps without the daemon")]
+    """``{metric: (type, labels)}`` from the docs' table."""
+    text = METRICS_PAGE.read_text()
+    section = text[text.index("## The metrics") : text.index("## For apps without the daemon")]
     rows = {}
     for line in section.splitlines():
         found = re.match(r"\| `(stalewatch_\w+)` \| ([^|]+) \|([^|]*)\|", line)
@@ -79,7 +79,7 @@ def _count(*views: CheckoutView) -> int:
     return len(samples(generate_latest(registry).decode()))
 
 
-def test_the_series_counts_the_readme_gives() -> None:
+def test_the_series_counts_the_docs_give() -> None:
     daemon = _count()  # no checkout: the daemon's own
     assert daemon == 7
     assert _count(_view(Status.CURRENT)) - daemon == 32
