@@ -51,7 +51,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from check_hermes import make_copy
-from hermes_client import Board, Load, Reply, Seen, Turn, btw, health
+from hermes_checks import (
+    any_of,
+    counts,
+    guarded,
+    outage,
+    phase,
+    phases_seen,
+    restart_began,
+    restart_fields,
+    since,
+    turn_end,
+    turn_event,
+    verdict_on,
+)
+from hermes_client import Board, Load, Turn, btw, health
 from hermes_lab import HOLD_WORD, WAIT, Lab, Policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,121 +137,11 @@ class Run:
         return float(self.args.settle + self.args.confirm_timeout + 2 * WAIT)
 
 
-# -- what the board says ---------------------------------------------------------------
-
-
-def phase(*phases: str, revision: str | None = None) -> Callable[[Seen], bool]:
-    def match(seen: Seen) -> bool:
-        data = seen.data
-        return (
-            seen.kind == "daemon"
-            and data.get("type") == "restart"
-            and data.get("phase") in phases
-            and (revision is None or data.get("revision") == revision)
-        )
-
-    return match
-
-
-def verdict_on(target: str) -> Callable[[Seen], bool]:
-    """How the daemon's sequence for ``target`` ended: confirmed, failed, refused, or idle
-    (nothing left to do: the servers registered HEAD, e.g. after restarting themselves)."""
-    return any_of(phase("confirmed", "failed", "refused", revision=target), phase("idle"))
-
-
-def any_of(*predicates: Callable[[Seen], bool]) -> Callable[[Seen], bool]:
-    return lambda seen: any(predicate(seen) for predicate in predicates)
-
-
 def restarts(lab: Lab, board: Board, mark: int, starts: int, target: str) -> str:
     """How many times the WebUI's server started since ``mark``, and how many the daemon caused."""
     actions = len(board.select(phase("restarting", revision=target), mark))
     pids = ", ".join(str(p.pid) for p in lab.webui_pids)
     return f"{lab.starts() - starts} server starts, {actions} by the daemon's action (processes: {pids})"
-
-
-def turn_end(name: str) -> Callable[[Seen], bool]:
-    return lambda seen: seen.kind == "turn" and seen.data.get("name") == name and seen.data["event"] == "end"
-
-
-def turn_event(name: str, event: str) -> Callable[[Seen], bool]:
-    return lambda seen: seen.kind == "turn" and seen.data.get("name") == name and seen.data["event"] == event
-
-
-def guarded(status: int, after: float) -> Callable[[Seen], bool]:
-    """A load reply of the guard route with ``status``, to a request sent after ``after``."""
-    return lambda seen: (
-        seen.kind == "reply"
-        and seen.data["path"] == "/api/btw"
-        and seen.data["status"] == status
-        and seen.data["start"] > after
-    )
-
-
-def restart_began(started: float | None) -> Callable[[Seen], bool]:
-    """The daemon's action, a refused/reset connection, or a WebUI with another start time."""
-
-    def match(seen: Seen) -> bool:
-        if phase("restarting")(seen):
-            return True
-        if seen.kind != "reply":
-            return False
-        other_start = seen.data.get("started") not in (None, started)
-        return other_start or (seen.data["error"] is not None and seen.data["status"] is None)
-
-    return match
-
-
-def phases_seen(board: Board, since: int, origin: float) -> str:
-    lines = board.select(
-        phase("scheduled", "waiting", "verifying", "restarting", "confirmed", "refused", "failed", "idle"),
-        since,
-    )
-    text = [
-        f"{s.data['phase']}{': ' + s.data['reason'] if s.data.get('reason') else ''} ({s.at - origin:+.1f} s)"
-        for s in lines
-    ]
-    return "; ".join(text) or "none"
-
-
-def since(origin: float, then: float | Seen | None) -> str:
-    """Seconds from ``origin`` to ``then`` (a time or an observation), or "never"."""
-    if then is None:
-        return "never"
-    return f"{(then.at if isinstance(then, Seen) else then) - origin:.2f} s"
-
-
-def counts(replies: list[Reply]) -> str:
-    guarded = [r for r in replies if r.path == "/api/btw"]
-    return (
-        f"{len(replies)} requests ({len(guarded)} guarded): "
-        f"404 {sum(r.status == 404 for r in guarded)}, 409 {sum(r.status == 409 for r in guarded)}, "
-        f"/health 200 {sum(r.path == '/health' and r.status == 200 for r in replies)}, "
-        f"refused {sum(r.refused for r in replies)}, "
-        f"reset {sum(r.unserved and not r.refused for r in replies)}, "
-        f"lost {sum(r.lost for r in replies)}"
-    )
-
-
-def outage(replies: list[Reply], after: float) -> str:
-    """From the first request not served after ``after`` to the next one served."""
-    first = next((r for r in replies if r.start > after and r.unserved), None)
-    if first is None:
-        return "no connection refused or reset"
-    back = next((r for r in replies if r.start > first.start and r.status is not None), None)
-    until = back.start if back is not None else replies[-1].end
-    lost = sum(r.unserved for r in replies if first.start <= r.start < until)
-    return f"{lost} connections refused or reset over {until - first.start:.2f} s"
-
-
-def restart_fields(replies: list[Reply]) -> str:
-    last = next(
-        (r.payload for r in reversed(replies) if r.status == 409 and isinstance(r.payload, dict)), None
-    )
-    if last is None:
-        return "no 409 seen"
-    extra = {k: v for k, v in last.items() if k not in ("error", "type", "retryable")}
-    return f"last 409: {last.get('error', '')[:90]!r} {extra or '(no restart fields)'}"
 
 
 def registration(lab: Lab, revision: str) -> tuple[bool, str]:
@@ -361,6 +265,7 @@ def scenario_turn(run: Run) -> Scenario:
         confirmed = verdict is not None and verdict.data["phase"] == "confirmed"
         s.check(ok and confirmed, f"confirmed by the WebUI's registration: {text}")
         load.stop()
+        s.note(f"WebUI start under supervisord: {lab.startup:.1f} s to /health 200")
         s.note(f"/health while the turn was held: active_streams {before}")
         s.note(f"daemon phases (from the update end): {phases_seen(board, mark, steps['end'])}")
         s.note(f"requests: {counts(load.replies)}; outage: {outage(load.replies, steps['end'])}")

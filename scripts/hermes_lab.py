@@ -198,6 +198,7 @@ class Lab:
         self._follower: threading.Thread | None = None
         self._follow_sock: socket.socket | None = None
         self._closers: list[Callable[[], None]] = []
+        self.startup = 0.0  # seconds from supervisord's start to the WebUI's first /health 200
         self._pace = threading.Event()  # never set: a pause between two probes
 
     def __enter__(self) -> Lab:
@@ -439,11 +440,13 @@ class Lab:
                 """
             )
         )
+        begun = time.monotonic()
         self._supervisord = self.spawn(
             [str(self.bin / "supervisord"), "-c", str(self.conf)], "supervisord.out"
         )
         if not self.wait_until_serving(WAIT):
             raise RuntimeError(f"the WebUI never answered /health:\n{self.log('hermes-webui.out.log')}")
+        self.startup = time.monotonic() - begun
 
     def wait_until_serving(self, timeout: float) -> bool:
         """Until /health answers 200 (a readiness probe, paced by the board's clock)."""
