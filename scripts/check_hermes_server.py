@@ -421,12 +421,12 @@ def scenario_timings(run: Run) -> Scenario:
 
 
 def readme_block() -> str:
-    """The README's Python block that ends the WebUI's file with ``daemon=``."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The docs' Python block that ends the WebUI's file with ``daemon=`` (docs/hermes.md)."""
+    text = (ROOT / "docs" / "hermes.md").read_text(encoding="utf-8")
     for block in re.findall(r"```python\n(.*?)```", text, re.DOTALL):
         if "accelerate(sys.modules[__name__]" in block and "daemon=" in block:
             return str(block)
-    raise SystemExit("check_hermes_server: README.md has no accelerator block with daemon=")
+    raise SystemExit("check_hermes_server: docs/hermes.md has no accelerator block with daemon=")
 
 
 def append(copy: Path, original: str, block: str) -> None:
