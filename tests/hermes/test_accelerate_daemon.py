@@ -112,11 +112,13 @@ def test_r7_the_payload_says_a_restart_is_coming_and_the_webui_registers_its_rev
         assert json.dumps(upstream) == json.dumps(expected)
 
 
-def test_a_module_without_a_payload_function_keeps_an_accelerated_read_and_says_why(
+def test_a_module_without_a_payload_function_still_follows_the_daemon_and_says_so(
     workdir: Path, agent: Repo, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="stalewatch.hermes"):
-        module = load(workdir / "nowhere.sock", payload=False)  # the mirrored WebUI's shape
+    with caplog.at_level(logging.INFO, logger="stalewatch.hermes"):
+        module = load(workdir / "nowhere.sock", payload=False)  # release exp-v0.52.262's shape
     assert hasattr(module._read_agent_revision, "__stalewatch_original__")
-    assert "agent_runtime_stale_payload" in caplog.text
+    assert "agent_runtime_stale_payload" in caplog.text and "registers" in caplog.text
     assert not hasattr(module, "agent_runtime_stale_payload")
+    view = module._read_agent_revision.__stalewatch_view__
+    assert view.socket == workdir / "nowhere.sock" and view.module is module

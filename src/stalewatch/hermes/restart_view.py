@@ -1,15 +1,22 @@
-"""Restart-aware 409s for the accelerated WebUI: ``accelerate(module, daemon=SOCKET)`` (R7).
+"""The WebUI's link to the daemon: ``accelerate(module, daemon=True)`` (R5, R7).
 
 With a stalewatch daemon whose restart policy watches the Agent checkout (``stalewatch
-hermes setup`` writes one), the WebUI's stale payload says whether a restart is coming:
-``restart_scheduled: true`` with ``retry_after`` (seconds) and ``restart_phase`` while
-it is; ``false`` with ``restart_reason`` when the daemon refused or failed. Anything
-else leaves upstream's payload as it was.
+hermes setup`` writes one), an accelerated WebUI process
 
-A :class:`RestartView` follows the daemon for the Agent checkout through a guard fed by
-:class:`~stalewatch.Daemon`: one client thread, started when the WebUI binds the Agent
-(its capture of the loaded revision), which also registers that revision with the
-daemon, so an automatic restart is confirmed only once the new WebUI runs the new code.
+- registers the revision it loaded (R5), on every WebUI version: one client thread,
+  started when the WebUI binds the Agent (its capture of the loaded revision), so the
+  daemon confirms a restart only once the new WebUI runs the new code;
+- leaves restarts to the daemon: a WebUI that restarts itself after an Agent update
+  (its ``_schedule_automatic_restart``, pull request 7160) asks the daemon instead,
+  and never re-executes itself (no double restart; see :func:`daemon_restarts`);
+- says in its stale payload, where the WebUI has one (``agent_runtime_stale_payload``),
+  whether the daemon's restart is coming (R7): ``restart_scheduled``, ``retry_after``
+  and ``restart_phase`` while it is, ``restart_reason`` when the daemon refused or
+  failed. A field the WebUI set itself is never contradicted.
+
+A :class:`RestartView` also keeps a handle to the WebUI's own modules, so that its
+work in flight (its active chat streams and agent runs) can be told to the daemon:
+:meth:`RestartView.work_in_flight`.
 """
 
 from __future__ import annotations
@@ -17,9 +24,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ..client import Daemon
@@ -27,9 +36,11 @@ from ..core import forking
 from ..core.phases import RestartPhase, RestartState
 from ..guard.guard import Guard
 
-__all__ = ["RestartView", "restart_aware", "stop_all"]
+__all__ = ["RestartView", "daemon_restarts", "restart_aware", "stop_all"]
 
 logger = logging.getLogger(__name__)
+
+_GAVE_UP = (RestartPhase.REFUSED, RestartPhase.FAILED)
 
 
 class _Views:
@@ -61,10 +72,13 @@ class RestartView:
 
     Args:
         socket: the daemon's socket.
+        module: the WebUI's accelerated module (``api.agent_runtime``), kept so the
+            WebUI's own state (its active streams, in ``api.config``) can be read.
     """
 
-    def __init__(self, socket: str | os.PathLike[str]) -> None:
+    def __init__(self, socket: str | os.PathLike[str], module: ModuleType | None = None) -> None:
         self.socket = Path(socket)
+        self.module = module
         self._lock = threading.Lock()
         self._guard: Guard | None = None
         self._bound: tuple[Path, str] | None = None  # (checkout, loaded revision)
@@ -93,13 +107,51 @@ class RestartView:
             self._guard = None
 
     def state(self) -> RestartState | None:
-        """The daemon's latest restart phase for the Agent checkout, if any."""
+        """The daemon's latest restart phase for the Agent checkout.
+
+        ``None`` while the daemon is not connected, does not watch the checkout, or
+        has no restart policy for it (its snapshot's ``restart`` is null).
+        """
         with self._lock:
             if self._bound is not None and self._pid != os.getpid():
                 self._pid = os.getpid()
                 self._start()  # a forked worker: the parent's client thread is not ours
             guard = self._guard
         return guard.snapshot().restart if guard is not None else None
+
+    def restart_coming(self) -> bool:
+        """Whether the daemon will restart the WebUI onto the checkout's new revision.
+
+        True while the daemon, connected and with a restart policy, has not refused
+        nor given up (a move it has not heard of yet included: its policy will see it);
+        False otherwise: then nothing restarts the WebUI by itself.
+        """
+        state = self.state()
+        return state is not None and state.phase not in _GAVE_UP
+
+    def webui_config(self) -> ModuleType | None:
+        """The WebUI's ``api.config`` (its ``STREAMS`` and ``ACTIVE_RUNS``), once imported."""
+        package = getattr(self.module, "__name__", "").rpartition(".")[0]
+        return sys.modules.get(f"{package}.config") if package else None
+
+    def work_in_flight(self) -> int | None:
+        """The WebUI's chat work running now: its active streams and agent runs.
+
+        Both registries are keyed by stream id (a run outlives its stream while it
+        unwinds), so the count is the union of their keys, each read under its own
+        lock, one after the other (never both held: the WebUI takes them apart).
+        ``None`` when the WebUI has no such registries (not imported yet, or another
+        version).
+        """
+        config = self.webui_config()
+        ids: set[object] = set()
+        for table, lock in (("STREAMS", "STREAMS_LOCK"), ("ACTIVE_RUNS", "ACTIVE_RUNS_LOCK")):
+            registry, guard = getattr(config, table, None), getattr(config, lock, None)
+            if not isinstance(registry, dict) or guard is None:
+                return None
+            with guard:
+                ids.update(registry)
+        return len(ids)
 
     def stop(self) -> None:
         """Stop following the daemon (joins the client thread). Harmless twice."""
@@ -129,8 +181,40 @@ def restart_aware(original: Callable[..., Any], view: RestartView) -> Callable[.
 
 def _annotate(payload: dict[str, Any], state: RestartState) -> None:
     # The WebUI's own payload stands unless a restart is coming or was refused/failed.
-    if state.scheduled or state.phase in (RestartPhase.REFUSED, RestartPhase.FAILED):
-        payload.update(state.payload_fields())
+    if not (state.scheduled or state.phase in _GAVE_UP):
+        return
+    fields = state.payload_fields()
+    said = payload.get("restart_scheduled")
+    if isinstance(said, bool) and said != fields["restart_scheduled"]:
+        # The WebUI's message was chosen with its own `restart_scheduled` (pull request
+        # 7160: from daemon_restarts, a moment ago); the daemon moved on since. Add
+        # nothing that would contradict its text: the next request says the new phase.
+        return
+    payload.update(fields)
+
+
+def daemon_restarts(original: Callable[..., Any], view: RestartView) -> Callable[[], bool]:
+    """Stands in for the WebUI's ``_schedule_automatic_restart()`` (pull request 7160).
+
+    That function schedules the WebUI's own restart (``os.execv`` of itself, same pid,
+    unseen by its supervisor) and says whether one is coming. With a daemon the daemon
+    owns restarts (through the supervisor, after the update, verified, drained,
+    confirmed): this one schedules nothing and answers whether the daemon's restart is
+    coming, which picks the WebUI's message ("will restart after the Agent update
+    finishes" or "could not be scheduled") and its ``restart_scheduled``. A daemon
+    that does not answer restarts nothing, and the WebUI says so (fail closed).
+    """
+
+    @functools.wraps(original)
+    def _schedule_automatic_restart() -> bool:
+        try:
+            return view.restart_coming()
+        except Exception:  # never into the WebUI's check: "could not be scheduled"
+            logger.debug("stalewatch.hermes: restart state unavailable", exc_info=True)
+            return False
+
+    _schedule_automatic_restart.__stalewatch_view__ = view  # type: ignore[attr-defined]
+    return _schedule_automatic_restart
 
 
 def stop_all() -> None:

@@ -38,6 +38,11 @@ RUNTIME = "stalewatch-hermes"  # RuntimeDirectory=: the socket is %t/stalewatch-
 UPDATE_MARKER = ".hermes-update-in-progress"
 RECOVERY_MARKERS = (".update-incomplete", ".lazy-refresh-incomplete")
 UPDATE_MAX_AGE = 1200  # Hermes' own: a marker older than 20 minutes is not a live update
+ACCELERATOR_LINES = (
+    "from stalewatch.hermes import accelerate",
+    "accelerate(sys.modules[__name__], daemon=True)",
+)
+"""What ends the WebUI's ``api/agent_runtime.py`` with a daemon (``sys``: imported by every version)."""
 _PROBE = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5).close()"
 
 

@@ -18,6 +18,7 @@ import select
 import selectors
 import socket
 import struct
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -54,16 +55,30 @@ class Client:
         self.registered: tuple[str, str] | None = None  # (checkout, revision): one per connection
 
 
-def _peer_pid(sock: socket.socket) -> int:
-    """The connecting process's pid, from the kernel (``SO_PEERCRED``), not its word."""
+# macOS has no SO_PEERCRED: the peer's pid is LOCAL_PEERPID (<sys/un.h>) at level
+# SOL_LOCAL; Python's socket module names neither, so their values are spelled here.
+SOL_LOCAL = 0
+LOCAL_PEERPID = 2
+
+
+def _peer_pid(sock: socket.socket, platform: str = sys.platform) -> int:
+    """The connecting process's pid, from the kernel, not its word; 0 when unknown.
+
+    Linux: ``SO_PEERCRED`` (pid, uid, gid). macOS: ``LOCAL_PEERPID`` (an int).
+    Registration (R5) keys servers by this pid: without it, a restart is confirmed by
+    the ``confirm`` probe alone.
+    """
     option = getattr(socket, "SO_PEERCRED", None)
-    if option is None:
-        return 0
     try:
-        pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+        if option is not None:
+            pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+        elif platform == "darwin":
+            (pid,) = struct.unpack("i", sock.getsockopt(SOL_LOCAL, LOCAL_PEERPID, struct.calcsize("i")))
+        else:
+            return 0
     except (OSError, struct.error):
         return 0
-    return int(pid)
+    return max(0, int(pid))
 
 
 class ClientSet:
