@@ -2,7 +2,7 @@
 """Prove stalewatch's Hermes integration against the real Hermes WebUI server.
 
 The WebUI checkout given is copied (never changed); the copy's ``api/agent_runtime.py``
-gets the README's two accelerator lines (with ``daemon=``). Then, for each scenario, a
+gets the docs' two accelerator lines (with ``daemon=``, docs/hermes.md). Then, for each scenario, a
 fresh world (``scripts/hermes_lab.py``): the WebUI started by its own ``start.sh
 --foreground`` under a real supervisord (its docs/supervisor.md program block), beside
 a fake Agent checkout (``srv/hermes-agent``, a clone of a local upstream; its
@@ -12,7 +12,7 @@ policy (``supervisorctl restart``, the updater's markers, a verify probe importi
 ``run_agent``, confirmation by registration). ``hermes update`` is emulated in the
 order the Agent's updater takes. Scenarios:
 
-0. the README's lines work in the WebUI's file (the import succeeds and accelerates);
+0. the docs' lines work in the WebUI's file (the import succeeds, accelerates, links the daemon);
 1. a chat turn in flight across the update: it finishes, the restart follows it, guarded
    requests get 409 meanwhile, the new revision is served, and the restart is confirmed
    by the WebUI's registration;
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import re
 import shutil
 import subprocess
@@ -74,13 +75,19 @@ RUNTIME = Path("api") / "agent_runtime.py"
 _PROBE = """
 import api.agent_runtime as runtime
 read = getattr(runtime, "_read_agent_revision", None)
+view = getattr(read, "__stalewatch_view__", None)
 payload = getattr(runtime, "agent_runtime_stale_payload", None)
+own = getattr(runtime, "_schedule_automatic_restart", None)
 print("read accelerated" if hasattr(read, "__stalewatch_original__") else "read NOT accelerated")
+print(f"registers with the daemon at {view.socket}" if view is not None else "no daemon")
 if payload is None:
-    print("no agent_runtime_stale_payload: no restart-aware 409, no registration")
+    print("no agent_runtime_stale_payload: its routes build the 409 inline (upstream's message)")
 else:
     aware = getattr(payload, "__stalewatch_view__", None) is not None
-    print("payload restart-aware, registers" if aware else "payload upstream's")
+    print("payload restart-aware" if aware else "payload upstream's")
+if own is not None:
+    mine = getattr(own, "__stalewatch_view__", None) is not None
+    print("its own restart left to the daemon" if mine else "it still restarts itself")
 """
 
 
@@ -173,7 +180,7 @@ def served_after(lab: Lab, label: str) -> tuple[bool, str]:
 
 
 def scenario_lines(run: Run, checkout: Path) -> Scenario:
-    s = Scenario("0: the README's accelerator lines (with daemon=) in the WebUI's own file")
+    s = Scenario("0: the docs' accelerator lines (with daemon=) in the WebUI's own file")
     block = readme_block()
     copy = run.dir / "srv" / "hermes-webui"
     make_copy(checkout, copy)
@@ -183,7 +190,8 @@ def scenario_lines(run: Run, checkout: Path) -> Scenario:
     original = (copy / RUNTIME).read_text(encoding="utf-8")
     append(copy, original, block)
     state = probe(run, copy)
-    s.check(state.startswith("read accelerated"), f"{len(block.splitlines())} lines appended: {state}")
+    ok = state.startswith("read accelerated; registers with the daemon")
+    s.check(ok and "restarts itself" not in state, f"{len(block.splitlines())} lines appended: {state}")
     if not state.startswith("read accelerated"):
         append(copy, original, "import os\n" + block)
         s.note(f"the rest runs with `import os` added before them (a workaround): {probe(run, copy)}")
@@ -373,7 +381,7 @@ def scenario_timings(run: Run) -> Scenario:
         board = lab.board
         load = Load(lab.port, board, interval=run.args.interval, seconds=run.args.rounds * 150).start()
         lab.on_close(load.stop)
-        landed = single = stale = 0
+        landed = single = stale = by_daemon = 0
         for number in range(1, run.args.rounds + 1):
             started = (health(lab.port) or {}).get("server_started_at")
             target = lab.publish(f"r{number}")
@@ -390,6 +398,7 @@ def scenario_timings(run: Run) -> Scenario:
                 back is not None and verdict is not None and verdict.data["phase"] in ("confirmed", "idle")
             )
             single += lab.starts() - starts == 1
+            by_daemon += len(board.select(phase("restarting", revision=target), mark)) == 1
             lab.webui_pid()  # the processes it ran on, for the figures
             stale += sum(
                 r.path == "/api/btw"
@@ -409,6 +418,10 @@ def scenario_timings(run: Run) -> Scenario:
         rounds = run.args.rounds
         s.check(landed == rounds, f"every update ends with the WebUI serving it: {landed} of {rounds}")
         s.check(single == rounds, f"one server start per update: {single} of {rounds} rounds")
+        s.check(
+            by_daemon == rounds,
+            f"each by the daemon's action (the WebUI never restarted itself): {by_daemon} of {rounds} rounds",
+        )
         s.check(not any(r.lost for r in load.replies), f"no request lost: {counts(load.replies)}")
         s.check(
             stale == 0, f"no stale answer: {stale} guarded requests answered 404 by old code after the pull"
@@ -444,6 +457,9 @@ def probe(run: Run, copy: Path) -> str:
         "PATH": "/usr/bin:/bin",
         "STALEWATCH_SOCKET": str(home / "none.sock"),
         "PYTHONDONTWRITEBYTECODE": "1",
+        # The WebUI's servers inherit this process's environment (through supervisord):
+        # the probe imports the same stalewatch they do.
+        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
     }
     done = subprocess.run(
         [run.python, "-c", _PROBE],
