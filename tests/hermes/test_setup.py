@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch.cli import main
-from stalewatch.hermes import discovery
+from stalewatch.hermes import discovery, processes
 from stalewatch.server.config import load
 from tests.support.daemons import short_dir, start_daemon
 from tests.support.repos import make_agent
@@ -53,6 +53,7 @@ def hermes(short: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     agent = make_agent(home / ".hermes" / "hermes-agent")
     (agent.path / "venv" / "bin").mkdir(parents=True)
     (agent.path / "venv" / "bin" / "python").symlink_to(sys.executable)
+    make_webui_dir(home / "hermes-webui")
     units = home / ".config" / "systemd" / "user"
     units.mkdir(parents=True)
     (units / "hermes-webui.service").write_text(WEBUI_UNIT)
@@ -64,7 +65,10 @@ def hermes(short: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def setup(*args: str) -> int:
-    return main(["hermes", "setup", "--no-check", *args])
+    """``hermes setup --no-check``; with ``--webui-dir ~/hermes-webui`` (not running) unless given:
+    a WebUI running elsewhere on this machine is not this test's."""
+    where = [] if "--webui-dir" in args else ["--webui-dir", str(Path(os.environ["HOME"]) / "hermes-webui")]
+    return main(["hermes", "setup", "--no-check", *where, *args])
 
 
 def test_setup_prints_a_configuration_the_daemon_loads_and_one_socket_for_both_sides(
@@ -168,8 +172,9 @@ def test_the_agent_beside_the_webui_is_found_with_an_empty_home(
     monkeypatch.setenv("HOME", str(empty))
     assert discovery.discover_agent_dir(webui) == agent.path.resolve()
     args = ["--supervisor", "ctl.sh", "--port", "8787", "--config", str(tmp_path / "c.toml")]
-    assert setup(*args) == 2  # without the WebUI's checkout the sibling rule cannot apply
-    assert "--webui-dir" in capsys.readouterr().err
+    if not processes.webui_servers():  # else setup would (rightly) take a running WebUI's checkout
+        assert main(["hermes", "setup", "--no-check", *args]) == 2  # no checkout: no sibling rule
+        assert "--webui-dir" in capsys.readouterr().err
     assert setup(*args, "--webui-dir", str(webui), "--write") == 0
     (checkout,) = load(tmp_path / "c.toml").checkouts
     assert checkout.path == agent.path.resolve() and checkout.restart is not None
@@ -225,7 +230,7 @@ def test_launchd_gets_a_launch_agent_and_kickstart(
     hermes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # launchd cannot run here: what is generated is parsed (plistlib), as launchd would.
-    webui = make_webui_dir(hermes / "hermes-webui")
+    webui = hermes / "hermes-webui"
     args = ["--supervisor", "launchd", "--label", "com.example.hermes-webui", "--port", "8800"]
     assert setup("--write", "--webui-dir", str(webui), *args) == 0
     config = hermes / ".config" / "stalewatch" / "hermes.toml"
@@ -250,7 +255,7 @@ def test_launchd_gets_a_launch_agent_and_kickstart(
 def test_the_webuis_env_file_keeps_its_lines_and_mode(
     hermes: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    webui = make_webui_dir(hermes / "hermes-webui")
+    webui = hermes / "hermes-webui"
     env = webui / ".env"
     env.write_text("HERMES_WEBUI_LANG=fr\nSTALEWATCH_SOCKET=/elsewhere.sock\n")
     env.chmod(0o640)

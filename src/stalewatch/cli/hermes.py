@@ -60,6 +60,8 @@ def cmd_setup(args: argparse.Namespace) -> int:
         files = setup.render(install)
         if args.write:
             setup.write(files, force=args.force)
+            if install.supervisor.kind not in (Kind.SYSTEMD_USER, Kind.SYSTEMD_SYSTEM):
+                setup.make_private_dirs(install.socket.parent)  # systemd makes its RuntimeDirectory=
     except (SetupError, OSError) as exc:
         print(f"stalewatch: {exc}", file=sys.stderr)
         return exits.USAGE
@@ -99,5 +101,3 @@ def cmd_setup(args: argparse.Namespace) -> int:
     if not args.write:
         print("# (nothing written: run again with --write)", file=out)
     return exits.OK
-
-

@@ -38,7 +38,7 @@ from . import discovery, processes, supervisors
 from .services import Service, service_for, socket_for
 from .supervisors import Found, Kind
 
-__all__ = ["ACCELERATOR_LINES", "Install", "discover", "render", "write"]
+__all__ = ["ACCELERATOR_LINES", "Install", "discover", "make_private_dirs", "render", "write"]
 
 ACCELERATOR_LINES = (
     "from stalewatch.hermes import accelerate",

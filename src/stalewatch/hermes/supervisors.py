@@ -334,5 +334,6 @@ def answers(found: Found, uid: int | None = None) -> tuple[bool, str]:
     if found.kind in (Kind.SYSTEMD_USER, Kind.SYSTEMD_SYSTEM):
         ok = ok and "LoadState=loaded" in done.stdout
     elif found.kind is Kind.SUPERVISORD:
-        ok = found.name in done.stdout and "RUNNING" in done.stdout  # exit 3 when not running
+        # supervisorctl exits 3 for a program not running; it answered all the same.
+        ok = found.name in done.stdout and any(state in done.stdout for state in ("RUNNING", "STARTING"))
     return ok, f"`{shlex.join(command)}`: {said or f'exit {done.returncode}'}"
