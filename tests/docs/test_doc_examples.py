@@ -312,19 +312,46 @@ def run_example_servers(block: Block, box: Sandbox) -> None:
         assert server.interrupt(signal.SIGINT) == 0
 
 
+_HEALTH = (
+    "import http.server, os\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200 if self.path == '/health' else 404); self.end_headers()\n"
+    "    def log_message(self, *a): pass\n"
+    "print('serving', flush=True)\n"
+    "http.server.HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n"
+)
+
+
 def run_hermes_setup(block: Block, box: Sandbox) -> None:
-    # pip and systemctl are stand-ins that record their arguments: there is no user
-    # systemd here, and nothing is downloaded; `stalewatch hermes setup` runs for real.
+    # pip and systemctl are stand-ins that record their arguments (systemctl answers
+    # `show` as systemd does for a loaded unit): there is no user systemd here, and
+    # nothing is downloaded. The user's WebUI unit names its port, and a stand-in
+    # answers /health there; `stalewatch hermes setup` runs for real, checks included.
     calls = box.root / "calls"
     for name in ("pip", "systemctl"):
         stub = box.root / "bin" / name
-        stub.write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\n')
+        answer = 'case "$*" in *show*) echo LoadState=loaded; echo ActiveState=active;; esac\n'
+        stub.write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\n' + (answer if name == "systemctl" else ""))
         stub.chmod(0o755)
     agent = make_agent(box.home / ".hermes" / "hermes-agent").path
-    box.run("set -euo pipefail\n" + block.code)
     units = box.home / ".config" / "systemd" / "user"
+    units.mkdir(parents=True)
+    (units / "hermes-webui.service").write_text(
+        "[Service]\nType=simple\n"
+        f"Environment=HERMES_WEBUI_PORT={box.port}\n"
+        "ExecStart=/bin/bash %h/hermes-webui/start.sh --foreground\n"
+    )
+    script = box.root / "health.py"
+    script.write_text(_HEALTH.format(port=box.port))
+    webui = box.start(f"python3 {script}")
+    assert webui.line().strip() == "serving"
+    try:
+        box.run("set -euo pipefail\n" + block.code)
+    finally:
+        webui.kill()
     config = box.home / ".config" / "stalewatch" / "hermes.toml"
-    assert (units / "hermes-webui.service.d" / "stalewatch.conf").is_file()
+    dropin = (units / "hermes-webui.service.d" / "stalewatch.conf").read_text()
     enabled = [line.split()[-1] for line in calls.read_text().splitlines() if "enable --now" in line]
     assert enabled and all((units / unit).is_file() for unit in enabled), (enabled, list(units.iterdir()))
     with (
@@ -333,6 +360,8 @@ def run_hermes_setup(block: Block, box: Sandbox) -> None:
     ):
         hello, _ = greet(subscriber)
     assert hello["checkouts"] == [str(agent.resolve())]
+    socket = next(line for line in config.read_text().splitlines() if line.startswith("socket = "))
+    assert f"STALEWATCH_SOCKET={json.loads(socket.split('=', 1)[1].split('#')[0])}" in dropin
 
 
 RUN: dict[str, Callable[[Block, Sandbox], None]] = {

@@ -165,7 +165,7 @@ def test_setup_finds_supervisord_and_its_daemon_program_restarts_the_webui(
     except AssertionError:
         log = (root / "h" / ".hermes" / "stalewatch-hermes.log").read_text(errors="replace")[-3000:]
         raise AssertionError(f"{ctl(root, 'status')}\n{log}") from None
-    until(lambda: loaded.socket.is_socket(), f"the daemon listens on {loaded.socket}")
+    until(loaded.socket.is_socket, f"the daemon listens on {loaded.socket}")
     done = subprocess.run(
         [sys.executable, "-m", "stalewatch", "status", "--socket", str(loaded.socket)],
         capture_output=True,

@@ -12,6 +12,7 @@ then reads the supervisors' definitions, or asks).
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,18 +67,24 @@ class Process:
         return cls(pid, ppid, name, argv, environ, cwd)
 
 
-def webui_servers(proc: Path = PROC) -> list[tuple[Process, Path]]:
+def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Process, Path]]:
     """Every running Hermes WebUI server (a Python running ``server.py`` of a WebUI checkout).
 
-    Returns ``(process, checkout)`` pairs. Only processes whose command line can be
-    read (the caller's own, or all of them as root).
+    Returns ``(process, checkout)`` pairs: the caller's own processes (``uid``, default
+    the caller's); as root, every user's (a system unit's WebUI runs as another user).
     """
+    uid = os.getuid() if uid is None else uid
     found: list[tuple[Process, Path]] = []
     try:
         entries = [int(e.name) for e in proc.iterdir() if e.name.isdigit()]
     except OSError:
         return found
     for pid in entries:
+        try:
+            if uid != 0 and (proc / str(pid)).stat().st_uid != uid:
+                continue
+        except OSError:
+            continue
         argv = tuple(a for a in (_read(proc / str(pid) / "cmdline") or b"").split(b"\0") if a)
         scripts = [a.decode("utf-8", "replace") for a in argv[1:3] if a.endswith(b"server.py")]
         if not scripts:

@@ -101,6 +101,9 @@ def _running(args: argparse.Namespace) -> tuple[processes.Process, Path] | None:
     if args.webui_dir:
         wanted = Path(args.webui_dir).expanduser().resolve()
         servers = [(p, d) for p, d in servers if d.resolve() == wanted]
+    else:  # this user's WebUI: the same home (root sees every user's servers)
+        home = os.environ.get("HOME", "")
+        servers = [(p, d) for p, d in servers if home and p.environ.get("HOME") == home]
     if args.port:
         servers = [(p, d) for p, d in servers if p.environ.get("HERMES_WEBUI_PORT", "8787") == str(args.port)]
     if len(servers) > 1:
