@@ -1127,3 +1127,233 @@ def test_the_attempt_told_counts_actions_for_the_revision() -> None:
     assert d.last.attempt == 1 and d.last.revision == B
     d.through(Act)
     assert d.last.attempt == 2
+
+
+# -- the rules a policy makes ----------------------------------------------------------------
+
+
+def test_the_rules_of_a_policy_say_which_parts_it_has() -> None:
+    from pathlib import Path
+
+    from stalewatch.daemon.restart.policy import RestartPolicy
+    from stalewatch.daemon.restart.rules import NewKeys
+
+    bare = Rules.of(RestartPolicy(action=("true",)))
+    assert bare == Rules()  # the defaults agree
+    full = Rules.of(
+        RestartPolicy(
+            action=("true",),
+            settle=0.5,
+            max_attempts=7,
+            min_interval=4.0,
+            verify=("v",),
+            lock=Path("/l"),
+            confirm=("c",),
+            confirm_timeout=9.0,
+        ),
+        NewKeys(
+            drain_timeout=20.0,
+            on_drain_timeout=DrainOutcome.RESTART,
+            drain_probe=("p",),
+            drain_poll=0.25,
+            handoff=True,
+        ),
+    )
+    assert full == Rules(
+        settle=0.5,
+        max_attempts=7,
+        min_interval=4.0,
+        markers=False,
+        verify=True,
+        lock=True,
+        confirm_probe=True,
+        confirm_timeout=9.0,
+        drain_timeout=20.0,
+        on_drain_timeout=DrainOutcome.RESTART,
+        drain_probe=True,
+        drain_poll=0.25,
+        handoff=True,
+    )
+    for markers in (
+        {"update_marker": Path("/m")},
+        {"incomplete_markers": (Path("/i"),)},
+        {"hold_while": (Path("/h"),)},
+    ):
+        assert Rules.of(RestartPolicy(action=("true",), **markers)).markers  # type: ignore[arg-type]
+
+
+def test_the_new_keys_default_to_a_ten_minute_drain_that_refuses() -> None:
+    from stalewatch.daemon.restart.rules import NewKeys
+
+    keys = NewKeys()
+    assert (keys.drain_timeout, keys.on_drain_timeout, keys.drain_probe) == (600.0, DrainOutcome.REFUSE, None)
+    assert (keys.drain_probe_timeout, keys.drain_poll, keys.handoff) == (10.0, 1.0, False)
+
+
+def test_r6_a_last_half_second_of_the_interval_is_waited_out() -> None:
+    d = Driver(rules(min_interval=10.0, settle=0.0))
+    restarted(d, B)
+    d.now += 9.5
+    d.move(C)
+    assert phase(d.last) == (RestartPhase.WAITING, "min-interval: 1 s left", C)
+    assert d.state.timer == d.now + 0.5
+
+
+# -- what each phase is told at, and with what -------------------------------------------------
+
+
+def test_r7_every_phase_is_told_with_the_stage_it_was_decided_at() -> None:
+    d = Driver(rules(markers=True, verify=True, lock=True, max_attempts=1))
+    d.register(1, A, inflight=1)
+    d.move(B)
+    d.later(SETTLE)
+    d.reply(verdict=Verdict.REFUSE, reason="incomplete: /x")
+    d.until_timer()
+    d.reply()  # markers clean now
+    d.reply()  # verified
+    d.register(1, A, inflight=0)
+    d.reply(acquired=False, detail="/l is held")
+    d.until_timer()
+    d.through(Act)
+    d.reply(ok=False, detail="exited 3")
+    stages = [(p.state.phase.value, p.stage) for p in d.of(Publish)]
+    assert stages == [
+        ("scheduled", Stage.SCHEDULED),
+        ("waiting", Stage.SETTLE),
+        ("refused", Stage.MARKERS),
+        ("verifying", Stage.VERIFY),
+        ("waiting", Stage.DRAIN),
+        ("waiting", Stage.LOCK),
+        ("verifying", Stage.LOCKED_VERIFY),
+        ("restarting", Stage.ACT),
+        ("failed", Stage.DONE),
+    ]
+
+
+def test_r7_every_phase_but_idle_names_its_revision() -> None:
+    d = Driver(rules(verify=True, max_attempts=1, confirm_timeout=1.0))
+    d.register(1, A)
+    settled(d)
+    d.reply(ok=False)  # a give-up
+    d.move(C)
+    d.later(SETTLE)
+    d.through(Act)
+    d.reply()
+    d.later(1.0)  # not confirmed: the last attempt
+    d.move(A)
+    assert all((s.revision is None) == (s.phase is RestartPhase.IDLE) for s in d.told), d.told
+
+
+def test_r6_a_failed_attempt_is_followed_at_once_by_the_next_run() -> None:
+    d = Driver(rules(confirm_timeout=2.0, max_attempts=2))
+    d.register(1, A)
+    settled(d)
+    d.through(Act)
+    d.reply()
+    mark = d.mark()
+    d.later(2.0)
+    told = [e.state for e in d.since(mark) if isinstance(e, Publish)]
+    assert names(told) == ["failed: not-confirmed", "scheduled"]
+    assert isinstance(d.request, ReadHead)  # no interval, no settle: straight on
+
+
+def test_r5_a_give_up_for_servers_that_loaded_a_failing_commit_stands_for_old_servers_too() -> None:
+    d = Driver(rules(verify=True))
+    d.register(10, A)
+    settled(d)
+    d.through(Act)
+    d.reply()
+    d.leave(10)
+    d.move(C)
+    d.register(11, C)
+    d.reply(ok=False)
+    mark = d.mark()
+    d.register(12, A)  # a server on old code: C is wanted, and C is refused
+    assert not [e for e in d.since(mark) if isinstance(e, Verify | Act)]
+    assert d.last.phase is RestartPhase.FAILED and d.last.revision == C
+
+
+def test_r9_an_old_server_that_registers_again_after_a_handoff_is_still_old() -> None:
+    d = Driver(rules(handoff=True, confirm_timeout=5.0, max_attempts=1))
+    d.register(10, A)
+    settled(d)
+    d.through(Act)
+    d.reply()
+    d.leave(10)
+    d.register(10, A)  # a new connection of an old worker, since the action
+    d.register(20, B)
+    assert d.last.phase is RestartPhase.CONFIRMED and d.of(Retire) == [Retire(frozenset({10}))]
+
+
+# -- the pure parts, one by one -----------------------------------------------------------------
+
+
+def test_drain_says_what_it_knows() -> None:
+    from stalewatch.daemon.restart import drain
+
+    assert drain.describe(3, "") == "3 in flight"
+    assert drain.describe(None, "") == "unknown in flight (the drain probe has not answered)"
+    assert drain.describe(None, "exited 2") == "unknown in flight (the drain probe exited 2)"
+
+
+def test_drain_counts_registrations_and_the_probe() -> None:
+    from stalewatch.daemon.restart import drain
+    from stalewatch.daemon.restart.inputs import Server
+
+    servers = [Server(1, A, 2), Server(2, A, -4)]
+    assert drain.in_flight(servers, rules(), None) == 2
+    assert drain.in_flight(servers, rules(drain_probe=True), None) is None
+    assert drain.in_flight(servers, rules(drain_probe=True), 3) == 5
+    assert drain.in_flight(servers, rules(drain_probe=True), -3) == 2
+
+
+def test_drain_decides_at_exactly_the_bound() -> None:
+    from stalewatch.daemon.restart import drain
+
+    bound = rules(drain_timeout=10.0)
+    assert drain.decide(0, None, 0.0, bound) is drain.Next.GO
+    assert drain.decide(1, None, 50.0, bound) is drain.Next.WAIT
+    assert drain.decide(1, 0.0, 9.999, bound) is drain.Next.WAIT
+    assert drain.decide(None, 0.0, 10.0, bound) is drain.Next.REFUSE
+    anyway = rules(drain_timeout=10.0, on_drain_timeout=DrainOutcome.RESTART)
+    assert drain.decide(1, 0.0, 10.0, anyway) is drain.Next.RESTART
+
+
+def test_confirming_tells_new_servers_from_old() -> None:
+    from stalewatch.daemon.restart import confirming
+    from stalewatch.daemon.restart.inputs import Server
+
+    servers = [Server(1, A, 0, 5.0), Server(2, B, 0, 10.0), Server(3, B, 0, 4.0)]
+    assert confirming.newcomers(servers, 5.0, {1}) == [servers[1]]
+    assert confirming.newcomers(servers, 3.0, set()) == servers
+    assert confirming.registered_on(servers[1:], (B,), 10.0, handoff=False) == B
+    assert confirming.registered_on(servers[1:], (B,), 10.5, handoff=False) is None  # none since
+    assert confirming.registered_on(servers[1:], (A,), 10.0, handoff=False) is None
+    assert confirming.registered_on(servers, (A, B), 5.0, handoff=False) is None  # two revisions
+    assert confirming.registered_on(servers, (B,), 5.0, handoff=True, old={1}) == B
+    assert confirming.registered_on(servers, (B,), 5.0, handoff=True) is None  # 1 counts as new
+    assert confirming.old_code(servers, (B,)) and not confirming.old_code(servers[1:], (B,))
+    assert confirming.runs(servers) == "aaaaaaa: pids [1]; bbbbbbb: pids [2, 3]"
+    assert confirming.runs([]) == "(none): pids []"
+
+
+def test_belief_keeps_its_presumption_until_something_tells() -> None:
+    from stalewatch.daemon.restart.running import Belief, wanted
+
+    first = Belief().heard(None).heard(A).heard(B)
+    assert first == Belief(presumed=A)
+    assert first.confirmed(B) == Belief(runs=B, presumed=A)
+    assert first.told(Loaded(0.0, not_revision=C)) == Belief(not_runs=C, presumed=A)
+    assert first.told(Loaded(0.0, revision=C)) == Belief(runs=C, presumed=A)
+    assert wanted(C, [], Belief(not_runs=C, presumed=C)) == C
+    assert wanted(B, [], Belief(not_runs=C, presumed=A)) == B
+    assert wanted(A, [], Belief(not_runs=C, presumed=A)) is None
+    assert wanted(A, [], Belief()) is None
+
+
+def test_retry_after_adds_the_waits_up() -> None:
+    from stalewatch.daemon.restart.waits import Waits, retry_after
+
+    assert retry_after(Waits(settle=2.0, interval=5.0, poll=0.5, drain=1.0, verifies=2), 3.0, 4.0) == 16.5
+    assert retry_after(Waits(settle=7.0, interval=5.0), 3.0, 4.0) == 11.0
+    assert retry_after(Waits(settle=-1.0, restart=False), 3.0, 4.0) == 0.0

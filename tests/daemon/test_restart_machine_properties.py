@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from machine_helpers import A, B, C
+from stalewatch.core.restart import RestartPhase
 from stalewatch.daemon.restart.effects import (
     Abort,
     Act,
@@ -176,6 +177,7 @@ class MachineWorld:
 
     def judge_publish(self, effect: Publish) -> None:
         check, told = self.check, effect.state
+        assert (told.revision is None) == (told.phase is RestartPhase.IDLE), told
         last = check.last_publish
         if last is not None:
             # Never told twice in a row (R7: only changes are published).

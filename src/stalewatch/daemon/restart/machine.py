@@ -98,7 +98,7 @@ class _Step(Stages):
         if event.revision != a.target:
             return  # moved: advance() starts over for the new target
         if a.stage is Stage.LOCKED_HEAD:
-            self.update(stage=Stage.LOCKED_MARKERS)
+            self.enter(Stage.LOCKED_MARKERS)
         elif a.stage is Stage.FINAL_HEAD:
             self.final()
 
@@ -149,7 +149,7 @@ class _Step(Stages):
     def _markers(self, stage: Stage, event: Markers) -> None:
         reason = event.reason or f"markers: {event.verdict.value}"
         if stage is Stage.MARKERS and event.verdict is Verdict.GO:
-            self.update(stage=Stage.VERIFY, deadline=None)
+            self.enter(Stage.VERIFY)
         elif stage is Stage.MARKERS and event.verdict is Verdict.WAIT:
             self.publish(RestartPhase.WAITING, reason, Stage.MARKERS)
             self.update(deadline=self.now + MARKER_POLL)
@@ -157,14 +157,14 @@ class _Step(Stages):
             self.publish(RestartPhase.REFUSED, reason, Stage.MARKERS)
             self.update(deadline=self.now + REFUSED_POLL)  # lifts when the marker goes
         elif stage is Stage.LOCKED_MARKERS and event.verdict is Verdict.GO:
-            self.update(stage=Stage.LOCKED_DRAIN)
+            self.enter(Stage.LOCKED_DRAIN)
         elif stage is Stage.LOCKED_MARKERS:
             self.again()  # an update began before the lock: wait for it, verify again
 
     def _verified(self, a: Attempt, event: Verified) -> None:
         if event.ok and a.stage in (Stage.VERIFY, Stage.LOCKED_VERIFY):
             self.s = replace(self.s, verify_seconds=max(0.0, self.now - a.asked_at))
-            self.update(stage=Stage.DRAIN if a.stage is Stage.VERIFY else Stage.FINAL_HEAD, deadline=None)
+            self.enter(Stage.DRAIN if a.stage is Stage.VERIFY else Stage.FINAL_HEAD)
         elif a.stage in (Stage.VERIFY, Stage.LOCKED_VERIFY):
             self.give_up(RestartPhase.REFUSED, f"verify-failed: {event.detail}")
         elif a.stage is Stage.CONFIRM_VERIFY and a.running is not None:
@@ -194,7 +194,7 @@ class _Step(Stages):
         if event.error is not None:
             self.give_up(RestartPhase.FAILED, f"lock: {event.error}")
         elif event.acquired:
-            self.update(lock_held=True, stage=Stage.LOCKED_HEAD, deadline=None)
+            self.enter(Stage.LOCKED_HEAD, lock_held=True)
         else:
             self.publish(RestartPhase.WAITING, f"lock: {event.detail or 'held'}", Stage.LOCK)
             delay = a.lock_delay
@@ -206,7 +206,7 @@ class _Step(Stages):
         if not event.ok:
             self.restart_failed(f"action {event.detail}")
         else:
-            self.update(stage=Stage.CONFIRM, confirm_until=self.now + self.s.rules.confirm_timeout)
+            self.enter(Stage.CONFIRM, confirm_until=self.now + self.s.rules.confirm_timeout)
 
     def _probed_confirm(self, a: Attempt, event: ConfirmProbed) -> None:
         if a.stage is not Stage.CONFIRM:
@@ -222,25 +222,25 @@ class _Step(Stages):
     # -- moving on -----------------------------------------------------------------------
 
     def advance(self) -> None:
+        """Move on until the machine waits: a step that changes nothing is a wait."""
         for _ in range(_MOVES):
-            if not self._move():
+            before = self.s
+            self._move()
+            if self.s is before:
                 return
 
-    def _move(self) -> bool:
-        """One transition; False when the machine waits (for an answer, a time, an input)."""
+    def _move(self) -> None:
         s = self.s
         want = wanted(s.head, self.serving(), s.belief)
         a = s.attempt
         if a is None:
-            return self._idle(want)
-        if a.stage < Stage.ACT and want != a.target:
+            self._idle(want)
+        elif a.stage < Stage.ACT and want != a.target:
             self.drop()  # HEAD moved, or the servers run HEAD now: start over (R6, R9)
-            return True
-        if a.ask is not None:
-            return False
-        return self.stage(a)
+        elif a.ask is None:
+            self.stage(a)
 
-    def _idle(self, want: str | None) -> bool:
+    def _idle(self, want: str | None) -> None:
         if want is not None and want != self.s.target:
             # Another revision is wanted: its own bounds; older give-ups lapse (R6).
             self.s = replace(self.s, target=want, actions=0, gave_up=None, drain_since=None, probed=None)
@@ -249,11 +249,8 @@ class _Step(Stages):
         if gave_up is not None and (
             gave_up.revision == want or (want is None and gave_up.loaded and gave_up.revision == s.head)
         ):
-            self.publish(gave_up.phase, gave_up.reason, Stage.DONE, gave_up.revision, gave_up.attempt)
-            return False
-        if want is not None:
+            self.publish(gave_up.phase, gave_up.reason, Stage.DONE, gave_up.revision)
+        elif want is not None:
             self.s = replace(s, attempt=Attempt(want, Stage.SCHEDULED, self.now))
-            return True
-        if s.published.phase not in (RestartPhase.IDLE, RestartPhase.CONFIRMED):
-            self.publish(RestartPhase.IDLE, None, Stage.IDLE, None)
-        return False
+        elif s.published.phase not in (RestartPhase.IDLE, RestartPhase.CONFIRMED):
+            self.publish(RestartPhase.IDLE, None, Stage.IDLE)

@@ -36,6 +36,10 @@ class Run:
         if a is not None:
             self.s = replace(self.s, attempt=replace(a, **changes))
 
+    def enter(self, stage: Stage, **changes: Any) -> None:
+        """The run under way enters ``stage``, fresh: no timer unless ``changes`` sets one."""
+        self.update(**{"stage": stage, "deadline": None, **changes})
+
     def ticket(self) -> int:
         """A new ticket for a request."""
         self.s = replace(self.s, tickets=self.s.tickets + 1)

@@ -36,8 +36,8 @@ __all__ = ["Stages"]
 class Stages(Run):
     """The transitions of a run, on top of :class:`~.run.Run`'s bookkeeping."""
 
-    def stage(self, a: Attempt) -> bool:
-        """Move ``a`` on from its stage; False when it waits (an answer, its timer, an input)."""
+    def stage(self, a: Attempt) -> None:
+        """Move ``a`` on from its stage, or leave it waiting (an answer, its timer, an input)."""
         rules = self.s.rules
         due = a.deadline is None or self.now >= a.deadline
         if a.stage is Stage.SCHEDULED:
@@ -45,55 +45,43 @@ class Stages(Run):
             if a.settled or rules.settle <= 0:
                 self.bounds()
             else:
-                self.update(stage=Stage.SETTLE, deadline=a.began + rules.settle)
+                self.enter(Stage.SETTLE, deadline=a.began + rules.settle)
                 self.publish(RestartPhase.WAITING, "settle", Stage.SETTLE)
-            return True
-        if a.stage is Stage.SETTLE or a.stage is Stage.INTERVAL:
-            if not due:
-                return False
-            if a.stage is Stage.SETTLE:
-                self.bounds()
-            else:
-                self.update(stage=Stage.MARKERS, deadline=None)
-            return True
-        if a.stage is Stage.MARKERS or a.stage is Stage.LOCKED_MARKERS:
+        elif a.stage is Stage.SETTLE and due:
+            self.bounds()
+        elif a.stage is Stage.INTERVAL and due:
+            self.enter(Stage.MARKERS)
+        elif a.stage is Stage.MARKERS or a.stage is Stage.LOCKED_MARKERS:
             if not rules.markers:
-                self.update(stage=Stage.VERIFY if a.stage is Stage.MARKERS else Stage.LOCKED_DRAIN)
-                return True
-            if due:
+                self.enter(Stage.VERIFY if a.stage is Stage.MARKERS else Stage.LOCKED_DRAIN)
+            elif due:
                 self.ask(CheckMarkers)
-            return False
-        if a.stage is Stage.VERIFY or a.stage is Stage.LOCKED_VERIFY:
+        elif a.stage is Stage.VERIFY or a.stage is Stage.LOCKED_VERIFY:
             if not rules.verify:
-                self.update(stage=Stage.DRAIN if a.stage is Stage.VERIFY else Stage.FINAL_HEAD)
-                return True
+                self.enter(Stage.DRAIN if a.stage is Stage.VERIFY else Stage.FINAL_HEAD)
+                return
             reason = None
             if a.stage is Stage.LOCKED_VERIFY:
                 reason = "under the lock" if a.lock_held else "before the action"
             self.publish(RestartPhase.VERIFYING, reason, a.stage)
             self.ask(lambda t: Verify(t, a.target))
-            return False
-        if a.stage is Stage.DRAIN:
-            return self.drain_stage(due=due)
-        if a.stage is Stage.LOCK:
+        elif a.stage is Stage.DRAIN:
+            self.drain_stage(due=due)
+        elif a.stage is Stage.LOCK:
             if not rules.lock:
-                self.update(stage=Stage.LOCKED_HEAD)
-                return True
-            if due:
+                self.enter(Stage.LOCKED_HEAD)
+            elif due:
                 self.ask(TakeLock)
-            return False
-        if a.stage is Stage.LOCKED_HEAD or a.stage is Stage.FINAL_HEAD:
+        elif a.stage is Stage.LOCKED_HEAD or a.stage is Stage.FINAL_HEAD:
             self.ask(ReadHead)
-            return False
-        if a.stage is Stage.LOCKED_DRAIN:
+        elif a.stage is Stage.LOCKED_DRAIN:
             if rules.drain_probe and a.note is None:
                 self.ask(ProbeDrain)
-                return False
-            self.drain_under_lock()
-            return True
-        if a.stage is Stage.CONFIRM:
-            return self.confirm(a, due=due)
-        return False  # ACT and CONFIRM_VERIFY always await an answer
+            else:
+                self.drain_under_lock()
+        elif a.stage is Stage.CONFIRM:
+            self.confirm(a, due=due)
+        # SETTLE and INTERVAL before their time wait; ACT and CONFIRM_VERIFY await an answer.
 
     def bounds(self) -> None:
         """The attempt bound, then the minimum interval (R6, R10)."""
@@ -105,16 +93,16 @@ class Stages(Run):
             return
         left = interval_left(s, self.now)
         if left > 0 and s.last_action is not None:
-            self.update(stage=Stage.INTERVAL, deadline=s.last_action + s.rules.min_interval)
+            self.enter(Stage.INTERVAL, deadline=s.last_action + s.rules.min_interval)
             self.publish(RestartPhase.WAITING, f"min-interval: {math.ceil(left)} s left", Stage.INTERVAL)
         else:
-            self.update(stage=Stage.MARKERS, deadline=None)
+            self.enter(Stage.MARKERS)
 
-    def drain_stage(self, *, due: bool) -> bool:
+    def drain_stage(self, *, due: bool) -> None:
         """Wait until no work is in flight, ``drain_timeout`` at most (R8)."""
         if self.s.rules.drain_probe and due:
             self.ask(ProbeDrain)
-            return False
+            return
         total = self.in_flight()
         if total != 0 and self.s.drain_since is None:
             self.s = replace(self.s, drain_since=self.now)  # the drain begins
@@ -123,9 +111,8 @@ class Stages(Run):
         if verdict is drain.Next.WAIT:
             what = drain.describe(total, s.probe_detail)
             self.publish(RestartPhase.WAITING, f"drain: {what}", Stage.DRAIN)
-            return False
-        self.drained(verdict, total, Stage.LOCK)
-        return True
+        else:
+            self.drained(verdict, total, Stage.LOCK)
 
     def drain_under_lock(self) -> None:
         """The work in flight once more, under the lock: more came in, drain again (R8)."""
@@ -133,7 +120,7 @@ class Stages(Run):
         if a is None:
             return
         if a.note is not None:
-            self.update(stage=Stage.LOCKED_VERIFY)  # the bound passed: restart anyway
+            self.enter(Stage.LOCKED_VERIFY)  # the bound passed: restart anyway
             return
         total = self.in_flight()
         verdict = drain.decide(total, self.s.drain_since, self.now, self.s.rules)
@@ -145,9 +132,9 @@ class Stages(Run):
     def drained(self, verdict: drain.Next, total: int | None, nxt: Stage) -> None:
         left = "unknown" if total is None else str(total)
         if verdict is drain.Next.GO:
-            self.update(stage=nxt, deadline=None)
+            self.enter(nxt)
         elif verdict is drain.Next.RESTART:
-            self.update(stage=nxt, deadline=None, note=f"drain-timeout: {left} still in flight")
+            self.enter(nxt, note=f"drain-timeout: {left} still in flight")
         else:
             why = f"drain-timeout: {left} still in flight after {self.s.rules.drain_timeout:g} s"
             self.give_up(RestartPhase.REFUSED, why)
@@ -177,7 +164,7 @@ class Stages(Run):
         self.publish(RestartPhase.RESTARTING, a.note, Stage.ACT)
         self.effects.append(Act(ticket, a.target, s.rules.handoff))
 
-    def confirm(self, a: Attempt, *, due: bool) -> bool:
+    def confirm(self, a: Attempt, *, due: bool) -> None:
         """Do the restarted servers run the new code (R5, R9)?"""
         s = self.s
         heads = (a.target, s.head)
@@ -188,32 +175,24 @@ class Stages(Run):
             if running is not None and running != a.target and s.rules.verify:
                 # A commit landed during the restart and the new servers loaded it: the
                 # probe passed for the target only, so it must pass for this one too (R2).
-                self.update(stage=Stage.CONFIRM_VERIFY, running=running)
+                self.enter(Stage.CONFIRM_VERIFY, running=running)
                 self.ask(lambda t: Verify(t, running))
-                return False
-            if running is not None:
+            elif running is not None:
                 self.confirmed(running)
-                return True
-            if self.now < a.confirm_until:
-                return False
-            who = confirming.runs(s.servers)
-            self.restart_failed(
-                f"not-confirmed: after {s.rules.confirm_timeout:g} s the registered servers run {who}"
-            )
-            return True
-        if s.rules.confirm_probe:
+            elif self.now >= a.confirm_until:
+                who = confirming.runs(s.servers)
+                why = f"not-confirmed: after {s.rules.confirm_timeout:g} s the registered servers run {who}"
+                self.restart_failed(why)
+        elif s.rules.confirm_probe:
             if a.probe_ok and not confirming.old_code(s.servers, heads):
                 self.confirmed(a.target)
-                return True
-            if self.now >= a.confirm_until:
+            elif self.now >= a.confirm_until:
                 last = f"the registered servers run {confirming.runs(s.servers)}" if a.probe_ok else a.last
                 self.restart_failed(f"not-confirmed: within {s.rules.confirm_timeout:g} s: {last}")
-                return True
-            if due:
+            elif due:
                 self.ask(lambda t: ProbeConfirm(t, a.target))
-            return False
-        self.confirmed(a.target)  # neither registrations nor a probe: the exit status says
-        return True
+        else:
+            self.confirmed(a.target)  # neither registrations nor a probe: the exit status says
 
     # -- outcomes ------------------------------------------------------------------------
 
@@ -280,5 +259,5 @@ class Stages(Run):
             return  # the verdict on an action taken under the old rules: judge again
         s = self.s
         revision = revision or a.target
-        self.s = replace(s, gave_up=GiveUp(phase, reason, revision, s.actions, loaded), target=revision)
+        self.s = replace(s, gave_up=GiveUp(phase, reason, revision, loaded), target=revision)
         self.publish(phase, reason, Stage.DONE, revision)

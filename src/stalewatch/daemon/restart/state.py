@@ -45,7 +45,6 @@ class GiveUp:
     phase: RestartPhase
     reason: str
     revision: str
-    attempt: int
     loaded: bool = False
 
 
