@@ -27,6 +27,13 @@ target's run begins once the restart is confirmed or failed. A give-up (``refuse
 ``failed``) stands for its revision until another revision is wanted or a reload; a
 reload forgets give-ups and counts, and a verdict reached after it about an action
 taken before it is discarded (the run starts over under the new rules).
+
+Driving it: feed every input under one lock, from whichever thread has it (the watcher's
+events as ``Head``, registry changes as ``Servers``, a reload as ``Reload``), and carry
+out the effects in order: ``Publish`` at once (so a phase reaches clients before the
+event that caused it), the slow ones (probes, the lock, the action, signals) on one
+worker thread that feeds each answer back with its ticket, and ``Wake`` as that
+thread's single timer, which feeds ``Tick`` when it expires.
 """
 
 from __future__ import annotations
@@ -92,7 +99,7 @@ class _Step(Stages):
         s = self.s
         self.s = replace(s, head=event.revision, belief=s.belief.heard(event.revision))
         a = self.s.attempt
-        if a is None or event.ticket is None or event.ticket != a.ask:
+        if a is None or a.ask is None or event.ticket != a.ask:
             return  # an event: a move before the action starts over (advance)
         self.update(ask=None)
         if event.revision != a.target:
@@ -130,7 +137,7 @@ class _Step(Stages):
 
     def _answer(self, event: Answer) -> None:
         a = self.s.attempt
-        if a is None or a.ask is None or event.ticket != a.ask:
+        if a is None or event.ticket != a.ask:
             return  # the answer to a request of a run that is over: stale
         self.update(ask=None)
         if isinstance(event, Markers):
