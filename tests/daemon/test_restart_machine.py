@@ -1252,8 +1252,9 @@ def test_r6_a_failed_attempt_is_followed_at_once_by_the_next_run() -> None:
     d.reply()
     mark = d.mark()
     d.later(2.0)
-    told = [e.state for e in d.since(mark) if isinstance(e, Publish)]
-    assert names(told) == ["failed: not-confirmed", "scheduled"]
+    told = [e for e in d.since(mark) if isinstance(e, Publish)]
+    assert names([p.state for p in told]) == ["failed: not-confirmed", "scheduled"]
+    assert [p.stage for p in told] == [Stage.DONE, Stage.SCHEDULED]
     assert isinstance(d.request, ReadHead)  # no interval, no settle: straight on
 
 
@@ -1357,3 +1358,22 @@ def test_retry_after_adds_the_waits_up() -> None:
     assert retry_after(Waits(settle=2.0, interval=5.0, poll=0.5, drain=1.0, verifies=2), 3.0, 4.0) == 16.5
     assert retry_after(Waits(settle=7.0, interval=5.0), 3.0, 4.0) == 11.0
     assert retry_after(Waits(settle=-1.0, restart=False), 3.0, 4.0) == 0.0
+
+
+def test_r7_a_fast_probe_is_measured_as_fast() -> None:
+    d = Driver(rules(verify=True))
+    settled(d)
+    d.now += 0.25
+    d.reply()
+    assert d.state.verify_seconds == 0.25
+
+
+def test_r7_r8_what_the_drain_probe_said_before_a_restart_is_not_taken_for_after_it() -> None:
+    d = Driver(rules(drain_probe=True, drain_poll=2.0))
+    settled(d, B)
+    d.reply(inflight=0)
+    d.through(Act, inflight=0)
+    d.reply()
+    assert d.last.phase is RestartPhase.CONFIRMED
+    d.move(C)  # new servers: how much they have in flight is unknown until asked
+    assert d.last.retry_after == pytest.approx(SETTLE + 2.0 + d.state.restart_seconds)

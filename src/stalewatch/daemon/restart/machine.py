@@ -170,11 +170,11 @@ class _Step(Stages):
 
     def _verified(self, a: Attempt, event: Verified) -> None:
         if event.ok and a.stage in (Stage.VERIFY, Stage.LOCKED_VERIFY):
-            self.s = replace(self.s, verify_seconds=max(0.0, self.now - a.asked_at))
+            self.s = replace(self.s, verify_seconds=self.now - a.asked_at)
             self.enter(Stage.DRAIN if a.stage is Stage.VERIFY else Stage.FINAL_HEAD)
         elif a.stage in (Stage.VERIFY, Stage.LOCKED_VERIFY):
             self.give_up(RestartPhase.REFUSED, f"verify-failed: {event.detail}")
-        elif a.stage is Stage.CONFIRM_VERIFY and a.running is not None:
+        elif a.running is not None:  # CONFIRM_VERIFY: the only probe of what the servers loaded
             if event.ok:
                 self.confirmed(a.running)
             elif a.handoff:

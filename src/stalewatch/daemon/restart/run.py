@@ -64,7 +64,7 @@ class Run:
         if a is None:
             return
         self.drop()
-        self.s = replace(self.s, attempt=Attempt(a.target, Stage.SCHEDULED, self.now, settled=True))
+        self.s = replace(self.s, attempt=Attempt(a.target, Stage.SCHEDULED, None))
 
     def serving(self) -> tuple[Server, ...]:
         """The registered servers that say what runs: not the old ones a handoff is retiring."""
@@ -104,7 +104,7 @@ class Run:
         s, a, now = self.s, self.s.attempt, self.now
         rules = s.rules
         settle = 0.0
-        if a is not None and not a.settled and stage <= Stage.SETTLE:
+        if a is not None and a.began is not None and stage <= Stage.SETTLE:
             settle = a.began + rules.settle - now
         verifies = 0
         if rules.verify and stage <= Stage.VERIFY:

@@ -42,7 +42,7 @@ class Stages(Run):
         due = a.deadline is None or self.now >= a.deadline
         if a.stage is Stage.SCHEDULED:
             self.publish(RestartPhase.SCHEDULED, None, Stage.SCHEDULED)
-            if a.settled or rules.settle <= 0:
+            if a.began is None or rules.settle <= 0:
                 self.bounds()
             else:
                 self.enter(Stage.SETTLE, deadline=a.began + rules.settle)
@@ -153,7 +153,6 @@ class Stages(Run):
             a,
             stage=Stage.ACT,
             ask=ticket,
-            asked_at=self.now,
             acted_at=self.now,
             handoff=s.rules.handoff,
             old_pids=frozenset(x.pid for x in s.servers),

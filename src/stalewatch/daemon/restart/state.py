@@ -54,8 +54,7 @@ class Attempt:
 
     target: str
     stage: Stage
-    began: float
-    settled: bool = False  # HEAD held still already (a retry or a start over)
+    began: float | None  # when HEAD was seen still (settle from here); None: settled already
     deadline: float | None = None  # the stage's timer: settle's end, the next look
     ask: int | None = None  # the ticket of the answer awaited
     asked_at: float = 0.0
