@@ -1377,3 +1377,70 @@ def test_r7_r8_what_the_drain_probe_said_before_a_restart_is_not_taken_for_after
     assert d.last.phase is RestartPhase.CONFIRMED
     d.move(C)  # new servers: how much they have in flight is unknown until asked
     assert d.last.retry_after == pytest.approx(SETTLE + 2.0 + d.state.restart_seconds)
+
+
+@pytest.mark.parametrize("outcome", list(DrainOutcome))
+def test_r8_work_under_the_lock_after_the_bound_applies_the_bound_there(outcome: DrainOutcome) -> None:
+    d = Driver(rules(lock=True, drain_timeout=10.0, on_drain_timeout=outcome))
+    d.register(1, A, inflight=1)
+    settled(d)
+    began = d.state.drain_since
+    assert began is not None
+    d.later(5.0)
+    d.register(1, A, inflight=0)  # drained: the lock next, held by an updater for a while
+    d.reply(acquired=False, detail="held")
+    d.now = began + 12.0
+    d.until_timer()
+    d.reply()  # the lock, at last
+    d.register(1, A, inflight=1)  # new work meanwhile
+    mark = d.mark()
+    d.reply()  # HEAD, under the lock: the work in flight, past the bound
+    if outcome is DrainOutcome.RESTART:
+        assert isinstance(d.request, ReadHead)  # on under the lock: HEAD once more, then act
+        d.reply()
+    told = [e.state for e in d.since(mark) if isinstance(e, Publish)]
+    if outcome is DrainOutcome.RESTART:
+        assert (
+            names(told) == ["restarting: drain-timeout"]
+            and told[0].reason == "drain-timeout: 1 still in flight"
+        )
+        assert len(d.of(Act)) == 1
+    else:
+        assert [phase(s) for s in told] == [
+            (RestartPhase.REFUSED, "drain-timeout: 1 still in flight after 10 s", B)
+        ]
+        assert ReleaseLock() in d.since(mark) and not d.of(Act)
+
+
+def test_r8_a_drain_probe_that_cannot_tell_until_the_bound_says_unknown() -> None:
+    d = Driver(rules(drain_probe=True, drain_timeout=3.0))
+    settled(d)
+    for _ in range(10):
+        if d.request is None:
+            if d.state.timer is None:
+                break
+            d.until_timer()
+        else:
+            d.reply(inflight=None, detail="exited 2")
+    assert phase(d.last) == (RestartPhase.REFUSED, "drain-timeout: unknown still in flight after 3 s", B)
+
+
+def test_r8_a_retry_after_a_failed_action_drains_from_scratch() -> None:
+    d = Driver(rules(max_attempts=2, min_interval=5.0, drain_timeout=100.0))
+    d.register(1, A, inflight=1)
+    settled(d)
+    d.later(60.0)
+    d.register(1, A, inflight=0)
+    d.through(Act)
+    d.reply(ok=False)
+    d.register(1, A, inflight=1)
+    d.until_timer()  # the interval is over
+    assert d.last.reason == "drain: 1 in flight" and d.state.drain_since == d.now
+
+
+def test_each_request_gets_the_next_ticket() -> None:
+    d = Driver(rules(markers=True, verify=True))
+    settled(d)
+    first = d.request
+    d.reply()
+    assert first == CheckMarkers(1) and d.request == Verify(2, B)
