@@ -1357,7 +1357,7 @@ def test_retry_after_adds_the_waits_up() -> None:
 
     assert retry_after(Waits(settle=2.0, interval=5.0, poll=0.5, drain=1.0, verifies=2), 3.0, 4.0) == 16.5
     assert retry_after(Waits(settle=7.0, interval=5.0), 3.0, 4.0) == 11.0
-    assert retry_after(Waits(settle=-1.0, restart=False), 3.0, 4.0) == 0.0
+    assert retry_after(Waits(settle=-1.0, interval=-2.0, restart=False), 3.0, 4.0) == 0.0
 
 
 def test_r7_a_fast_probe_is_measured_as_fast() -> None:
@@ -1444,3 +1444,45 @@ def test_each_request_gets_the_next_ticket() -> None:
     first = d.request
     d.reply()
     assert first == CheckMarkers(1) and d.request == Verify(2, B)
+
+
+def test_r7_retry_after_adds_up_every_wait_ahead_at_each_phase() -> None:
+    """Defaults until measured: a probe takes 1 s, a restart 5 s; the drain probe looks every 2 s."""
+    d = Driver(rules(min_interval=30.0, markers=True, verify=True, lock=True, drain_poll=2.0))
+    d.register(1, A, inflight=1)
+    d.move(B)
+    assert [(s.reason, s.retry_after) for s in d.told] == [(None, 10.0), ("settle", 10.0)]  # 1+2+2*1+5
+    d.later(SETTLE)
+    d.reply(verdict=Verdict.WAIT, reason="hold: /h")
+    assert d.last.retry_after == 9.5  # 0.5 to the next look, drain 2, two probes, restart
+    d.until_timer()
+    d.reply()
+    assert d.last.phase is RestartPhase.VERIFYING and d.last.retry_after == 9.0
+    d.now += 1.0
+    d.reply()
+    assert d.last.reason == "drain: 1 in flight" and d.last.retry_after == 8.0  # 2 + 1 + 5
+    d.register(1, A, inflight=0)
+    d.reply(acquired=False, detail="held")
+    assert d.last.reason == "lock: held" and d.last.retry_after == pytest.approx(6.05)
+    d.until_timer()
+    d.reply()  # the lock
+    d.reply()  # HEAD
+    d.reply()  # markers
+    assert d.last.reason == "under the lock" and d.last.retry_after == 6.0
+    d.reply()
+    d.reply()  # HEAD
+    assert d.last.phase is RestartPhase.RESTARTING and d.last.retry_after == 5.0  # not the interval
+    d.reply(ok=False)
+    assert [s.phase.value for s in d.told[-3:]] == ["failed", "scheduled", "waiting"]
+    assert d.told[-3].retry_after is None
+    # No settle again; the last probe was measured at 0 s; the whole interval is ahead.
+    assert [s.retry_after for s in d.told[-2:]] == [pytest.approx(30.0 + 5.0)] * 2
+
+
+def test_r7_idle_counts_no_attempt() -> None:
+    d = Driver()
+    restarted(d, B)
+    d.register(1, A)
+    assert d.last.attempt == 1 and d.last.phase is RestartPhase.WAITING
+    d.leave(1)
+    assert phase(d.last) == (RestartPhase.IDLE, None, None) and d.last.attempt == 0

@@ -96,15 +96,17 @@ class Run:
             attempt = s.actions if revision else 0
         wait = retry_after(self.waits(stage), s.verify_seconds, s.restart_seconds) if phase.coming else None
         state = RestartState(phase, reason, revision, attempt, wait)
-        self.s = replace(s, published=state, stage=stage)
+        self.s = replace(s, published=state)
         self.effects.append(Publish(state, stage))
 
     def waits(self, stage: Stage) -> Waits:
         """The waits ahead of a phase told at ``stage`` (R7: all of them, issue 15 item 3)."""
         s, a, now = self.s, self.s.attempt, self.now
+        if a is None:
+            return Waits()  # no run: nothing is coming
         rules = s.rules
         settle = 0.0
-        if a is not None and a.began is not None and stage <= Stage.SETTLE:
+        if a.began is not None and stage <= Stage.SETTLE:
             settle = a.began + rules.settle - now
         verifies = 0
         if rules.verify and stage <= Stage.VERIFY:
@@ -112,12 +114,12 @@ class Run:
         elif rules.verify and stage <= Stage.LOCKED_VERIFY:
             verifies = 1
         flowing = 0.0
-        if stage == Stage.DRAIN or (stage < Stage.DRAIN and self.in_flight() != 0):
-            flowing = rules.drain_poll  # unknown length: at least the next re-check (R8)
+        if stage <= Stage.DRAIN and self.in_flight() != 0:
+            flowing = rules.drain_poll  # ahead or under way; unknown length: at least the next look (R8)
         poll = 0.0
         if stage == Stage.MARKERS:
             poll = MARKER_POLL
-        elif stage == Stage.LOCK and a is not None:
+        elif stage == Stage.LOCK:
             poll = a.lock_delay
         return Waits(
             settle=settle,

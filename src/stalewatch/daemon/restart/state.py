@@ -89,7 +89,7 @@ class State:
         drain_since: when the drain of the target began (``None``: none yet).
         probed, probe_detail: the drain probe's last answer.
         attempt: the run under way, if any.
-        published, stage: the last phase told and where it was decided.
+        published: the last phase told.
         tickets: the last ticket given to a request.
         timer: the wake-up last asked for.
         retiring, retire_until: the old servers a handoff retired, and until when they do
@@ -112,7 +112,6 @@ class State:
     probe_detail: str = ""
     attempt: Attempt | None = None
     published: RestartState = field(default_factory=lambda: RestartState(RestartPhase.IDLE))
-    stage: Stage = Stage.IDLE
     tickets: int = 0
     timer: float | None = None
     retiring: frozenset[int] = frozenset()
