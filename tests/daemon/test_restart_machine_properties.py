@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -88,6 +89,8 @@ class Checker:
     acts: list[tuple[float, str]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # actions per HEAD revision, since it moved
     told_head: str | None = None  # HEAD as last told to the machine
+    heads_since_act: set[str | None] = field(default_factory=set)  # what HEAD was since the action
+    verified_since_act: set[str] = field(default_factory=set)
     late_verified: str | None = None  # the revision verified under the lock in this run
     late_ticket: int | None = None
     drain_started: float | None = None
@@ -118,6 +121,8 @@ class MachineWorld:
     # -- feeding and judging ---------------------------------------------------------------
 
     def feed(self, event: Input) -> None:
+        if isinstance(event, Head):
+            self.check.heads_since_act.add(event.revision)
         if isinstance(event, Head) and event.revision != self.check.told_head:
             self.check.told_head = event.revision
             self.check.counts = {}  # HEAD moved: a new revision, its own bound
@@ -129,6 +134,10 @@ class MachineWorld:
             state = self.state.attempt
             if state is not None and state.ask == event.ticket:
                 self.probed = None if event.inflight is None else max(0, event.inflight)
+        if isinstance(event, Verified) and event.ok:
+            self.check.verified_since_act |= {
+                r.revision for r in self.answered if isinstance(r, Verify) and r.ticket == event.ticket
+            }
         if isinstance(event, Verified) and event.ticket == self.check.late_ticket and event.ok:
             self.check.late_verified = next(
                 (r.revision for r in self.answered if isinstance(r, Verify) and r.ticket == event.ticket),
@@ -162,7 +171,11 @@ class MachineWorld:
             acted_at, revision = check.acts[-1]
             newcomers = [s for s in self.servers.values() if s.since >= acted_at and s.pid not in effect.pids]
             assert newcomers, "the old servers retired before any new one registered (R9)"
-            assert {s.revision for s in newcomers} <= {revision, self.head, check.told_head}
+            # They run the target, or a HEAD since the action that passed the probe (R2, R5).
+            loaded = {s.revision for s in newcomers} - {revision}
+            assert loaded <= check.heads_since_act, loaded
+            if check.rules.verify:
+                assert loaded <= check.verified_since_act, loaded
             assert effect.pids == check.old_pids
             check.retired_or_aborted = True
             self.retired = effect.pids
@@ -236,6 +249,8 @@ class MachineWorld:
         assert check.counts[effect.revision] <= rules.max_attempts, "over the bound per revision (R6, R10)"
         assert effect.handoff == rules.handoff
         check.acts.append((now, effect.revision))
+        check.heads_since_act = {check.told_head}
+        check.verified_since_act = set()
         check.late_verified = None
         check.drain_started = None
         check.handoff_act = effect.handoff
@@ -442,7 +457,8 @@ def play(world: MachineWorld, plan: list[tuple[tuple[Any, ...], list[Outcome]]])
         world.invariants()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.timeout(300)  # mutation testing runs it slowly
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rules=RULES, loaded=st.none() | REVISIONS, told=st.booleans(), plan=PLAN)
 def test_r1_r10_hold_in_any_world(
     rules: Rules, loaded: str | None, told: bool, plan: list[tuple[tuple[Any, ...], list[Outcome]]]
@@ -488,7 +504,8 @@ ANY_INPUT = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.timeout(300)
+@settings(max_examples=100, deadline=None)
 @given(rules=RULES, inputs=st.lists(ANY_INPUT, max_size=40))
 def test_any_input_sequence_never_raises_and_never_stalls(rules: Rules, inputs: list[Input]) -> None:
     """Whatever the executor feeds (stale tickets, time running back, odd counts)."""
