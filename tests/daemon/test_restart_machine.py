@@ -1486,3 +1486,20 @@ def test_r7_idle_counts_no_attempt() -> None:
     assert d.last.attempt == 1 and d.last.phase is RestartPhase.WAITING
     d.leave(1)
     assert phase(d.last) == (RestartPhase.IDLE, None, None) and d.last.attempt == 0
+
+
+def test_r5_a_reload_during_confirmation_does_not_change_how_it_is_confirmed() -> None:
+    """Found by the properties: a probe-confirmed restart switched to registrations mid-way."""
+    d = Driver(rules(confirm_probe=True, confirm_timeout=1.0))
+    d.register(1, A)
+    d.leave(1)
+    settled(d)
+    d.through(Act)
+    d.reply()
+    d.feed(Reload(d.now, rules(confirm_timeout=1.0)))  # no probe any more
+    d.reply(ok=False)
+    assert d.state.attempt is not None and d.state.timer == d.now + 0.2
+    d.until_timer()
+    assert isinstance(d.request, ProbeConfirm)
+    d.reply()
+    assert d.last.phase is RestartPhase.CONFIRMED

@@ -60,7 +60,17 @@ from .inputs import (
 from .rules import Rules
 from .running import wanted
 from .stages import Stages
-from .state import CONFIRM_POLL, LOCK_POLL, MARKER_POLL, REFUSED_POLL, Attempt, GiveUp, State, interval_left
+from .state import (
+    CONFIRM_POLL,
+    LOCK_POLL,
+    MARKER_POLL,
+    REFUSED_POLL,
+    Attempt,
+    Confirm,
+    GiveUp,
+    State,
+    interval_left,
+)
 
 __all__ = ["Attempt", "GiveUp", "Stage", "State", "interval_left", "step"]
 
@@ -213,7 +223,12 @@ class _Step(Stages):
         if not event.ok:
             self.restart_failed(f"action {event.detail}")
         else:
-            self.enter(Stage.CONFIRM, confirm_until=self.now + self.s.rules.confirm_timeout)
+            # Decided now, for this restart: a reload meanwhile does not change how.
+            rules = self.s.rules
+            by = Confirm.PROBE if rules.confirm_probe else Confirm.STATUS
+            if a.handoff or (self.s.registered and not rules.confirm_probe):
+                by = Confirm.REGISTRATIONS
+            self.enter(Stage.CONFIRM, confirm_until=self.now + rules.confirm_timeout, confirm_by=by)
 
     def _probed_confirm(self, a: Attempt, event: ConfirmProbed) -> None:
         if a.stage is not Stage.CONFIRM:

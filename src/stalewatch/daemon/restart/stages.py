@@ -28,7 +28,7 @@ from .effects import (
     Verify,
 )
 from .run import Run
-from .state import Attempt, GiveUp, interval_left
+from .state import Attempt, Confirm, GiveUp, interval_left
 
 __all__ = ["Stages"]
 
@@ -167,7 +167,7 @@ class Stages(Run):
         """Do the restarted servers run the new code (R5, R9)?"""
         s = self.s
         heads = (a.target, s.head)
-        if a.handoff or (s.registered and not s.rules.confirm_probe):
+        if a.confirm_by is Confirm.REGISTRATIONS:
             running = confirming.registered_on(
                 s.servers, heads, a.acted_at, handoff=a.handoff, old=a.old_pids
             )
@@ -182,7 +182,7 @@ class Stages(Run):
                 who = confirming.runs(s.servers)
                 why = f"not-confirmed: after {s.rules.confirm_timeout:g} s the registered servers run {who}"
                 self.restart_failed(why)
-        elif s.rules.confirm_probe:
+        elif a.confirm_by is Confirm.PROBE:
             if a.probe_ok and not confirming.old_code(s.servers, heads):
                 self.confirmed(a.target)
             elif self.now >= a.confirm_until:

@@ -7,6 +7,7 @@ verdict that stands for its revision (R6).
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ __all__ = [
     "MARKER_POLL",
     "REFUSED_POLL",
     "Attempt",
+    "Confirm",
     "GiveUp",
     "State",
     "interval_left",
@@ -32,6 +34,14 @@ MARKER_POLL = 0.5  # seconds between looks at markers while an update runs
 REFUSED_POLL = 2.0  # seconds between looks at a refusing marker
 LOCK_POLL = (0.05, 1.0)  # first and longest wait between tries of a held lock
 CONFIRM_POLL = (0.2, 2.0)  # first and longest wait between runs of the confirm probe
+
+
+class Confirm(enum.Enum):
+    """How a restart is confirmed (R5), decided once the action succeeded."""
+
+    REGISTRATIONS = "registrations"  # servers register (always with a handoff)
+    PROBE = "probe"  # the confirm probe, and no registered server on old code
+    STATUS = "status"  # neither: the action's exit status is all there is
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,7 @@ class Attempt:
     note: str | None = None  # "drain-timeout: N still in flight" once the bound let it go on
     acted_at: float = 0.0
     handoff: bool = False
+    confirm_by: Confirm = Confirm.STATUS
     old_pids: frozenset[int] = frozenset()
     confirm_until: float = 0.0
     probe_delay: float = CONFIRM_POLL[0]
