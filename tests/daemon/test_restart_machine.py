@@ -322,9 +322,10 @@ def test_r2_a_failing_probe_refuses_and_the_refusal_stands_for_its_revision() ->
     assert phase(d.last) == (RestartPhase.REFUSED, "verify-failed: exited 1: SyntaxError", B)
     assert d.state.attempt is None and d.state.timer is None
     d.move(A)
-    assert d.last.phase is RestartPhase.IDLE
+    assert d.last.phase is RestartPhase.IDLE and d.of(Publish)[-1].stage is Stage.IDLE
     mark = d.mark()
     d.move(B)  # HEAD comes back: the refusal stands, no probe runs again
+    assert d.of(Publish)[-1].stage is Stage.DONE
     assert [e for e in d.since(mark) if isinstance(e, Publish)][-1].state == d.told[-1]
     assert phase(d.last) == (RestartPhase.REFUSED, "verify-failed: exited 1: SyntaxError", B)
     assert not [e for e in d.since(mark) if isinstance(e, Verify)]
@@ -336,6 +337,9 @@ def test_r2_another_revision_ends_a_refusal() -> None:
     d.reply(ok=False)
     settled(d, C)
     assert isinstance(d.request, Verify) and d.request.revision == C
+    assert d.last.reason is None  # the first probe, to fail fast
+    settled(d, B)  # back: the refusal lapsed when C was wanted, B is judged afresh
+    assert isinstance(d.request, Verify) and d.request.revision == B
 
 
 def test_r2_servers_restarted_by_hand_onto_a_refused_revision_end_the_refusal() -> None:
@@ -765,7 +769,7 @@ def test_r5_a_newer_commit_the_new_servers_loaded_is_verified_before_confirming(
     d.leave(10)
     mark = d.mark()
     d.register(11, C)  # the watcher has yet to tell: HEAD is read at once
-    assert [type(e) for e in d.since(mark)] == [ReadHead]
+    assert d.since(mark) == [ReadHead(d.state.tickets)]
     d.feed(Head(d.now, C, d.since(mark)[0].ticket))  # type: ignore[union-attr]
     assert isinstance(d.request, Verify) and d.request.revision == C
     d.reply()
@@ -1503,3 +1507,34 @@ def test_r5_a_reload_during_confirmation_does_not_change_how_it_is_confirmed() -
     assert isinstance(d.request, ProbeConfirm)
     d.reply()
     assert d.last.phase is RestartPhase.CONFIRMED
+
+
+def test_r9_old_servers_a_handoff_retires_count_only_once_all_are_gone_or_the_bound_passed() -> None:
+    d = Driver(rules(handoff=True, confirm_timeout=30.0))
+    d.register(10, A)
+    d.register(11, A)
+    settled(d)
+    d.through(Act)
+    d.reply()
+    d.register(20, B)
+    d.leave(10)  # one old worker finished; the other is still at work
+    assert d.state.retiring == frozenset({11}) and d.state.retire_until is not None
+    assert d.state.attempt is None and d.last.phase is RestartPhase.CONFIRMED
+
+
+def test_r8_a_retry_does_not_take_the_drain_probe_of_before_the_action_for_now() -> None:
+    d = Driver(rules(drain_probe=True, drain_poll=2.0, max_attempts=2))
+    settled(d, B)
+    d.reply(inflight=0)
+    d.through(Act, inflight=0)
+    d.reply(ok=False)
+    assert d.last.phase is RestartPhase.SCHEDULED
+    assert d.last.retry_after == pytest.approx(2.0 + d.state.restart_seconds)  # the drain is unknown again
+
+
+def test_r7_r8_a_new_target_does_not_take_the_drain_probe_of_the_old_one() -> None:
+    d = Driver(rules(drain_probe=True, drain_poll=2.0))
+    settled(d, B)
+    d.reply(inflight=0)
+    d.move(C)
+    assert d.last.retry_after == pytest.approx(SETTLE + 2.0 + d.state.restart_seconds)

@@ -377,6 +377,7 @@ class MachineWorld:
         s = self.state
         if s.attempt is not None:
             assert s.attempt.ask is not None or s.timer is not None, f"stalled at {s.attempt.stage}"
+            assert s.attempt.ask is None or s.timer is None, "a timer while an answer is awaited"
         assert s.timer is None or s.timer > self.now, "a timer in the past: a transition was missed"
         if self.lock == "machine":
             assert s.attempt is not None and s.attempt.lock_held, "the lock leaked (R3)"
