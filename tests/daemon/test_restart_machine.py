@@ -1347,6 +1347,7 @@ def test_belief_keeps_its_presumption_until_something_tells() -> None:
 
     first = Belief().heard(None).heard(A).heard(B)
     assert first == Belief(presumed=A)
+    assert Belief(runs=B, not_runs=C).heard(A) == Belief(B, C, A)
     assert first.confirmed(B) == Belief(runs=B, presumed=A)
     assert first.told(Loaded(0.0, not_revision=C)) == Belief(not_runs=C, presumed=A)
     assert first.told(Loaded(0.0, revision=C)) == Belief(runs=C, presumed=A)
