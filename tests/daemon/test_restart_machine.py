@@ -1539,3 +1539,17 @@ def test_r7_r8_a_new_target_does_not_take_the_drain_probe_of_the_old_one() -> No
     d.reply(inflight=0)
     d.move(C)
     assert d.last.retry_after == pytest.approx(SETTLE + 2.0 + d.state.restart_seconds)
+
+
+def test_r6_r8_a_reload_gives_the_drain_its_whole_bound_again() -> None:
+    d = Driver(rules(drain_timeout=10.0))
+    d.register(1, A, inflight=1)
+    settled(d)
+    began = d.state.drain_since
+    d.later(5.0)
+    d.feed(Reload(d.now, rules(drain_timeout=10.0)))
+    d.later(SETTLE)
+    assert d.state.drain_since == d.now and began != d.now
+    d.now = began + 10.0  # type: ignore[operator]
+    d.feed(Tick(d.now))
+    assert d.last.reason == "drain: 1 in flight"
