@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from stalewatch.core.errors import ProtocolError
 from stalewatch.core.phases import RestartPhase, RestartState
 from stalewatch.protocol.codec import MAX_REQUEST_LINE, LineReader, decode, encode
-from stalewatch.protocol.messages import Ping, Register, parse_request, pong_message
+from stalewatch.protocol.messages import MAX_INFLIGHT, Inflight, Ping, Register, parse_request, pong_message
 from tests.support.properties import budget
 
 pytestmark = pytest.mark.unit
@@ -117,9 +117,38 @@ def test_a_request_is_a_ping_or_a_protocol_error(line: bytes) -> None:
         request = parse_request(line)
     except ProtocolError:
         return
-    assert isinstance(request, Ping | Register)
+    assert isinstance(request, Ping | Register | Inflight)
     if isinstance(request, Ping):
         encode(pong_message(request))  # the reply always encodes
+
+
+@BUDGET
+@given(
+    kind=st.sampled_from(["register", "inflight"]),
+    checkout=json_scalars,
+    inflight=st.one_of(json_scalars, st.integers(min_value=-2, max_value=MAX_INFLIGHT + 2)),
+    with_count=st.booleans(),
+)
+def test_r8_a_count_of_work_in_flight_is_a_bounded_whole_number_or_refused(
+    kind: str, checkout: Any, inflight: Any, with_count: bool
+) -> None:
+    message: dict[str, Any] = {"type": kind, "checkout": checkout, "revision": "a" * 40}
+    if with_count:
+        message["inflight"] = inflight
+    try:
+        line = encode(message)
+    except ValueError:  # NaN or infinity: not JSON the daemon could receive from us
+        return
+    try:
+        request = parse_request(line)
+    except ProtocolError:
+        counted = type(inflight) is int and 0 <= inflight <= MAX_INFLIGHT
+        valid = isinstance(checkout, str) and (counted if with_count else kind == "register")
+        assert not valid, message
+        return
+    assert isinstance(request, Register | Inflight) and isinstance(request.checkout, str)
+    assert type(request.inflight) is int and 0 <= request.inflight <= MAX_INFLIGHT
+    assert request.inflight == (inflight if with_count else 0)
 
 
 # -- what a client reads from a daemon ------------------------------------------------------
@@ -130,9 +159,21 @@ def test_a_request_is_a_ping_or_a_protocol_error(line: bytes) -> None:
     st.one_of(
         json_values,
         st.dictionaries(
-            st.sampled_from(["phase", "reason", "revision", "attempt", "retry_after", "at"]),
+            st.sampled_from(
+                [
+                    "phase",
+                    "reason",
+                    "revision",
+                    "attempt",
+                    "retry_after",
+                    "at",
+                    "inflight",
+                    "estimate",
+                    "earliest",
+                ]
+            ),
             json_values,
-            max_size=6,
+            max_size=9,
         ),
         st.builds(
             dict,
@@ -142,6 +183,9 @@ def test_a_request_is_a_ping_or_a_protocol_error(line: bytes) -> None:
             attempt=json_scalars,
             retry_after=json_scalars,
             at=json_scalars,
+            inflight=json_scalars,
+            estimate=json_scalars,
+            earliest=json_scalars,
         ),
     )
 )
@@ -154,4 +198,7 @@ def test_a_restart_state_from_a_daemon_is_parsed_or_ignored(data: Any) -> None:
     assert len(state.reason or "") <= 500 and len(state.revision or "") <= 64
     assert state.retry_after is None or (math.isfinite(state.retry_after) and state.retry_after >= 0)
     assert math.isfinite(state.at)
+    assert state.inflight is None or (type(state.inflight) is int and state.inflight >= 0)
+    assert state.estimate is None or (math.isfinite(state.estimate) and state.estimate >= 0)
+    assert state.earliest is None or math.isfinite(state.earliest)
     assert RestartState.from_dict(decode(encode({"type": "x", **state.to_dict()}))) == state

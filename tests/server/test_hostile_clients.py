@@ -276,3 +276,35 @@ def test_a_connection_registers_once_a_repeat_is_ignored_and_another_claim_is_re
             tables.append(watcher.next("processes")["processes"])
         assert [[p["revision"] for p in t] for t in tables] == [[head], []]
         assert daemon.proc.poll() is None
+
+
+def test_r8_a_registered_server_reports_its_work_in_flight_and_nobody_else_can(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """The count reaches the registry (shown in a new client's snapshot); an `inflight`
+    line before a registration, for another checkout, or out of range is a bad request."""
+    head = git_repo.head()
+    with start_daemon(workdir, str(git_repo.path)) as daemon:
+        with Subscriber(daemon.socket) as server:
+            greet(server)
+            server.send(_register(git_repo.path, head).replace(b"}\n", b',"inflight":2}\n'))
+            server.send(f'{{"type":"inflight","checkout":"{git_repo.path}","inflight":5}}\n'.encode())
+            server.send(b'{"type":"ping","id":"read"}\n')
+            assert server.next("pong", skip=("ping", "health", "processes"))["id"] == "read"
+            with Subscriber(daemon.socket) as viewer:
+                _, (snapshot,) = greet(viewer)
+                assert [(p["revision"], p["inflight"]) for p in snapshot["processes"]] == [(head, 5)]
+            server.send(b'{"type":"inflight","checkout":"/elsewhere","inflight":1}\n')
+            error = next(m for m in server.rest() if m["type"] == "error")
+            assert error["reason"] == "bad-request" and "registration" in error["detail"]
+        for line in (
+            f'{{"type":"inflight","checkout":"{git_repo.path}","inflight":1}}\n'.encode(),  # unregistered
+            _register(git_repo.path, head).replace(b"}\n", b',"inflight":-1}\n'),
+            _register(git_repo.path, head).replace(b"}\n", b',"inflight":true}\n'),
+        ):
+            with Subscriber(daemon.socket) as stranger:
+                greet(stranger)
+                stranger.send(line)
+                error = next(m for m in stranger.rest() if m["type"] == "error")
+                assert error["reason"] == "bad-request", line
+        assert daemon.proc.poll() is None

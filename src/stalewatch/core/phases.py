@@ -59,6 +59,14 @@ class RestartState:
         retry_after: seconds until the new servers are expected to answer (an
             estimate, while a restart is coming); ``None`` otherwise.
         at: ``time.time()`` when the phase began.
+        inflight: the work in flight the sequence waits for (R8: while it drains),
+            summed over the servers; ``None`` when it is not draining.
+        estimate: seconds from a new commit to new servers answering when nothing else
+            waits (settle, probes, the restart itself, as last measured); published in
+            every phase by a daemon with a restart policy, so a server that sees a commit
+            before the daemon announces it can still tell a client when to retry (R7).
+        earliest: ``time.time()`` before which no action can run (the minimum interval
+            since the last one, R6), or ``None`` when nothing holds it back.
     """
 
     phase: RestartPhase
@@ -67,6 +75,9 @@ class RestartState:
     attempt: int = 0
     retry_after: float | None = None
     at: float = 0.0
+    inflight: int | None = None
+    estimate: float | None = None
+    earliest: float | None = None
 
     @property
     def scheduled(self) -> bool:
@@ -103,6 +114,9 @@ class RestartState:
             "attempt": self.attempt,
             "retry_after": self.retry_after,
             "at": self.at,
+            "inflight": self.inflight,
+            "estimate": self.estimate,
+            "earliest": self.earliest,
         }
 
     @classmethod
@@ -124,6 +138,11 @@ class RestartState:
             return None
         if not _finite(at):
             return None
+        inflight, estimate, earliest = data.get("inflight"), data.get("estimate"), data.get("earliest")
+        if inflight is not None and (isinstance(inflight, bool) or not isinstance(inflight, int)):
+            return None
+        if not all(value is None or _finite(value) for value in (estimate, earliest)):
+            return None
         return cls(
             phase,
             reason[:500] if reason else reason,
@@ -131,6 +150,9 @@ class RestartState:
             max(0, attempt),
             None if retry_after is None else max(0.0, float(retry_after)),
             float(at),
+            None if inflight is None else max(0, inflight),
+            None if estimate is None else max(0.0, float(estimate)),
+            None if earliest is None else float(earliest),
         )
 
 

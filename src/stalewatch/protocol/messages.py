@@ -1,9 +1,10 @@
 """The lines of the daemon's protocol, built (and, where a side parses them, read) here.
 
 Both sides use this module: the daemon builds ``hello``, ``snapshot``, ``event``,
-``health``, ``restart``, ``processes``, ``removed`` and ``error`` lines and parses a
-client's requests (:func:`parse_request`); a client builds ``register`` and parses the
-daemon's ``hello`` (:func:`check_hello`, :func:`silence_limit`).
+``health``, ``restart``, ``processes``, ``refused``, ``removed`` and ``error`` lines
+and parses a client's requests (:func:`parse_request`); a client builds ``register``
+and ``inflight`` and parses the daemon's ``hello`` (:func:`hello_problem`,
+:func:`silence_limit`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ __all__ = [
     "FEATURES",
     "HELLO_TIMEOUT",
     "MAX_ID_BYTES",
+    "MAX_INFLIGHT",
+    "Inflight",
     "Ping",
     "Register",
     "error_message",
@@ -30,10 +33,12 @@ __all__ = [
     "health_message",
     "hello_message",
     "hello_problem",
+    "inflight_message",
     "parse_request",
     "ping_message",
     "pong_message",
     "processes_message",
+    "refused_message",
     "register_message",
     "removed_message",
     "restart_message",
@@ -41,9 +46,12 @@ __all__ = [
     "snapshot_message",
 ]
 
-FEATURES = ("register",)
+FEATURES = ("register", "inflight")
 """What this daemon offers beyond protocol 1's base, listed in its hello: a client sends
-``register`` only to a daemon that lists it (an older one would close it for the line)."""
+``register`` (and ``inflight``) only to a daemon that lists it (an older one would close
+it for the line)."""
+MAX_INFLIGHT = 1_000_000_000
+"""The largest count of work in flight a client may report (R8)."""
 MAX_ID_BYTES = 256
 """Longest ``id`` a ping may carry (encoded), echoed in the pong."""
 HELLO_TIMEOUT = 5.0
@@ -107,9 +115,21 @@ def processes_message(checkout: str, processes: list[dict[str, Any]]) -> dict[st
     return {"type": "processes", "checkout": checkout, "processes": processes, "at": time.time()}
 
 
-def register_message(checkout: str, revision: str) -> dict[str, Any]:
-    """What a server process sends: it guards ``checkout`` and loaded ``revision`` (R5)."""
-    return {"type": "register", "checkout": checkout, "revision": revision}
+def register_message(checkout: str, revision: str, inflight: int = 0) -> dict[str, Any]:
+    """What a server process sends: it guards ``checkout``, loaded ``revision`` (R5), and
+    has ``inflight`` units of work in flight (R8)."""
+    return {"type": "register", "checkout": checkout, "revision": revision, "inflight": inflight}
+
+
+def inflight_message(checkout: str, inflight: int) -> dict[str, Any]:
+    """What a registered server process sends when its work in flight changes (R8)."""
+    return {"type": "inflight", "checkout": checkout, "inflight": inflight}
+
+
+def refused_message(request: str, checkout: str, reason: str) -> dict[str, Any]:
+    """A ``refused`` line: the daemon ignored a request and keeps the connection (R10:
+    a registration of a revision the checkout never had)."""
+    return {"type": "refused", "request": request, "checkout": checkout, "reason": reason, "at": time.time()}
 
 
 def removed_message(checkout: str) -> dict[str, Any]:
@@ -148,27 +168,51 @@ class Ping:
 
 @dataclass(frozen=True)
 class Register:
-    """``{"type": "register", "checkout": ..., "revision": ...}``: a server process loaded
-    ``revision`` of ``checkout`` (R5); its pid is the connection's peer, not its word."""
+    """``{"type": "register", "checkout": ..., "revision": ..., "inflight": N}``: a server
+    process loaded ``revision`` of ``checkout`` (R5) and has ``inflight`` units of work in
+    flight (R8; 0 when absent); its pid is the connection's peer, not its word."""
 
     checkout: str
     revision: str
+    inflight: int = 0
 
 
-def parse_request(line: bytes) -> Ping | Register:
+@dataclass(frozen=True)
+class Inflight:
+    """``{"type": "inflight", "checkout": ..., "inflight": N}``: a registered server's work
+    in flight changed (R8). Valid only after a ``register`` for the same checkout on the
+    same connection."""
+
+    checkout: str
+    inflight: int
+
+
+def _count(line: bytes, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INFLIGHT:
+        raise ProtocolError(line, f"'inflight' must be a whole number from 0 to {MAX_INFLIGHT}")
+    return value
+
+
+def parse_request(line: bytes) -> Ping | Register | Inflight:
     """A client's line as a request.
 
     Raises:
         ProtocolError: not JSON, not an object, an unknown type, a register without a
-            checkout and a full revision, or a ping ``id`` longer than
-            :data:`MAX_ID_BYTES` (the only exception it raises).
+            checkout and a full revision, an ``inflight`` that is not a whole number from
+            0 to :data:`MAX_INFLIGHT`, or a ping ``id`` longer than :data:`MAX_ID_BYTES`
+            (the only exception it raises).
     """
     request = decode(line)
     if request["type"] == "register":
         checkout, revision = request.get("checkout"), request.get("revision")
         if not isinstance(checkout, str) or not isinstance(revision, str) or not is_object_id(revision):
             raise ProtocolError(line, "a register request needs a 'checkout' and a full 'revision'")
-        return Register(checkout, revision)
+        return Register(checkout, revision, _count(line, request.get("inflight", 0)))
+    if request["type"] == "inflight":
+        checkout = request.get("checkout")
+        if not isinstance(checkout, str):
+            raise ProtocolError(line, "an inflight request needs a 'checkout'")
+        return Inflight(checkout, _count(line, request.get("inflight")))
     if request["type"] != "ping":
         raise ProtocolError(line, f"unknown request type {request['type']!r}")
     # The pong echoes `id`: a 4 KiB id per ping, unread, would make every queued line

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 
 from ..core.errors import ProtocolError
 from ..protocol.codec import MAX_REQUEST_LINE, LineReader, encode
-from ..protocol.messages import Register, error_message, parse_request, pong_message
+from ..protocol.messages import Inflight, Register, error_message, parse_request, pong_message
 
 __all__ = ["Client", "ClientSet"]
 
@@ -89,7 +89,9 @@ class ClientSet:
         max_clients: connections past this are told and closed at once.
         queue_limit: lines a client may have queued unread before it is dropped.
         buffer: the kernel send buffer per client (``SO_SNDBUF``), in bytes.
-        on_register: a client registered a server process (checkout, revision).
+        on_register: a client registered a server process (checkout, revision, work
+            in flight).
+        on_inflight: a registered client's work in flight changed (checkout, count).
         on_close: an admitted client's connection was closed.
         on_drop: a client was dropped or refused, with the reason (``bad-request``,
             ``slow-client``, ``too-many-clients``, or ``error``: a bug its input reached).
@@ -102,7 +104,8 @@ class ClientSet:
         queue_limit: int,
         buffer: int,
         *,
-        on_register: Callable[[Client, str, str], None] | None = None,
+        on_register: Callable[[Client, str, str, int], None] | None = None,
+        on_inflight: Callable[[Client, str, int], None] | None = None,
         on_close: Callable[[Client], None] | None = None,
         on_drop: Callable[[str], None] | None = None,
     ) -> None:
@@ -110,6 +113,7 @@ class ClientSet:
         self._on_drop = on_drop
         # A server process tells which revision it loaded (R5); the server owns that.
         self._on_register = on_register
+        self._on_inflight = on_inflight
         self._on_close = on_close
         self.max_clients = max_clients
         self.queue_limit = queue_limit
@@ -249,25 +253,35 @@ class ClientSet:
                 if not line.strip():
                     continue
                 match parse_request(line):
-                    case Register(checkout, revision):
-                        self._register(client, line, checkout, revision)
+                    case Register(checkout, revision, inflight):
+                        self._register(client, line, checkout, revision, inflight)
+                    case Inflight(checkout, inflight):
+                        self._inflight(client, line, checkout, inflight)
                     case ping:
                         self.send(client, encode(pong_message(ping)))
         except ProtocolError as exc:
             logger.warning("stalewatch: closing client %d: %s", client.number, exc)
             self.drop(client, "bad-request", str(exc))
 
-    def _register(self, client: Client, line: bytes, checkout: str, revision: str) -> None:
-        # One registration per connection: a process loads its code once. A repeat is
-        # harmless; another claim on the same connection is a client that floods the
-        # registry (each change wakes the restart sequence), so it is refused.
+    def _register(self, client: Client, line: bytes, checkout: str, revision: str, inflight: int) -> None:
+        # One registration per connection: a process loads its code once. A repeat only
+        # reports its work in flight; another claim on the same connection is a client
+        # that floods the registry (each change wakes the restart sequence): refused.
         if client.registered == (checkout, revision):
+            self._inflight(client, line, checkout, inflight)
             return
         if client.registered is not None:
             raise ProtocolError(line, "this connection already registered another revision")
         client.registered = (checkout, revision)
         if self._on_register is not None:
-            self._on_register(client, checkout, revision)
+            self._on_register(client, checkout, revision, inflight)
+
+    def _inflight(self, client: Client, line: bytes, checkout: str, inflight: int) -> None:
+        # Only a registered server has work the daemon waits for (R8).
+        if client.registered is None or client.registered[0] != checkout:
+            raise ProtocolError(line, "an inflight request needs a registration for that checkout first")
+        if self._on_inflight is not None:
+            self._on_inflight(client, checkout, inflight)
 
     def send(self, client: Client, line: bytes, *, flush: bool = True) -> None:
         """Queue ``line`` for ``client`` and write what fits; drop it past the bound."""

@@ -95,6 +95,7 @@ class DaemonServer:
             settings.client_queue,
             settings.client_buffer,
             on_register=self._register,
+            on_inflight=self._inflight,
             on_close=self._unregister,
             on_drop=self._observer.client_dropped,
         )
@@ -295,14 +296,22 @@ class DaemonServer:
 
     # -- registered server processes (R5) ---------------------------------------------------
 
-    def _register(self, client: Client, checkout: str, revision: str) -> None:
+    def _register(self, client: Client, checkout: str, revision: str, inflight: int) -> None:
         entry = self._entries.get(checkout)
         if entry is None:  # harmless: the client learns from hello that it is not watched
             logger.debug("stalewatch: client %d registered for %s, not watched here", client.number, checkout)
             return
-        process = self._registry.register(client.number, entry.key, client.pid, revision)
+        process = self._registry.register(client.number, entry.key, client.pid, revision, inflight)
         logger.info("stalewatch: pid %d registered for %s on %s", process.pid, entry.key, revision[:7])
         self._processes_changed(entry)
+
+    def _inflight(self, client: Client, checkout: str, inflight: int) -> None:
+        # Not broadcast as a `processes` line: one chatty server must not make every
+        # client's queue grow. The restart sequence is woken and tells a drain's count.
+        process = self._registry.set_inflight(client.number, inflight)
+        entry = self._entries.get(checkout) if process is not None else None
+        if entry is not None:
+            entry.processes_changed()
 
     def _unregister(self, client: Client) -> None:
         self._observer.client_closed()

@@ -1,9 +1,11 @@
 """The server processes that told the daemon which revision they loaded (R5).
 
 A process whose guard uses the daemon as its source registers on its connection:
-``{"type": "register", "checkout": ..., "revision": ...}``. Its pid is the connection's
-peer (``SO_PEERCRED``), not what it claims, and its registration ends with the
-connection. The socket loop writes; restart sequences read and wait for a change.
+``{"type": "register", "checkout": ..., "revision": ..., "inflight": N}``, then says
+when its work in flight changes (``{"type": "inflight", ...}``, R8). Its pid is the
+connection's peer (``SO_PEERCRED``, ``LOCAL_PEERPID`` on macOS), not what it claims,
+and its registration ends with the connection. The socket loop writes; restart
+sequences read and wait for a change.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["Process", "Registry"]
 
@@ -26,6 +28,9 @@ class Process:
         revision: the revision it loaded.
         since: ``time.time()`` when it registered.
         connection: the daemon's number for its connection.
+        inflight: its work in flight, as it last said (R8).
+        registered_at: ``time.monotonic()`` when it registered (for the restart
+            sequence, whose clock is monotonic).
     """
 
     pid: int
@@ -33,9 +38,11 @@ class Process:
     revision: str
     since: float
     connection: int
+    inflight: int = 0
+    registered_at: float = 0.0
 
     def to_dict(self) -> dict[str, object]:
-        return {"pid": self.pid, "revision": self.revision, "since": self.since}
+        return {"pid": self.pid, "revision": self.revision, "since": self.since, "inflight": self.inflight}
 
 
 class Registry:
@@ -45,10 +52,21 @@ class Registry:
         self._cond = threading.Condition()
         self._by_connection: dict[int, Process] = {}
 
-    def register(self, connection: int, checkout: str, pid: int, revision: str) -> Process:
+    def register(self, connection: int, checkout: str, pid: int, revision: str, inflight: int = 0) -> Process:
         """Record (or replace) the registration made on ``connection``."""
-        process = Process(pid, checkout, revision, time.time(), connection)
+        process = Process(pid, checkout, revision, time.time(), connection, inflight, time.monotonic())
         with self._cond:
+            self._by_connection[connection] = process
+            self._changed()
+        return process
+
+    def set_inflight(self, connection: int, inflight: int) -> Process | None:
+        """Record a registered process's work in flight; ``None`` when unregistered or unchanged."""
+        with self._cond:
+            process = self._by_connection.get(connection)
+            if process is None or process.inflight == inflight:
+                return None
+            process = replace(process, inflight=inflight)
             self._by_connection[connection] = process
             self._changed()
         return process
