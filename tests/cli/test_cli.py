@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch.cli import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, main
+from stalewatch.cli.run import parser
 from tests.support.repos import Repo
 
 
@@ -130,3 +133,41 @@ def test_status_of_a_repository_without_commits(tmp_path: Path, capsys: pytest.C
     repo = make_repo(tmp_path / "empty", initial=False)
     assert main(["status", str(repo.path)]) == EXIT_OK
     assert capsys.readouterr().out.startswith("(no commit yet)")
+
+
+@pytest.mark.parametrize("command", ["status", "watch"])
+def test_a_file_no_repository_tracks_is_a_usage_error_not_a_silent_watch(
+    git_repo: Repo, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`watch` of an untracked file used to run for ever, watching nothing (C2)."""
+    stray = git_repo.write("notes.txt", "not added\n")
+    assert main([command, str(stray)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not tracked by any git repository" in err, err
+
+
+def test_the_first_watch_line_says_how_the_checkout_is_watched(git_repo: Repo) -> None:
+    """Printed once the watcher runs: not `trusted: false, mode: none` from before it did."""
+    with _watch_process(git_repo.path, "--json") as proc:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        assert (first["trusted"], first["mode"]) == (True, "native"), first
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=5) == EXIT_OK
+
+
+def test_every_help_has_examples_that_the_parser_accepts() -> None:
+    """`--help` shows examples; each `stalewatch ...` one is a command line this parser takes."""
+    top = parser()
+    for words in [("watch",), ("status",), ("daemon",), ("events",), ("hermes", "setup")]:
+        command = top
+        for word in words:
+            (choices,) = [a.choices for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+            command = choices[word]
+        examples = command.format_help().split("examples:\n", 1)[1].splitlines()
+        ours = [
+            line.split("#")[0].split("|")[0] for line in examples if line.strip().startswith("stalewatch")
+        ]
+        assert len(ours) >= 2, words
+        for line in ours:
+            top.parse_args(shlex.split(line)[1:])  # raises SystemExit on a usage error

@@ -176,3 +176,40 @@ def test_status_gives_up_on_a_peer_that_talks_but_never_sends_snapshots(
     # passed ("no complete answer in time").
     assert f"cannot reach the stalewatch daemon at {path}: " in err, err
     assert err.rstrip().endswith("answer in time"), err
+
+
+def test_an_unreadable_line_says_why_as_the_json_does() -> None:
+    """The reason used to be in `--json` only; a human reading `events` needs it too (C4)."""
+    message = {
+        "type": "event",
+        "checkout": "/srv/app",
+        "status": "unreadable",
+        "loaded_revision": "a" * 40,
+        "current_revision": None,
+        "generation": 3,
+        "error": "cannot resolve HEAD: \x1b[2Jgarbage",
+    }
+    line = format_message(message)
+    assert line is not None and line.endswith(": cannot resolve HEAD: \\x1b[2Jgarbage"), line
+    stale = format_message({**message, "status": "stale", "error": "old"})
+    assert stale is not None and stale.startswith("stale") and "old" not in stale
+
+
+def _status(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "stalewatch", "status", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=WAIT, check=check)
+
+
+def test_status_socket_with_a_path_shows_that_checkout_or_says_it_is_not_watched(
+    workdir: Path, tmp_path: Path
+) -> None:
+    watched, other = make_repo(tmp_path / "watched"), make_repo(tmp_path / "other")
+    with start_daemon(workdir, str(watched.path), str(other.path)) as daemon:
+        socket = str(daemon.socket)
+        assert len(_status("--socket", socket).stdout.splitlines()) == 2
+        (line,) = _status("--socket", socket, str(watched.path / "module.py")).stdout.splitlines()
+        assert str(watched.path.resolve()) in line and str(other.path.resolve()) not in line
+        refused = _status("--socket", socket, str(make_repo(tmp_path / "elsewhere").path), check=False)
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert "is not watched by the daemon" in refused.stderr
+        assert str(watched.path.resolve()) in refused.stderr  # and says what it watches

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import stat
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from stalewatch.cli import main
-from stalewatch.server.listening import listen
+from stalewatch.server import listening
+from stalewatch.server.listening import listen, release
 from tests.support.daemons import Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo
 
@@ -114,3 +116,41 @@ def test_stale_socket_swapped_for_a_file_before_removal_is_kept(workdir: Path) -
     replacement.replace(path)
     listening.unlink_if_same(path, seen)
     assert path.read_text() == "a file that took its place"
+
+
+def test_the_lock_file_goes_with_its_daemon_and_a_refused_daemon_leaves_it(
+    workdir: Path, git_repo: Repo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock = Path(f"{workdir / 'd.sock'}.lock")
+    with start_daemon(workdir, str(git_repo.path)) as daemon:
+        assert lock.is_file()
+        # A second daemon on the same socket is refused and must not take the lock away.
+        assert main(["daemon", "--socket", str(daemon.socket), str(git_repo.path)]) == 2
+        assert "another stalewatch daemon is running" in capsys.readouterr().err
+        assert lock.is_file()
+        assert daemon.stop() == 0
+    assert not lock.exists() and not daemon.socket.exists()
+
+
+def test_a_lock_file_removed_by_its_owner_as_we_opened_it_is_not_the_one_we_hold(workdir: Path) -> None:
+    """The owner removes the file on its way out: a daemon that opened that file just
+    before can then lock it, and must see that the path no longer names it (else it and
+    a third daemon, locking the new file, would both serve the socket)."""
+    path = workdir / "s.sock"
+    lock_path = Path(f"{path}.lock")
+    first_sock, first = listen(path)
+    early = os.open(lock_path, os.O_RDWR)  # another daemon opened it, and waits for the lock
+    try:
+        first_sock.close()
+        release(path, first)  # the owner leaves: the file is gone, its lock free
+        assert not lock_path.exists()
+        fcntl.flock(early, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the early opener gets it...
+        assert not listening._names(lock_path, early)  # ...and sees it is nobody's lock now
+        second_sock, second = listen(path)  # the next daemon locks a new file the path names
+        try:
+            assert listening._names(lock_path, second)
+        finally:
+            second_sock.close()
+            release(path, second)
+    finally:
+        os.close(early)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from ..core.errors import DaemonConfigError, StalewatchError
 from ..protocol.socket_path import default_socket_path
 from ..server import journal
 from ..server.config import DaemonConfig, load, with_checkouts
-from ..server.listening import listen, unlink_if_ours
+from ..server.listening import listen, release, unlink_if_ours
 from ..server.loop import DaemonServer, ObserverFactory
 
 __all__ = ["add_commands", "cmd_daemon"]
@@ -30,7 +29,18 @@ logger = logging.getLogger(__name__)
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``daemon`` to the CLI's subparsers."""
-    daemon = sub.add_parser("daemon", help="watch checkouts and push events over a Unix socket")
+    daemon = sub.add_parser(
+        "daemon",
+        help="watch checkouts and push events over a Unix socket",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Watch checkouts in the foreground and push every change to socket clients and\n"
+        "hooks; with a restart policy, restart their servers onto new code. SIGHUP reloads\n"
+        "--config; SIGTERM or Ctrl-C stops it.",
+        epilog="examples:\n"
+        "  stalewatch daemon --socket /tmp/sw.sock /srv/app        # one checkout, as you\n"
+        "  stalewatch daemon --config /etc/stalewatch/daemon.toml  # under systemd\n"
+        "  kill -HUP PID                                            # reload its configuration",
+    )
     daemon.add_argument(
         "checkouts", nargs="*", metavar="CHECKOUT", help="a checkout, or a source file in one"
     )
@@ -78,7 +88,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             sock, lock = listen(path)
         except StalewatchError as exc:
             return _fail(exc, exits.USAGE)
-        cleanup.callback(os.close, lock)
+        cleanup.callback(release, path, lock)
         cleanup.callback(unlink_if_ours, path, path.lstat())
         cleanup.callback(sock.close)
         try:

@@ -12,6 +12,8 @@ from ..client.connection import read_status
 from ..client.following import Follower
 from ..core import exits, signals
 from ..core.errors import DaemonUnavailableError, SocketPathError
+from ..core.escaping import printable
+from ..guard import Guard
 from ..protocol.socket_path import default_socket_path
 from .human_lines import human_line
 
@@ -20,7 +22,16 @@ __all__ = ["add_commands", "cmd_events", "cmd_status"]
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``events`` to the CLI's subparsers (``status --socket`` is ``status``'s option)."""
-    events = sub.add_parser("events", help="print a running daemon's snapshots and events as they come")
+    events = sub.add_parser(
+        "events",
+        help="print a running daemon's snapshots and events as they come",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Follow a running daemon: where each checkout stands, then a line per change,\n"
+        "reconnecting (with backoff) when the daemon restarts, until SIGTERM or Ctrl-C.",
+        epilog="examples:\n"
+        "  stalewatch events --socket /tmp/sw.sock\n"
+        "  stalewatch events --socket /tmp/sw.sock --json | jq -c 'select(.type == \"event\")'",
+    )
     events.add_argument("--socket", help="socket path (default: $RUNTIME_DIRECTORY/stalewatch.sock)")
     events.add_argument("--json", action="store_true", help="print the protocol's JSON lines")
 
@@ -62,11 +73,27 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Print the daemon's snapshot of every checkout it watches."""
+    """Print the daemon's snapshot of every checkout it watches (or of PATH's checkout).
+
+    Raises:
+        BindError: PATH is not in a git checkout (the command line exits 2).
+    """
+    wanted = None if args.path is None else str(Guard.for_path(args.path).checkout)
     try:
         _, snapshots = read_status(Path(args.socket))
     except DaemonUnavailableError as exc:
         return _fail(exc, exits.UNREACHABLE)
+    if wanted is not None:
+        watched = [str(s.get("checkout")) for s in snapshots]
+        snapshots = [s for s in snapshots if s.get("checkout") == wanted]
+        if not snapshots:
+            listed = ", ".join(printable(c) for c in watched) or "nothing"
+            print(
+                f"stalewatch: {printable(wanted)} is not watched by the daemon at {printable(args.socket)} "
+                f"(it watches {listed})",
+                file=sys.stderr,
+            )
+            return exits.USAGE
     for snapshot in snapshots:
         if args.json:
             print(json.dumps(snapshot, separators=(",", ":")))

@@ -18,7 +18,16 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     hermes = sub.add_parser("hermes", help="Hermes WebUI: automatic restarts after `hermes update`")
     commands = hermes.add_subparsers(dest="hermes_command", required=True, metavar="COMMAND")
     parser = commands.add_parser(
-        "setup", help="print (or --write) a daemon configuration and a service under the WebUI's supervisor"
+        "setup",
+        help="print (or --write) a daemon configuration and a service under the WebUI's supervisor",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Find the Hermes install and what supervises the WebUI, then print (or write) a\n"
+        "daemon configuration that restarts the WebUI after `hermes update`, safely, and a\n"
+        "service running that daemon under the same supervisor.",
+        epilog="examples:\n"
+        "  stalewatch hermes setup                      # print what it would write\n"
+        "  stalewatch hermes setup --write              # write it (never overwriting)\n"
+        "  stalewatch hermes setup --supervisor supervisord --port 8787 --write",
     )
     parser.add_argument(
         "--write", action="store_true", help="install the files (never overwriting without --force)"

@@ -6,7 +6,6 @@ import argparse
 import json
 import queue
 import signal
-from pathlib import Path
 
 from ..core import exits, signals
 from ..core.escaping import printable
@@ -19,17 +18,41 @@ __all__ = ["add_commands", "cmd_status", "cmd_watch"]
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``watch`` and ``status`` to the CLI's subparsers."""
-    watch = sub.add_parser("watch", help="print a line for every status change until Ctrl-C")
+    watch = sub.add_parser(
+        "watch",
+        help="print a line for every status change until Ctrl-C",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Watch a checkout from this process: a line now, then a line each time its status\n"
+        "changes (current, stale, unreadable), until SIGTERM or Ctrl-C.",
+        epilog="examples:\n"
+        "  stalewatch watch                      # the checkout of the current directory\n"
+        "  stalewatch watch /srv/app --json      # JSON lines, e.g. for jq\n"
+        "  stalewatch watch /srv/app/run_agent.py  # a source file its repository tracks",
+    )
     watch.add_argument("path", nargs="?", default=".", help="a checkout, or a source file in one")
     watch.add_argument("--json", action="store_true", help="print JSON lines")
-    status = sub.add_parser("status", help="print the checkout's current revision")
-    status.add_argument("path", nargs="?", default=".", help="a checkout, or a source file in one")
+    status = sub.add_parser(
+        "status",
+        help="print the checkout's current revision",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Print the full commit id HEAD resolves to (exit 1 if it cannot be resolved), or,\n"
+        "with --socket, what a running daemon says of the checkouts it watches.",
+        epilog="examples:\n"
+        "  stalewatch status                          # HEAD of the current directory's checkout\n"
+        "  stalewatch status /srv/app --json          # where it stands, as JSON\n"
+        "  stalewatch status --socket /tmp/sw.sock    # every checkout the daemon watches\n"
+        "  stalewatch status --socket /tmp/sw.sock /srv/app  # just that one",
+    )
+    status.add_argument(
+        "path",
+        nargs="?",
+        help="a checkout, or a source file in one (default: .; with --socket: every checkout)",
+    )
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.add_argument("--socket", help="ask the daemon listening on this socket instead")
 
 
-def _bind(path: str) -> Guard:
-    return Guard.for_file(path) if Path(path).is_file() else Guard.for_checkout(path)
+_READY_WAIT = 5.0  # seconds `watch` waits for its watcher before the first line
 
 
 def _line(item: Snapshot | Event, *, as_json: bool) -> str:
@@ -42,7 +65,7 @@ def _line(item: Snapshot | Event, *, as_json: bool) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the checkout's current revision (or its snapshot as JSON)."""
-    guard = _bind(args.path)
+    guard = Guard.for_path(args.path or ".")
     snap = guard.snapshot()
     if args.json:
         print(_line(snap, as_json=True))
@@ -55,7 +78,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """Print a line per status change until SIGTERM or SIGINT (Ctrl-C)."""
-    guard = _bind(args.path)
+    guard = Guard.for_path(args.path)
     lines: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
     stopping = signals.Wakeup()
 
@@ -66,6 +89,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     unsubscribe = guard.subscribe(lines.put)
     try:
         with signals.handling({signal.SIGTERM: stop, signal.SIGINT: stop}), guard:
+            # The first line says how the checkout is watched: once the watcher runs
+            # (trusted, or polling), not before (it would say `mode: none`).
+            guard.wait_ready(_READY_WAIT)
             print(_line(guard.snapshot(), as_json=args.json), flush=True)
             while not stopping.is_set:
                 item = lines.get()

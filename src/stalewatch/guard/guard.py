@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ..core import forking
-from ..core.errors import StaleError
+from ..core.errors import BindError, StaleError
 from ..core.phases import RestartState
 from ..core.status import Event, Snapshot, Status, WatchMode, transition
 from ..git import reflog
@@ -137,6 +137,32 @@ class Guard:
         """
         binding = identity.bind_checkout(os.fspath(path))
         return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
+
+    @classmethod
+    def for_path(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        loaded_revision: str | None = None,
+        latch: bool = False,
+        source: Source | None = None,
+    ) -> Guard:
+        """What a command line or a configuration names: a checkout (any directory in
+        it), or a source file its repository tracks (C2).
+
+        Unlike :meth:`for_file`, a file no repository tracks is refused: a guard of it
+        would never block, so whoever named it would watch nothing without a word.
+
+        Raises:
+            BindError: the path does not exist, is not in a git checkout, or is a file
+                no repository tracks.
+        """
+        if not Path(path).is_file():
+            return cls.for_checkout(path, loaded_revision=loaded_revision, latch=latch, source=source)
+        guard = cls.for_file(path, loaded_revision=loaded_revision, latch=latch, source=source)
+        if not guard.binding.tracked:
+            raise BindError(Path(path), "is not tracked by any git repository; there is nothing to watch")
+        return guard
 
     # -- the barrier ------------------------------------------------------------------
 

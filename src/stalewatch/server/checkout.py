@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core.errors import BindError
 from ..core.phases import RestartPhase, RestartState
 from ..core.status import Event, WatchMode
 from ..guard.guard import Guard
@@ -71,14 +70,7 @@ def bind_checkout(checkout: CheckoutConfig, source: ObservedSource | None = None
         BindError: the path does not exist, is not in a git checkout, or is a file no
             repository tracks.
     """
-    feed = source or ObservedSource()
-    path = checkout.path
-    if path.is_file():
-        guard = Guard.for_file(path, loaded_revision=checkout.revision, source=feed)
-        if not guard.binding.tracked:
-            raise BindError(path, "is not tracked by any git repository; there is nothing to watch")
-        return guard
-    return Guard.for_checkout(path, loaded_revision=checkout.revision, source=feed)
+    return Guard.for_path(checkout.path, loaded_revision=checkout.revision, source=source or ObservedSource())
 
 
 class Checkout:

@@ -4,6 +4,11 @@ No path the daemon creates or removes is ever followed as a link: the lock besid
 socket is opened with ``O_NOFOLLOW`` and must be a regular file, a stale socket is
 removed only if it still is the socket probed, and the socket gets its mode from the
 umask at ``bind`` (a ``chmod`` afterwards would follow a symlink swapped in meanwhile).
+
+The lock file is removed by the daemon that holds it, on its way out (:func:`release`),
+so none is left behind. That is safe because a daemon that takes the lock checks, once
+it holds it, that the path still names the file it locked: one that opened the file
+just before its owner removed it would otherwise hold a lock nobody else can see.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 
 from ..core.errors import SocketPathError
 
-__all__ = ["listen", "unlink_if_ours", "unlink_if_same"]
+__all__ = ["listen", "release", "unlink_if_ours", "unlink_if_same"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +46,8 @@ def listen(path: Path) -> tuple[socket.socket, int]:
         raise SocketPathError(path, f"too long for a Unix socket (more than {_MAX_UNIX_PATH} bytes)")
     if not path.parent.is_dir():
         raise SocketPathError(path, f"directory {path.parent} does not exist")
-    lock = _open_lock(Path(f"{path}.lock"))
+    lock = _take_lock(path)
     try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SocketPathError(path, "another stalewatch daemon is running on this socket") from None
         _remove_stale(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         # The mode comes from the umask at bind, never from a chmod of the path.
@@ -61,9 +62,51 @@ def listen(path: Path) -> tuple[socket.socket, int]:
         sock.listen(128)
         sock.setblocking(False)
     except BaseException:
-        os.close(lock)
+        release(path, lock)
         raise
     return sock, lock
+
+
+def _lock_path(path: Path) -> Path:
+    return Path(f"{path}.lock")
+
+
+def _take_lock(path: Path) -> int:
+    lock_path = _lock_path(path)
+    for _ in range(8):  # each retry means another daemon removed the file as we opened it
+        lock = _open_lock(lock_path)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock)
+            raise SocketPathError(path, "another stalewatch daemon is running on this socket") from None
+        if _names(lock_path, lock):
+            return lock
+        os.close(lock)  # its owner removed it on the way out: lock the file the path names now
+    raise SocketPathError(lock_path, "the lock file keeps being replaced; is something removing it?")
+
+
+def _names(lock_path: Path, lock: int) -> bool:
+    """Whether ``lock_path`` (not followed) still is the file open as ``lock``."""
+    try:
+        now = lock_path.lstat()
+    except FileNotFoundError:
+        return False
+    held = os.fstat(lock)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
+def release(path: Path, lock: int) -> None:
+    """Remove ``<path>.lock`` if it still is the file we hold, then let the lock go.
+
+    Removed while still held, so a daemon starting now either waits out our lock and
+    finds the path gone (it then locks a new file), or opens the new file itself.
+    """
+    lock_path = _lock_path(path)
+    with contextlib.suppress(OSError):
+        if _names(lock_path, lock):
+            lock_path.unlink()
+    os.close(lock)
 
 
 def _open_lock(lock_path: Path) -> int:
