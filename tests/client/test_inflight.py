@@ -203,8 +203,9 @@ class Hand:
         peer = Peer(conn)
         self.peers.append(peer)
         hello = {"type": "hello", "protocol": 1, "keepalive": 5.0, "checkouts": [self.key]}
+        hello["features"] = features
         snapshot = {"type": "snapshot", "checkout": self.key, "status": "current", "trusted": True}
-        peer.send({**hello, "features": features}, {**snapshot, "mode": "native", "restart": {"phase": "idle"}})
+        peer.send(hello, {**snapshot, "mode": "native", "restart": {"phase": "idle"}})
         return peer
 
     def restart(self, peer: Peer, phase: str) -> None:
