@@ -27,6 +27,7 @@ from ..watching.source import Source, Watch, start_watch
 from . import head, identity
 from .delivery import Subscribers
 from .identity import Binding
+from .told import told
 from .work import Counter, Work
 
 __all__ = ["Guard"]
@@ -175,7 +176,7 @@ class Guard:
                 snap.current_revision,
                 snap.status,
                 snap.cause,
-                restart=self._restart,
+                restart=told(self._restart, snap, time.time()),
             )
 
     @property
@@ -197,8 +198,14 @@ class Guard:
         return self._snap.loaded_revision
 
     def snapshot(self) -> Snapshot:
-        """The current state, frozen, including whether the flag is trusted right now."""
-        return replace(self._snap, trusted=self._trusted, mode=self._mode, restart=self._restart)
+        """The current state, frozen, including whether the flag is trusted right now.
+
+        Its ``restart`` is the daemon's latest phase, or ``scheduled`` when this process
+        saw HEAD move before the daemon announced it (R7, see :mod:`.told`).
+        """
+        snap = self._snap
+        restart = told(self._restart, snap, time.time())
+        return replace(snap, trusted=self._trusted, mode=self._mode, restart=restart)
 
     # -- work in flight (R8) ------------------------------------------------------------
 

@@ -110,14 +110,23 @@ class RestartView:
         """The daemon's latest restart phase for the Agent checkout.
 
         ``None`` while the daemon is not connected, does not watch the checkout, or
-        has no restart policy for it (its snapshot's ``restart`` is null).
+        has no restart policy for it (its snapshot's ``restart`` is null). While no
+        restart is coming, HEAD is read first: a commit the daemon has not announced
+        yet is a restart pending (``scheduled``, R7).
         """
         with self._lock:
             if self._bound is not None and self._pid != os.getpid():
                 self._pid = os.getpid()
                 self._start()  # a forked worker: the parent's client thread is not ours
             guard = self._guard
-        return guard.snapshot().restart if guard is not None else None
+        if guard is None:
+            return None
+        state = guard.snapshot().restart
+        if state is not None and not state.scheduled:
+            # The WebUI may have seen a commit the daemon has not announced yet (a polling
+            # daemon): read HEAD, so a pending restart is told as one (R7).
+            state = guard.refresh().restart
+        return state
 
     def restart_coming(self) -> bool:
         """Whether the daemon will restart the WebUI onto the checkout's new revision.
