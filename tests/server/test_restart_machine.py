@@ -1142,13 +1142,11 @@ def test_the_rules_of_a_policy_say_which_parts_it_has() -> None:
     from pathlib import Path
 
     from stalewatch.server.restart.policy import RestartPolicy
-    from stalewatch.server.restart.rules import NewKeys
 
     bare = Rules.of(RestartPolicy(action=("true",)))
     assert bare == Rules()  # the defaults agree
     full = Rules.of(
         RestartPolicy(
-            action=("true",),
             settle=0.5,
             max_attempts=7,
             min_interval=4.0,
@@ -1156,14 +1154,15 @@ def test_the_rules_of_a_policy_say_which_parts_it_has() -> None:
             lock=Path("/l"),
             confirm=("c",),
             confirm_timeout=9.0,
-        ),
-        NewKeys(
             drain_timeout=20.0,
             on_drain_timeout=DrainOutcome.RESTART,
             drain_probe=("p",),
             drain_poll=0.25,
             handoff=True,
-        ),
+            pidfile=Path("/p"),
+            signal="USR2",
+            action=None,
+        )
     )
     assert full == Rules(
         settle=0.5,
@@ -1189,9 +1188,9 @@ def test_the_rules_of_a_policy_say_which_parts_it_has() -> None:
 
 
 def test_the_new_keys_default_to_a_ten_minute_drain_that_refuses() -> None:
-    from stalewatch.server.restart.rules import NewKeys
+    from stalewatch.server.restart.policy import RestartPolicy
 
-    keys = NewKeys()
+    keys = RestartPolicy(action=("true",))
     assert (keys.drain_timeout, keys.on_drain_timeout, keys.drain_probe) == (600.0, DrainOutcome.REFUSE, None)
     assert (keys.drain_probe_timeout, keys.drain_poll, keys.handoff) == (10.0, 1.0, False)
 
