@@ -94,12 +94,15 @@ class Loaded:
     - ``revision``: HEAD's revision when the server process started: it runs that;
     - ``not_revision``: the server process started before HEAD moved to this revision
       (and the reflog cannot say from what): it does not run it;
-    - neither: it cannot be told (the machine keeps what it knew).
+    - ``stopped``: no server process runs (the pidfile names none, the supervisor
+      says so): nothing runs old code, and the daemon never starts a stopped server;
+    - none of them: it cannot be told (the machine keeps what it knew).
     """
 
     now: float
     revision: str | None = None
     not_revision: str | None = None
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
