@@ -171,12 +171,17 @@ class Lock:
 
 @dataclass(frozen=True)
 class Acted:
-    """The answer to ``Act``: did the action (command or signal) succeed (``detail``: how not)."""
+    """The answer to ``Act``: did the action (command or signal) succeed (``detail``: how not).
+
+    ``refused``: nothing was done, on purpose: the pidfile's pid is not the process the
+    file was written for (R10); the refusal stands for the revision.
+    """
 
     ticket: int
     now: float
     ok: bool
     detail: str = ""
+    refused: bool = False
 
 
 @dataclass(frozen=True)

@@ -227,7 +227,9 @@ class _Step(Stages):
     def _acted(self, a: Attempt, event: Acted) -> None:
         if a.stage is not Stage.ACT:
             return
-        if not event.ok:
+        if event.refused and not event.ok:
+            self.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
+        elif not event.ok:
             self.restart_failed(f"action {event.detail}")
         else:
             # Decided now, for this restart: a reload meanwhile does not change how.
