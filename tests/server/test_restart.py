@@ -306,6 +306,10 @@ def test_r6_a_newer_commit_during_verification_starts_over_onto_it(workdir: Path
         assert seen[-1]["revision"] == second
         with gate.open("w") as opened:
             opened.write("go")
+        again = phases(sub, "verifying")[-1]  # once more, right before the action (R9)
+        assert (again["revision"], again["reason"]) == (second, "before the action")
+        with gate.open("w") as opened:
+            opened.write("go")
         confirmed = phases(sub, "confirmed", "failed")[-1]
         assert (confirmed["phase"], confirmed["revision"]) == ("confirmed", second)
         assert runs(workdir) == 1  # never restarted onto the first
@@ -438,22 +442,30 @@ def test_r6_a_reload_while_the_probe_runs_judges_again_under_the_new_policy(
         with gate.open("w") as opened:
             opened.write("fail")  # the probe of the old policy fails now
         seen = phases(sub, "confirmed", "failed", "refused")
-        assert names(seen)[-3:] == ["verifying", "restarting", "confirmed"], names(seen)
+        assert names(seen)[-4:] == [
+            "verifying",
+            "verifying: before the action",
+            "restarting",
+            "confirmed",
+        ], names(seen)
         assert runs(workdir) == 1
 
 
-def test_r6_a_confirmed_restart_does_not_count_against_the_next_one(workdir: Path, git_repo: Repo) -> None:
+def test_r6_r10_a_confirmed_restart_counts_against_the_bound_of_its_revision(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """Else a client registering old code after each confirmation restarts for ever (item 5)."""
     cfg = config(workdir, git_repo, max_attempts=1, confirm_timeout=0.5)
     with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
         greet(sub)
         late = Guard.for_checkout(git_repo.path, source=Daemon(daemon.socket))  # on the old code
-        git_repo.commit()
+        new = git_repo.commit()
         assert phases(sub, "confirmed", "failed")[-1]["phase"] == "confirmed"
         with late:  # registers only now: a server on old code, so a restart is wanted again
-            seen = phases(sub, "failed")
-        assert "restarting" in [m["phase"] for m in seen], names(seen)  # not "max-attempts"
-        assert seen[-1]["reason"].startswith("not-confirmed") and "attempt 1 of 1" in seen[-1]["reason"]
-        assert runs(workdir) == 2
+            seen = phases(sub, "refused", "failed", "restarting")
+        assert (seen[-1]["phase"], seen[-1]["revision"]) == ("refused", new), names(seen)
+        assert seen[-1]["reason"].startswith("max-attempts")
+        assert runs(workdir) == 1
 
 
 def test_r6_servers_restarted_by_hand_onto_a_refused_revision_end_the_refusal(

@@ -122,10 +122,17 @@ class _Step(Stages):
     def _servers(self, servers: tuple[Server, ...]) -> None:
         s = self.s
         retiring = s.retiring & {x.pid for x in servers}
+        belief = s.belief
+        a = s.attempt
+        if s.servers and not servers and (a is None or a.stage < Stage.ACT):
+            # Every registered server went away, and not in a restart of ours: they were
+            # stopped. Restarting now would start them (the Hermes WebUI bug): wait.
+            belief = belief.gone()
         self.s = replace(
             s,
             servers=servers,
             registered=s.registered or bool(servers),
+            belief=belief,
             retiring=retiring,
             retire_until=s.retire_until if retiring else None,
         )
@@ -220,7 +227,9 @@ class _Step(Stages):
     def _acted(self, a: Attempt, event: Acted) -> None:
         if a.stage is not Stage.ACT:
             return
-        if not event.ok:
+        if event.refused and not event.ok:
+            self.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
+        elif not event.ok:
             self.restart_failed(f"action {event.detail}")
         else:
             # Decided now, for this restart: a reload meanwhile does not change how.

@@ -100,7 +100,7 @@ class State:
         drain_since: when the drain of the target began (``None``: none yet).
         probed, probe_detail: the drain probe's last answer.
         attempt: the run under way, if any.
-        published: the last phase told.
+        published: the last phase told; ``published_at``: when (for ``drain_poll``).
         tickets: the last ticket given to a request.
         timer: the wake-up last asked for.
         retiring, retire_until: the old servers a handoff retired, and until when they do
@@ -123,6 +123,7 @@ class State:
     probe_detail: str = ""
     attempt: Attempt | None = None
     published: RestartState = field(default_factory=lambda: RestartState(RestartPhase.IDLE))
+    published_at: float = -math.inf
     tickets: int = 0
     timer: float | None = None
     retiring: frozenset[int] = frozenset()
