@@ -71,11 +71,12 @@ def test_r8_one_last_look_once_it_stops_mattering_then_silence() -> None:
     report = InflightReport("/srv/app", load)
     report.registering(offered=True)
     report.coming = True
-    assert lines(report, 1.0) == [None]  # 4, as registered
+    assert lines(report, 1.0) == [4]  # as registered, but told: a count read after the news
+    assert lines(report, 1.1) == [None]  # unchanged: nothing more
     report.coming = False  # confirmed or refused: not coming any more
     load.count = 0
-    assert report.due() == pytest.approx(1.0 + REPORT_INTERVAL)
-    assert lines(report, 1.1) == [0]  # the last look says where it ended
+    assert report.due() == pytest.approx(1.1 + REPORT_INTERVAL)
+    assert lines(report, 1.25) == [0]  # the last look says where it ended
     load.count = 9
     assert report.due() is None
     assert lines(report, 2.0, 3.0) == [None, None]
@@ -135,7 +136,8 @@ def test_r8_a_failing_or_odd_count_never_breaks_the_report_nor_breaks_the_protoc
     assert not report.matters()  # a status that raises is read as not stale
     report.coming = True
     work.answer = RuntimeError("counter failed")
-    assert lines(report, 1.0) == [None]  # the last count stands
+    assert lines(report, 1.0) == [1]  # the last count stands (told: the first look)
+    assert lines(report, 1.5) == [None]
     work.answer = 10**12
     assert lines(report, 2.0) == [1_000_000_000]  # the protocol's bound, not a bad request
     work.answer = -5

@@ -7,8 +7,10 @@ this module decides for one connection:
 - the registration carries the count at that moment;
 - afterwards the count is read only while it matters: the daemon's restart is coming
   (a ``restart`` line said so) or the guard refuses (its code is stale, perhaps seen
-  before the daemon announced anything); then at most every :data:`REPORT_INTERVAL`,
-  with a line only when the count changed, and one last look once it stops mattering;
+  before the daemon announced anything); then at once, told even if unchanged (so the
+  daemon holds a count read after its announcement), then at most every
+  :data:`REPORT_INTERVAL`, with a line only when the count changed, and one last look
+  once it stops mattering;
 - nothing while the code is current and no restart is coming: the barrier's hot path
   (``guard.work()``) only counts, and the application's counters are not called;
 - nothing at all to a daemon whose hello lacks the ``inflight`` feature, or once the
@@ -88,8 +90,9 @@ class InflightReport:
             return None
         self._due = now + REPORT_INTERVAL
         count = self._count()
-        if count == self._sent:
-            return None
+        if count == self._sent and mattered:
+            return None  # unchanged; but the first look once it matters is always told:
+            # the daemon then holds a count read after it announced the restart (R8)
         self._sent = count
         return inflight_message(self._checkout, count)
 
