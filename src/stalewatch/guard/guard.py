@@ -212,27 +212,20 @@ class Guard:
     def work(self) -> AbstractContextManager[None]:
         """Count one unit of work in flight while the ``with`` block runs (R8).
 
-        A daemon's automatic restart waits until this process's work in flight ends
-        before it stops it (the WSGI and ASGI barriers count every guarded request
-        this way). Thread-safe and cheap: two atomic deque operations, no lock; the
-        same object for every caller. Example::
-
-            with guard.work():
-                run_the_long_job()
+        A daemon's restart lets this process's work in flight end before stopping it
+        (the barriers count each guarded request so). Any thread; no lock, nothing
+        allocated. Example: ``with guard.work(): run_the_long_job()``.
         """
         return self._work.unit
 
     def count_work(self, counter: Counter) -> Callable[[], None]:
-        """Add an outside count of work in flight: ``counter()`` answers how many now.
+        """Add work the application counts itself; returns the function removing it.
 
-        For work the application already counts (Hermes WebUI's active chat
-        streams). ``counter`` returns a whole number, or ``None`` when it cannot tell
-        (counted as nothing); it is called only when the total is asked for (by a
-        daemon's client: while a restart is coming or the code is stale), on the
-        asking thread; one that raises is logged once and counted as nothing.
-        Returns the function that removes it. Example::
-
-            remove = guard.count_work(lambda: len(active_streams))
+        ``counter()`` answers a whole number, or ``None`` when it cannot tell (nothing);
+        it is called only when the total is asked for (a daemon's client asks while a
+        restart is coming or the code is stale), never on the request path; one that
+        raises counts nothing (logged once). Example:
+        ``guard.count_work(lambda: len(active_streams))``.
         """
         return self._work.add(counter)
 
