@@ -118,10 +118,10 @@ def learn(policy: RestartPolicy, dirs: GitDirs | None, head: str | None, stop: t
     return told_at(code_start(found), entries, whole, head)
 
 
-def describe(told: Told, where: Path | str) -> str:
-    """One log line of what was learnt."""
+def describe(told: Told) -> str:
+    """What was learnt, in words (the ``idle`` phase's reason while no server registers)."""
     if told.stopped:
-        return f"no server runs for {where}: {told.why}"
+        return f"no server runs: {told.why}"
     if told.revision is not None or told.not_revision is not None:
-        return f"the server of {where}: {told.why}"
-    return f"cannot tell what the server of {where} runs: {told.why}"
+        return f"the server {told.why}"
+    return f"cannot tell what the servers run: {told.why}"
