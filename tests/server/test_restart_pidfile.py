@@ -18,10 +18,10 @@ from stalewatch.protocol.codec import encode
 from stalewatch.protocol.messages import register_message
 from stalewatch.server.restart.pidfile import TOLERANCE, Claim, judge, read_pidfile, server, signal_server
 from stalewatch.server.restart.procs import Proc, read_proc
-from tests.server.test_restart import phases
 from tests.support.children import Child, python_child
 from tests.support.daemons import Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo
+from tests.support.restarts import phases
 
 PATH = Path("/run/app.pid")
 
