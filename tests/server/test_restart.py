@@ -7,7 +7,6 @@ supervised servers of the end-to-end tests are in test_restart_servers.py.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 import subprocess
@@ -15,7 +14,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,58 +22,13 @@ from stalewatch.core.phases import RestartPhase
 from stalewatch.web import stale_payload
 from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo
-
-SKIP = ("ping", "health", "event", "snapshot", "processes", "pong")
+from tests.support.restarts import RECORD, SKIP, config, names, phases, runs
 
 
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     with short_dir() as path:
         yield path
-
-
-def _toml(value: object) -> str:
-    return json.dumps(value, default=str)  # strings and lists of strings: TOML reads JSON's form
-
-
-def config(workdir: Path, repo: Repo, **restart: object) -> Path:
-    """A configuration watching ``repo`` with a ``[checkout.restart]`` table."""
-    runs = workdir / "runs"
-    restart.setdefault("action", [sys.executable, "-c", RECORD, str(runs)])
-    restart.setdefault("settle", 0.05)
-    restart.setdefault("min_interval", 0)
-    lines = [f"{key} = {_toml(value)}" for key, value in restart.items()]
-    file = workdir / "stalewatch.toml"
-    file.write_text(
-        f'keepalive = 0.5\n\n[[checkout]]\npath = "{repo.path}"\n\n[checkout.restart]\n' + "\n".join(lines)
-    )
-    file.chmod(0o600)
-    return file
-
-
-RECORD = "import sys; open(sys.argv[1], 'a').write('run\\n')"
-
-
-def runs(workdir: Path) -> int:
-    path = workdir / "runs"
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-def phases(sub: Subscriber, *until: str, timeout: float = WAIT) -> list[dict[str, Any]]:
-    """Restart lines up to and including the first whose phase is in ``until``."""
-    seen = []
-    deadline = time.monotonic() + timeout
-    while True:
-        message = sub.next(timeout=max(0.1, deadline - time.monotonic()), skip=SKIP)
-        if message["type"] != "restart":
-            continue
-        seen.append(message)
-        if message["phase"] in until:
-            return seen
-
-
-def names(seen: list[dict[str, Any]]) -> list[str]:
-    return [m["phase"] + (f": {m['reason'].split(':')[0]}" if m["reason"] else "") for m in seen]
 
 
 def test_r4_r7_a_commit_is_restarted_through_the_action_and_every_phase_is_told(

@@ -1085,6 +1085,16 @@ def test_r10_a_supervisor_that_says_none_runs_makes_no_restart_wanted() -> None:
     assert d.state.attempt is not None and d.state.attempt.target == B
 
 
+def test_r10_what_tells_what_runs_is_said_while_idle_and_nobody_registers() -> None:
+    d = Driver(head=B)
+    d.feed(Loaded(d.now, revision=B, why="the server started when HEAD was bbbbbbb"))
+    assert phase(d.last) == (RestartPhase.IDLE, "the server started when HEAD was bbbbbbb", None)
+    d.feed(Loaded(d.now, why="cannot tell what the servers run: no pidfile"))
+    assert d.last.reason == "cannot tell what the servers run: no pidfile"
+    d.register(1, B)  # registrations tell now
+    assert phase(d.last) == (RestartPhase.IDLE, None, None)
+
+
 def test_r10_registrations_win_over_what_the_supervisor_tells() -> None:
     d = Driver(head=B)
     d.feed(Loaded(d.now, revision=A))

@@ -124,7 +124,18 @@ class Restarter:
             self.feed(Loaded(time.monotonic(), revision=self._pinned))
         self._head = self._guard.snapshot().current_revision
         self.feed(Head(time.monotonic(), self._head))
-        self._queue(_LEARN)
+        self._learn_later()
+
+    def _learn_later(self) -> None:
+        if self._policy.pidfile is not None or self._policy.pid_command is not None:
+            self._queue(_LEARN)
+        elif self._pinned is None:
+            logger.info(
+                "stalewatch: restart of %s: until servers register, what they run is presumed to be"
+                " HEAD when the daemon started (%s): no pidfile nor pid_command tells",
+                self.key,
+                (self._head or "-")[:7],
+            )
 
     def notice(self, event: Event) -> None:
         """A status change (the watcher's thread), fed before the event is posted (R7)."""
@@ -146,7 +157,7 @@ class Restarter:
             self._policy = policy
             self._work.policy = policy
         self.feed(Reload(time.monotonic(), Rules.of(policy)))
-        self._queue(_LEARN)
+        self._learn_later()
 
     def feed(self, event: Input) -> None:
         """One input in; its effects carried out (publishes at once, the rest queued)."""
@@ -290,12 +301,11 @@ class Restarter:
         """What the servers run, when they do not register (R10): tell the machine."""
         snap = self._guard.snapshot()
         told = loaded.learn(self._policy, self._guard.binding.dirs, snap.current_revision, self._stop)
-        line = loaded.describe(told, self.key)
+        line = loaded.describe(told)
         if line != self._learnt:
             self._learnt = line
-            logger.info("stalewatch: %s", line)
-        if told.revision is not None or told.not_revision is not None or told.stopped:
-            self.feed(Loaded(time.monotonic(), told.revision, told.not_revision, told.stopped))
+            logger.info("stalewatch: restart of %s: %s", self.key, line)
+        self.feed(Loaded(time.monotonic(), told.revision, told.not_revision, told.stopped, line))
 
     # -- stopping ------------------------------------------------------------------------------
 

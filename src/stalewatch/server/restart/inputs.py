@@ -97,12 +97,16 @@ class Loaded:
     - ``stopped``: no server process runs (the pidfile names none, the supervisor
       says so): nothing runs old code, and the daemon never starts a stopped server;
     - none of them: it cannot be told (the machine keeps what it knew).
+
+    ``why``: how it was told (or why it cannot be), said in the ``idle`` phase while no
+    server registers.
     """
 
     now: float
     revision: str | None = None
     not_revision: str | None = None
     stopped: bool = False
+    why: str = ""
 
 
 @dataclass(frozen=True)

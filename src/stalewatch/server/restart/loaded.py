@@ -24,7 +24,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from ...core.revisions import is_object_id
 from ...git.reflog import Entry, head_log
@@ -63,19 +62,19 @@ def told_at(start: float, entries: Sequence[Entry], whole: bool, head: str) -> T
         return Told(why="the reflog of HEAD says nothing")
     for entry in moves:
         if entry.at - _CLOCK <= start < entry.at + 1 + _CLOCK:
-            return Told(why=f"it started within the second HEAD moved to {entry.new[:7]}")
+            return Told(why=f"the server started within the second HEAD moved to {entry.new[:7]}")
     before = [e for e in moves if e.at + 1 + _CLOCK <= start]
     if before:
         revision = before[-1].new
         if is_object_id(revision) and set(revision) != {"0"}:
-            return Told(revision=revision, why=f"it started when HEAD was {revision[:7]}")
-        return Told(why="HEAD had no commit when it started")
+            return Told(revision=revision, why=f"the server started when HEAD was {revision[:7]}")
+        return Told(why="HEAD had no commit when the server started")
     first = moves[0]
     if whole and is_object_id(first.old) and set(first.old) != {"0"}:
-        return Told(revision=first.old, why=f"it started when HEAD was {first.old[:7]}")
+        return Told(revision=first.old, why=f"the server started when HEAD was {first.old[:7]}")
     if any(e.new == head for e in moves):
-        return Told(not_revision=head, why=f"it started before HEAD moved to {head[:7]}")
-    return Told(why="it started before the oldest entry of the reflog read")
+        return Told(not_revision=head, why=f"the server started before HEAD moved to {head[:7]}")
+    return Told(why="the server started before the oldest entry of the reflog read")
 
 
 def code_start(proc: Proc) -> float:
@@ -118,10 +117,10 @@ def learn(policy: RestartPolicy, dirs: GitDirs | None, head: str | None, stop: t
     return told_at(code_start(found), entries, whole, head)
 
 
-def describe(told: Told, where: Path | str) -> str:
-    """One log line of what was learnt."""
+def describe(told: Told) -> str:
+    """What was learnt, in words (the ``idle`` phase's reason while no server registers)."""
     if told.stopped:
-        return f"no server runs for {where}: {told.why}"
+        return f"no server runs: {told.why}"
     if told.revision is not None or told.not_revision is not None:
-        return f"the server of {where}: {told.why}"
-    return f"cannot tell what the server of {where} runs: {told.why}"
+        return told.why
+    return f"cannot tell what the server runs: {told.why}"

@@ -97,7 +97,7 @@ class _Step(Stages):
         elif isinstance(event, Servers):
             self._servers(event.servers)
         elif isinstance(event, Loaded):
-            self.s = replace(self.s, belief=self.s.belief.told(event))
+            self.s = replace(self.s, belief=self.s.belief.told(event), why=event.why or self.s.why)
         elif isinstance(event, Reload):
             self._reload(event.rules)
         elif isinstance(event, Answer):
@@ -283,5 +283,12 @@ class _Step(Stages):
             self.publish(gave_up.phase, gave_up.reason, Stage.DONE, gave_up.revision)
         elif want is not None:
             self.s = replace(s, attempt=Attempt(want, Stage.SCHEDULED, self.now))
-        elif s.published.phase not in (RestartPhase.IDLE, RestartPhase.CONFIRMED):
-            self.publish(RestartPhase.IDLE, None, Stage.IDLE)
+        else:
+            # Idle: say what tells what runs when no server registers (R10: unknown is
+            # said, never guessed); a confirmation stays told until something else is.
+            told = s.published
+            why = None if s.servers or not s.why else s.why
+            if told.phase not in (RestartPhase.IDLE, RestartPhase.CONFIRMED) or (
+                told.phase is RestartPhase.IDLE and told.reason != why
+            ):
+                self.publish(RestartPhase.IDLE, why, Stage.IDLE)

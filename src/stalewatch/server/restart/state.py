@@ -93,7 +93,8 @@ class State:
         head: HEAD's revision as last read (``None``: unborn, unreadable, not read yet).
         servers: the accepted registrations, in flight included.
         registered: a server ever registered (confirm by registrations, R5).
-        belief: what servers that do not register run (R10).
+        belief: what servers that do not register run (R10); ``why``: how that was
+            last told (said while idle and no server registers).
         target: the revision the bound counts actions for; ``actions``: how many.
         last_action: ``now`` of the last action (for ``min_interval``).
         gave_up: the verdict standing for its revision, if any.
@@ -114,6 +115,7 @@ class State:
     servers: tuple[Server, ...] = ()
     registered: bool = False
     belief: Belief = field(default_factory=Belief)
+    why: str = ""
     target: str | None = None
     actions: int = 0
     last_action: float | None = None
