@@ -67,6 +67,13 @@ def run_library_tour(block: Block, box: Sandbox) -> None:
     box.python(box.sub(block.code), cwd=box.checkout.path, PYTHONPATH=str(box.checkout.path))
 
 
+def run_work_in_flight(block: Block, box: Sandbox) -> None:
+    # Every `guard.inflight()` of the example is recorded: the values its comments give.
+    code = box.sub(block.code).replace("guard.inflight()", "_seen.append(guard.inflight())")
+    checks = "\nassert _seen == [1, 1], _seen\nassert guard.inflight() == 0\n"
+    box.python("_seen = []\n" + code + checks, cwd=box.checkout.path)
+
+
 _WEB_APPS = """
 def wsgi_app(environ, start_response):
     start_response("200 OK", [("Content-Type", "text/plain")])
@@ -366,6 +373,7 @@ def run_hermes_setup(block: Block, box: Sandbox) -> None:
 
 RUN: dict[str, Callable[[Block, Sandbox], None]] = {
     "library-tour": run_library_tour,
+    "work-in-flight": run_work_in_flight,
     "web-barriers": run_web_barriers,
     "sse-stream": run_sse_stream,
     "daemon-client": run_daemon_client,

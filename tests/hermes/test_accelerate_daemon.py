@@ -12,6 +12,7 @@ import importlib
 import json
 import logging
 import os
+import signal
 import sys
 import types
 from collections.abc import Iterator
@@ -122,3 +123,33 @@ def test_a_module_without_a_payload_function_still_follows_the_daemon_and_says_s
     assert not hasattr(module, "agent_runtime_stale_payload")
     view = module._read_agent_revision.__stalewatch_view__
     assert view.socket == workdir / "nowhere.sock" and view.module is module
+
+
+def test_r7_a_commit_the_webui_sees_before_a_polling_daemon_is_a_restart_pending(
+    workdir: Path, agent: Repo
+) -> None:
+    file = workdir / "c.toml"
+    action = json.dumps([sys.executable, "-c", "pass"])
+    file.write_text(
+        f'keepalive = 5\n[[checkout]]\npath = "{agent.path}"\n[checkout.restart]\n'
+        f"action = {action}\nsettle = 0.05\nmin_interval = 0\n"
+    )
+    file.chmod(0o600)
+    poll = {"STALEWATCH_POLL": "1", "STALEWATCH_POLL_INTERVAL": "0.2"}
+    with start_daemon(workdir, "--config", str(file), env=poll) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        runtime = load(daemon.socket)
+        runtime.get_ai_agent_class()  # binds the Agent: the WebUI registers
+        assert sub.next("processes", skip=("ping", "health"))["processes"]
+        view = runtime.agent_runtime_stale_payload.__stalewatch_view__
+        assert view.state() is not None and view.state().phase.value == "idle"
+        daemon.signal(signal.SIGSTOP)  # the daemon cannot see the update: the WebUI is first
+        try:
+            agent.commit("update", name="run_agent.py")
+            with pytest.raises(runtime.AgentRuntimeChangedError) as caught:
+                runtime.ensure_agent_runtime_current()
+            payload = runtime.agent_runtime_stale_payload(caught.value)
+        finally:
+            daemon.signal(signal.SIGCONT)
+        assert payload["restart_scheduled"] is True and payload["restart_phase"] == "scheduled", payload
+        assert isinstance(payload["retry_after"], int) and payload["retry_after"] >= 1, payload

@@ -13,7 +13,7 @@ from stalewatch.core.phases import RestartPhase, RestartState
 from stalewatch.core.status import Snapshot, Status
 from stalewatch.metrics.families import CheckoutView, build_info, checkout_families, daemon_families
 from stalewatch.metrics.tally import CheckoutCounts
-from tests.support.metrics import samples
+from tests.support.metrics import samples, value
 
 pytestmark = pytest.mark.unit
 
@@ -60,7 +60,8 @@ def _families(*views: CheckoutView) -> list:  # type: ignore[type-arg]
 
 
 def test_the_table_lists_every_metric_with_its_type_and_labels() -> None:
-    full = _view(Status.STALE, hooks=True, restart=RestartState(RestartPhase.IDLE), processes={"c" * 40: 2})
+    draining = RestartState(RestartPhase.WAITING, "drain: 2 in flight", "c" * 40, inflight=2)
+    full = _view(Status.STALE, hooks=True, restart=draining, processes={"c" * 40: 2})
     exposed = {}
     for family in _families(full):
         labels = {name for sample in family.samples for name in sample.labels if name != "le"}
@@ -86,5 +87,21 @@ def test_the_series_counts_the_docs_give() -> None:
     assert _count(_view(Status.STALE)) - daemon == 33
     assert _count(_view(Status.CURRENT, hooks=True)) - daemon == 32 + 15
     assert _count(_view(Status.CURRENT, restart=RestartState(RestartPhase.IDLE))) - daemon == 32 + 13
+    draining = RestartState(RestartPhase.WAITING, "drain: 3 in flight", "c" * 40, inflight=3)
+    assert _count(_view(Status.CURRENT, restart=draining)) - daemon == 32 + 14
     processes = {f"{n:040x}": 1 for n in range(8)} | {"other": 4}
     assert _count(_view(Status.CURRENT, processes=processes)) - daemon == 32 + 9 + 1
+
+
+def test_r8_the_drain_gauge_is_the_count_the_restart_waits_for_and_absent_otherwise() -> None:
+    def exposed(state: RestartState) -> float | None:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Everything(_view(Status.STALE, restart=state)))
+        return value(samples(generate_latest(registry).decode()), "stalewatch_restart_inflight")
+
+    revision = "c" * 40
+    assert exposed(RestartState(RestartPhase.WAITING, "drain: 3 in flight", revision, inflight=3)) == 3
+    assert exposed(RestartState(RestartPhase.WAITING, "drain: 0 in flight", revision, inflight=0)) == 0
+    assert exposed(RestartState(RestartPhase.WAITING, "settle", revision)) is None
+    unknown = "drain: unknown in flight (the drain probe has not answered)"
+    assert exposed(RestartState(RestartPhase.WAITING, unknown, revision)) is None

@@ -119,24 +119,3 @@ def test_systemd_variables_are_not_passed_on(monkeypatch: pytest.MonkeyPatch) ->
         [PY, "-c", "import os; print(os.environ.get('NOTIFY_SOCKET'))"], timeout=30, env={"A": "1"}
     )
     assert outcome.output == "None"
-
-
-def test_signal_pidfile_reads_the_pid_safely(tmp_path: Path) -> None:
-    got = threading.Event()
-    previous = signal.signal(signal.SIGUSR1, lambda *_: got.set())
-    try:
-        pidfile = tmp_path / "app.pid"
-        pidfile.write_text(f"{os.getpid()}\n")
-        assert process.signal_pidfile(pidfile, "USR1").ok
-        assert got.wait(5)
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
-    (tmp_path / "bad.pid").write_text("not a pid")
-    assert not process.signal_pidfile(tmp_path / "bad.pid", "HUP").ok
-    (tmp_path / "one.pid").write_text("1")
-    assert not process.signal_pidfile(tmp_path / "one.pid", "HUP").ok  # never init
-    (tmp_path / "link.pid").symlink_to(pidfile)
-    assert not process.signal_pidfile(tmp_path / "link.pid", "USR1").ok  # never through a link
-    for name, text in {"huge": "9" * 30, "negative": "-15", "underscored": "1_234"}.items():
-        (tmp_path / f"{name}.pid").write_text(text)  # huge: os.kill raised OverflowError
-        assert process.signal_pidfile(tmp_path / f"{name}.pid", "HUP").detail.endswith("does not hold a pid")

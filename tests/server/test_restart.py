@@ -7,7 +7,6 @@ supervised servers of the end-to-end tests are in test_restart_servers.py.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 import subprocess
@@ -15,7 +14,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,58 +22,13 @@ from stalewatch.core.phases import RestartPhase
 from stalewatch.web import stale_payload
 from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo
-
-SKIP = ("ping", "health", "event", "snapshot", "processes", "pong")
+from tests.support.restarts import RECORD, SKIP, config, names, phases, runs
 
 
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     with short_dir() as path:
         yield path
-
-
-def _toml(value: object) -> str:
-    return json.dumps(value, default=str)  # strings and lists of strings: TOML reads JSON's form
-
-
-def config(workdir: Path, repo: Repo, **restart: object) -> Path:
-    """A configuration watching ``repo`` with a ``[checkout.restart]`` table."""
-    runs = workdir / "runs"
-    restart.setdefault("action", [sys.executable, "-c", RECORD, str(runs)])
-    restart.setdefault("settle", 0.05)
-    restart.setdefault("min_interval", 0)
-    lines = [f"{key} = {_toml(value)}" for key, value in restart.items()]
-    file = workdir / "stalewatch.toml"
-    file.write_text(
-        f'keepalive = 0.5\n\n[[checkout]]\npath = "{repo.path}"\n\n[checkout.restart]\n' + "\n".join(lines)
-    )
-    file.chmod(0o600)
-    return file
-
-
-RECORD = "import sys; open(sys.argv[1], 'a').write('run\\n')"
-
-
-def runs(workdir: Path) -> int:
-    path = workdir / "runs"
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-def phases(sub: Subscriber, *until: str, timeout: float = WAIT) -> list[dict[str, Any]]:
-    """Restart lines up to and including the first whose phase is in ``until``."""
-    seen = []
-    deadline = time.monotonic() + timeout
-    while True:
-        message = sub.next(timeout=max(0.1, deadline - time.monotonic()), skip=SKIP)
-        if message["type"] != "restart":
-            continue
-        seen.append(message)
-        if message["phase"] in until:
-            return seen
-
-
-def names(seen: list[dict[str, Any]]) -> list[str]:
-    return [m["phase"] + (f": {m['reason'].split(':')[0]}" if m["reason"] else "") for m in seen]
 
 
 def test_r4_r7_a_commit_is_restarted_through_the_action_and_every_phase_is_told(
@@ -306,6 +259,10 @@ def test_r6_a_newer_commit_during_verification_starts_over_onto_it(workdir: Path
         assert seen[-1]["revision"] == second
         with gate.open("w") as opened:
             opened.write("go")
+        again = phases(sub, "verifying")[-1]  # once more, right before the action (R9)
+        assert (again["revision"], again["reason"]) == (second, "before the action")
+        with gate.open("w") as opened:
+            opened.write("go")
         confirmed = phases(sub, "confirmed", "failed")[-1]
         assert (confirmed["phase"], confirmed["revision"]) == ("confirmed", second)
         assert runs(workdir) == 1  # never restarted onto the first
@@ -438,22 +395,30 @@ def test_r6_a_reload_while_the_probe_runs_judges_again_under_the_new_policy(
         with gate.open("w") as opened:
             opened.write("fail")  # the probe of the old policy fails now
         seen = phases(sub, "confirmed", "failed", "refused")
-        assert names(seen)[-3:] == ["verifying", "restarting", "confirmed"], names(seen)
+        assert names(seen)[-4:] == [
+            "verifying",
+            "verifying: before the action",
+            "restarting",
+            "confirmed",
+        ], names(seen)
         assert runs(workdir) == 1
 
 
-def test_r6_a_confirmed_restart_does_not_count_against_the_next_one(workdir: Path, git_repo: Repo) -> None:
+def test_r6_r10_a_confirmed_restart_counts_against_the_bound_of_its_revision(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """Else a client registering old code after each confirmation restarts for ever (item 5)."""
     cfg = config(workdir, git_repo, max_attempts=1, confirm_timeout=0.5)
     with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
         greet(sub)
         late = Guard.for_checkout(git_repo.path, source=Daemon(daemon.socket))  # on the old code
-        git_repo.commit()
+        new = git_repo.commit()
         assert phases(sub, "confirmed", "failed")[-1]["phase"] == "confirmed"
         with late:  # registers only now: a server on old code, so a restart is wanted again
-            seen = phases(sub, "failed")
-        assert "restarting" in [m["phase"] for m in seen], names(seen)  # not "max-attempts"
-        assert seen[-1]["reason"].startswith("not-confirmed") and "attempt 1 of 1" in seen[-1]["reason"]
-        assert runs(workdir) == 2
+            seen = phases(sub, "refused", "failed", "restarting")
+        assert (seen[-1]["phase"], seen[-1]["revision"]) == ("refused", new), names(seen)
+        assert seen[-1]["reason"].startswith("max-attempts")
+        assert runs(workdir) == 1
 
 
 def test_r6_servers_restarted_by_hand_onto_a_refused_revision_end_the_refusal(

@@ -590,6 +590,66 @@ def test_r8_a_new_revision_drains_from_scratch() -> None:
     assert d.state.drain_since == d.now
 
 
+def test_r8_the_drain_phase_carries_its_count_and_no_other_phase_does() -> None:
+    d = Driver(rules())
+    d.register(1, A, inflight=3)
+    settled(d)
+    assert (d.last.reason, d.last.inflight) == ("drain: 3 in flight", 3)
+    d.later(1.0)
+    d.register(1, A, inflight=0)
+    d.through(Act)
+    assert [s.inflight for s in d.told if s.reason is None or not s.reason.startswith("drain")] == [None] * 3
+
+
+def test_r8_a_chatty_server_is_told_at_most_once_per_drain_poll() -> None:
+    """One server reporting every request must not put a line in every client's queue."""
+    d = Driver(rules(drain_poll=1.0))
+    d.register(1, A, inflight=5)
+    settled(d)
+    told = d.last
+    assert told.inflight == 5
+    for count in (6, 7, 4, 9):
+        d.now += 0.1
+        d.register(1, A, inflight=count)
+    assert d.last == told and d.state.timer == pytest.approx(d.now - 0.4 + 1.0)
+    d.until_timer()
+    assert (d.last.reason, d.last.inflight) == ("drain: 9 in flight", 9)
+    d.now += 0.5
+    d.register(1, A, inflight=0)  # drained: said at once, whatever the pace
+    assert isinstance(d.request, ReadHead) or d.of(Act)
+
+
+def test_r8_a_count_back_to_what_was_told_needs_no_new_phase() -> None:
+    d = Driver(rules(drain_poll=1.0))
+    d.register(1, A, inflight=2)
+    settled(d)
+    mark = d.mark()
+    d.now += 0.1
+    d.register(1, A, inflight=3)
+    d.now += 0.1
+    d.register(1, A, inflight=2)
+    assert not [e for e in d.since(mark) if isinstance(e, Publish)]
+    assert d.state.timer is None or d.state.timer > d.now
+
+
+def test_r7_every_phase_carries_the_estimate_and_the_earliest_next_action() -> None:
+    """What a server that sees a commit before the daemon tells its clients (polling)."""
+    d = Driver(rules(min_interval=30.0, verify=True))
+    d.move(B)
+    assert all(s.estimate == pytest.approx(SETTLE + 2 * 1.0 + 5.0) for s in d.told)
+    assert [e.earliest for e in d.of(Publish)] == [None, None]  # no action yet
+    d.later(SETTLE)
+    d.through(Act)
+    acted = d.now
+    d.reply()
+    confirmed = d.of(Publish)[-1]
+    assert confirmed.state.phase is RestartPhase.CONFIRMED and confirmed.earliest == acted + 30.0
+    assert confirmed.state.estimate == pytest.approx(SETTLE + 2 * d.state.verify_seconds + 0.5)
+    d.later(31.0)
+    d.move(C)
+    assert d.of(Publish)[-1].earliest is None  # the interval has passed
+
+
 def test_r7_retry_after_while_draining_is_at_least_the_next_look() -> None:
     d = Driver(rules(drain_poll=3.0, verify=True))
     d.register(1, A, inflight=1)
@@ -612,7 +672,9 @@ def test_r9_handoff_retires_the_old_only_once_new_servers_run_the_target() -> No
     assert d.request == Act(d.request.ticket, B, handoff=True)  # type: ignore[union-attr]
     d.now += 0.1
     d.reply()
-    d.register(20, B)  # a new worker of the new master
+    d.register(20, B)  # a new worker of the new master: its others may still fail to boot
+    assert d.last.phase is RestartPhase.RESTARTING and not d.of(Retire)
+    d.register(21, B)  # as many new workers as old ones, all on the target
     assert d.of(Retire) == [Retire(frozenset({10, 11}))]
     assert d.last.phase is RestartPhase.CONFIRMED
     assert d.effects.index(Retire(frozenset({10, 11}))) < d.effects.index(Rebind(B))
@@ -855,9 +917,9 @@ def test_r5_without_registrations_or_probe_the_exit_status_confirms() -> None:
 def test_r5_once_servers_registered_their_registrations_confirm_even_when_gone() -> None:
     d = Driver(rules(confirm_timeout=3.0, max_attempts=1))
     d.register(10, A)
-    d.leave(10)
     settled(d)
     d.through(Act)
+    d.leave(10)  # the supervisor stops it, and starts nothing that registers
     d.reply()
     assert d.last.phase is RestartPhase.RESTARTING
     d.later(3.0)
@@ -986,6 +1048,51 @@ def test_r10_a_supervisor_that_cannot_tell_changes_nothing() -> None:
     d.move(A)
     assert d.state.attempt is None
     assert d.state.belief.runs == A
+
+
+def test_r10_servers_that_registered_then_went_away_are_never_started_again() -> None:
+    """The Hermes WebUI bug: stopped by hand, then started by the daemon's restart."""
+    d = Driver()
+    d.register(1, B)  # restarted by hand onto B, without the daemon
+    d.move(B)
+    assert d.state.attempt is None
+    d.leave(1)  # then stopped
+    assert d.state.attempt is None and d.last.phase is RestartPhase.IDLE
+    d.move(C)
+    assert d.state.attempt is None and not d.of(Act)
+    d.register(2, A)  # a server starts on an old commit: registrations decide again
+    assert d.state.attempt is not None and d.state.attempt.target == C
+
+
+def test_r10_servers_that_leave_before_the_action_end_the_run() -> None:
+    d = Driver(rules(verify=True))
+    d.register(1, A)
+    settled(d)
+    probe = d.request
+    assert isinstance(probe, Verify)
+    d.leave(1)
+    assert d.state.attempt is None and d.last.phase is RestartPhase.IDLE
+    d.feed(d.answer_to(probe))  # the probe's answer, for a run that is over
+    assert d.state.attempt is None and not d.of(Act)
+
+
+def test_r10_a_supervisor_that_says_none_runs_makes_no_restart_wanted() -> None:
+    d = Driver(head=None)
+    d.feed(Loaded(d.now, stopped=True))
+    d.move(B)
+    assert d.state.attempt is None
+    d.feed(Loaded(d.now, revision=A))  # started by hand, on A
+    assert d.state.attempt is not None and d.state.attempt.target == B
+
+
+def test_r10_what_tells_what_runs_is_said_while_idle_and_nobody_registers() -> None:
+    d = Driver(head=B)
+    d.feed(Loaded(d.now, revision=B, why="the server started when HEAD was bbbbbbb"))
+    assert phase(d.last) == (RestartPhase.IDLE, "the server started when HEAD was bbbbbbb", None)
+    d.feed(Loaded(d.now, why="cannot tell what the servers run: no pidfile"))
+    assert d.last.reason == "cannot tell what the servers run: no pidfile"
+    d.register(1, B)  # registrations tell now
+    assert phase(d.last) == (RestartPhase.IDLE, None, None)
 
 
 def test_r10_registrations_win_over_what_the_supervisor_tells() -> None:
@@ -1142,13 +1249,11 @@ def test_the_rules_of_a_policy_say_which_parts_it_has() -> None:
     from pathlib import Path
 
     from stalewatch.server.restart.policy import RestartPolicy
-    from stalewatch.server.restart.rules import NewKeys
 
     bare = Rules.of(RestartPolicy(action=("true",)))
     assert bare == Rules()  # the defaults agree
     full = Rules.of(
         RestartPolicy(
-            action=("true",),
             settle=0.5,
             max_attempts=7,
             min_interval=4.0,
@@ -1156,14 +1261,15 @@ def test_the_rules_of_a_policy_say_which_parts_it_has() -> None:
             lock=Path("/l"),
             confirm=("c",),
             confirm_timeout=9.0,
-        ),
-        NewKeys(
             drain_timeout=20.0,
             on_drain_timeout=DrainOutcome.RESTART,
             drain_probe=("p",),
             drain_poll=0.25,
             handoff=True,
-        ),
+            pidfile=Path("/p"),
+            signal="USR2",
+            action=None,
+        )
     )
     assert full == Rules(
         settle=0.5,
@@ -1189,9 +1295,9 @@ def test_the_rules_of_a_policy_say_which_parts_it_has() -> None:
 
 
 def test_the_new_keys_default_to_a_ten_minute_drain_that_refuses() -> None:
-    from stalewatch.server.restart.rules import NewKeys
+    from stalewatch.server.restart.policy import RestartPolicy
 
-    keys = NewKeys()
+    keys = RestartPolicy(action=("true",))
     assert (keys.drain_timeout, keys.on_drain_timeout, keys.drain_probe) == (600.0, DrainOutcome.REFUSE, None)
     assert (keys.drain_probe_timeout, keys.drain_poll, keys.handoff) == (10.0, 1.0, False)
 
@@ -1499,9 +1605,9 @@ def test_r5_a_reload_during_confirmation_does_not_change_how_it_is_confirmed() -
     """Found by the properties: a probe-confirmed restart switched to registrations mid-way."""
     d = Driver(rules(confirm_probe=True, confirm_timeout=1.0))
     d.register(1, A)
-    d.leave(1)
     settled(d)
     d.through(Act)
+    d.leave(1)
     d.reply()
     d.feed(Reload(d.now, rules(confirm_timeout=1.0)))  # no probe any more
     d.reply(ok=False)
@@ -1520,6 +1626,7 @@ def test_r9_old_servers_a_handoff_retires_count_only_once_all_are_gone_or_the_bo
     d.through(Act)
     d.reply()
     d.register(20, B)
+    d.register(21, B)
     d.leave(10)  # one old worker finished; the other is still at work
     assert d.state.retiring == frozenset({11}) and d.state.retire_until is not None
     assert d.state.attempt is None and d.last.phase is RestartPhase.CONFIRMED

@@ -102,6 +102,8 @@ class Checker:
     handoff_act: bool = False
     old_pids: frozenset[int] = frozenset()
     retired_or_aborted: bool = True
+    acting: bool = False  # from an action until its run ends
+    stopped: bool = False  # the servers went away outside a restart, or were told stopped
 
 
 class MachineWorld:
@@ -173,7 +175,7 @@ class MachineWorld:
             assert check.handoff_act and not check.retired_or_aborted, "retire without a handoff"
             acted_at, revision = check.acts[-1]
             newcomers = [s for s in self.servers.values() if s.since >= acted_at and s.pid not in effect.pids]
-            assert newcomers, "the old servers retired before any new one registered (R9)"
+            assert len(newcomers) >= max(1, len(effect.pids)), "retired before as many new ones came (R9)"
             # They run the target, or a HEAD since the action that passed the probe (R2, R5).
             loaded = {s.revision for s in newcomers} - {revision}
             assert loaded <= check.heads_since_act, loaded
@@ -214,6 +216,8 @@ class MachineWorld:
             check.drain_started = None
         if effect.stage is Stage.SCHEDULED:
             check.late_verified = None
+        if effect.stage in (Stage.SCHEDULED, Stage.DONE, Stage.IDLE):
+            check.acting = False
         if told.reason is not None and told.reason.startswith("drain:") and check.drain_started is None:
             check.drain_started = self.now
         if told.phase.coming:
@@ -237,6 +241,8 @@ class MachineWorld:
 
     def judge_act(self, effect: Act) -> None:
         check, rules, now = self.check, self.check.rules, self.now
+        assert self.servers or not check.stopped, "started servers that were stopped (R10)"
+        check.acting = True
         assert effect.revision == self.head, "acted on a revision HEAD is not on (R9)"
         assert effect.revision == check.told_head
         if rules.lock:
@@ -272,7 +278,19 @@ class MachineWorld:
             self.feed(Head(self.now, self.head))
 
     def servers_changed(self) -> None:
+        before = self.state.servers
+        if self.servers:
+            self.check.stopped = False
+        elif before and not self.check.acting:
+            self.check.stopped = True
         self.feed(Servers(self.now, tuple(self.servers.values())))
+
+    def tell(self, revision: str | None, not_revision: str | None, stopped: bool) -> None:
+        if revision is not None or not_revision is not None:
+            self.check.stopped = False
+        elif stopped:
+            self.check.stopped = True
+        self.feed(Loaded(self.now, revision=revision, not_revision=not_revision, stopped=stopped))
 
     def move(self, revision: str | None, silent: bool) -> None:
         self.head = revision
@@ -420,7 +438,7 @@ STEPS = st.one_of(
     st.tuples(st.just("register"), PIDS, REVISIONS, st.integers(-1, 3)),
     st.tuples(st.just("leave"), PIDS),
     st.tuples(st.just("new_servers"), st.integers(1, 2), REVISIONS, st.booleans()),
-    st.tuples(st.just("tell"), st.none() | REVISIONS, st.none() | REVISIONS),
+    st.tuples(st.just("tell"), st.none() | REVISIONS, st.none() | REVISIONS, st.booleans()),
     st.tuples(st.just("reload"), RULES),
     st.tuples(st.just("time"), DELAYS),
     st.tuples(st.just("tick")),
@@ -443,7 +461,7 @@ def play(world: MachineWorld, plan: list[tuple[tuple[Any, ...], list[Outcome]]])
         elif kind == "new_servers":
             world.new_servers(args[0], args[1], replace=args[2])
         elif kind == "tell":
-            world.feed(Loaded(world.now, revision=args[0], not_revision=args[1]))
+            world.tell(*args)
         elif kind == "reload":
             world.feed(Reload(world.now, args[0]))
         elif kind == "time":
@@ -483,7 +501,7 @@ ANY_INPUT = st.one_of(
             max_size=4,
         ).map(tuple),
     ),
-    st.builds(Loaded, st.floats(-1e3, 1e6), st.none() | REVISIONS, st.none() | REVISIONS),
+    st.builds(Loaded, st.floats(-1e3, 1e6), st.none() | REVISIONS, st.none() | REVISIONS, st.booleans()),
     st.builds(Reload, st.floats(-1e3, 1e6), RULES),
     st.builds(Tick, st.floats(-1e3, 1e6)),
     st.builds(

@@ -28,15 +28,17 @@ from typing import Any
 
 from ..core import settings
 from ..core.errors import DaemonUnavailableError
+from ..core.escaping import printable
 from ..core.phases import RestartState
 from ..core.status import WatchMode
 from ..git.refs import GitDirs
 from ..protocol.codec import MAX_MESSAGE_LINE, LineReader, encode
 from ..protocol.messages import HELLO_TIMEOUT, register_message, silence_limit
 from ..protocol.socket_path import default_socket_path
-from ..watching.source import OnChange, OnHealth, OnRestart
+from ..watching.source import OnChange, OnHealth, OnRestart, Workload
 from .connection import check_hello, connect, receive
 from .following import MAX_BACKOFF, Backoff
+from .inflight import InflightReport
 
 __all__ = ["Daemon", "DaemonWatch"]
 
@@ -75,10 +77,18 @@ class Daemon:
         *,
         loaded_revision: str | None = None,
         on_restart: OnRestart | None = None,
+        work: Workload | None = None,
     ) -> DaemonWatch:
-        """Follow the daemon for ``dirs``; register ``loaded_revision`` with it (R5)."""
+        """Follow the daemon for ``dirs``; register ``loaded_revision`` with it (R5) and
+        report ``work``'s work in flight (R8)."""
         return DaemonWatch(
-            self, dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart
+            self,
+            dirs,
+            on_change,
+            on_health,
+            loaded_revision=loaded_revision,
+            on_restart=on_restart,
+            work=work,
         )
 
     def __repr__(self) -> str:
@@ -91,6 +101,9 @@ class DaemonWatch:
     When the daemon offers it (``register`` in its hello's ``features``), the process
     registers the revision it loaded, so a restart is confirmed only once the new
     servers run the new code (R5); restart phases for the checkout go to ``on_restart``.
+    With ``inflight`` offered too, the registration carries ``work``'s work in flight
+    and ``inflight`` lines follow its changes while a restart is coming or the code is
+    stale (:mod:`.inflight`), so the restart drains it first (R8).
     """
 
     def __init__(
@@ -102,6 +115,7 @@ class DaemonWatch:
         *,
         loaded_revision: str | None = None,
         on_restart: OnRestart | None = None,
+        work: Workload | None = None,
     ) -> None:
         self._daemon = daemon
         self._key = str(dirs.worktree)
@@ -109,6 +123,7 @@ class DaemonWatch:
         self._on_health = on_health
         self._loaded = loaded_revision
         self._on_restart = on_restart
+        self._inflight = InflightReport(self._key, work)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -156,10 +171,12 @@ class DaemonWatch:
             logger.exception("stalewatch: re-resolving %s failed", self._key)
 
     def _restart(self, data: object) -> None:
+        state = RestartState.from_dict(data)
+        self._inflight.coming = state is not None and state.scheduled
         if self._on_restart is None:
             return
         try:
-            self._on_restart(RestartState.from_dict(data))
+            self._on_restart(state)
         except Exception:
             logger.exception("stalewatch: restart callback failed")
 
@@ -206,6 +223,7 @@ class DaemonWatch:
             with self._lock:
                 self._sock = None
             sock.close()
+            self._inflight.lost()
             self._restart(None)  # what a gone daemon said about restarts no longer holds
 
     def _session(self, sock: socket.socket) -> bool:
@@ -225,7 +243,12 @@ class DaemonWatch:
             if now >= next_verify:
                 next_verify = now + interval
                 self._changed()
-            sock.settimeout(max(0.001, min(next_verify, last_line + silent_limit) - now))
+            if (line := self._inflight.look(now)) is not None:
+                self._send(sock, line, "report the work in flight")
+            deadline = min(next_verify, last_line + silent_limit)
+            if (due := self._inflight.due()) is not None:
+                deadline = min(deadline, due)
+            sock.settimeout(max(0.001, deadline - now))
             messages = receive(sock, reader, path)
             if messages is None:
                 continue
@@ -246,7 +269,16 @@ class DaemonWatch:
                     self._subscribed(message.get("trusted") is True, message.get("mode"))
                 elif kind == "event":
                     self._changed()
+                elif kind == "refused" and message.get("request") == "register":
+                    self._inflight.refused()
+                    self._warn_once(
+                        "refused",
+                        "stalewatch: the daemon refused this process's registration for %s: %s",
+                        self._key,
+                        printable(str(message.get("reason"))),
+                    )
                 elif kind == "removed":
+                    self._inflight.lost()
                     self._report(False)
                     logger.warning("stalewatch: the daemon stopped watching %s", self._key)
         return greeted
@@ -268,12 +300,19 @@ class DaemonWatch:
         features = message.get("features")
         watched = isinstance(checkouts, list) and self._key in checkouts
         if watched and self._loaded is not None and isinstance(features, list) and "register" in features:
-            # An old daemon offers no registration and would close us for the line.
-            try:
-                sock.sendall(encode(register_message(self._key, self._loaded)))
-            except OSError as exc:
-                raise DaemonUnavailableError(self._daemon.socket_path, f"cannot register: {exc}") from None
+            # An old daemon offers no registration (nor counts) and would close us for the line.
+            count = self._inflight.registering("inflight" in features)
+            line = register_message(self._key, self._loaded, count)
+            if not self._inflight.enabled:
+                del line["inflight"]
+            self._send(sock, line, "register")
         return silence_limit(message)
+
+    def _send(self, sock: socket.socket, line: dict[str, Any], what: str) -> None:
+        try:
+            sock.sendall(encode(line))
+        except OSError as exc:
+            raise DaemonUnavailableError(self._daemon.socket_path, f"cannot {what}: {exc}") from None
 
     def _subscribed(self, daemon_trusted: bool, mode: object) -> None:
         if not daemon_trusted:

@@ -92,14 +92,21 @@ class RestartState:
 
     def payload_fields(self) -> dict[str, Any]:
         """What a refusal's JSON body says of this phase (R7): while a restart is coming,
-        ``restart_scheduled``, ``retry_after`` and ``restart_phase``; else (not idle)
-        ``restart_scheduled`` false, ``restart_phase`` and ``restart_reason``."""
+        ``restart_scheduled``, ``retry_after`` and ``restart_phase``, with what it waits
+        for (``restart_reason``: ``drain: 2 in flight``) and, while it drains, the work
+        left (``restart_inflight``, R8); else (not idle) ``restart_scheduled`` false,
+        ``restart_phase`` and ``restart_reason``."""
         if self.scheduled:
-            return {
+            fields: dict[str, Any] = {
                 "restart_scheduled": True,
                 "retry_after": self.retry_after_seconds(),
                 "restart_phase": self.phase.value,
             }
+            if self.reason:
+                fields["restart_reason"] = self.reason
+            if self.inflight is not None:
+                fields["restart_inflight"] = self.inflight
+            return fields
         if self.phase is RestartPhase.IDLE:
             return {}
         reason = self.reason or self.phase.value

@@ -33,7 +33,16 @@ from ..core.revisions import is_object_id
 from . import moves
 from .refs import GitDirs
 
-__all__ = ["Cause", "Entry", "explain", "explain_entries", "explain_move", "parse_entry", "parse_log"]
+__all__ = [
+    "Cause",
+    "Entry",
+    "explain",
+    "explain_entries",
+    "explain_move",
+    "head_log",
+    "parse_entry",
+    "parse_log",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -266,6 +275,18 @@ def explain(dirs: GitDirs, chain: Sequence[Path], loaded: str | None, current: s
         if found is not None and found.relation != "unknown":
             return found
     return found
+
+
+def head_log(dirs: GitDirs) -> tuple[list[Entry], bool]:
+    """The newest entries of ``logs/HEAD`` (oldest first, at most 256 KiB read) and
+    whether they are all of it: where HEAD was, and since when (R10).
+
+    Empty for reftable (no ``logs/``), a missing or odd log: never an error.
+    """
+    if dirs.reftable:
+        return [], False
+    data, whole = _read_tail(dirs.git_dir / "logs" / "HEAD", _MAX_READ)
+    return parse_log(data, whole=whole), whole
 
 
 def explain_move(dirs: GitDirs, chain: Sequence[Path], loaded: str | None, current: str) -> Cause | None:

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +27,8 @@ from ..watching.source import Source, Watch, start_watch
 from . import head, identity
 from .delivery import Subscribers
 from .identity import Binding
+from .told import told
+from .work import Counter, Work
 
 __all__ = ["Guard"]
 
@@ -85,6 +88,7 @@ class Guard:
         self._stale = status.blocks
         # The barrier flag (C9): True only when the flag may be trusted and passes.
         self._pass = status is Status.UNTRACKED
+        self._work = Work()
         forking.in_child(self._after_fork_in_child)  # held weakly: a dropped guard is gone
 
     # -- constructors -----------------------------------------------------------------
@@ -198,7 +202,7 @@ class Guard:
                 snap.current_revision,
                 snap.status,
                 snap.cause,
-                restart=self._restart,
+                restart=told(self._restart, snap, time.time()),
             )
 
     @property
@@ -220,8 +224,40 @@ class Guard:
         return self._snap.loaded_revision
 
     def snapshot(self) -> Snapshot:
-        """The current state, frozen, including whether the flag is trusted right now."""
-        return replace(self._snap, trusted=self._trusted, mode=self._mode, restart=self._restart)
+        """The current state, frozen, including whether the flag is trusted right now.
+
+        Its ``restart`` is the daemon's latest phase, or ``scheduled`` when this process
+        saw HEAD move before the daemon announced it (R7, see :mod:`.told`).
+        """
+        snap = self._snap
+        restart = told(self._restart, snap, time.time())
+        return replace(snap, trusted=self._trusted, mode=self._mode, restart=restart)
+
+    # -- work in flight (R8) ------------------------------------------------------------
+
+    def work(self) -> AbstractContextManager[None]:
+        """Count one unit of work in flight while the ``with`` block runs (R8).
+
+        A daemon's restart lets this process's work in flight end before stopping it
+        (the barriers count each guarded request so). Any thread; no lock, nothing
+        allocated. Example: ``with guard.work(): run_the_long_job()``.
+        """
+        return self._work.unit
+
+    def count_work(self, counter: Counter) -> Callable[[], None]:
+        """Add work the application counts itself; returns the function removing it.
+
+        ``counter()`` answers a whole number, or ``None`` when it cannot tell (nothing);
+        it is called only when the total is asked for (a daemon's client asks while a
+        restart is coming or the code is stale), never on the request path; one that
+        raises counts nothing (logged once). Example:
+        ``guard.count_work(lambda: len(active_streams))``.
+        """
+        return self._work.add(counter)
+
+    def inflight(self) -> int:
+        """The work in flight now: units of :meth:`work` plus every :meth:`count_work` counter."""
+        return self._work.total()
 
     # -- events -----------------------------------------------------------------------
 
@@ -356,6 +392,7 @@ class Guard:
                 lambda trusted, mode: self._on_health(token, trusted, mode),
                 loaded_revision=self._snap.loaded_revision,
                 on_restart=lambda state: self._on_restart(token, state),
+                work=self,
             )
             self._watch.start()
         return self
@@ -413,6 +450,7 @@ class Guard:
         self._refresh_lock = threading.Lock()
         self._subscribers.after_fork()
         self._restart_subscribers.after_fork()
+        self._work.after_fork_in_child()
         self._ready = threading.Event()
         self._restart_after_fork = self._watch is not None
         self._watch = None

@@ -1,4 +1,4 @@
-"""The WebUI's link to the daemon: ``accelerate(module, daemon=True)`` (R5, R7).
+"""The WebUI's link to the daemon: ``accelerate(module, daemon=True)`` (R5, R7, R8).
 
 With a stalewatch daemon whose restart policy watches the Agent checkout (``stalewatch
 hermes setup`` writes one), an accelerated WebUI process
@@ -12,11 +12,10 @@ hermes setup`` writes one), an accelerated WebUI process
 - says in its stale payload, where the WebUI has one (``agent_runtime_stale_payload``),
   whether the daemon's restart is coming (R7): ``restart_scheduled``, ``retry_after``
   and ``restart_phase`` while it is, ``restart_reason`` when the daemon refused or
-  failed. A field the WebUI set itself is never contradicted.
-
-A :class:`RestartView` also keeps a handle to the WebUI's own modules, so that its
-work in flight (its active chat streams and agent runs) can be told to the daemon:
-:meth:`RestartView.work_in_flight`.
+  failed. A field the WebUI set itself is never contradicted;
+- tells the daemon its work in flight, its active chat streams and agent runs
+  (:meth:`RestartView.work_in_flight`, read through a handle to the WebUI's own
+  ``api.config``), so the daemon's restart waits for running chat turns (R8).
 """
 
 from __future__ import annotations
@@ -101,6 +100,9 @@ class RestartView:
         checkout, revision = self._bound
         try:
             self._guard = Guard.for_checkout(checkout, loaded_revision=revision, source=Daemon(self.socket))
+            # The WebUI's chat turns are its work in flight: the daemon's restart waits
+            # for them (R8). Added before start: the registration carries the count.
+            self._guard.count_work(self.work_in_flight)
             self._guard.start()
         except Exception:  # never into the WebUI: its payload simply stays upstream's
             logger.warning("stalewatch.hermes: cannot follow the daemon at %s", self.socket, exc_info=True)
@@ -110,14 +112,23 @@ class RestartView:
         """The daemon's latest restart phase for the Agent checkout.
 
         ``None`` while the daemon is not connected, does not watch the checkout, or
-        has no restart policy for it (its snapshot's ``restart`` is null).
+        has no restart policy for it (its snapshot's ``restart`` is null). While no
+        restart is coming, HEAD is read first: a commit the daemon has not announced
+        yet is a restart pending (``scheduled``, R7).
         """
         with self._lock:
             if self._bound is not None and self._pid != os.getpid():
                 self._pid = os.getpid()
                 self._start()  # a forked worker: the parent's client thread is not ours
             guard = self._guard
-        return guard.snapshot().restart if guard is not None else None
+        if guard is None:
+            return None
+        state = guard.snapshot().restart
+        if state is not None and not state.scheduled:
+            # The WebUI may have seen a commit the daemon has not announced yet (a polling
+            # daemon): read HEAD, so a pending restart is told as one (R7).
+            state = guard.refresh().restart
+        return state
 
     def restart_coming(self) -> bool:
         """Whether the daemon will restart the WebUI onto the checkout's new revision.

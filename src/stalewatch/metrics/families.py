@@ -154,6 +154,12 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
         "Unix time when the automatic restart entered its current phase.",
         labels=c,
     )
+    draining = GaugeMetricFamily(
+        "stalewatch_restart_inflight",
+        "Work in flight the automatic restart waits for (R8), summed over the servers; "
+        "absent while it does not drain, or cannot tell.",
+        labels=c,
+    )
     processes = GaugeMetricFamily(
         "stalewatch_registered_processes",
         f"Server processes registered with the daemon, by loaded revision (the {MAX_REVISIONS} most "
@@ -199,6 +205,8 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
             actions.add_metric(key, counts.restart_actions)
             phase.add_metric(key, {p.value: p is view.restart.phase for p in RestartPhase})
             phase_since.add_metric(key, view.restart.at)
+            if view.restart.inflight is not None:
+                draining.add_metric(key, view.restart.inflight)
         if view.processes is not None:
             for rev, count in view.processes.items():
                 processes.add_metric([*key, rev], count)
@@ -208,7 +216,7 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
     if any(view.hooks for view in views):
         families.append(hooks)
     if any(view.restart is not None for view in views):
-        families += [restarts, actions, phase, phase_since]
+        families += [restarts, actions, phase, phase_since, draining]
     if any(view.processes is not None for view in views):
         families += [processes, behind]
     return families

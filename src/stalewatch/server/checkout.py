@@ -24,8 +24,9 @@ from .config import CheckoutConfig
 from .drain import OutputDrain
 from .hooks import HookRunner
 from .registry import Registry
+from .restart.executor import Restarter
 from .restart.policy import RestartPolicy
-from .restart.sequence import Restarter
+from .revisions import Revisions
 from .supervision import ObservedSource
 
 __all__ = ["Checkout", "EventSeen", "HealthReported", "Posted", "RestartTold", "bind_checkout"]
@@ -109,6 +110,9 @@ class Checkout:
         self._registry = registry or Registry()
         self._on_hook = on_hook
         self.hooks = self._hook_runner(config) if config.hooks.any else None
+        snap = self.guard.snapshot()
+        self.revisions = Revisions(self.guard.binding.dirs)  # what a server may register (R10)
+        self.revisions.saw(snap.loaded_revision, snap.current_revision)
         self.restarter = self._restarter(config.restart) if config.restart is not None else None
         self._was_trusted = False
         self._health: tuple[bool, WatchMode] | None = None  # the last report the loop handled
@@ -127,9 +131,9 @@ class Checkout:
             self.guard.checkout,
             policy,
             guard=self.guard,
-            registry=self._registry,
             publish=lambda state: self._post(RestartTold(self, state)),
-            rebind=self.rebind,
+            drain=self._drain,
+            pinned=self.config.revision,
         )
 
     @property
@@ -159,22 +163,34 @@ class Checkout:
         return True, lost
 
     def start(self) -> None:
-        """Subscribe, let the hook runner take work, start the guard's watcher."""
+        """Subscribe, let the hook runner take work, start the guard's watcher and the restarts."""
         self._unsubscribe = self.guard.subscribe(self._on_event)
         if self.hooks is not None:
             self.hooks.start()
         self.guard.start()
+        if self.restarter is not None:
+            self._start_restarts(self.restarter)
+
+    def _start_restarts(self, restarter: Restarter) -> None:
+        restarter.start()
+        restarter.servers(self._registry.processes(self.key))
+
+    def knows(self, revision: str) -> bool:
+        """Whether the checkout ever had ``revision`` (a registration of another is refused, R10)."""
+        snap = self.guard.snapshot()
+        return revision in (snap.loaded_revision, snap.current_revision) or self.revisions.knows(revision)
 
     def _on_event(self, event: Event) -> None:
         # On the watcher's thread: hand over, never block here. A restart phase first:
         # a client that learns the code is stale learns in the same breath that a
         # restart is coming (its 409s say so from the first one, R7).
+        self.revisions.saw(event.loaded_revision, event.current_revision)
         restarter = self.restarter
         if restarter is not None:
             try:
                 restarter.notice(event)
-            except Exception:  # no thread left to start, say: the event must still go out
-                logger.exception("stalewatch: the restart sequence of %s missed an event", self.key)
+            except Exception:  # a bug there: the event must still go out
+                logger.exception("stalewatch: the restart machine of %s missed an event", self.key)
         self._post(EventSeen(self, event))
         hooks = self.hooks  # read each time: a reload may add the runner
         if hooks is not None:
@@ -191,7 +207,7 @@ class Checkout:
             self.restarter.update(config.restart)
         elif config.restart is not None:
             self.restarter = self._restarter(config.restart)
-            self.restarter.submit()
+            self._start_restarts(self.restarter)
         elif self.restarter is not None:
             restarter, self.restarter = self.restarter, None
             restarter.stop()
@@ -200,20 +216,10 @@ class Checkout:
             )
 
     def processes_changed(self) -> None:
-        """A server process of this checkout registered or went away (the loop tells)."""
+        """A server process of this checkout registered, went away, or its work in flight
+        changed (the loop tells): the restart machine learns it (R5, R8)."""
         if self.restarter is not None:
-            self.restarter.submit()
-
-    def rebind(self, revision: str) -> None:
-        """The servers now run ``revision`` (a confirmed restart): make it the loaded one.
-
-        Called on the restart sequence's thread. The guard adopts it (an event follows
-        through the inbox, generations go on), so the daemon's status means again
-        "the servers run HEAD's code" (R5).
-        """
-        self.guard.adopt(revision)
-        if self.restarter is not None:
-            self.restarter.adopted()
+            self.restarter.servers(self._registry.processes(self.key))
 
     def request_stop(self) -> None:
         """Begin ending a running hook or restart command without waiting for it."""

@@ -4,7 +4,8 @@ A command gets no stdin, its own session (so a timeout kills everything it start
 and a bounded head and tail of its output: one that prints without end costs a few
 kilobytes. A command is done when its process exits; a child it left in the
 background (``cmd &``, the usual restart idiom) may keep the output pipe open, and is
-neither waited for nor killed.
+neither waited for nor killed: given an :class:`~.drain.OutputDrain`, the pipe goes on
+being read there (hooks and restart actions alike, R4), else it is closed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .capture import CHUNK, BoundedOutput, read_available
+from .drain import OutputDrain
 from .sdnotify import SD_ENV
 
 __all__ = [
@@ -33,7 +35,6 @@ __all__ = [
     "pidfd",
     "run",
     "signal_group",
-    "signal_pidfile",
 ]
 
 KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
@@ -93,10 +94,14 @@ def run(
     timeout: float,
     env: Mapping[str, str] | None = None,
     stop: threading.Event | None = None,
+    drain: OutputDrain | None = None,
+    label: str = "",
 ) -> Outcome:
     """Run ``argv`` until its process exits, the timeout passes, or ``stop`` is set.
 
-    ``env`` is added to the daemon's :func:`environment`.
+    ``env`` is added to the daemon's :func:`environment`. ``drain``: where the output
+    pipe goes when a background child still holds it (``sh -c './serve &'``), so that
+    child never dies of SIGPIPE on its next write; its rest is logged under ``label``.
     """
     try:
         proc = subprocess.Popen(
@@ -115,7 +120,9 @@ def run(
     try:
         timed_out = ending.run()
     finally:
-        if ending.pipe is not None:  # a background child holds it: never wait for it
+        if ending.pipe is not None and drain is not None:  # a background child holds it
+            drain.adopt(ending.pipe, label or repr(argv[0]), BoundedOutput())
+        elif ending.pipe is not None:  # never wait for it
             os.close(ending.pipe)
     output = _text(sink)
     if timed_out:
@@ -232,27 +239,3 @@ def parse_pid(data: bytes) -> int | None:
         return None
     pid = int(text)
     return pid if 0 < pid <= MAX_PID else None
-
-
-def signal_pidfile(pidfile: Path, signame: str) -> Outcome:
-    """Send ``SIG<signame>`` to the pid written in ``pidfile`` (never following a link)."""
-    try:
-        fd = os.open(pidfile, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        return Outcome(False, None, "", f"cannot read {pidfile}: {exc.strerror or exc}")
-    try:
-        data = os.read(fd, 64)
-    except OSError as exc:
-        return Outcome(False, None, "", f"cannot read {pidfile}: {exc.strerror or exc}")
-    finally:
-        os.close(fd)
-    pid = parse_pid(data)
-    if pid is None:
-        return Outcome(False, None, "", f"{pidfile} does not hold a pid")
-    if pid <= 1:
-        return Outcome(False, None, "", f"{pidfile} holds pid {pid}; refusing to signal it")
-    try:
-        os.kill(pid, signal.Signals[f"SIG{signame}"])
-    except OSError as exc:
-        return Outcome(False, None, "", f"cannot signal pid {pid}: {exc.strerror or exc}")
-    return Outcome(True, 0, "", f"sent SIG{signame} to pid {pid}")

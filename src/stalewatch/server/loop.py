@@ -26,7 +26,7 @@ from ..core.errors import BindError, DaemonConfigError
 from ..core.status import WatchMode
 from ..core.version import __version__
 from ..protocol.codec import encode
-from ..protocol.messages import ping_message
+from ..protocol.messages import ping_message, refused_message
 from .checkout import Checkout, EventSeen, HealthReported, Posted, RestartTold
 from .config import CheckoutConfig, DaemonConfig
 from .connections import ACCEPT_PAUSE, Client, ClientSet
@@ -300,6 +300,15 @@ class DaemonServer:
         entry = self._entries.get(checkout)
         if entry is None:  # harmless: the client learns from hello that it is not watched
             logger.debug("stalewatch: client %d registered for %s, not watched here", client.number, checkout)
+            return
+        if not entry.knows(revision):
+            # A revision the checkout never had (not HEAD, not in its reflog, never seen):
+            # a lie or a bug. It must never make the restart machine want a restart (R10).
+            reason = f"{revision} was never HEAD of {entry.key} (not in its reflog, never seen)"
+            logger.warning(
+                "stalewatch: client %d (pid %d): registration refused: %s", client.number, client.pid, reason
+            )
+            self._clients.send(client, encode(refused_message("register", checkout, reason)))
             return
         process = self._registry.register(client.number, entry.key, client.pid, revision, inflight)
         logger.info("stalewatch: pid %d registered for %s on %s", process.pid, entry.key, revision[:7])

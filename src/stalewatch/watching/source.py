@@ -16,7 +16,7 @@ from ..core.phases import RestartState
 from ..core.status import WatchMode
 from ..git.refs import GitDirs
 
-__all__ = ["OnChange", "OnHealth", "OnRestart", "Source", "Watch", "start_watch"]
+__all__ = ["OnChange", "OnHealth", "OnRestart", "Source", "Watch", "Workload", "start_watch"]
 
 OnChange = Callable[[], Sequence[Path] | None]
 """Called on the watcher's thread when HEAD may have moved: re-resolve and compare.
@@ -29,6 +29,24 @@ OnHealth = Callable[[bool, WatchMode], None]
 """Called with (trusted, mode) whenever either changes (a :class:`~stalewatch.core.status.WatchMode`)."""
 OnRestart = Callable[[RestartState | None], None]
 """Called with each phase of an automatic restart a daemon publishes (R7)."""
+
+
+class Workload(Protocol):
+    """What a source may tell a daemon of its guard (R8): a :class:`~stalewatch.Guard` is one.
+
+    A daemon's restart drains the servers' work in flight before it stops them; a
+    source that talks to a daemon reports :meth:`inflight` when it matters (the guard
+    is :attr:`stale`, or the daemon's restart is coming).
+    """
+
+    @property
+    def stale(self) -> bool:
+        """True while the guard refuses (its code is not HEAD's)."""
+        ...
+
+    def inflight(self) -> int:
+        """The guard's work in flight now (may call the application's counters)."""
+        ...
 
 
 class Watch(Protocol):
@@ -59,7 +77,9 @@ class Source(Protocol):
         """Start feeding one checkout.
 
         ``loaded_revision`` (what the process loaded) and ``on_restart`` matter to a
-        source that talks to a daemon with a restart policy; others ignore them.
+        source that talks to a daemon with a restart policy; others ignore them. Such a
+        source may also take ``work`` (a :class:`Workload`: what to tell the daemon of
+        the work in flight, R8); :func:`start_watch` passes it only to one that does.
         """
         ...
 
@@ -72,21 +92,23 @@ def start_watch(
     *,
     loaded_revision: str | None,
     on_restart: OnRestart,
+    work: Workload | None = None,
 ) -> Watch:
-    """``source.watch(...)``, passing the restart keywords only to a source that takes them.
+    """``source.watch(...)``, passing each keyword only to a source that takes it.
 
-    ``Source`` is public: one written before those keywords takes three arguments, and
-    keeps working (without restart notices).
+    ``Source`` is public: one written before the restart keywords takes three
+    arguments, and keeps working (without restart notices); one written before
+    ``work`` gets the restart keywords without it.
     """
     try:
         parameters = inspect.signature(source.watch).parameters
     except (TypeError, ValueError):
         parameters = {}  # type: ignore[assignment]
-    takes = {"loaded_revision", "on_restart"} <= parameters.keys() or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )
-    if takes:
-        return source.watch(
-            dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart
-        )
-    return source.watch(dirs, on_change, on_health)
+    anything = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    if not (anything or {"loaded_revision", "on_restart"} <= parameters.keys()):
+        return source.watch(dirs, on_change, on_health)
+    restart = {"loaded_revision": loaded_revision, "on_restart": on_restart}
+    if anything or "work" in parameters:
+        watch: Callable[..., Watch] = source.watch  # `work` is not in the protocol (see there)
+        return watch(dirs, on_change, on_health, **restart, work=work)
+    return source.watch(dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart)

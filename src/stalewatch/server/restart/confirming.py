@@ -4,8 +4,9 @@
   the target or HEAD now (a commit that landed during the restart is what new servers
   load), and at least one registered since the action.
 - Handoff (gunicorn ``USR2``): the servers registered since the action that are not
-  among the old ones all run one such revision; the old ones are still there, serving,
-  until they are retired.
+  among the old ones all run one such revision, and there are as many of them as old
+  ones (at least one: a new master whose first worker booted may still lose the others
+  to a boot error and halt); the old ones are still there, serving, until retired.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def registered_on(
     """
     group = newcomers(servers, acted_at, old) if handoff else list(servers)
     revisions = {s.revision for s in group}
-    if len(revisions) != 1:
+    if len(revisions) != 1 or (handoff and len(group) < max(1, len(old))):
         return None
     if not handoff and not any(s.since >= acted_at for s in group):
         return None

@@ -62,10 +62,14 @@ class Publish:
     """Tell this phase (R7): the executor stamps ``at`` (``time.time()``) and publishes it.
 
     ``stage``: where the sequence stood when it was decided (for ordering checks).
+    ``earliest``: when the next action may run at the earliest, on the machine's clock
+    (``None``: nothing holds it back); the executor turns it into ``state.earliest``,
+    a ``time.time()``.
     """
 
     state: RestartState
     stage: Stage
+    earliest: float | None = None
 
 
 @dataclass(frozen=True)

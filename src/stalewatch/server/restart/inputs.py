@@ -94,12 +94,19 @@ class Loaded:
     - ``revision``: HEAD's revision when the server process started: it runs that;
     - ``not_revision``: the server process started before HEAD moved to this revision
       (and the reflog cannot say from what): it does not run it;
-    - neither: it cannot be told (the machine keeps what it knew).
+    - ``stopped``: no server process runs (the pidfile names none, the supervisor
+      says so): nothing runs old code, and the daemon never starts a stopped server;
+    - none of them: it cannot be told (the machine keeps what it knew).
+
+    ``why``: how it was told (or why it cannot be), said in the ``idle`` phase while no
+    server registers.
     """
 
     now: float
     revision: str | None = None
     not_revision: str | None = None
+    stopped: bool = False
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -168,12 +175,17 @@ class Lock:
 
 @dataclass(frozen=True)
 class Acted:
-    """The answer to ``Act``: did the action (command or signal) succeed (``detail``: how not)."""
+    """The answer to ``Act``: did the action (command or signal) succeed (``detail``: how not).
+
+    ``refused``: nothing was done, on purpose: the pidfile's pid is not the process the
+    file was written for (R10); the refusal stands for the revision.
+    """
 
     ticket: int
     now: float
     ok: bool
     detail: str = ""
+    refused: bool = False
 
 
 @dataclass(frozen=True)

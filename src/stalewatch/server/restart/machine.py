@@ -97,7 +97,7 @@ class _Step(Stages):
         elif isinstance(event, Servers):
             self._servers(event.servers)
         elif isinstance(event, Loaded):
-            self.s = replace(self.s, belief=self.s.belief.told(event))
+            self.s = replace(self.s, belief=self.s.belief.told(event), why=event.why or self.s.why)
         elif isinstance(event, Reload):
             self._reload(event.rules)
         elif isinstance(event, Answer):
@@ -122,10 +122,17 @@ class _Step(Stages):
     def _servers(self, servers: tuple[Server, ...]) -> None:
         s = self.s
         retiring = s.retiring & {x.pid for x in servers}
+        belief = s.belief
+        a = s.attempt
+        if s.servers and not servers and (a is None or a.stage < Stage.ACT):
+            # Every registered server went away, and not in a restart of ours: they were
+            # stopped. Restarting now would start them (the Hermes WebUI bug): wait.
+            belief = belief.gone()
         self.s = replace(
             s,
             servers=servers,
             registered=s.registered or bool(servers),
+            belief=belief,
             retiring=retiring,
             retire_until=s.retire_until if retiring else None,
         )
@@ -220,7 +227,9 @@ class _Step(Stages):
     def _acted(self, a: Attempt, event: Acted) -> None:
         if a.stage is not Stage.ACT:
             return
-        if not event.ok:
+        if event.refused and not event.ok:
+            self.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
+        elif not event.ok:
             self.restart_failed(f"action {event.detail}")
         else:
             # Decided now, for this restart: a reload meanwhile does not change how.
@@ -274,5 +283,12 @@ class _Step(Stages):
             self.publish(gave_up.phase, gave_up.reason, Stage.DONE, gave_up.revision)
         elif want is not None:
             self.s = replace(s, attempt=Attempt(want, Stage.SCHEDULED, self.now))
-        elif s.published.phase not in (RestartPhase.IDLE, RestartPhase.CONFIRMED):
-            self.publish(RestartPhase.IDLE, None, Stage.IDLE)
+        else:
+            # Idle: say what tells what runs when no server registers (R10: unknown is
+            # said, never guessed); a confirmation stays told until something else is.
+            told = s.published
+            why = None if s.servers or not s.why else s.why
+            if told.phase not in (RestartPhase.IDLE, RestartPhase.CONFIRMED) or (
+                told.phase is RestartPhase.IDLE and told.reason != why
+            ):
+                self.publish(RestartPhase.IDLE, why, Stage.IDLE)

@@ -3,10 +3,6 @@
 The machine (:mod:`.machine`) needs to know *whether* there is a verify probe, a lock,
 markers or a confirm probe, never their argv or paths: those are the executor's. So it
 takes :class:`Rules`, made from the configured policy by :meth:`Rules.of`.
-
-:class:`NewKeys` holds the ``[checkout.restart]`` keys issue 15 adds (drain, R8; handoff,
-R9) until the policy parser learns them: ``Rules.of(policy, NewKeys(...))``. Once
-``RestartPolicy`` carries them, ``Rules.of(policy)`` reads them from it.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["DrainOutcome", "NewKeys", "PolicyView", "Rules"]
+__all__ = ["DrainOutcome", "PolicyView", "Rules"]
 
 
 class DrainOutcome(enum.StrEnum):
@@ -28,30 +24,6 @@ class DrainOutcome(enum.StrEnum):
 
     REFUSE = "refuse"
     RESTART = "restart"
-
-
-@dataclass(frozen=True)
-class NewKeys:
-    """The restart policy's new keys (R8, R9), with their defaults.
-
-    Attributes:
-        drain_timeout: seconds the drain may take before ``on_drain_timeout`` applies.
-        on_drain_timeout: ``refuse`` (default: never cut off work) or ``restart``.
-        drain_probe: an argv asked how much work a server that does not register has in
-            flight (prints a whole number); ``None``: only registrations tell.
-        drain_probe_timeout: seconds one run of the drain probe may take (the executor's).
-        drain_poll: seconds between two runs of the drain probe while draining.
-        handoff: the action starts the new servers beside the old (gunicorn ``USR2``); the
-            old are retired only once new ones registered on the target, and the new are
-            aborted if they do not (needs servers that register).
-    """
-
-    drain_timeout: float = 600.0
-    on_drain_timeout: DrainOutcome = DrainOutcome.REFUSE
-    drain_probe: tuple[str, ...] | None = None
-    drain_probe_timeout: float = 10.0
-    drain_poll: float = 1.0
-    handoff: bool = False
 
 
 class PolicyView(Protocol):
@@ -77,11 +49,21 @@ class PolicyView(Protocol):
     def incomplete_markers(self) -> tuple[object, ...]: ...
     @property
     def hold_while(self) -> tuple[object, ...]: ...
+    @property
+    def drain_timeout(self) -> float: ...
+    @property
+    def on_drain_timeout(self) -> DrainOutcome: ...
+    @property
+    def drain_probe(self) -> tuple[str, ...] | None: ...
+    @property
+    def drain_poll(self) -> float: ...
+    @property
+    def handoff(self) -> bool: ...
 
 
 @dataclass(frozen=True)
 class Rules:
-    """A policy as the machine sees it. See ``RestartPolicy`` and :class:`NewKeys`.
+    """A policy as the machine sees it. See ``RestartPolicy``.
 
     Attributes:
         settle: seconds HEAD must hold still before anything else (R6).
@@ -92,8 +74,14 @@ class Rules:
         lock: the policy has a handoff lock (R3).
         confirm_probe: the policy has a confirm probe (R5).
         confirm_timeout: seconds for the restarted servers to be confirmed (R5).
-        drain_timeout, on_drain_timeout, drain_probe, drain_poll, handoff: see
-            :class:`NewKeys` (``drain_probe`` here: whether there is one).
+        drain_timeout: seconds the drain may take before ``on_drain_timeout`` applies (R8).
+        on_drain_timeout: ``refuse`` (default: never cut off work) or ``restart``.
+        drain_probe: the policy has a drain probe (asks servers that do not register).
+        drain_poll: seconds between two looks at the drain: the probe, and telling its
+            count (at most one drain phase per poll, whatever the servers report).
+        handoff: the action starts the new servers beside the old (gunicorn ``USR2``); the
+            old are retired only once as many new ones registered on the target, and the
+            new are aborted if they do not (R9; needs servers that register).
     """
 
     settle: float = 2.0
@@ -111,9 +99,8 @@ class Rules:
     handoff: bool = False
 
     @classmethod
-    def of(cls, policy: PolicyView, new: NewKeys | None = None) -> Rules:
-        """The rules of a configured policy (and, for now, its new keys)."""
-        keys = new or NewKeys()
+    def of(cls, policy: PolicyView) -> Rules:
+        """The rules of a configured policy."""
         return cls(
             settle=policy.settle,
             max_attempts=policy.max_attempts,
@@ -125,9 +112,9 @@ class Rules:
             lock=policy.lock is not None,
             confirm_probe=policy.confirm is not None,
             confirm_timeout=policy.confirm_timeout,
-            drain_timeout=keys.drain_timeout,
-            on_drain_timeout=keys.on_drain_timeout,
-            drain_probe=keys.drain_probe is not None,
-            drain_poll=keys.drain_poll,
-            handoff=keys.handoff,
+            drain_timeout=policy.drain_timeout,
+            on_drain_timeout=policy.on_drain_timeout,
+            drain_probe=policy.drain_probe is not None,
+            drain_poll=policy.drain_poll,
+            handoff=policy.handoff,
         )

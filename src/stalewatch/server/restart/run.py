@@ -17,7 +17,7 @@ from . import drain
 from .effects import Effect, Publish, ReleaseLock, Stage, Wake
 from .inputs import Server
 from .state import MARKER_POLL, Attempt, State, interval_left
-from .waits import Waits, retry_after
+from .waits import Waits, estimate, retry_after
 
 __all__ = ["Run"]
 
@@ -84,8 +84,15 @@ class Run:
         stage: Stage,
         revision: str | None = None,
         attempt: int | None = None,
+        *,
+        inflight: int | None = None,
     ) -> None:
-        """Tell a phase, unless it is the one told last (same phase, reason and revision)."""
+        """Tell a phase, unless it is the one told last (same phase, reason and revision).
+
+        Every phase carries the ``estimate`` and, on the machine's clock, ``earliest``
+        (R7): a server that sees a commit before this machine does can tell its clients
+        when to retry from the last phase it heard. ``inflight``: the drain's count (R8).
+        """
         s = self.s
         if revision is None and s.attempt is not None and phase is not RestartPhase.IDLE:
             revision = s.attempt.target
@@ -95,9 +102,17 @@ class Run:
         if attempt is None:
             attempt = s.actions if revision else 0
         wait = retry_after(self.waits(stage), s.verify_seconds, s.restart_seconds) if phase.coming else None
-        state = RestartState(phase, reason, revision, attempt, wait)
-        self.s = replace(s, published=state)
-        self.effects.append(Publish(state, stage))
+        guess = estimate(s.rules.settle, s.rules.verify, s.verify_seconds, s.restart_seconds)
+        state = RestartState(phase, reason, revision, attempt, wait, inflight=inflight, estimate=guess)
+        self.s = replace(s, published=state, published_at=self.now)
+        self.effects.append(Publish(state, stage, self.earliest()))
+
+    def earliest(self) -> float | None:
+        """When the next action may run at the earliest (``min_interval``), if later than now."""
+        s = self.s
+        if s.last_action is None or s.last_action + s.rules.min_interval <= self.now:
+            return None
+        return s.last_action + s.rules.min_interval
 
     def waits(self, stage: Stage) -> Waits:
         """The waits ahead of a phase told at ``stage`` (R7: all of them, issue 15 item 3)."""

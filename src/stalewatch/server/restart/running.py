@@ -10,8 +10,12 @@ In order of precedence:
 3. only when nothing tells: the first HEAD the machine heard of is presumed loaded (so
    an action-only policy whose servers neither register nor can be asked still
    restarts when HEAD moves, and A->B->A ends with nothing to do, C8). The executor
-   should feed :class:`~.inputs.Loaded` at start so that this never decides for a
-   server that started before HEAD moved (issue 15, item 4).
+   feeds :class:`~.inputs.Loaded` at start so that this never decides for a server
+   that started before HEAD moved (issue 15, item 4).
+
+Stopped servers run nothing: when the servers that registered all went away outside a
+restart of the machine's, or the supervisor or the process says none runs, no restart
+is wanted (restarting through a supervisor would *start* them, the Hermes WebUI bug).
 """
 
 from __future__ import annotations
@@ -32,11 +36,13 @@ class Belief:
         runs: the revision they run (told, or a restart confirmed onto it).
         not_runs: a revision they do not run (told: they started before HEAD moved to it).
         presumed: the first HEAD heard of (the fallback of rule 3).
+        stopped: no server runs (they went away, or the supervisor says so).
     """
 
     runs: str | None = None
     not_runs: str | None = None
     presumed: str | None = None
+    stopped: bool = False
 
     def told(self, loaded: Loaded) -> Belief:
         """What a :class:`~.inputs.Loaded` input makes of it (nothing when it cannot tell)."""
@@ -44,7 +50,13 @@ class Belief:
             return Belief(loaded.revision, None, self.presumed)
         if loaded.not_revision is not None:
             return Belief(None, loaded.not_revision, self.presumed)
+        if loaded.stopped:
+            return self.gone()
         return self
+
+    def gone(self) -> Belief:
+        """No server runs now: none runs old code (until one registers or is told of)."""
+        return Belief(None, None, self.presumed, stopped=True)
 
     def confirmed(self, revision: str) -> Belief:
         """The machine confirmed a restart onto ``revision``: the servers run it."""
@@ -54,7 +66,7 @@ class Belief:
         """A reading of HEAD: the first readable one becomes the presumption."""
         if self.presumed is not None or head is None:
             return self
-        return Belief(self.runs, self.not_runs, head)
+        return Belief(self.runs, self.not_runs, head, self.stopped)
 
 
 def wanted(head: str | None, servers: Sequence[Server], belief: Belief) -> str | None:
@@ -63,6 +75,8 @@ def wanted(head: str | None, servers: Sequence[Server], belief: Belief) -> str |
         return None  # unborn or unreadable: nothing to restart onto
     if servers:
         return head if any(server.revision != head for server in servers) else None
+    if belief.stopped:
+        return None  # never start a stopped server: nothing runs old code
     if belief.runs is not None:
         return head if belief.runs != head else None
     if belief.not_runs == head:

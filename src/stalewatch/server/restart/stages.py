@@ -108,11 +108,23 @@ class Stages(Run):
             self.s = replace(self.s, drain_since=self.now)  # the drain begins
         s = self.s
         verdict = drain.decide(total, s.drain_since, self.now, s.rules)
-        if verdict is drain.Next.WAIT:
-            what = drain.describe(total, s.probe_detail)
-            self.publish(RestartPhase.WAITING, f"drain: {what}", Stage.DRAIN)
-        else:
+        if verdict is not drain.Next.WAIT:
             self.drained(verdict, total, Stage.LOCK)
+            return
+        told, reason = s.published, f"drain: {drain.describe(total, s.probe_detail)}"
+        draining = told.phase is RestartPhase.WAITING and (told.reason or "").startswith("drain:")
+        due_at = s.published_at + s.rules.drain_poll
+        if draining and told.reason != reason and self.now < due_at:
+            # One chatty server must not flood every client: a changed count is told
+            # at most once per drain_poll (the probe, when there is one, keeps that pace).
+            if not s.rules.drain_probe:
+                a = s.attempt
+                if a is not None and (a.deadline is None or a.deadline > due_at):
+                    self.update(deadline=due_at)
+            return
+        if not s.rules.drain_probe:
+            self.update(deadline=None)  # told now: no look is owed
+        self.publish(RestartPhase.WAITING, reason, Stage.DRAIN, inflight=total)
 
     def drain_under_lock(self) -> None:
         """The work in flight once more, under the lock: more came in, drain again (R8)."""

@@ -93,14 +93,15 @@ class State:
         head: HEAD's revision as last read (``None``: unborn, unreadable, not read yet).
         servers: the accepted registrations, in flight included.
         registered: a server ever registered (confirm by registrations, R5).
-        belief: what servers that do not register run (R10).
+        belief: what servers that do not register run (R10); ``why``: how that was
+            last told (said while idle and no server registers).
         target: the revision the bound counts actions for; ``actions``: how many.
         last_action: ``now`` of the last action (for ``min_interval``).
         gave_up: the verdict standing for its revision, if any.
         drain_since: when the drain of the target began (``None``: none yet).
         probed, probe_detail: the drain probe's last answer.
         attempt: the run under way, if any.
-        published: the last phase told.
+        published: the last phase told; ``published_at``: when (for ``drain_poll``).
         tickets: the last ticket given to a request.
         timer: the wake-up last asked for.
         retiring, retire_until: the old servers a handoff retired, and until when they do
@@ -114,6 +115,7 @@ class State:
     servers: tuple[Server, ...] = ()
     registered: bool = False
     belief: Belief = field(default_factory=Belief)
+    why: str = ""
     target: str | None = None
     actions: int = 0
     last_action: float | None = None
@@ -123,6 +125,7 @@ class State:
     probe_detail: str = ""
     attempt: Attempt | None = None
     published: RestartState = field(default_factory=lambda: RestartState(RestartPhase.IDLE))
+    published_at: float = -math.inf
     tickets: int = 0
     timer: float | None = None
     retiring: frozenset[int] = frozenset()

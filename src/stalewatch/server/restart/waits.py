@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_RESTART", "DEFAULT_VERIFY", "Waits", "retry_after"]
+__all__ = ["DEFAULT_RESTART", "DEFAULT_VERIFY", "Waits", "estimate", "retry_after"]
 
 DEFAULT_RESTART = 5.0  # seconds from action to confirmed, until one is measured
 DEFAULT_VERIFY = 1.0  # seconds a verify probe takes, until one is measured
@@ -44,3 +44,14 @@ def retry_after(waits: Waits, verify_seconds: float, restart_seconds: float) -> 
     start = max(0.0, waits.settle, waits.interval)
     restart = restart_seconds if waits.restart else 0.0
     return start + waits.poll + waits.drain + waits.verifies * verify_seconds + restart
+
+
+def estimate(settle: float, verify: bool, verify_seconds: float, restart_seconds: float) -> float:
+    """Seconds from a new commit to new servers when nothing else waits: settle, the two
+    verify probes (fail fast, then under the lock) and the restart, as last measured.
+
+    What a server that sees a commit before the daemon tells its clients (with
+    ``earliest``): ``retry_after = estimate + max(0, earliest - now)`` covers every wait
+    the daemon knew of when it last spoke (R7).
+    """
+    return settle + (2 * verify_seconds if verify else 0.0) + restart_seconds
