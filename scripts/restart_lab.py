@@ -238,7 +238,8 @@ class Lab:
             )
         )
         config.write_text(
-            f'socket = "{self.socket}"\nlog_level = "info"\n\n[[checkout]]\npath = "{self.checkout}"\n\n'
+            f'socket = "{self.socket}"\nlog_level = "info"\nkeepalive = 1\n\n'
+            f'[[checkout]]\npath = "{self.checkout}"\n\n'
             f"[checkout.restart]\n{self.recipe()}{quick}{self.policy}"
         )
         config.chmod(0o600)
@@ -305,6 +306,19 @@ class Lab:
                 ) from None
             if predicate(line.message):
                 return line
+
+    def wait_for_log(self, text: str, timeout: float = WAIT) -> str:
+        """The first line of the daemon's log holding ``text``, looked for at each daemon
+        line (a ping every second at least)."""
+        found: list[str] = []
+
+        def logged(message: dict[str, Any]) -> bool:
+            found[:] = [line for line in self.log("daemon.log").splitlines() if text in line][:1]
+            return bool(found)
+
+        if not logged({}):
+            self.wait_for(logged, timeout)
+        return found[0]
 
     def wait_for_phase(self, *phases: str, timeout: float = WAIT) -> Line:
         return self.wait_for(lambda m: m.get("type") == "restart" and m.get("phase") in phases, timeout)
