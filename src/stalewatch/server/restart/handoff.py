@@ -26,6 +26,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,12 +35,32 @@ from . import pidfile
 from .pidfile import TOLERANCE
 from .procs import Proc, read_proc
 
-__all__ = ["NEW_SUFFIX", "Handoff"]
+__all__ = ["NEW_SUFFIX", "PROMOTION_WAIT", "Handoff", "promoted"]
 
 logger = logging.getLogger(__name__)
 
 NEW_SUFFIX = ".2"
 """What gunicorn appends to the pidfile's name for the new master of a ``USR2``."""
+PROMOTION_WAIT = 5.0
+"""Seconds to wait for a new master to take over the pidfile before signalling (it does
+within a second of the old master's exit)."""
+
+
+def promoted(path: Path, stop: threading.Event, wait: float = PROMOTION_WAIT) -> str | None:
+    """Wait until no new master is pending (``<pidfile>.2`` gone); ``None``, or why not.
+
+    Right after a handoff the old master is gone and the new one has yet to rename its
+    pidfile: a signal then would find no pidfile (and a ``USR2`` to an unpromoted master
+    is ignored by gunicorn). Waited for on the worker thread, looking every 50 ms.
+    """
+    pending = Path(f"{path}{NEW_SUFFIX}")
+    deadline = time.monotonic() + wait
+    while os.path.lexists(pending):
+        if time.monotonic() >= deadline:
+            return f"{pending} still names a new master after {wait:g} s (a handoff under way)"
+        if stop.wait(0.05):
+            return "stopped"
+    return None
 
 
 @dataclass

@@ -21,7 +21,7 @@ from .. import commands
 from ..commands import Outcome
 from ..drain import OutputDrain
 from .effects import Act, CheckMarkers, ProbeConfirm, ProbeDrain, TakeLock, Verify
-from .handoff import Handoff
+from .handoff import Handoff, promoted
 from .inputs import Acted, ConfirmProbed, Drain, Lock, Markers, Verdict, Verified
 from .lock import HandoffLock
 from .markers import assess
@@ -145,6 +145,9 @@ class Work:
         path = policy.pidfile
         if path is None:  # the parser refuses such a policy
             return Acted(request.ticket, time.monotonic(), False, "no action nor pidfile")
+        pending = promoted(path, self._stop)
+        if pending is not None:
+            return Acted(request.ticket, time.monotonic(), False, pending)
         if request.handoff:
             self.handoff, detail = Handoff.begin(path, policy.signal, time.time())
             ok = self.handoff is not None
