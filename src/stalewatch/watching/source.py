@@ -7,6 +7,7 @@ stalewatch daemon's socket. Both implement :class:`Source`.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -64,6 +65,30 @@ class Source(Protocol):
         ...
 
 
+def _reads_restart(watch: Callable[..., object]) -> bool:
+    """Whether ``watch`` takes the restart keywords (by name, or ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(watch).parameters
+    except (TypeError, ValueError):
+        return False
+    return {"loaded_revision", "on_restart"} <= parameters.keys() or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _class_reads_restart(kind: type) -> bool:
+    # Once per class: inspecting a signature costs more than the rest of a start (a
+    # reload may start ten thousand watches).
+    return _reads_restart(kind.watch)  # type: ignore[attr-defined]
+
+
+def _takes_restart(source: Source) -> bool:
+    if "watch" in getattr(source, "__dict__", {}) or not hasattr(type(source), "watch"):
+        return _reads_restart(source.watch)  # set on the instance: asked each time
+    return _class_reads_restart(type(source))
+
+
 def start_watch(
     source: Source,
     dirs: GitDirs,
@@ -78,14 +103,7 @@ def start_watch(
     ``Source`` is public: one written before those keywords takes three arguments, and
     keeps working (without restart notices).
     """
-    try:
-        parameters = inspect.signature(source.watch).parameters
-    except (TypeError, ValueError):
-        parameters = {}  # type: ignore[assignment]
-    takes = {"loaded_revision", "on_restart"} <= parameters.keys() or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )
-    if takes:
+    if _takes_restart(source):
         return source.watch(
             dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart
         )

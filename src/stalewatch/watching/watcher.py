@@ -116,7 +116,8 @@ class Watcher:
         if self._slot is not None:
             return
         self._scheduler, self._slot = scheduler.acquire(self)
-        self._scheduler.wake(self._slot)
+        # Behind wake-ups: a reload's thousand new watchers never delay another's event.
+        self._scheduler.wake(self._slot, urgent=False)
 
     def stop(self) -> None:
         """Remove the watches and leave the workers. Harmless to call twice.
