@@ -204,6 +204,14 @@ class Guard:
         trusted = self._trusted and not self._doubt
         return replace(self._snap, trusted=trusted, mode=self._mode, restart=self._restart)
 
+    def version(self) -> tuple[object, ...]:
+        """An opaque value that changes whenever :meth:`snapshot` would, without a copy.
+
+        For whoever caches what it derives from a snapshot (the daemon's encoded
+        ``snapshot`` lines): equal versions, equal snapshots.
+        """
+        return (self._snap, self._trusted, self._doubt, self._mode, self._restart)
+
     # -- events -----------------------------------------------------------------------
 
     def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
