@@ -14,9 +14,11 @@ import gc
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..core import exits
+from ..core import settings as core_settings
 from ..core.errors import DaemonConfigError, StalewatchError
 from ..protocol.socket_path import default_socket_path
 from ..server import journal
@@ -71,6 +73,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                     file=settings.file,
                 )
             path = Path(args.socket) if args.socket else settings.socket or default_socket_path()
+            name = core_settings.metrics_daemon(settings.metrics_daemon, str(path))
+            settings = replace(settings, metrics_daemon=name)
             handler = journal.install(settings.log_level)
             cleanup.callback(logging.getLogger().removeHandler, handler)
             reload = (lambda: _load(args)) if args.config else None

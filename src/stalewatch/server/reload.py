@@ -41,8 +41,9 @@ logger = logging.getLogger(__name__)
 
 _SETTLE_EVERY = 256  # checkouts bound between two memory.settle()
 
-AT_START = ("socket", "metrics_address", "metrics_textfile", "metrics_interval")
+AT_START = ("socket", "metrics_address", "metrics_textfile", "metrics_interval", "metrics_daemon")
 """Settings read once, at start: a reload keeps the running ones (and says so)."""
+_DEFAULTED = ("socket", "metrics_daemon")  # None in a file: the default resolved at start
 
 
 class Cancelled(Exception):
@@ -98,8 +99,13 @@ def plan_reload(
         (reused if old is not None else fresh)[entry.key] = entry
         if old is not None:
             updates[entry.key] = checkout
-    changed = [key for key in AT_START if getattr(settings, key) != getattr(running, key)]
-    if changed and not (changed == ["socket"] and settings.socket is None):
+    changed = [
+        key
+        for key in AT_START
+        if getattr(settings, key) != getattr(running, key)
+        and not (key in _DEFAULTED and getattr(settings, key) is None)
+    ]
+    if changed:
         logger.warning("stalewatch: changed %s take effect only after a restart", ", ".join(changed))
     settings = replace(settings, **{key: getattr(running, key) for key in AT_START})
     return ReloadPlan(settings, reused, updates, fresh)
