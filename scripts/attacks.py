@@ -23,8 +23,10 @@ the attack still runs.
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -112,8 +114,10 @@ class Systemd:
 
     def watchdog_gap(self, since: float, until: float) -> float:
         """The longest time without a ``WATCHDOG=1`` between ``since`` and ``until``."""
-        times = [since] + [t for t, text in self.got if since <= t <= until and "WATCHDOG=1" in text] + [until]
-        return max(b - a for a, b in zip(times, times[1:], strict=False))
+        times = (
+            [since] + [t for t, text in self.got if since <= t <= until and "WATCHDOG=1" in text] + [until]
+        )
+        return max(b - a for a, b in itertools.pairwise(times))
 
     def close(self) -> None:
         self._stop.set()
@@ -133,7 +137,7 @@ class Daemon:
         env.pop("WATCHDOG_PID", None)
         if src:
             env["PYTHONPATH"] = src
-        runner = ["-m", "stalewatch"] if "PROF_OUT" not in env else ["/tmp/loopbench/prof/run.py"]
+        runner = ["-m", "stalewatch"]
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, *runner, "daemon", "--socket", str(self.socket), "--config", str(config)],
@@ -328,8 +332,8 @@ def checkouts(root: Path, template: Path, n: int) -> list[Path]:
     return paths
 
 
-def write_config(path: Path, repos: list[Path], extra: str = "") -> None:
-    text = 'log_level = "warning"\nmax_clients = 256\n' + extra
+def write_config(path: Path, repos: list[Path], extra: str = "", log_level: str = "warning") -> None:
+    text = f'log_level = "{log_level}"\nmax_clients = 256\n' + extra
     text += "".join(f'[[checkout]]\npath = "{repo}"\n' for repo in repos)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
@@ -339,11 +343,11 @@ def write_config(path: Path, repos: list[Path], extra: str = "") -> None:
 
 @contextmanager
 def world(
-    work: Path, template: Path, n: int, extra: str = "", src: str | None = None
+    work: Path, template: Path, n: int, extra: str = "", src: str | None = None, log_level: str = "warning"
 ) -> Iterator[tuple[Daemon, list[Path]]]:
     repos = checkouts(work / "repos", template, n)
     config = work / "c.toml"
-    write_config(config, repos, extra)
+    write_config(config, repos, extra, log_level)
     daemon = Daemon(work, config, src)
     try:
         daemon.wait_ready()
@@ -352,8 +356,15 @@ def world(
         daemon.close()
 
 
-def attack_flood(work: Path, template: Path, revisions: tuple[str, str], n: int, hold: bool, seconds: float,
-                 src: str | None = None) -> dict[str, Any]:
+def attack_flood(
+    work: Path,
+    template: Path,
+    revisions: tuple[str, str],
+    n: int,
+    hold: bool,
+    seconds: float,
+    src: str | None = None,
+) -> dict[str, Any]:
     """A connect/close flood (``hold``: connections kept, never read) against N checkouts."""
     with world(work, template, n, src=src) as (daemon, repos):
         honest = Honest(daemon.socket)
@@ -394,7 +405,9 @@ def attack_flood(work: Path, template: Path, revisions: tuple[str, str], n: int,
         }
 
 
-def attack_reload(work: Path, template: Path, revisions: tuple[str, str], n: int, src: str | None = None) -> list[dict[str, Any]]:
+def attack_reload(
+    work: Path, template: Path, revisions: tuple[str, str], n: int, src: str | None = None
+) -> list[dict[str, Any]]:
     """SIGHUP from 1 to ``n`` checkouts: SIGTERM while binding, while applying, after;
     then a whole reload up and back down, with RSS."""
     repos = checkouts(work / "repos", template, n)
@@ -434,7 +447,9 @@ def attack_reload(work: Path, template: Path, revisions: tuple[str, str], n: int
                     "new checkouts announced": honest.new_snapshots,
                     "ping rtt meanwhile": ms(rtts),
                     "pings unanswered": unanswered,
-                    "event delay meanwhile (a staying checkout)": ms(committer.delays(began, time.monotonic())),
+                    "event delay meanwhile (a staying checkout)": ms(
+                        committer.delays(began, time.monotonic())
+                    ),
                     "events lost": committer.lost,
                     "longest watchdog gap": f"{gap:.2f} s",
                     "tracebacks": log.count("Traceback"),
@@ -477,39 +492,198 @@ def attack_reload(work: Path, template: Path, revisions: tuple[str, str], n: int
     return results
 
 
+def _lowest_free_fd(pid: int) -> int:
+    used = {int(p.name) for p in Path(f"/proc/{pid}/fd").iterdir()}
+    return next(fd for fd in range(len(used) + 1) if fd not in used)
+
+
+def _wait_log(daemon: Daemon, text: str, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while text not in daemon.log.read_text(errors="replace"):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{text!r} never logged")
+        time.sleep(0.02)  # polls another process's log
+    return time.monotonic()
+
+
+def attack_descriptors(
+    work: Path, template: Path, revisions: tuple[str, str], src: str | None = None
+) -> dict[str, Any]:
+    """The daemon's RLIMIT_NOFILE below what it holds while a commit lands, then back."""
+    with world(work, template, 1, src=src) as (daemon, repos):
+        honest = Honest(daemon.socket)
+        honest.greeted.wait(30)
+        honest.start_pinging()
+        pid = daemon.proc.pid
+        _, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        low = _lowest_free_fd(pid)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (low, hard))
+        began = time.monotonic()
+        ref = repos[0] / ".git/refs/heads/main"
+        lock = ref.with_name("main.lock")
+        lock.write_text(revisions[1] + "\n")
+        lock.replace(ref)
+        tried = _wait_log(daemon, "cannot read HEAD", 10)
+        newcomer = socket.socket(socket.AF_UNIX)
+        newcomer.settimeout(30)
+        newcomer.connect(str(daemon.socket))  # the backlog holds it meanwhile
+        time.sleep(1.0)  # a second out of descriptors
+        during, unanswered = honest.round_trips(began, time.monotonic())
+        restored = time.monotonic()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (max(low, 1024), hard))
+        seen = honest.wait_event(revisions[1], began, 10)
+        hello = newcomer.recv(65536)
+        served = time.monotonic()
+        newcomer.close()
+        honest.close()
+        return {
+            "attack": "descriptors",
+            "first failed read after the commit": f"{tried - began:.2f} s",
+            "unreadable events": honest.unreadable,
+            "ping rtt meanwhile": ms(during),
+            "pings unanswered": unanswered,
+            "event after descriptors returned": "never" if seen is None else f"{seen - restored:.2f} s",
+            "waiting client served after": f"{served - restored:.2f} s"
+            if hello.startswith(b'{"type":"hello"')
+            else "no hello",
+            "SIGTERM": f"{daemon.terminate():.2f} s",
+        }
+
+
+SLOWLORIS = r"""
+import socket, sys, time
+host, port, keep = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+until = time.monotonic() + float(sys.argv[4])
+held, opened = [], 0
+while time.monotonic() < until:
+    while len(held) < keep:
+        try:
+            s = socket.create_connection((host, port), timeout=1)
+            s.setblocking(False)
+            s.send(b"GET /metrics HTTP/1.1
+X-Slow: ")
+            held.append(s)
+            opened += 1
+        except OSError:
+            break
+    for s in list(held):
+        try:
+            if s.recv(1) == b"":
+                raise ConnectionResetError
+        except BlockingIOError:
+            try:
+                s.send(b"a")
+            except OSError:
+                held.remove(s); s.close()
+        except OSError:
+            held.remove(s); s.close()
+    time.sleep(0.01)
+print(opened, flush=True)
+"""
+
+
+def attack_slowloris(work: Path, template: Path, seconds: float, src: str | None = None) -> dict[str, Any]:
+    """/metrics under connections that never finish a request; an honest scraper meanwhile."""
+    extra = 'metrics_address = "127.0.0.1:0"\n'
+    with world(work, template, 1, extra=extra, src=src, log_level="info") as (daemon, _):
+        found = re.search(r"metrics on http://([0-9.]+):([0-9]+)/metrics", daemon.log.read_text())
+        if found is None:
+            raise SystemExit("no metrics address in the log (is the metrics extra installed?)")
+        host, port = found.group(1), int(found.group(2))
+        attacker = subprocess.Popen(
+            [sys.executable, "-c", SLOWLORIS, host, str(port), "48", str(seconds + 1)],
+            stdout=subprocess.PIPE,
+        )
+        time.sleep(0.5)  # the attack fills every place first
+        scrapes, dropped, times = 0, 0, []
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            began = time.monotonic()
+            try:
+                conn = http.client.HTTPConnection(host, port, timeout=10)
+                conn.request("GET", "/metrics")
+                response = conn.getresponse()
+                ok = response.status == 200 and b"stalewatch_build_info" in response.read()
+                conn.close()
+            except (OSError, http.client.HTTPException):
+                ok = False
+            scrapes += 1
+            dropped += not ok
+            times.append(time.monotonic() - began)
+        out, _ = attacker.communicate(timeout=30)
+        return {
+            "attack": "slowloris on /metrics",
+            "attacker connections": int(out.strip() or 0),
+            "honest scrapes": scrapes,
+            "dropped": dropped,
+            "scrape time": ms(times),
+            "SIGTERM": f"{daemon.terminate():.2f} s",
+        }
+
+
+ATTACKS = ("flood", "flood-hold", "reload", "descriptors", "slowloris")
+
+
+def verdict(figures: dict[str, Any]) -> list[str]:
+    """What did not hold in ``figures`` (empty: every promise held)."""
+    wrong = []
+    for key in ("pings unanswered", "events lost", "unreadable events", "dropped", "tracebacks"):
+        if figures.get(key):
+            wrong.append(f"{key}: {figures[key]}")
+    for key, value in figures.items():
+        if (key.startswith("SIGTERM") or key == "exited after") and float(str(value).split()[0]) > 1.0:
+            wrong.append(f"{key}: {value} (more than a second)")
+    if figures.get("event after descriptors returned") == "never":
+        wrong.append("no event once descriptors returned")
+    return wrong
+
+
+def run(names: list[str], counts: list[int], seconds: float, reload: int, src: str | None = None) -> int:
+    """Run the attacks, print their figures and verdicts; 1 if any promise did not hold."""
+    work = Path(tempfile.mkdtemp(prefix="swatk-", dir="/tmp"))  # short: AF_UNIX paths
+    failed = 0
+    try:
+        template = work / "template"
+        revisions = two_commits(template, "app.py", "VALUE = 1\n", "--template=")
+        for name in names:
+            for n in counts if name.startswith("flood") else [0]:
+                where = work / f"{name}-{n}"
+                where.mkdir()
+                if name.startswith("flood"):
+                    results = [
+                        attack_flood(where, template, revisions, n, name == "flood-hold", seconds, src)
+                    ]
+                elif name == "reload":
+                    results = attack_reload(where, template, revisions, reload, src)
+                elif name == "descriptors":
+                    results = [attack_descriptors(where, template, revisions, src)]
+                elif name == "slowloris":
+                    results = [attack_slowloris(where, template, seconds, src)]
+                else:
+                    raise SystemExit(f"unknown attack {name}; known: {', '.join(ATTACKS)}")
+                for figures in results:
+                    wrong = verdict(figures)
+                    failed += bool(wrong)
+                    print(", ".join(f"{key}: {value}" for key, value in figures.items()), flush=True)
+                    print(f"  -> {'FAILED: ' + '; '.join(wrong) if wrong else 'held'}", flush=True)
+                shutil.rmtree(where, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
+
+
 def main() -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("attacks", nargs="*", default=["flood", "flood-hold", "reload", "descriptors", "slowloris"])
-    parser.add_argument("--checkouts", default="1,1000", help="for the floods")
-    parser.add_argument("--seconds", type=float, default=6.0, help="each flood's length")
+    parser.add_argument("attacks", nargs="*", default=list(ATTACKS))
+    parser.add_argument("--checkouts", default="1,1000", help="checkouts for the floods")
+    parser.add_argument("--seconds", type=float, default=6.0, help="each flood's (and the slowloris') length")
     parser.add_argument("--reload", type=int, default=10_001, help="checkouts of the huge reload")
     parser.add_argument("--src", help="run the daemon from this source tree (its src/ directory)")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="swatk-", dir="/tmp"))
-    try:
-        template = work / "template"
-        revisions = two_commits(template, "app.py", "VALUE = 1\n", "--template=")
-        for name in args.attacks:
-            for n in [int(c) for c in args.checkouts.split(",")] if name.startswith("flood") else [0]:
-                where = work / f"{name}-{n}"
-                where.mkdir()
-                if name.startswith("flood"):
-                    show(attack_flood(where, template, revisions, n, name == "flood-hold", args.seconds, args.src))
-                elif name == "reload":
-                    for figures in attack_reload(where, template, revisions, args.reload, args.src):
-                        show(figures)
-                else:
-                    raise SystemExit(f"unknown attack {name}")
-                shutil.rmtree(where, ignore_errors=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
-
-
-def show(figures: dict[str, Any]) -> None:
-    print(", ".join(f"{key}: {value}" for key, value in figures.items()), flush=True)
+    counts = [int(c) for c in args.checkouts.split(",")]
+    return run(args.attacks, counts, args.seconds, args.reload, args.src)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -124,6 +126,42 @@ def test_two_listeners_on_one_directory_keep_their_own_events_and_names(tmp_path
     finally:
         instance.close()
     assert not instance.thread.is_alive()
+
+
+def _until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        pause.wait(0.01)  # the reader thread removes them on its own schedule
+    return True
+
+
+def test_watches_left_for_later_leave_the_kernel_in_a_batch(tmp_path: Path) -> None:
+    """A daemon stopping ten thousand watchers leaves the kernel's watches to the reader."""
+    instance = Inotify()
+    try:
+        listener = Events()
+        directories = [tmp_path / f"d{n}" for n in range(600)]  # more than one batch
+        for directory in directories:
+            directory.mkdir()
+        registrations = [instance.add(d, REF_MASK, frozenset(), listener) for d in directories]
+        assert len(kernel_masks(instance)) == 600
+        for registration in registrations:
+            instance.remove(registration, later=True)
+        assert instance.watch_count() == 0  # ours at once
+        assert _until(lambda: kernel_masks(instance) == {}), len(kernel_masks(instance))
+        # A directory watched again before the reader got to it keeps its watch.
+        again = instance.add(directories[0], REF_MASK, frozenset({b"HEAD"}), listener)
+        instance.remove(instance.add(directories[1], REF_MASK, frozenset(), listener), later=True)
+        instance.remove(again, later=True)
+        kept = instance.add(directories[0], REF_MASK, frozenset({b"HEAD"}), listener)
+        assert _until(lambda: set(kernel_masks(instance)) == {kept.wd})
+        (directories[0] / "HEAD").write_text("x")
+        assert listener.next()[1] == b"HEAD"  # still delivered
+    finally:
+        instance.close()
 
 
 def test_a_deleted_directory_marks_its_registrations_dead(tmp_path: Path) -> None:

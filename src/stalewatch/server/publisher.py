@@ -53,7 +53,8 @@ def _hello_around_at(keys: list[str], keepalive: float) -> tuple[bytes, bytes]:
     """
     message = hello_message(keys, keepalive, __version__)
     message["at"] = _AT
-    before, after = encode(message).split(encode({"": _AT})[4:-2], 1)  # the quoted _AT
+    # `at` comes last in a hello: split at the last quoted _AT (a checkout may hold it too).
+    before, after = encode(message).rsplit(encode({"": _AT})[4:-2], 1)
     return before, after
 
 

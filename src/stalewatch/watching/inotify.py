@@ -34,6 +34,7 @@ import os
 import select
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,8 +223,10 @@ class Inotify:
                 del self._watches[watch.wd]
                 if later:
                     self._doomed.append(watch.wd)
-                    if len(self._doomed) == _UNWATCH_BATCH and self._fds_open:
-                        os.write(self._kill_w, b"r")  # a batch is ready: the reader goes now
+                    if len(self._doomed) in (1, _UNWATCH_BATCH) and self._fds_open:
+                        # The first wakes the reader to set its deadline; a full batch,
+                        # to remove it now.
+                        os.write(self._kill_w, b"r")
                     return
                 # EINVAL: the kernel dropped it already (directory deleted); its
                 # IN_IGNORED then finds no entry and is skipped.
@@ -276,16 +279,24 @@ class Inotify:
             poller = select.poll()
             poller.register(self.fd, select.POLLIN)
             poller.register(self._kill_r, select.POLLIN)
+            unwatch_by: float | None = None  # when watches left for later must be gone
             while not self._closing:
-                # Idle: no timeout. With watches to remove: soon, in one go (a stop by
-                # the thousand wakes this thread once per batch, not once per watch).
-                ready = {fd for fd, _ in poller.poll(_UNWATCH_DELAY_MS if self._doomed else None)}
+                # Idle: no timeout. With watches to remove: by their deadline, together
+                # (a stop by the thousand wakes this thread once per batch, not per watch).
+                timeout = None if unwatch_by is None else max(0, int((unwatch_by - time.monotonic()) * 1000))
+                ready = {fd for fd, _ in poller.poll(timeout)}
                 if self._closing:
                     break
-                if self._kill_r in ready:  # a batch ready (closing: above)
+                if self._kill_r in ready:  # watches left for later (closing: above)
                     os.read(self._kill_r, 4096)
                 if self._doomed:
-                    self._unwatch_doomed()
+                    if unwatch_by is None:
+                        unwatch_by = time.monotonic() + _UNWATCH_DELAY_MS / 1000
+                    if time.monotonic() >= unwatch_by or len(self._doomed) >= _UNWATCH_BATCH:
+                        self._unwatch_doomed()
+                        unwatch_by = None
+                else:
+                    unwatch_by = None
                 if self.fd not in ready:
                     continue
                 try:
