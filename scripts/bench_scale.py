@@ -24,7 +24,8 @@ Figures are printed, never asserted. ``--quick`` runs N = 1, 10 with tiny counts
 ``--src DIR`` runs the daemon from another source tree (e.g. an older checkout of
 stalewatch, for a before/after comparison).
 
-Usage: python scripts/bench_scale.py [--counts 1,100,1000] [--idle 10] [--updates 40] [--spacing 0.1] [--quick]
+Usage: python scripts/bench_scale.py [--counts 1,100,1000] [--idle 10] [--updates 40]
+                                     [--spacing 0.1] [--quick]
 """
 
 from __future__ import annotations
