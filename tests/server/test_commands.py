@@ -94,6 +94,67 @@ def test_a_command_past_its_timeout_is_killed_with_its_whole_group(tmp_path: Pat
             os.kill(background, signal.SIGKILL)
 
 
+# A process that leaves the command's group (setsid), writes its pid and sleeps. The
+# command waits until the pid is written (its own behaviour), then sleeps past its timeout.
+_ESCAPER = "import os, sys, time; os.setsid(); open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+_WAIT_FOR_PID = 'while [ ! -s "$0" ]; do sleep 0.01; done; sleep 60'
+
+
+def _outlived(pidfile: Path, argv: list[str], env: dict[str, str] | None = None) -> bool:
+    """Run ``argv`` into its timeout; whether the process that wrote ``pidfile`` survived.
+
+    The survivor, if any, is killed afterwards by the pid it wrote.
+    """
+    outcome = process.run(argv, timeout=3.0, env=env)
+    assert "timed out" in outcome.detail
+    pid = int(pidfile.read_text())
+    try:
+        return not _ended(pid, WAIT)
+    finally:
+        if _state(pid) not in (None, "Z"):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="os.pidfd_open needs Linux >= 5.3")
+def test_a_child_that_calls_setsid_goes_with_a_timed_out_command(tmp_path: Path) -> None:
+    pidfile = tmp_path / "escaper.pid"
+    script = f'{PY} -c "{_ESCAPER}" "$0" & {_WAIT_FOR_PID}'
+    assert not _outlived(pidfile, ["sh", "-c", script, str(pidfile)])
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="os.pidfd_open needs Linux >= 5.3")
+def test_a_double_forked_setsid_orphan_is_found_by_the_runs_mark(tmp_path: Path) -> None:
+    """Its parent exited at once: no longer a descendant, it still carries the run's mark."""
+    pidfile = tmp_path / "escaper.pid"
+    script = f'({PY} -c "{_ESCAPER}" "$0" &); {_WAIT_FOR_PID}'
+    assert not _outlived(pidfile, ["sh", "-c", script, str(pidfile)])
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="os.pidfd_open needs Linux >= 5.3")
+def test_a_timeout_spares_what_another_run_started(tmp_path: Path) -> None:
+    """Only this run's processes: another run's orphan (its own mark) is left alone."""
+    other = tmp_path / "other.pid"
+    bystander = process.run(
+        [
+            "sh",
+            "-c",
+            f'({PY} -c "{_ESCAPER}" "$0" &); {_WAIT_FOR_PID.replace("sleep 60", "true")}',
+            str(other),
+        ],
+        timeout=30,
+    )
+    assert bystander.ok, bystander.detail
+    pid = int(other.read_text())
+    try:
+        pidfile = tmp_path / "escaper.pid"
+        assert not _outlived(
+            pidfile, ["sh", "-c", f'({PY} -c "{_ESCAPER}" "$0" &); {_WAIT_FOR_PID}', str(pidfile)]
+        )
+        assert _state(pid) not in (None, "Z"), "another run's process was killed"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
 def test_stop_kills_a_running_command() -> None:
     stop = threading.Event()
     timer = threading.Timer(0.3, stop.set)

@@ -186,9 +186,11 @@ os.execv(sys.executable, [sys.executable, "-c", {HOOK!r}, sys.argv[1], "hook"])
 """
 
 
-def test_timeout_does_not_wait_for_a_process_that_left_the_group(
+def test_timeout_ends_a_process_that_left_the_group_too(
     hooks: HookServer, runner_factory: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A daemonizing child (its own session) used to outlive the hook's timeout, holding
+    its output; it carries the run's mark and goes with the hook (issue 17)."""
     command = (sys.executable, "-c", ESCAPING_HOOK, str(hooks.path))
     # The timeout must outlast two Python start-ups (the hook and its escaped child both
     # report before it ends): 0.3 s did not on a loaded 2-core machine.
@@ -197,11 +199,10 @@ def test_timeout_does_not_wait_for_a_process_that_left_the_group(
         runner.submit(_event(Status.STALE), 1)
         roles = {report["argv"][0]: conn for conn, report in (hooks.next_run() for _ in range(2))}
         hook, escaped = roles["hook"], roles["escaped"]
-        assert runner.wait_until_idle(WAIT)  # while the escaped process still holds the pipe
-        assert hook.recv(1) == b""  # the hook itself was killed
-        escaped.send(b"\0")  # let the escaped process finish
+        assert runner.wait_until_idle(WAIT)
+        assert hook.recv(1) == b""  # the hook was killed
+        assert escaped.recv(1) == b""  # and so was the process that left its group
     assert "timed out after 2.0 s" in caplog.text
-    assert "still holds its output" in caplog.text
 
 
 def test_hold_while_marker_exists(hooks: HookServer, runner_factory: Any, tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ class Notifications:
         self.sock.bind(str(path))
         self.sock.settimeout(0.05)
         self.received: list[str] = []
+        self.arrivals: list[tuple[float, str]] = []  # (monotonic time, datagram), as they came
         self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drain, name="test-notify-reader", daemon=True)
@@ -59,7 +60,9 @@ class Notifications:
     def _drain(self) -> None:
         while not self._stop.is_set():
             try:
-                self._queue.put(self.sock.recv(4096).decode())
+                message = self.sock.recv(4096).decode()
+                self.arrivals.append((time.monotonic(), message))
+                self._queue.put(message)
             except TimeoutError:
                 continue
             except OSError:

@@ -32,6 +32,7 @@ __all__ = [
     "NeedsGitError",
     "ProtocolError",
     "RefError",
+    "ResourceExhaustedError",
     "SetupError",
     "SocketPathError",
     "StaleError",
@@ -69,7 +70,8 @@ class BindError(StalewatchError, ValueError):
 
 
 class HeadUnreadableError(BindError):
-    """Binding found the checkout but could not resolve its HEAD, and no revision is known."""
+    """Binding found the checkout but could not resolve its HEAD, and no revision is known
+    (or the process could not read it at all: out of descriptors or memory)."""
 
 
 class RefError(StalewatchError):
@@ -84,6 +86,22 @@ class RefError(StalewatchError):
         self.path = path
         self.reason = reason
         super().__init__(f"{path}: {reason}")
+
+
+class ResourceExhaustedError(RefError):
+    """HEAD could not be read for want of a resource of this process, not of the checkout.
+
+    Out of file descriptors (``EMFILE``, ``ENFILE``) or memory (``ENOMEM``,
+    ``ENOBUFS``): the reader's fault. Nothing is known about HEAD, so the checkout is
+    never called unreadable for it; the guard distrusts its flag and reads again.
+
+    Attributes:
+        errno: the ``OSError``'s errno.
+    """
+
+    def __init__(self, path: Path | str, reason: str, errno: int) -> None:
+        super().__init__(path, reason)
+        self.errno = errno
 
 
 class NeedsGitError(RefError):

@@ -7,6 +7,7 @@ HEAD, raising, delivering events — happens off that path.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -18,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ..core import forking
-from ..core.errors import BindError, StaleError
+from ..core.errors import BindError, ResourceExhaustedError, StaleError
 from ..core.phases import RestartState
 from ..core.status import Event, Snapshot, Status, WatchMode, transition
 from ..git import reflog
@@ -81,6 +82,9 @@ class Guard:
         self._restart_after_fork = False
         self._pid = os.getpid()
         self._trusted = False
+        # The last read of HEAD failed for want of descriptors or memory (ours, not the
+        # checkout's): nothing is known, so the flag is not trusted until a read succeeds.
+        self._doubt = False
         self._mode = WatchMode.NONE
         self._ready = threading.Event()  # set while the watcher runs (see wait_ready)
         status, loaded, current = head.initial(binding, loaded_revision)
@@ -192,8 +196,10 @@ class Guard:
         if self._restart_after_fork:
             self._restart_after_fork = False
             self.start()
-        if strict or not self._trusted:
-            self.refresh()  # C9: the flag cannot be trusted, or the caller wants C10
+        if strict or not self._trusted or self._doubt:
+            # C9: the flag cannot be trusted, or the caller wants C10. A read that fails
+            # for want of descriptors decides nothing: the last reading stands.
+            self.refresh()
         snap = self._snap
         if snap.status.blocks:
             raise StaleError(
@@ -231,7 +237,17 @@ class Guard:
         """
         snap = self._snap
         restart = told(self._restart, snap, time.time())
-        return replace(snap, trusted=self._trusted, mode=self._mode, restart=restart)
+        trusted = self._trusted and not self._doubt
+        return replace(snap, trusted=trusted, mode=self._mode, restart=restart)
+
+    def version(self) -> tuple[object, ...]:
+        """An opaque value that changes whenever :meth:`snapshot` would, without a copy.
+
+        For whoever caches what it derives from a snapshot (the daemon's encoded
+        ``snapshot`` lines): equal versions, equal snapshots, but for the time-bound
+        part of a pending restart (:mod:`.told`), which a cache re-tells by its own event.
+        """
+        return (self._snap, self._trusted, self._doubt, self._mode, self._restart)
 
     # -- work in flight (R8) ------------------------------------------------------------
 
@@ -281,9 +297,12 @@ class Guard:
 
         Safe from any thread. Reads are serialised per guard and each result is applied
         before the next read starts, so results are applied in the order HEAD was read:
-        a slow reader can never roll the status back (C12).
+        a slow reader can never roll the status back (C12). When the process is out of
+        descriptors or memory the read tells nothing: the status stays, and the flag is
+        distrusted until a read succeeds (``snapshot().trusted`` is False meanwhile).
         """
-        self._changed()
+        with contextlib.suppress(ResourceExhaustedError):
+            self._changed()
         return self.snapshot()
 
     def _changed(self) -> list[Path]:
@@ -291,15 +310,34 @@ class Guard:
 
         The chain (the loose refs HEAD's resolution went through) tells the watcher
         which files to watch, so it never has to resolve HEAD a second time.
+
+        Raises:
+            ResourceExhaustedError: out of descriptors or memory: the flag is
+                distrusted, the status unchanged; the watcher reads again soon.
         """
         return self._update([])
 
     def _update(self, chain: list[Path], loaded: str | None = None) -> list[Path]:
-        """Read HEAD, apply it (and a newly ``loaded`` revision), publish the event."""
+        """Read HEAD, apply it (and a newly ``loaded`` revision), publish the event.
+
+        Raises:
+            ResourceExhaustedError: as :meth:`_changed` (a ``loaded`` revision is
+                applied first, against the last reading).
+        """
         if self.binding.dirs is None:
             return chain
         with self._refresh_lock:
-            current, error = self._read_settled(chain)
+            try:
+                current, error = self._read_settled(chain)
+            except ResourceExhaustedError:
+                # The reader's fault, not the checkout's: never `unreadable` for it (no
+                # event, no blocked barrier); distrust the flag until a read succeeds.
+                snap = self._snap
+                event = self._apply(snap.current_revision, snap.error, loaded, read=False)
+                if event is not None:  # an adopted revision: published as the reading stands
+                    self._subscribers.push(event)
+                self._subscribers.drain()
+                raise
             moved = current is not None and current != self._snap.current_revision
             event = self._apply(current, error, loaded)  # the flag flips here, before the reflog
             if event is not None:
@@ -330,18 +368,26 @@ class Guard:
         Raises:
             BindError: ``revision`` is not a full commit id.
         """
-        self._update([], head.checked_revision(revision))
+        with contextlib.suppress(ResourceExhaustedError):  # adopted against the last reading
+            self._update([], head.checked_revision(revision))
         return self.snapshot()
 
-    def _apply(self, current: str | None, error: str | None, loaded: str | None = None) -> Event | None:
-        """Apply a reading (and a newly loaded revision): snapshot, flag; the event to publish."""
+    def _apply(
+        self, current: str | None, error: str | None, loaded: str | None = None, *, read: bool = True
+    ) -> Event | None:
+        """Apply a reading (and a newly loaded revision): snapshot, flag; the event to publish.
+
+        ``read``: ``current`` and ``error`` were just read (else the last reading, kept
+        while a read failed for want of resources: the flag stays distrusted).
+        """
         with self._lock:
+            self._doubt = not read
             changed = transition(self._snap, current, error, loaded=loaded, latch=self._latch)
-            if changed is None:
-                return None
-            self._snap, event = changed
-            self._stale = event.status.blocks
-            self._pass = self._trusted and not event.status.blocks
+            event = None
+            if changed is not None:
+                self._snap, event = changed
+                self._stale = event.status.blocks
+            self._pass = self._trusted and not self._doubt and not self._snap.status.blocks
             return event
 
     def subscribe_restart(self, callback: Callable[[RestartState], object]) -> Callable[[], None]:
@@ -368,7 +414,7 @@ class Guard:
                 return  # a report from a watch this guard no longer runs
             self._trusted = trusted
             self._mode = mode
-            self._pass = trusted and not self._snap.status.blocks
+            self._pass = trusted and not self._doubt and not self._snap.status.blocks
             # Ready = the watcher runs: trusted, or polling (a mode never trusted, in
             # which every check re-reads HEAD; waiting for trust would wait for ever).
             if trusted or mode is WatchMode.POLLING:

@@ -89,6 +89,7 @@ def for_daemon(
         address=settings.metrics_address,
         textfile=settings.metrics_textfile,
         interval=settings.metrics_interval,
+        daemon=settings.metrics_daemon,
     )
 
 

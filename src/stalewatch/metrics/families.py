@@ -41,6 +41,7 @@ __all__ = [
     "daemon_families",
     "label",
     "processes_by_revision",
+    "with_label",
 ]
 
 MODES = tuple(mode.value for mode in WatchMode)
@@ -77,6 +78,12 @@ class CheckoutView:
     hooks: bool = False
     restart: RestartState | None = None
     processes: dict[str, int] | None = None
+
+
+def with_label(family: Metric, name: str, value: str) -> Metric:
+    """``family`` with ``name="value"`` first on each of its samples (the daemon's name)."""
+    family.samples = [sample._replace(labels={name: value, **sample.labels}) for sample in family.samples]
+    return family
 
 
 def processes_by_revision(revisions: Iterable[str], limit: int = MAX_REVISIONS) -> dict[str, int]:

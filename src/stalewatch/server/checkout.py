@@ -149,6 +149,11 @@ class Checkout:
         """This checkout re-binds ``previous`` (a reload): its generations go on from there."""
         self.base = previous.generation() + 1
 
+    @property
+    def trusted(self) -> bool:
+        """Whether the watcher's last health report the loop handled was trusted."""
+        return self._health is not None and self._health[0]
+
     def note_health(self, trusted: bool, mode: WatchMode) -> tuple[bool, bool]:
         """Record a health report on the loop's thread: ``(new, lost)``.
 

@@ -6,11 +6,17 @@ kilobytes. A command is done when its process exits; a child it left in the
 background (``cmd &``, the usual restart idiom) may keep the output pipe open, and is
 neither waited for nor killed: given an :class:`~.drain.OutputDrain`, the pipe goes on
 being read there (hooks and restart actions alike, R4), else it is closed.
+
+Each run is marked (:data:`~.descendants.MARK` in its environment): on a timeout the
+processes it started that left its group (``setsid``) are found through ``/proc`` and
+signalled with it (:mod:`.descendants`). A stop (the daemon shutting down) signals
+the group alone: under systemd the unit's cgroup ends the rest.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import selectors
 import signal
@@ -21,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import descendants
 from .capture import CHUNK, BoundedOutput, read_available
 from .drain import OutputDrain
 from .sdnotify import SD_ENV
@@ -79,11 +86,16 @@ def _text(output: BoundedOutput) -> str:
     return "\n".join(output.lines()).strip()
 
 
+_runs = itertools.count(1)
+
+
 def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The daemon's environment without systemd's own variables (``NOTIFY_SOCKET``…),
-    plus ``extra``: what every command the daemon runs gets."""
+    plus ``extra``: what every command the daemon runs gets, marked for this run
+    (``STALEWATCH_COMMAND_ID``: see :mod:`.descendants`)."""
     env = {key: value for key, value in os.environ.items() if key not in SD_ENV}
     env.update(extra or {})
+    env[descendants.MARK] = f"{os.getpid()}.{next(_runs)}"
     return env
 
 
@@ -103,11 +115,12 @@ def run(
     pipe goes when a background child still holds it (``sh -c './serve &'``), so that
     child never dies of SIGPIPE on its next write; its rest is logged under ``label``.
     """
+    env = environment(env)
     try:
         proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
-            env=environment(env),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -116,7 +129,13 @@ def run(
     except OSError as exc:
         return Outcome(False, None, "", f"cannot run {argv[0]!r}: {exc.strerror or exc}")
     sink = BoundedOutput()
-    ending = ProcessWait(proc, sink, deadline=time.monotonic() + timeout, stop=stop or threading.Event())
+    ending = ProcessWait(
+        proc,
+        sink,
+        deadline=time.monotonic() + timeout,
+        stop=stop or threading.Event(),
+        mark=env[descendants.MARK],
+    )
     try:
         timed_out = ending.run()
     finally:
@@ -144,11 +163,20 @@ class ProcessWait:
     background process it started (``cmd &``) may hold the pipe for ever. The pipe
     and a pidfd for the process are waited on together (without a pidfd: the pipe,
     and an exit check every few milliseconds). Ending it: SIGTERM to its group, then
-    SIGKILL, then the process itself (it may have left its group). ``ended``: it did.
+    SIGKILL, then the process itself (it may have left its group). On a timeout, the
+    processes it started that left the group (found by ``mark``, the run's
+    ``STALEWATCH_COMMAND_ID``, and by parent links) get the same signals. ``ended``: it
+    was ended.
     """
 
     def __init__(
-        self, proc: subprocess.Popen[bytes], output: BoundedOutput, *, deadline: float, stop: threading.Event
+        self,
+        proc: subprocess.Popen[bytes],
+        output: BoundedOutput,
+        *,
+        deadline: float,
+        stop: threading.Event,
+        mark: str | None = None,
     ) -> None:
         if proc.stdout is None:
             raise ValueError("the command's stdout must be a pipe")
@@ -156,6 +184,7 @@ class ProcessWait:
         self.output = output
         self.deadline = deadline
         self.stop = stop
+        self.mark = mark
         self.ended = False
         self.pipe: int | None = proc.stdout.fileno()  # still open after run(): held by another writer
         os.set_blocking(self.pipe, False)
@@ -177,12 +206,12 @@ class ProcessWait:
                     if not escalation and (now >= self.deadline or self.stop.is_set()):
                         timed_out = now >= self.deadline and not self.stop.is_set()
                         self.ended = True
-                        signal_group(proc, signal.SIGTERM)
+                        self._end(signal.SIGTERM, strays=timed_out)
                         escalation = [(now + KILL_GRACE, signal.SIGKILL), (now + 2 * KILL_GRACE, -1)]
                     while escalation and now >= escalation[0][0]:
                         _, signum = escalation.pop(0)
                         if signum == signal.SIGKILL:
-                            signal_group(proc, signal.SIGKILL)
+                            self._end(signal.SIGKILL, strays=timed_out)
                         else:  # it left its group (setsid) and survived: kill the hook itself
                             with contextlib.suppress(OSError):
                                 proc.kill()
@@ -211,6 +240,17 @@ class ProcessWait:
             os.set_blocking(self.pipe, False)
             self._close_pipe(keep=True)
         return timed_out
+
+    def _end(self, signum: int, *, strays: bool) -> None:
+        """Signal the command's group; ``strays``: and what it started outside the group.
+
+        They are looked for first: once its group is gone, a child of the command
+        is an orphan, found only by its mark.
+        """
+        found = descendants.find(self.proc.pid, self.mark) if strays else []
+        signal_group(self.proc, signum)
+        if found:
+            descendants.send(found, signum)
 
     def _close_pipe(self, *, keep: bool = False) -> None:
         if self.proc.stdout is not None:

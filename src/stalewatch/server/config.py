@@ -11,6 +11,7 @@ Example::
     metrics_address = "127.0.0.1:9840"          # optional: serve Prometheus metrics (the metrics extra)
     metrics_textfile = "/var/lib/node_exporter/textfile_collector/stalewatch.prom"  # and/or this
     metrics_interval = 15.0                      # seconds between textfile writes
+    metrics_daemon = "hermes-webui"              # the `daemon` label (default: the socket path)
 
     [[checkout]]
     path = "/srv/hermes-agent"                   # a checkout, or a source file in one
@@ -41,6 +42,7 @@ from typing import Any
 
 from ..core.errors import DaemonConfigError
 from ..core.revisions import is_object_id
+from ..core.settings import MAX_DAEMON_NAME
 from ..core.tables import TableReader, parse
 from .owned_file import read_checked
 from .restart.policy import RestartPolicy, parse_policy
@@ -59,6 +61,7 @@ _TOP_KEYS = {
     "metrics_address",
     "metrics_textfile",
     "metrics_interval",
+    "metrics_daemon",
 }
 _ADDRESS = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>[0-9]{1,5})$")
 _HOOK_KEYS = ("on_stale", "on_current", "on_unreadable")
@@ -105,6 +108,7 @@ class DaemonConfig:
     metrics_address: tuple[str, int] | None = None  # (IP address, port); port 0: any free one
     metrics_textfile: Path | None = None  # a .prom file for node_exporter's textfile collector
     metrics_interval: float = 15.0  # seconds between textfile writes when nothing changes
+    metrics_daemon: str | None = None  # the `daemon` label; None: resolved at start (core.settings)
 
     @property
     def metrics(self) -> bool:
@@ -137,6 +141,14 @@ def _textfile(reader: TableReader, data: dict[str, Any], key: str) -> Path:
     if not path.parent.is_dir():
         reader.fail(key, str(path), f"its directory {path.parent} does not exist", None, key)
     return path
+
+
+def _daemon_name(reader: TableReader, data: dict[str, Any], key: str) -> str:
+    """A name for the ``daemon`` label: printable, 1 to 200 characters."""
+    value = data[key]
+    if not isinstance(value, str) or not value or len(value) > MAX_DAEMON_NAME or not value.isprintable():
+        reader.refuse(data, key, f"expected a name of 1 to {MAX_DAEMON_NAME} printable characters", None)
+    return value
 
 
 def _checkout(reader: TableReader, data: object, table: int) -> CheckoutConfig:
@@ -197,6 +209,8 @@ def load(file: Path) -> DaemonConfig:
         config["metrics_textfile"] = _textfile(reader, data, "metrics_textfile")
     if "metrics_interval" in data:
         config["metrics_interval"] = reader.number(data, "metrics_interval", None, 1.0, 3600)
+    if "metrics_daemon" in data:
+        config["metrics_daemon"] = _daemon_name(reader, data, "metrics_daemon")
     tables = data.get("checkout", [])
     if not isinstance(tables, list):
         reader.fail("checkout", tables, "expected [[checkout]] tables", None, "checkout")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import logging
 import select
 import selectors
@@ -34,6 +35,7 @@ logger = logging.getLogger(__name__)
 DROP_GRACE = 5.0  # seconds a dropped client gets to read its error line
 ACCEPT_PAUSE = 0.5  # seconds the listener rests after running out of file descriptors
 _FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_LINES_PER_WRITE = 256  # lines one sendmsg() may carry (IOV_MAX is 1024)
 
 
 class Client:
@@ -119,6 +121,7 @@ class ClientSet:
         self.queue_limit = queue_limit
         self.buffer = buffer
         self._clients: dict[int, Client] = {}
+        self._unflushed: dict[int, Client] = {}  # sent to without a write yet (flush_pending)
         self._numbers = 0
         self.burst = 1  # lines of one greeting (hello + a snapshot per checkout)
         self.accept_paused_until: float | None = None  # out of descriptors: listener rests
@@ -146,15 +149,19 @@ class ClientSet:
         """
         return self.queue_limit + self.burst
 
-    def accept(self, listener: socket.socket, greet: Callable[[Client], None]) -> bool:
-        """Accept every pending connection; ``greet`` queues its first lines.
+    def accept(self, listener: socket.socket, greet: Callable[[Client], None], limit: int) -> bool:
+        """Accept up to ``limit`` pending connections; ``greet`` queues their first lines.
+
+        The rest wait in the backlog for the next turns (the listener stays readable):
+        a client that connects in a loop costs one turn ``limit`` accepts, never the
+        whole turn, so every other client is served between two of its batches.
 
         Returns False when out of file descriptors (``EMFILE``): the pending
         connection stays in the backlog and keeps the listener readable, so the
         caller must stop watching the listener for :data:`ACCEPT_PAUSE` seconds
         (else the loop spins and floods the log).
         """
-        while True:
+        for _ in range(limit):
             try:
                 sock, _ = listener.accept()
             except BlockingIOError:
@@ -174,6 +181,7 @@ class ClientSet:
                 return True
             with self.isolated(None, sock):
                 self._admit(sock, greet)
+        return True
 
     def _admit(self, sock: socket.socket, greet: Callable[[Client], None]) -> None:
         sock.setblocking(False)
@@ -258,10 +266,13 @@ class ClientSet:
                     case Inflight(checkout, inflight):
                         self._inflight(client, line, checkout, inflight)
                     case ping:
-                        self.send(client, encode(pong_message(ping)))
+                        self.send(client, encode(pong_message(ping)), flush=False)
         except ProtocolError as exc:
             logger.warning("stalewatch: closing client %d: %s", client.number, exc)
             self.drop(client, "bad-request", str(exc))
+            return
+        if client.number in self._clients:
+            self.flush(client)  # the pongs of one read together
 
     def _register(self, client: Client, line: bytes, checkout: str, revision: str, inflight: int) -> None:
         # One registration per connection: a process loads its code once. A repeat only
@@ -284,7 +295,11 @@ class ClientSet:
             self._on_inflight(client, checkout, inflight)
 
     def send(self, client: Client, line: bytes, *, flush: bool = True) -> None:
-        """Queue ``line`` for ``client`` and write what fits; drop it past the bound."""
+        """Queue ``line`` for ``client`` and write what fits; drop it past the bound.
+
+        ``flush=False``: written by the next :meth:`flush_pending` (the loop's, in the
+        same turn): a turn's lines to one client cost one system call, not one each.
+        """
         if client.closing_at is not None:
             return
         client.out.append(line)
@@ -295,12 +310,22 @@ class ClientSet:
             self.drop(client, "slow-client", f"more than {self.limit} lines queued unread")
         elif flush:
             self.flush(client)
+        else:
+            self._unflushed[client.number] = client
 
-    def broadcast(self, line: bytes) -> None:
-        """Send ``line`` to every client being served."""
+    def flush_pending(self) -> None:
+        """Write what :meth:`send` queued without writing (each client once)."""
+        pending, self._unflushed = self._unflushed, {}
+        for number, client in pending.items():
+            if number in self._clients and client.out:
+                with self.isolated(client):
+                    self.flush(client)
+
+    def broadcast(self, line: bytes, *, flush: bool = True) -> None:
+        """Send ``line`` to every client being served (``flush``: as :meth:`send`)."""
         for client in self:
             with self.isolated(client):
-                self.send(client, line)
+                self.send(client, line, flush=flush)
 
     def drop(self, client: Client, reason: str, detail: str) -> None:
         """Tell the client why (if it reads within the grace period), then close it."""
@@ -319,15 +344,24 @@ class ClientSet:
                 self._on_drop(reason)
 
     def flush(self, client: Client) -> None:
-        """Write as much of the queue as the socket takes now, without blocking."""
+        """Write as much of the queue as the socket takes now, without blocking.
+
+        Lines go out many to a system call (``sendmsg``): a greeting of a thousand
+        snapshots is a few calls, not a thousand.
+        """
+        out = client.out
         try:
-            while client.out:
-                head = client.out[0]
-                client.offset += client.sock.send(memoryview(head)[client.offset :])
-                if client.offset < len(head):
+            while out:
+                chunk: list[bytes | memoryview] = [memoryview(out[0])[client.offset :]]
+                chunk += itertools.islice(out, 1, _LINES_PER_WRITE)
+                wanted = sum(len(part) for part in chunk)
+                sent = client.sock.sendmsg(chunk)
+                done = client.offset + sent
+                while out and done >= len(out[0]):
+                    done -= len(out.popleft())
+                client.offset = done  # bytes of the new head already sent
+                if sent < wanted:
                     break  # the socket buffer is full: wait for EVENT_WRITE
-                client.out.popleft()
-                client.offset = 0
         except BlockingIOError:
             pass
         except OSError:

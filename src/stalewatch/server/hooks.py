@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..core.escaping import printable
 from ..core.status import Event, Status
+from . import descendants
 from .capture import BoundedOutput
 from .commands import KILL_GRACE, ProcessWait, environment
 from .config import HookConfig
@@ -256,7 +257,9 @@ class HookRunner:
             self._outcome(name, "not_started")
             return
         output = BoundedOutput()
-        ending = ProcessWait(proc, output, deadline=started + config.timeout, stop=self._stop)
+        ending = ProcessWait(
+            proc, output, deadline=started + config.timeout, stop=self._stop, mark=env[descendants.MARK]
+        )
         timed_out = ending.run()
         if ending.pipe is not None:
             logger.warning(

@@ -9,6 +9,14 @@ blocking, so a slow client only ever delays itself (past its bound it is told an
 dropped). Signals only set a flag and wake the loop (:mod:`stalewatch.core.signals`);
 the loop stops or reloads on its next turn. See :mod:`stalewatch.protocol`; systemd
 notifications and the watchdog's proof of life are :mod:`.supervision`.
+
+No turn of the loop does unbounded work, so nothing any client or operator does delays
+another client's pings and events, the watchdog's proof of life or a SIGTERM by more
+than one turn: at most :data:`ACCEPTS_PER_TURN` new connections per turn (fewer with
+many checkouts: :data:`GREETING_LINES_PER_TURN`; greetings are cached lines, see
+:mod:`.publisher`), one read of 4 KiB per client, and a reload is read and bound on a
+thread of its own, then applied :data:`RELOAD_STEPS_PER_TURN` checkouts per turn
+(:mod:`.reload`).
 """
 
 from __future__ import annotations
@@ -18,15 +26,16 @@ import queue
 import selectors
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable, Sequence
 
 from ..core import signals
-from ..core.errors import BindError, DaemonConfigError
 from ..core.status import WatchMode
 from ..core.version import __version__
 from ..protocol.codec import encode
 from ..protocol.messages import ping_message, refused_message
+from . import memory
 from .checkout import Checkout, EventSeen, HealthReported, Posted, RestartTold
 from .config import CheckoutConfig, DaemonConfig
 from .connections import ACCEPT_PAUSE, Client, ClientSet
@@ -34,10 +43,16 @@ from .drain import OutputDrain
 from .observer import DaemonObserver
 from .publisher import Publisher
 from .registry import Registry
-from .reload import plan_reload
+from .reload import Applier, Binder, Bound, plan_reload
 from .supervision import ObservedSource, Supervisor, status_text
 
-__all__ = ["DaemonServer", "ObserverFactory"]
+__all__ = [
+    "ACCEPTS_PER_TURN",
+    "GREETING_LINES_PER_TURN",
+    "RELOAD_STEPS_PER_TURN",
+    "DaemonServer",
+    "ObserverFactory",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +61,17 @@ _LOOP_TICK = 1.0  # the loop wakes at least this often (its heartbeat)
 # STATUS= costs a snapshot per checkout (milliseconds for a thousand): it is made only
 # after a change, on a quiet turn (never between an event and the next), or after this.
 _STATUS_QUIET, _STATUS_LATEST = 0.05, 1.0
+ACCEPTS_PER_TURN = 16
+"""New connections accepted in one turn at most; the others wait in the backlog."""
+GREETING_LINES_PER_TURN = 4096
+"""Greeting lines (1 + a snapshot per checkout) queued in one turn at most: with a
+thousand checkouts, four new clients a turn; with ten thousand, one."""
+RELOAD_STEPS_PER_TURN = 64
+"""Checkouts a reload starts, stops, re-binds or updates in one turn at most..."""
+RELOAD_TURN_BUDGET = 0.005
+"""...and about as many as fit in this many seconds (a start costs about 1 ms)."""
+_SWITCH_INTERVAL = 0.0002  # seconds a thread may hold the GIL while another waits (Python: 5 ms)
+_BINDER_JOIN = 0.5  # seconds a stop waits for the reload thread (it stops between checkouts)
 
 ObserverFactory = Callable[[DaemonConfig, Callable[[], Sequence[Checkout]], Registry], DaemonObserver]
 """Makes the daemon's observer from its configuration, its checkouts now and its registry
@@ -87,7 +113,8 @@ class DaemonServer:
         self._view = tuple(self._entries.values())
         for entry in self._view:
             self._observer.track(entry)
-        self._inbox: queue.SimpleQueue[Posted] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Posted | Bound] = queue.SimpleQueue()
+        self._poked = False  # a wake-up for the inbox is pending
         self._selector = selectors.DefaultSelector()
         self._clients = ClientSet(
             self._selector,
@@ -102,6 +129,8 @@ class DaemonServer:
         self._publisher = Publisher(self._clients, self._registry)
         self._wakeup = signals.Wakeup()  # set: stop; poked: an inbox message, a reload
         self._reload_requested = False
+        self._binder: Binder | None = None  # reading and binding a reload, off the loop
+        self._applying: Applier | None = None  # a bound reload, applied a few steps a turn
         self._changes = 0  # events and health reports handled, and reloads: STATUS= may differ
         self._unready: set[str] = set()  # checkouts whose watcher is not running yet
         self._ready_by = 0.0
@@ -126,10 +155,15 @@ class DaemonServer:
     def _make_entry(self, checkout: CheckoutConfig, base: int) -> Checkout:
         return Checkout(checkout, self._post, base, self._drain, self._registry, on_hook=self._observer.hook)
 
-    def _post(self, message: Posted) -> None:
+    def _post(self, message: Posted | Bound) -> None:
         # Any thread (a watcher's, a restart's): the loop handles it on its next turn.
+        # One wake-up per batch: a reload's ten thousand health reports (or a stop's)
+        # cost one system call, not one each. The loop clears the flag before it takes
+        # the messages, so one put after that pokes again.
         self._inbox.put(message)
-        self._wakeup.poke()
+        if not self._poked:
+            self._poked = True
+            self._wakeup.poke()
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -159,18 +193,25 @@ class DaemonServer:
                 owns it and closes it afterwards).
         """
         wakeups = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop, signal.SIGHUP: self.request_reload}
+        # The loop's every system call gives the GIL up; taking it back waits out the
+        # switch interval while workers start a thousand watchers: a shorter one keeps
+        # a turn within milliseconds (restored after: an embedded daemon's process).
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(interval, _SWITCH_INTERVAL))
         with signals.handling(wakeups):  # only on the main thread: an embedded daemon is its owner's
             try:
                 self._serve(listener)
             finally:
                 self._supervisor.stopping()
                 self._shutdown()
+                sys.setswitchinterval(interval)
 
     def _serve(self, listener: socket.socket) -> None:
         self.start_metrics()
         self._clients.burst = 1 + len(self._entries)
         for entry in self._entries.values():
             entry.start()
+        memory.settle()  # what a checkout keeps: out of every later collection's walk
         self._unready = set(self._entries)
         self._ready_by = time.monotonic() + _READY_WAIT
         self._selector.register(listener, selectors.EVENT_READ, "listen")
@@ -209,19 +250,25 @@ class DaemonServer:
             pending = shown != (self._changes, len(self._clients))
             if pending:
                 timeout = min(timeout, _STATUS_QUIET)
+            if self._applying is not None:
+                timeout = 0.0  # a reload being applied: one more slice at once
             ready = self._selector.select(max(0.0, timeout))
+            accepting = False
             for key, mask in ready:
                 if key.data == "listen":
-                    self._accept(listener)
+                    accepting = True
                 elif key.data == "wake":
                     self._wakeup.drain()
                 elif isinstance(key.data, Client):
                     self._clients.serve(key.data, mask)  # isolated: one client's failure is its own
             changes = self._changes
+            # Events first, then newcomers: a burst of connections never delays an event.
             self._guarded("processing events", self._process_inbox)
-            if self._reload_requested:
-                self._reload_requested = False
-                self._guarded("reloading", self._do_reload)
+            self._clients.flush_pending()
+            if accepting:
+                self._accept(listener)
+            self._guarded("reloading", self._reload_turn)
+            self._clients.flush_pending()
             now = time.monotonic()
             self._maybe_ready(now)
             self._resume_accepting(listener, now)
@@ -248,10 +295,11 @@ class DaemonServer:
 
     def _greet(self, client: Client) -> None:
         self._observer.client_connected()
-        self._publisher.greet(client, list(self._entries.values()), self.settings.keepalive)
+        self._publisher.greet(client, self._view, self.settings.keepalive)
 
     def _accept(self, listener: socket.socket) -> None:
-        if not self._clients.accept(listener, self._greet):
+        limit = max(1, min(ACCEPTS_PER_TURN, GREETING_LINES_PER_TURN // (1 + len(self._entries))))
+        if not self._clients.accept(listener, self._greet, limit):
             # Out of descriptors: the pending connection keeps the listener readable;
             # rest it instead of spinning (the backlog holds new clients meanwhile).
             self._selector.unregister(listener)
@@ -264,14 +312,19 @@ class DaemonServer:
             self._selector.register(listener, selectors.EVENT_READ, "listen")
 
     def _process_inbox(self) -> None:
+        self._poked = False
         while True:
             try:
                 message = self._inbox.get_nowait()
             except queue.Empty:
                 return
+            if isinstance(message, Bound):
+                self._bound(message)
+                continue
             if self._entries.get(message.entry.key) is not message.entry:
                 continue  # from a guard a reload replaced
             self._changes += 1
+            self._publisher.changed(message.entry)
             # Counted before clients hear of it: a scrape made after a line was read counts it.
             match message:
                 case EventSeen(entry, event):
@@ -338,54 +391,69 @@ class DaemonServer:
 
     # -- reload ----------------------------------------------------------------------------
 
-    def _do_reload(self) -> None:
+    def _reload_turn(self) -> None:
+        """Start reading a reload, or apply a few more of its steps (bounded: see :mod:`.reload`)."""
+        if self._applying is not None:
+            self._apply_some()
+            return
+        if not self._reload_requested:
+            return
+        if self._binder is not None:
+            self._binder.cancel()  # a newer SIGHUP: bind that configuration instead
+            return
+        self._reload_requested = False
         if self._reload is None:
             logger.info("stalewatch: SIGHUP: no configuration file to reload")
             return
         self._supervisor.reloading()
         self._changes += 1
-        failure: Exception | None = None
-        try:
-            self._apply(self._reload())
-        except (DaemonConfigError, BindError) as exc:
-            failure = exc
-        if failure is not None:
-            logger.error("stalewatch: reload failed, keeping the running configuration: %s", failure)
-        self._supervisor.reloaded(self._status())
+        self._binder = Binder(
+            self._reload, self._entries, self.settings, self._make_entry, self._post
+        ).start()
 
-    def _apply(self, settings: DaemonConfig) -> None:
-        planned = plan_reload(self._entries, self.settings, settings, self._make_entry)
-        reused, fresh, settings = planned.reused, planned.fresh, planned.settings
-        logging.getLogger().setLevel(settings.log_level.upper())
-        self.settings = settings
-        self._clients.burst = 1 + len(reused) + len(fresh)  # before fresh snapshots are queued
-        for key, entry in self._entries.items():
-            if key not in reused:
-                entry.request_stop()  # grace periods side by side, as at shutdown
-        for key, entry in list(self._entries.items()):
-            if key in reused:
-                continue
-            del self._entries[key]
-            self._view = tuple(self._entries.values())  # before clients hear: scrapes agree
-            entry.stop()
-            if key in fresh:
-                fresh[key].continue_from(entry)
-            else:
-                logger.info("stalewatch: no longer watching %s", key)
-                self._observer.forget(key)
-                self._publisher.removed(key)
-        for key, entry in reused.items():
-            entry.update(planned.updates[key])
-        for key, entry in fresh.items():
-            self._entries[key] = entry
-            self._view = tuple(self._entries.values())
-            self._observer.track(entry)
-            entry.start()
-            logger.info("stalewatch: watching %s (loaded %s)", key, entry.guard.loaded_revision)
-            self._publisher.snapshots(entry)
+    def _bound(self, bound: Bound) -> None:
+        """The reload thread ended: apply its plan, unless a newer SIGHUP came meanwhile."""
+        if self._binder is not None:
+            self._binder.join(_BINDER_JOIN)  # it has posted: it is ending
+        self._binder = None
+        if bound.error is not None:
+            logger.error("stalewatch: reload failed, keeping the running configuration: %s", bound.error)
+        if bound.plan is None or self._reload_requested:
+            if not self._reload_requested:
+                self._supervisor.reloaded(self._status())
+            memory.reclaim()  # what it bound (settled as it went) was never started: garbage
+            return
+        plan = bound.plan
+        logging.getLogger().setLevel(plan.settings.log_level.upper())
+        self.settings = plan.settings
+        self._clients.burst = 1 + len(plan.reused) + len(plan.fresh)  # before fresh snapshots are queued
+        self._applying = Applier(plan, self._entries, self._observer, self._publisher, self._refresh_view)
+        self._apply_some()
+
+    def _refresh_view(self) -> None:
+        self._view = tuple(self._entries.values())  # before clients hear: scrapes agree
+
+    def _apply_some(self) -> None:
+        """Apply the next :data:`RELOAD_STEPS_PER_TURN` steps of the reload; finish it."""
+        applying = self._applying
+        if applying is None:
+            return
+        try:
+            applying.run(RELOAD_STEPS_PER_TURN, RELOAD_TURN_BUDGET)
+        except Exception:
+            self._applying = None  # a bug: never retried every turn (logged by _guarded)
+            raise
+        memory.settle()  # the checkouts it started
         self._supervisor.watching(self._watchers())
-        self._clients.configure(settings.max_clients, settings.client_queue, settings.client_buffer)
-        logger.info("stalewatch: configuration reloaded: %d checkouts", len(self._entries))
+        if applying.done:
+            self._applying = None
+            settings = self.settings
+            self._clients.configure(settings.max_clients, settings.client_queue, settings.client_buffer)
+            logger.info("stalewatch: configuration reloaded: %d checkouts", len(self._entries))
+            self._changes += 1
+            if applying.shrinks:
+                memory.reclaim()  # the checkouts it stopped
+            self._supervisor.reloaded(self._status())
 
     # -- systemd ---------------------------------------------------------------------------
 
@@ -393,7 +461,9 @@ class DaemonServer:
         return [(key, entry.source) for key, entry in self._entries.items()]
 
     def _status(self) -> str:
-        return status_text((entry.guard.snapshot() for entry in self._entries.values()), len(self._clients))
+        # From what the loop already holds (no snapshot copies): cheap at 10,000 checkouts.
+        states = ((entry.guard.status, entry.trusted) for entry in self._entries.values())
+        return status_text(states, len(self._clients))
 
     def alive(self) -> str | None:
         """``None`` when the loop and every watcher thread beat recently, else why not."""
@@ -408,7 +478,13 @@ class DaemonServer:
     def _shutdown(self) -> None:
         if self._selector.get_map() is None:
             return  # already shut down
+        began = time.monotonic()
         self._wakeup.set()
+        if self._binder is not None:  # a reload being bound: it stops between two checkouts
+            self._binder.cancel()
+            self._binder.join(_BINDER_JOIN)
+            self._binder = None
+        self._applying = None  # fresh checkouts not started yet: nothing to stop
         self._observer.stop()
         self._clients.close_all()
         # Every running hook gets SIGTERM first, then each runner is joined: the grace
@@ -420,4 +496,8 @@ class DaemonServer:
         self._drain.stop()
         self._selector.close()
         self._wakeup.close()
-        logger.debug("stalewatch: daemon stopped")
+        logger.info(
+            "stalewatch: daemon stopped (%d checkouts, in %.2f s)",
+            len(self._entries),
+            time.monotonic() - began,
+        )

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from ..core.status import Snapshot, Status, WatchMode
+from ..core.status import Status, WatchMode
 from ..git.refs import GitDirs
 from ..watching.local import LocalSource
 from ..watching.source import OnChange, OnHealth, OnRestart, Watch
@@ -42,6 +42,7 @@ class ObservedSource:
         self._inner = LocalSource()
         self._watcher: Watcher | None = None
         self.beat: float | None = None
+        self.since: float | None = None  # when its watcher was made (before its first turn)
         self.on_report: Callable[[bool, WatchMode], None] | None = None  # set by the checkout
 
     @property
@@ -73,18 +74,22 @@ class ObservedSource:
 
         watcher = self._inner.watch(dirs, changed, health)
         watcher.on_verified = self._beat
+        self.since = time.monotonic()
         self._watcher = watcher
         return watcher
 
 
-def status_text(snapshots: Iterable[Snapshot], clients: int) -> str:
-    """systemd's one-line ``STATUS=``: checkouts by status, clients, untrusted watchers."""
+def status_text(states: Iterable[tuple[Status, bool]], clients: int) -> str:
+    """systemd's one-line ``STATUS=``: checkouts by status, clients, untrusted watchers.
+
+    ``states``: each checkout's ``(status, trusted)``.
+    """
     counts = dict.fromkeys(Status, 0)
     checkouts = untrusted = 0
-    for snap in snapshots:
+    for status, trusted in states:
         checkouts += 1
-        counts[snap.status] += 1
-        untrusted += not snap.trusted
+        counts[status] += 1
+        untrusted += not trusted
     parts = [f"{counts[s]} {s.value}" for s in Status if counts[s]]
     text = f"{checkouts} checkouts ({', '.join(parts) or 'none'}); {clients} clients"
     return text + (f"; {untrusted} watchers untrusted" if untrusted else "")
@@ -151,7 +156,10 @@ class Supervisor:
         if now - self._loop_beat > 3 * self._loop_tick:
             return f"the socket loop has not run for {now - self._loop_beat:.1f} s"
         for key, source in self._watchers:
-            beat, interval = source.beat, source.verify_interval
+            # A watcher a reload just added has the same time for its first turn as
+            # any other for its next (a thousand new ones queue behind wake-ups).
+            beat = source.beat if source.beat is not None else source.since
+            interval = source.verify_interval
             if beat is None or now - beat > 3 * interval + 1:
                 return f"the watcher for {key} has not re-verified for {3 * interval + 1:.0f} s"
         return None

@@ -7,6 +7,7 @@ stalewatch daemon's socket. Both implement :class:`Source`.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -84,6 +85,30 @@ class Source(Protocol):
         ...
 
 
+def _reads(watch: Callable[..., object]) -> tuple[bool, bool]:
+    """Which keywords ``watch`` takes: (the restart ones, ``work``), by name or ``**kwargs``."""
+    try:
+        parameters = inspect.signature(watch).parameters
+    except (TypeError, ValueError):
+        return False, False
+    anything = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    restart = anything or {"loaded_revision", "on_restart"} <= parameters.keys()
+    return restart, restart and (anything or "work" in parameters)
+
+
+@functools.lru_cache(maxsize=64)
+def _class_reads(kind: type) -> tuple[bool, bool]:
+    # Once per class: inspecting a signature costs more than the rest of a start (a
+    # reload may start ten thousand watches).
+    return _reads(kind.watch)  # type: ignore[attr-defined]
+
+
+def _takes(source: Source) -> tuple[bool, bool]:
+    if "watch" in getattr(source, "__dict__", {}) or not hasattr(type(source), "watch"):
+        return _reads(source.watch)  # set on the instance: asked each time
+    return _class_reads(type(source))
+
+
 def start_watch(
     source: Source,
     dirs: GitDirs,
@@ -100,15 +125,12 @@ def start_watch(
     arguments, and keeps working (without restart notices); one written before
     ``work`` gets the restart keywords without it.
     """
-    try:
-        parameters = inspect.signature(source.watch).parameters
-    except (TypeError, ValueError):
-        parameters = {}  # type: ignore[assignment]
-    anything = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    if not (anything or {"loaded_revision", "on_restart"} <= parameters.keys()):
+    restart, work_too = _takes(source)
+    if not restart:
         return source.watch(dirs, on_change, on_health)
-    restart = {"loaded_revision": loaded_revision, "on_restart": on_restart}
-    if anything or "work" in parameters:
+    if work_too:
         watch: Callable[..., Watch] = source.watch  # `work` is not in the protocol (see there)
-        return watch(dirs, on_change, on_health, **restart, work=work)
+        return watch(
+            dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart, work=work
+        )
     return source.watch(dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart)

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..core.errors import ResourceExhaustedError
 from ..core.settings import WatchSettings
 from ..core.status import WatchMode
 from ..git.refs import GitDirs
@@ -62,6 +63,10 @@ _MAX_REPLANS = 5  # re-plans per turn before yielding to the next turn
 # symlink. Resolving in between reads "HEAD does not exist": wait this long for the
 # new HEAD before resolving (its creation wakes the worker at once).
 _HEAD_GONE_GRACE = 0.05
+# Out of descriptors or memory while reading HEAD: read again after this, doubling up to
+# the last (the guard distrusts its flag meanwhile: its barrier reads for itself).
+_SHORT_RETRY = (0.05, 2.0)
+_SHORT_WARN_EVERY = 60.0  # seconds between two warnings of it in the log
 _NEVER = float("inf")
 
 _Identity = tuple[int, int] | None
@@ -98,6 +103,8 @@ class Watcher:
         self._verifies = 0
         self._next_verify = _NEVER
         self._fallback = Fallback(dirs.worktree, settings.poll_interval, self.wake)
+        self._short_delay = 0.0  # the current retry delay while reads fail for want of resources
+        self._short_warned = -_SHORT_WARN_EVERY
         self.verified_at: float | None = None
         self.on_verified: Callable[[], None] | None = None
         self.turns = 0
@@ -109,7 +116,8 @@ class Watcher:
         if self._slot is not None:
             return
         self._scheduler, self._slot = scheduler.acquire(self)
-        self._scheduler.wake(self._slot)
+        # Behind wake-ups: a reload's thousand new watchers never delay another's event.
+        self._scheduler.wake(self._slot, urgent=False)
 
     def stop(self) -> None:
         """Remove the watches and leave the workers. Harmless to call twice.
@@ -203,6 +211,8 @@ class Watcher:
         self.turns += 1
         try:
             self._step(time.monotonic())
+        except ResourceExhaustedError as exc:
+            self._short_of_resources(exc, time.monotonic())
         except Exception:
             # Never a dead watcher: distrust, back off, start over.
             logger.exception("stalewatch: watcher for %s failed; restarting", self._dirs.worktree)
@@ -231,6 +241,24 @@ class Watcher:
         elif now >= self._next_verify:
             self._verify(now)
 
+    def _short_of_resources(self, exc: ResourceExhaustedError, now: float) -> None:
+        """A read failed for want of descriptors or memory: nothing was learnt. Read again
+        soon, backing off; trust (where a restart had just revoked it) comes back only
+        through that read (a resync)."""
+        low, high = _SHORT_RETRY
+        self._short_delay = min(high, max(low, 2 * self._short_delay))
+        self._stamp = None  # the next verification reads HEAD whatever the stamps say
+        self._resolve_at = min(self._resolve_at, now + self._short_delay)
+        self._health.owe_resync()
+        if now - self._short_warned >= _SHORT_WARN_EVERY:
+            self._short_warned = now
+            logger.warning(
+                "stalewatch: cannot read HEAD of %s now (%s); not trusting the flag, reading again in %.2f s",
+                self._dirs.worktree,
+                os.strerror(exc.errno),
+                self._short_delay,
+            )
+
     def _next_timer(self) -> float:
         if self._stopped:
             return _NEVER
@@ -251,10 +279,14 @@ class Watcher:
     def _changed(self) -> Sequence[Path] | None:
         """Re-resolve (the guard's work); return HEAD's ref chain, ``None`` if unknown."""
         try:
-            return self._on_change()
+            chain = self._on_change()
+        except ResourceExhaustedError:
+            raise  # the turn retries soon (see _short_of_resources)
         except Exception:
             logger.exception("stalewatch: re-resolving %s failed", self._dirs.worktree)
             return None
+        self._short_delay = 0.0
+        return chain
 
     def _resolve(self, *, recheck: bool = False, stamp: Stamp | None = None) -> None:
         """Re-resolve HEAD, then move the watches with it; again while they move.
@@ -322,8 +354,8 @@ class Watcher:
         identities = {path: identity_of(path) for path in anchors(self._dirs)}
         if None in identities.values():
             self._health.mode = WatchMode.NONE  # checkout gone: HEAD reads unreadable; retried soon
-            self._changed()
             self._restart_soon(now + min(_RETRY, self._settings.verify_interval))
+            self._changed()
             return
         self._identities = identities
         self._set_plan(self._planner.plan())
