@@ -369,10 +369,12 @@ class DaemonServer:
 
     def _inflight(self, client: Client, checkout: str, inflight: int) -> None:
         # Not broadcast as a `processes` line: one chatty server must not make every
-        # client's queue grow. The restart sequence is woken and tells a drain's count.
+        # client's queue grow. The restart sequence is woken and tells a drain's count;
+        # the kept snapshot line shows the count, so it is encoded afresh when next asked.
         process = self._registry.set_inflight(client.number, inflight)
         entry = self._entries.get(checkout) if process is not None else None
         if entry is not None:
+            self._publisher.changed(entry)
             entry.processes_changed()
 
     def _unregister(self, client: Client) -> None:
