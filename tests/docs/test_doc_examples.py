@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -309,6 +310,20 @@ def run_daemon_quickstart(block: Block, box: Sandbox) -> None:
     assert daemon.interrupt(signal.SIGINT) == 0
 
 
+def run_first_screen(block: Block, box: Sandbox) -> None:
+    # The main job runs here as written; the test command is the runner of this very
+    # test, so it is checked to be exactly what CI runs (.ci/run ends by exec'ing it).
+    daemon_line, test_line = shell_commands(block)
+    assert test_line.split("#")[0].strip() == "./scripts/test"
+    assert (ROOT / ".ci" / "run").read_text().rstrip().splitlines()[-1] == "exec ./scripts/test"
+    box.as_normal_user()
+    (daemon,), _ = play(replace(block, code=daemon_line), box)
+    checkout = str(box.checkout.path)
+    status = box.run(f"stalewatch status --socket {box.sub('/tmp/stalewatch-demo.sock')} {checkout}")
+    assert checkout in status and "current" in status, status
+    assert daemon.interrupt(signal.SIGINT) == 0
+
+
 def run_example_servers(block: Block, box: Sandbox) -> None:
     servers, _ = play(block, box, cwd=ROOT)
     for server in servers:
@@ -386,6 +401,7 @@ RUN: dict[str, Callable[[Block, Sandbox], None]] = {
     "cli-quickstart": run_cli_quickstart,
     "cli-watch-json": run_cli_watch_json,
     "daemon-quickstart": run_daemon_quickstart,
+    "first-screen": run_first_screen,
     "example-servers": run_example_servers,
     "hermes-setup": run_hermes_setup,
 }
