@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.daemons import LineReader
+from tests.support.ports import free_port
 from tests.support.repos import GIT_ENV, Repo, make_agent, make_repo
 
 WAIT = 20.0
@@ -37,12 +38,6 @@ def commit_file(repo: Repo, name: str, text: str) -> None:
     repo.write(name, text)
     repo.git("add", name)
     repo.git("commit", "-q", "-m", f"add {name}")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Sandbox:

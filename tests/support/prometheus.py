@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -16,18 +15,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.support.ports import free_port
+
 __all__ = ["INSTALL", "PROMETHEUS", "PROMTOOL", "SCRAPE_INTERVAL", "Prometheus", "free_port", "prometheus"]
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 INSTALL = "apt-get install prometheus (Debian's package has prometheus and promtool; .ci/run installs it)"
 SCRAPE_INTERVAL = 2.0  # seconds: two intervals leave room for one scrape lost to a loaded machine
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Prometheus:

@@ -27,7 +27,12 @@ from typing import Any
 import pytest
 
 from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
+from tests.support.ports import free_port
 from tests.support.repos import Repo, make_repo
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from lab_load import Gate
 
 pytestmark = [pytest.mark.real_server, pytest.mark.slow]
 
@@ -73,39 +78,6 @@ app = WSGIBarrier(inner, guard, routes=["/api"])
 asgi = ASGIBarrier(inner_asgi, guard, routes=["/api"])
 # changes:
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Gate:
-    """The Unix socket a held request connects to, and waits on until released."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(path))
-        self.listener.listen()
-        self.listener.settimeout(WAIT)
-        self.held: list[socket.socket] = []
-
-    def entered(self) -> None:
-        conn, _ = self.listener.accept()
-        self.held.append(conn)
-
-    def release(self) -> None:
-        for conn in self.held:
-            with contextlib.suppress(OSError):
-                conn.sendall(b"x")
-            conn.close()
-        self.held.clear()
-
-    def close(self) -> None:
-        self.release()
-        self.listener.close()
 
 
 def get(port: int, path: str) -> tuple[int, dict[str, Any]]:
