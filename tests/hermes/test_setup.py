@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import plistlib
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -236,6 +237,30 @@ def test_the_check_before_writing_names_what_did_not_answer(
         os.environ["PATH"] = path
     err = capsys.readouterr().err
     assert "does not answer" in err and "Failed to connect to bus" in err and "--no-check" in err
+    assert not (hermes / ".config" / "stalewatch").exists()
+
+
+def test_a_webui_not_answering_on_the_port_it_would_probe_stops_setup_before_writing(
+    hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Issue 16, problem 3: a guessed port made the confirm probe ask the wrong port (three
+    # restarts, then "failed"). The port is checked before anything is written.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "systemctl").write_text("#!/bin/sh\necho LoadState=loaded\necho ActiveState=active\n")
+    (fake / "systemctl").chmod(0o755)
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{fake}:{path}"
+    try:
+        webui = ["--webui-dir", str(hermes / "hermes-webui")]
+        assert main(["hermes", "setup", "--write", *webui, "--port", str(port)]) == 2
+    finally:
+        os.environ["PATH"] = path
+    err = capsys.readouterr().err
+    assert f"the WebUI does not answer http://127.0.0.1:{port}/health" in err and "--port" in err
     assert not (hermes / ".config" / "stalewatch").exists()
 
 
