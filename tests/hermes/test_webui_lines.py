@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -255,3 +256,23 @@ def test_the_webui_registers_and_leaves_restarts_to_the_daemon(
                 assert set(payload) == {"error"}
             child.send("work\n")
             assert child.json() == {"work": 2}  # s1 (stream and run) and s2 (a run unwinding)
+
+
+@pytest.mark.unit
+def test_the_accelerator_figure_is_one_figure_everywhere() -> None:
+    # Issue 16, problem 7: setup said "150x", the README 418x, a measurement 380-490x.
+    # One figure (the WebUI's own check in its own process, scripts/bench_hermes.py
+    # --webui): what setup prints, docs/hermes.md, and the benchmarks' run it comes from.
+    from stalewatch.hermes.setup import ACCELERATOR_FIGURE
+
+    shape = re.fullmatch(r"([\d.]+ ms) -> ([\d.]+ µs) per call", ACCELERATOR_FIGURE)
+    assert shape is not None, ACCELERATOR_FIGURE
+    before, after = shape.groups()
+    assert ACCELERATOR_FIGURE in (ROOT / "docs" / "hermes.md").read_text()
+    benchmarks = (ROOT / "docs" / "benchmarks.md").read_text()
+    section = benchmarks[benchmarks.index("## Hermes WebUI's check") :]
+    section = section[: section.find("\n## ", 1) if "\n## " in section[1:] else None]
+    assert ACCELERATOR_FIGURE in section
+    assert "bench_hermes.py --webui" in section
+    assert re.search(rf"upstream: 3 git subprocesses\s+median\s+{re.escape(before)}", section)
+    assert re.search(rf"with the docs' two lines\s+median\s+{re.escape(after)}", section)
