@@ -97,7 +97,9 @@ def webui_rows(checkout: Path, python: str, agent: Path, scratch: Path, quick: b
     """The real WebUI's check in its own process, as it is and with the docs' lines."""
     home = scratch / "home"
     home.mkdir(exist_ok=True)
-    path = [str(checkout), *filter(None, [stalewatch_pythonpath()])]
+    # The Agent on the path too: the WebUI's api.config appends it itself; a WebUI-shaped
+    # checkout (our tests) may not.
+    path = [str(checkout), *filter(None, [stalewatch_pythonpath()]), str(agent)]
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
