@@ -61,6 +61,41 @@ print(("accelerated" if accelerated else "not accelerated") + (", daemon linked"
 """
 
 
+def stalewatch_pythonpath() -> str | None:
+    """What another Python needs on ``PYTHONPATH`` to import the stalewatch this one runs.
+
+    A source tree's ``src`` (a checkout, a worktree: the code under test, whatever the
+    WebUI's Python has installed); ``None`` when it is an installed package (another
+    Python's ``site-packages`` must not be mixed into the WebUI's).
+    """
+    import stalewatch
+
+    root = Path(stalewatch.__file__).resolve().parents[1]
+    return None if root.name in ("site-packages", "dist-packages") else str(root)
+
+
+def describe(checkout: Path) -> str:
+    """``git describe`` of a checkout (its tag and commit), for the figures' settings."""
+    done = subprocess.run(
+        ["git", "-C", str(checkout), "describe", "--tags", "--always"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    head = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "--short=9", "HEAD"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    described, short = done.stdout.strip(), head.stdout.strip()
+    if not described:
+        return "not a git checkout"
+    return described if short in described else f"{described}, {short}"
+
+
 def guard_tests(checkout: Path) -> list[str]:
     """The WebUI's test files that exercise ``api.agent_runtime``."""
     found = []

@@ -51,7 +51,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from check_hermes import make_copy
+import stalewatch
+from check_hermes import describe, make_copy, stalewatch_pythonpath
 from hermes_checks import (
     any_of,
     counts,
@@ -74,6 +75,8 @@ RUNTIME = Path("api") / "agent_runtime.py"
 
 _PROBE = """
 import api.agent_runtime as runtime
+import stalewatch
+print(f"stalewatch {stalewatch.__version__} {stalewatch.__file__}")
 read = getattr(runtime, "_read_agent_revision", None)
 view = getattr(read, "__stalewatch_view__", None)
 payload = getattr(runtime, "agent_runtime_stale_payload", None)
@@ -189,13 +192,34 @@ def scenario_lines(run: Run, checkout: Path) -> Scenario:
         s.note("the checkout's .env was left out of the copy")
     original = (copy / RUNTIME).read_text(encoding="utf-8")
     append(copy, original, block)
-    state = probe(run, copy)
+    probed = probe(run, copy)
+    where, _, state = probed.partition("; ") if probed.startswith("stalewatch ") else (probed, "", probed)
+    s.check(*same_stalewatch(where))
     ok = state.startswith("read accelerated; registers with the daemon")
     s.check(ok and "restarts itself" not in state, f"{len(block.splitlines())} lines appended: {state}")
     if not state.startswith("read accelerated"):
         append(copy, original, "import os\n" + block)
         s.note(f"the rest runs with `import os` added before them (a workaround): {probe(run, copy)}")
     return s
+
+
+def same_stalewatch(probed: str) -> tuple[bool, str]:
+    """Whether the WebUI's Python imports the stalewatch this harness runs (the code under test).
+
+    The same file when this one is a source tree (its ``src`` is on the WebUI's
+    ``PYTHONPATH``); the same version when both are installed packages.
+    """
+    mine = Path(stalewatch.__file__).resolve()
+    version, _, file = probed.removeprefix("stalewatch ").partition(" ")
+    if not probed.startswith("stalewatch ") or not file:
+        return False, f"the WebUI's Python imports stalewatch: {probed}"
+    same = Path(file).resolve() == mine
+    if stalewatch_pythonpath() is None:
+        same = same or version == stalewatch.__version__
+    return same, (
+        f"the WebUI's Python imports the stalewatch under test: {version} from {file}"
+        + ("" if same else f" (this harness runs {stalewatch.__version__} from {mine})")
+    )
 
 
 def scenario_turn(run: Run) -> Scenario:
@@ -274,6 +298,15 @@ def scenario_turn(run: Run) -> Scenario:
         s.check(ok and confirmed, f"confirmed by the WebUI's registration: {text}")
         load.stop()
         s.note(f"WebUI start under supervisord: {lab.startup:.1f} s to /health 200")
+        begun = board.wait_for(turn_event("held", "started"), 0, since=0)
+        s.note(
+            f"the turn: {since(begun.at, end) if begun and end else '?'} from its start to its stream's end "
+            f"(held until released {released - steps['end']:.1f} s after the update end)"
+        )
+        s.note(
+            f"pull -> confirmed {since(steps['pulled'], verdict)}, update end -> confirmed "
+            f"{since(steps['end'], verdict)} ({verdict.data['phase'] if verdict else 'no verdict'})"
+        )
         s.note(f"/health while the turn was held: active_streams {before}")
         s.note(f"daemon phases (from the update end): {phases_seen(board, mark, steps['end'])}")
         s.note(f"requests: {counts(load.replies)}; outage: {outage(load.replies, steps['end'])}")
@@ -407,9 +440,10 @@ def scenario_timings(run: Run) -> Scenario:
                 and (began is None or r.end < began.at)
                 for r in load.replies
             )
+            said = verdict.data["phase"] if verdict else "no verdict"
             s.note(
-                f"round {number}: pull -> first 409 {since(pulled, first409)}; update end -> "
-                f"{verdict.data['phase'] if verdict else 'no verdict'} {since(end, verdict)}, "
+                f"round {number}: pull -> first 409 {since(pulled, first409)}; pull -> {said} "
+                f"{since(pulled, verdict)}; update end -> {said} {since(end, verdict)}, "
                 f"-> served again (404) {since(end, back)}; {restarts(lab, board, mark, starts, target)}"
             )
             s.note(f"round {number}: phases {phases_seen(board, mark, end)}")
@@ -513,6 +547,9 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
+    source = stalewatch_pythonpath()
+    if source is not None:  # every process started from here (supervisord, the WebUI) imports it
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
     run = Run(args, Path(tempfile.mkdtemp(prefix="chs-", dir="/tmp")), args.python)
     print(
         f"WebUI checkout: {checkout} ({describe(checkout)})\nWebUI python: {args.python}\n"
@@ -536,17 +573,6 @@ def main() -> int:
     passed = sum(s.passed for s in scenarios)
     print(f"\n{passed} of {len(scenarios)} scenarios passed")
     return 0 if passed == len(scenarios) else 1
-
-
-def describe(checkout: Path) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(checkout), "describe", "--tags", "--always"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    return done.stdout.strip() or "not a git checkout"
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import plistlib
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -15,7 +16,10 @@ import pytest
 
 from stalewatch.cli import main
 from stalewatch.hermes import discovery, processes
+from stalewatch.hermes.setup import ACCELERATOR_FIGURE, ACCELERATOR_LINES
 from stalewatch.server.config import load
+from tests.hermes.test_webui_lines import probe
+from tests.hermes.webui_shapes import make_webui
 from tests.support.daemons import short_dir, start_daemon
 from tests.support.repos import make_agent
 
@@ -121,16 +125,24 @@ def test_setup_never_overwrites_without_force_nor_writes_through_a_link(
     assert not config.is_symlink() and elsewhere.read_text() == "# mine\n"  # the link replaced, not followed
 
 
+@pytest.mark.parametrize(
+    "supervisor",
+    [["systemd-user"], ["launchd", "--label", "com.example.hermes-webui"], ["ctl.sh"]],
+    ids=lambda a: a[0],
+)
 def test_under_umask_000_nothing_it_creates_is_writable_by_others(
-    hermes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    hermes: Path, supervisor: list[str]
 ) -> None:
+    # Issue 16, problem 7: ~/.config and ~/.config/systemd/user were created 0777 under
+    # umask 000; another local user could have swapped the unit.
     shutil.rmtree(hermes / ".config")
+    before = {p for p in hermes.rglob("*")}
     old = os.umask(0)
     try:
-        assert setup("--write", "--supervisor", "systemd-user", "--port", "8800") == 0
+        assert setup("--write", "--supervisor", *supervisor, "--port", "8800") == 0
     finally:
         os.umask(old)
-    created = [hermes / ".config", *(p for p in (hermes / ".config").rglob("*"))]
+    created = sorted(p for p in hermes.rglob("*") if p not in before)
     loose = [
         (str(p), oct(p.stat().st_mode & 0o777))
         for p in created
@@ -138,7 +150,9 @@ def test_under_umask_000_nothing_it_creates_is_writable_by_others(
     ]
     assert loose == []
     dirs = [p for p in created if p.is_dir()]
-    assert dirs and all(p.stat().st_mode & 0o777 == 0o700 for p in dirs)
+    assert dirs and all(p.stat().st_mode & 0o777 == 0o700 for p in dirs), [
+        (str(p), oct(p.stat().st_mode & 0o777)) for p in dirs
+    ]
 
 
 def test_setup_finds_the_venv_root_markers_and_the_webuis_overrides(
@@ -226,6 +240,30 @@ def test_the_check_before_writing_names_what_did_not_answer(
     assert not (hermes / ".config" / "stalewatch").exists()
 
 
+def test_a_webui_not_answering_on_the_port_it_would_probe_stops_setup_before_writing(
+    hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Issue 16, problem 3: a guessed port made the confirm probe ask the wrong port (three
+    # restarts, then "failed"). The port is checked before anything is written.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "systemctl").write_text("#!/bin/sh\necho LoadState=loaded\necho ActiveState=active\n")
+    (fake / "systemctl").chmod(0o755)
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{fake}:{path}"
+    try:
+        webui = ["--webui-dir", str(hermes / "hermes-webui")]
+        assert main(["hermes", "setup", "--write", *webui, "--port", str(port)]) == 2
+    finally:
+        os.environ["PATH"] = path
+    err = capsys.readouterr().err
+    assert f"the WebUI does not answer http://127.0.0.1:{port}/health" in err and "--port" in err
+    assert not (hermes / ".config" / "stalewatch").exists()
+
+
 def test_launchd_gets_a_launch_agent_and_kickstart(
     hermes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -250,6 +288,32 @@ def test_launchd_gets_a_launch_agent_and_kickstart(
     assert loaded.socket == hermes / ".hermes" / "stalewatch" / "stalewatch.sock"
     assert discovery.read_dotenv(webui / ".env")["STALEWATCH_SOCKET"] == str(loaded.socket)
     assert f"launchctl bootstrap gui/{os.getuid()}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["runit", "s6"])
+def test_a_runit_or_s6_service_gets_its_restart_and_a_daemon_service_beside_it(
+    hermes: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    (hermes / ".config" / "systemd" / "user" / "hermes-webui.service").unlink()  # the only candidate
+    service = hermes / "service" / "hermes-webui"
+    service.mkdir(parents=True)
+    (service / "run").write_text(f"#!/bin/sh\nexec /bin/bash {hermes}/hermes-webui/start.sh --foreground\n")
+    if kind == "s6":
+        (service / "type").write_text("longrun\n")  # s6-rc's service definition
+    assert setup("--write", "--port", "8800") == 0
+    out = capsys.readouterr().out
+    config = hermes / ".config" / "stalewatch" / "hermes.toml"
+    loaded = load(config)
+    (checkout,) = loaded.checkouts
+    assert checkout.restart is not None
+    expected = ("sv", "restart", str(service)) if kind == "runit" else ("s6-svc", "-r", str(service))
+    assert checkout.restart.action == expected
+    run = hermes / "service" / "stalewatch-hermes" / "run"
+    assert run.stat().st_mode & 0o777 == 0o755
+    assert "daemon --config" in run.read_text() and str(config) in run.read_text()
+    assert subprocess.run(["sh", "-n", str(run)], timeout=30, check=False).returncode == 0
+    assert discovery.read_dotenv(hermes / "hermes-webui" / ".env")["STALEWATCH_SOCKET"] == str(loaded.socket)
+    assert "ln -s" in out  # the user links it where the scanner looks
 
 
 def test_the_webuis_env_file_keeps_its_lines_and_mode(
@@ -284,6 +348,38 @@ def test_setup_without_hermes_says_where_it_looked(
 def workdir() -> Iterator[Path]:
     with short_dir() as path:
         yield path
+
+
+def printed_accelerator_lines(out: str) -> str:
+    """The lines setup tells the user to end the WebUI's file with, as printed (``#   `` stripped)."""
+    lines = out.splitlines()
+    (start,) = [n for n, line in enumerate(lines) if "end the WebUI's api/agent_runtime.py" in line]
+    block = []
+    for line in lines[start + 1 :]:
+        if line.startswith("#   "):
+            block.append(line.removeprefix("#   "))
+        elif block:
+            break
+    return "\n".join(block) + "\n"
+
+
+@pytest.mark.parametrize(
+    "supervisor",
+    [["systemd-user"], ["launchd", "--label", "com.example.hermes-webui"], ["ctl.sh"]],
+    ids=lambda a: a[0],
+)
+def test_the_lines_setup_prints_work_pasted_into_a_file_importing_only_sys(
+    hermes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], supervisor: list[str]
+) -> None:
+    assert setup("--supervisor", *supervisor, "--port", "8800") == 0
+    out = capsys.readouterr().out
+    lines = printed_accelerator_lines(out)
+    assert lines == "\n".join(ACCELERATOR_LINES) + "\n"
+    assert ACCELERATOR_FIGURE in out  # the figure the docs give, with their settings
+    webui = make_webui(tmp_path / "hermes-webui", "sys-only", lines)
+    socket = tmp_path / "stalewatch.sock"
+    found = probe(webui, STALEWATCH_SOCKET=str(socket))
+    assert found["accelerated"] is True and found["daemon"] == str(socket), found
 
 
 def test_the_daemon_starts_with_what_setup_wrote(hermes: Path, workdir: Path) -> None:

@@ -10,8 +10,10 @@ is left to the daemon, and its 409 says what the daemon says, never the opposite
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -92,6 +94,46 @@ def test_the_lines_we_print_accelerate_the_webuis_file(tmp_path: Path, shape: st
 
 def test_the_printed_lines_are_the_docs_lines() -> None:
     assert setup_lines() == doc_block("hermes-accelerate-daemon")
+
+
+def pasted() -> dict[str, str]:
+    """Every Python block of README.md and docs/ that calls ``accelerate(``, and setup's lines."""
+    found = {b.id: b.code for b in blocks() if b.language == "python" and "accelerate(" in b.code}
+    return {**found, "setup-printed": setup_lines()}
+
+
+def free_names(code: str) -> set[str]:
+    """The names ``code`` reads without binding them itself (what the file around it must give)."""
+    tree = ast.parse(code)
+    bound = {
+        a.asname or a.name.split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
+    bound |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return read - bound
+
+
+@pytest.mark.unit
+def test_every_pasted_block_needs_sys_alone() -> None:
+    # Issue 16, problem 1: `os.environ.get(...)` in a pasted block crashed the WebUI, whose
+    # file never imports `os`. A block may read `sys` and the module's `__name__`, no more.
+    found = pasted()
+    assert {"hermes-accelerate", "hermes-accelerate-daemon"} <= {k.split("@")[0] for k in found}
+    needs = {where: sorted(free_names(code) - {"sys", "__name__"}) for where, code in found.items()}
+    assert needs == {where: [] for where in found}
+
+
+@pytest.mark.parametrize("where", sorted(pasted()))
+def test_every_pasted_block_works_in_a_file_importing_only_sys(tmp_path: Path, where: str) -> None:
+    text = pasted()[where]
+    webui = make_webui(tmp_path / "hermes-webui", "sys-only", text)
+    socket = tmp_path / "run" / "stalewatch.sock"
+    found = probe(webui, STALEWATCH_SOCKET=str(socket))
+    assert found["accelerated"] is True, found
+    assert found["daemon"] == (str(socket) if "daemon=" in text else None)
 
 
 # -- with a real daemon -------------------------------------------------------------------
@@ -214,3 +256,23 @@ def test_the_webui_registers_and_leaves_restarts_to_the_daemon(
                 assert set(payload) == {"error"}
             child.send("work\n")
             assert child.json() == {"work": 2}  # s1 (stream and run) and s2 (a run unwinding)
+
+
+@pytest.mark.unit
+def test_the_accelerator_figure_is_one_figure_everywhere() -> None:
+    # Issue 16, problem 7: setup said "150x", the README 418x, a measurement 380-490x.
+    # One figure (the WebUI's own check in its own process, scripts/bench_hermes.py
+    # --webui): what setup prints, docs/hermes.md, and the benchmarks' run it comes from.
+    from stalewatch.hermes.setup import ACCELERATOR_FIGURE
+
+    shape = re.fullmatch(r"([\d.]+ ms) -> ([\d.]+ µs) per call", ACCELERATOR_FIGURE)
+    assert shape is not None, ACCELERATOR_FIGURE
+    before, after = shape.groups()
+    assert ACCELERATOR_FIGURE in (ROOT / "docs" / "hermes.md").read_text()
+    benchmarks = (ROOT / "docs" / "benchmarks.md").read_text()
+    section = benchmarks[benchmarks.index("## Hermes WebUI's check") :]
+    section = section[: section.find("\n## ", 1) if "\n## " in section[1:] else None]
+    assert ACCELERATOR_FIGURE in section
+    assert "bench_hermes.py --webui" in section
+    assert re.search(rf"upstream: 3 git subprocesses\s+median\s+{re.escape(before)}", section)
+    assert re.search(rf"with the docs' two lines\s+median\s+{re.escape(after)}", section)

@@ -19,6 +19,16 @@ from pathlib import Path
 
 SHAPES = ("262", "7160")
 
+SYS_ONLY = '''\
+"""The least the WebUI's file has ever imported: ``sys``, and nothing else."""
+import sys
+
+
+def _read_agent_revision(agent_dir, *, module_path=None):
+    return None
+'''
+"""A file importing ``sys`` alone (shape ``"sys-only"``): lines needing ``os`` or ``Path`` fail in it."""
+
 CONFIG = """\
 import os
 import threading
@@ -228,7 +238,7 @@ def make_webui(root: Path, shape: str, suffix: str = "") -> Path:
     (api / "__init__.py").write_text("")
     (api / "config.py").write_text(CONFIG)
     (api / "updates.py").write_text(UPDATES)
-    runtime = {"262": OLDER, "7160": NEWER}[shape]
+    runtime = {"262": OLDER, "7160": NEWER, "sys-only": SYS_ONLY}[shape]
     (api / "agent_runtime.py").write_text(runtime + ("\n" + textwrap.dedent(suffix) if suffix else ""))
     return root
 

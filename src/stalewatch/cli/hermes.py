@@ -100,9 +100,10 @@ def cmd_setup(args: argparse.Namespace) -> int:
     for command in install.service.then:
         print(f"#   {command}", file=out)
     print(
-        "# For registration and restart-aware 409s (and a check hundreds of times cheaper:\n"
-        "# docs/benchmarks.md), end the WebUI's api/agent_runtime.py with these two lines,\n"
-        "# then restart it once:",
+        "# For registration and restart-aware 409s (and a cheaper check: the WebUI's own check\n"
+        f"# in its own process, {setup.ACCELERATOR_FIGURE} on exp-v0.52.262; settings and\n"
+        "# command: docs/benchmarks.md),\n"
+        "# end the WebUI's api/agent_runtime.py with these two lines, then restart it once:",
         file=out,
     )
     for line in setup.ACCELERATOR_LINES:
