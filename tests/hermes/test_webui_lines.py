@@ -262,13 +262,16 @@ def test_the_webui_registers_and_leaves_restarts_to_the_daemon(
 def test_the_accelerator_figure_is_one_figure_everywhere() -> None:
     # Issue 16, problem 7: setup said "150x", the README 418x, a measurement 380-490x.
     # One figure (the WebUI's own check in its own process, scripts/bench_hermes.py
-    # --webui): what setup prints, docs/hermes.md, and the benchmarks' run it comes from.
+    # --webui): what setup prints, the README, docs/hermes.md, and the benchmarks' run
+    # it comes from.
     from stalewatch.hermes.setup import ACCELERATOR_FIGURE
 
     shape = re.fullmatch(r"([\d.]+ ms) -> ([\d.]+ µs) per call", ACCELERATOR_FIGURE)
     assert shape is not None, ACCELERATOR_FIGURE
     before, after = shape.groups()
     assert ACCELERATOR_FIGURE in (ROOT / "docs" / "hermes.md").read_text()
+    readme = " ".join((ROOT / "README.md").read_text().split())  # its lines wrap anywhere
+    assert f"{before} → {after} per call" in readme
     benchmarks = (ROOT / "docs" / "benchmarks.md").read_text()
     section = benchmarks[benchmarks.index("## Hermes WebUI's check") :]
     section = section[: section.find("\n## ", 1) if "\n## " in section[1:] else None]
