@@ -89,7 +89,16 @@ def test_setup_prints_a_configuration_the_daemon_loads_and_one_socket_for_both_s
     (checkout,) = loaded.checkouts
     policy = checkout.restart
     assert checkout.path == agent and policy is not None
-    assert policy.action == ("systemctl", "--user", "restart", "hermes-webui.service")
+    # try-restart and the unit's MainPID: a stopped WebUI is never started (R10).
+    assert policy.action == ("systemctl", "--user", "try-restart", "hermes-webui.service")
+    assert policy.pid_command == (
+        "systemctl",
+        "--user",
+        "show",
+        "--property=MainPID",
+        "--value",
+        "hermes-webui.service",
+    )
     assert policy.update_marker == hermes / ".hermes" / ".hermes-update-in-progress"
     assert set(policy.incomplete_markers) == {
         agent / ".update-incomplete",
@@ -169,7 +178,7 @@ def test_setup_finds_the_venv_root_markers_and_the_webuis_overrides(
     (checkout,) = load(tmp_path / "c.toml").checkouts
     assert checkout.restart is not None
     assert tmp_path / "install" / ".update-incomplete" in checkout.restart.incomplete_markers
-    assert checkout.restart.action == ("systemctl", "--user", "restart", "my-webui.service")
+    assert checkout.restart.action == ("systemctl", "--user", "try-restart", "my-webui.service")
 
 
 def test_the_agent_beside_the_webui_is_found_with_an_empty_home(

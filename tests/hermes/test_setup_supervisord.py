@@ -156,6 +156,12 @@ def test_setup_finds_supervisord_and_its_daemon_program_restarts_the_webui(
     assert checkout.restart is not None
     action = checkout.restart.action
     assert action == ("supervisorctl", "-c", str(root / "supervisord.conf"), "restart", "hermes-webui")
+    # The pid_command, asked of the real supervisord, names the WebUI's running process
+    # (0 once stopped: the daemon then never starts it, R10).
+    pid_command = checkout.restart.pid_command
+    assert pid_command == ("supervisorctl", "-c", str(root / "supervisord.conf"), "pid", "hermes-webui")
+    printed = subprocess.run(pid_command, capture_output=True, text=True, timeout=30, check=False).stdout
+    assert int(printed.strip()) > 0 and Path(f"/proc/{printed.strip()}").exists(), printed
     assert discovery.read_dotenv(root / "hermes-webui" / ".env")["STALEWATCH_SOCKET"] == str(loaded.socket)
     assert (root / "conf.d" / "stalewatch-hermes.conf").is_file()
     # The generated program, started by the real supervisord, serves the agreed socket.

@@ -2,12 +2,14 @@
 service running the daemon under the same supervisor, and how the WebUI learns the
 daemon's socket (one path, named on both sides).
 
-- systemd (user or system): the action ``systemctl [--user] restart UNIT``; the
+- systemd (user or system): the action ``systemctl [--user] try-restart UNIT`` (a
+  stopped WebUI stays stopped), its pid from ``systemctl show -p MainPID``; the
   daemon's service ``stalewatch-hermes.service``; a drop-in for UNIT sets the socket.
 - launchd: ``launchctl kickstart -k gui/UID/LABEL``; a LaunchAgent
   ``com.stalewatch.hermes``; the WebUI's ``.env`` sets the socket.
-- supervisord: ``supervisorctl -c CONF restart PROGRAM``; ``[program:stalewatch-hermes]``
-  beside the WebUI's program; the WebUI's ``.env``.
+- supervisord: ``supervisorctl -c CONF restart PROGRAM``, its pid from
+  ``supervisorctl pid PROGRAM`` (0 while stopped: then no restart);
+  ``[program:stalewatch-hermes]`` beside the WebUI's program; the WebUI's ``.env``.
 - runit, s6: ``sv restart DIR``, ``s6-svc -r DIR``; a service directory beside DIR
   (linking it where the scanner looks is the user's step); the WebUI's ``.env``.
 - ``ctl.sh``: ``ctl.sh restart``; no service (a ``nohup`` command to run); the
@@ -45,6 +47,10 @@ class Service:
         env_file: the WebUI's ``.env``, to hold ``STALEWATCH_SOCKET`` (``None``: a drop-in does).
         then: the commands that start the daemon and restart the WebUI once (printed).
         notes: what the user must know (printed).
+        pid_command: an argv printing the WebUI's pid (0 or nothing: not running), so
+            the daemon knows what a WebUI that has not registered runs and never
+            starts a stopped one (R10); ``None`` where the supervisor has no such
+            command.
     """
 
     action: list[str]
@@ -52,6 +58,7 @@ class Service:
     env_file: Path | None = None
     then: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    pid_command: list[str] | None = None
 
 
 def socket_for(found: Found, uid: int, hermes_home: Path) -> Path:
@@ -181,7 +188,7 @@ def _systemd(found: Found, run: list[str], socket: Path, unit_dir: Path | None) 
     )
     systemctl = shlex.join(["systemctl", *scope])
     return Service(
-        ["systemctl", *scope, "restart", unit],
+        ["systemctl", *scope, "try-restart", unit],
         {
             directory / f"{DAEMON_NAME}.service": (text, 0o644),
             directory / f"{unit}.d" / "stalewatch.conf": (dropin, 0o644),
@@ -192,6 +199,7 @@ def _systemd(found: Found, run: list[str], socket: Path, unit_dir: Path | None) 
             f"{systemctl} enable --now {DAEMON_NAME}.service",
             f"{systemctl} restart {unit}",
         ],
+        pid_command=["systemctl", *scope, "show", "--property=MainPID", "--value", unit],
     )
 
 
@@ -228,4 +236,5 @@ def _supervisord(
         env_file,
         [f"{shlex.join(ctl)} update", f"{shlex.join(ctl)} restart {found.name}"],
         notes + ([] if included else [block]),
+        pid_command=[*ctl, "pid", found.name],
     )

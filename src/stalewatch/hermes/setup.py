@@ -355,6 +355,10 @@ def render(install: Install) -> dict[Path, tuple[str, int]]:
         "confirm_timeout": 120,
         "action_timeout": 120,  # the supervisor waits for the WebUI to stop and start
     }
+    if install.service.pid_command is not None:
+        # What a WebUI that has not registered runs (its start against the reflog), and
+        # a stopped one is never started (R10).
+        policy["pid_command"] = install.service.pid_command
     config = (
         f"# stalewatch for Hermes: restart Hermes WebUI ({install.supervisor.kind.value}: "
         f"{install.supervisor.name}) after `hermes update`, safely.\n"
