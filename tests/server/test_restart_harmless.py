@@ -23,7 +23,7 @@ import pytest
 from tests.support.children import Child, python_child
 from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import GIT_ENV, Repo, make_repo
-from tests.support.restarts import RawServer, config, names, phases, runs
+from tests.support.restarts import RawServer, config, names, phases, phases_since, runs
 
 
 @pytest.fixture
@@ -305,9 +305,9 @@ def test_r10_a_daemon_started_after_the_move_restarts_a_server_still_on_old_code
         moved = _commit_at(repo, now + 100, "the update")  # after the server started
         cfg = config(workdir, repo, pidfile=workdir / "server.pid", action=None, signal="HUP")
         with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
-            greet(sub)
-            seen = phases(sub, "confirmed", "failed", "refused")
-            assert names(seen)[0] == "scheduled" and seen[-1]["phase"] == "confirmed", names(seen)
+            _, (snapshot,) = greet(sub)
+            seen = phases_since(snapshot, sub, "confirmed", "failed", "refused")
+            assert seen[-1]["phase"] == "confirmed", names(seen)
             assert {m["revision"] for m in seen} == {moved}
             assert server.line().strip() == "SIGHUP"
 
@@ -320,8 +320,8 @@ def test_r10_a_daemon_started_after_the_move_leaves_a_server_on_head_alone(workd
     with pid_server(workdir) as server:
         cfg = config(workdir, repo, pidfile=workdir / "server.pid", action=None, signal="HUP")
         with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
-            greet(sub)
-            idle = phases(sub, "idle", "scheduled")[-1]
+            _, (snapshot,) = greet(sub)
+            idle = phases_since(snapshot, sub, "idle", "scheduled")[-1]
             assert (idle["phase"], idle["reason"]) == ("idle", f"the server started when HEAD was {head[:7]}")
             newer = _commit_at(repo, now + 100, "a later update")  # now it runs old code
             assert phases(sub, "confirmed", "failed")[-1]["revision"] == newer

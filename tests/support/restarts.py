@@ -63,6 +63,19 @@ def phases(sub: Subscriber, *until: str, timeout: float = WAIT) -> list[dict[str
             return seen
 
 
+def phases_since(
+    snapshot: dict[str, Any], sub: Subscriber, *until: str, timeout: float = WAIT
+) -> list[dict[str, Any]]:
+    """As :func:`phases`, starting from the phase a greeting's ``snapshot`` held: a daemon
+    may tell phases before the subscriber connects (what runs is learnt at its start)."""
+    first = snapshot.get("restart")
+    if first is not None and first["phase"] == "idle" and not (first["reason"] or first["revision"]):
+        first = None  # the daemon's start, before it learnt anything: what it learns follows
+    if first is not None and first["phase"] in until:
+        return [first]
+    return ([first] if first is not None else []) + phases(sub, *until, timeout=timeout)
+
+
 def names(seen: list[dict[str, Any]]) -> list[str]:
     return [m["phase"] + (f": {m['reason'].split(':')[0]}" if m["reason"] else "") for m in seen]
 
