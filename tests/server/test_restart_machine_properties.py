@@ -102,6 +102,8 @@ class Checker:
     handoff_act: bool = False
     old_pids: frozenset[int] = frozenset()
     retired_or_aborted: bool = True
+    act_ticket: int | None = None  # the last action's ticket: what Retire and Abort name
+    signalled: bool = False  # the last action may have started new servers (not said failed)
     acting: bool = False  # from an action until its run ends
     stopped: bool = False  # the servers went away outside a restart, or were told stopped
 
@@ -139,6 +141,10 @@ class MachineWorld:
             state = self.state.attempt
             if state is not None and state.ask == event.ticket:
                 self.probed = None if event.inflight is None else max(0, event.inflight)
+        if isinstance(event, Acted) and event.ticket == self.check.act_ticket and not event.ok:
+            attempt = self.state.attempt
+            if attempt is not None and attempt.ask == event.ticket:
+                self.check.signalled = False  # it says it failed: it signalled nothing
         if isinstance(event, Verified) and event.ok:
             self.check.verified_since_act |= {
                 r.revision for r in self.answered if isinstance(r, Verify) and r.ticket == event.ticket
@@ -182,10 +188,13 @@ class MachineWorld:
             if check.rules.verify:
                 assert loaded <= check.verified_since_act, loaded
             assert effect.pids == check.old_pids
+            assert effect.ticket == check.act_ticket, "retired another action's old servers (R9)"
             check.retired_or_aborted = True
             self.retired = effect.pids
         elif isinstance(effect, Abort):
             assert check.handoff_act and not check.retired_or_aborted, "abort without a handoff"
+            assert effect.ticket == check.act_ticket, "aborted another action's new servers (R9)"
+            assert check.signalled, "aborted after an action that signalled nothing (R9)"
             check.retired_or_aborted = True
         if isinstance(effect, Request):
             self.pending.append(effect)
@@ -265,6 +274,8 @@ class MachineWorld:
         check.handoff_act = effect.handoff
         check.old_pids = frozenset(self.servers)
         check.retired_or_aborted = False
+        check.act_ticket = effect.ticket
+        check.signalled = True
         self.probed = None
 
     # -- the world -------------------------------------------------------------------------

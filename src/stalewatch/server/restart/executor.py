@@ -287,9 +287,9 @@ class Restarter:
         elif isinstance(job, ProbeConfirm):
             answer = work.confirm_probe(job)
         elif isinstance(job, Retire):
-            work.retire()
+            work.retire(job.ticket)
         elif isinstance(job, Abort):
-            work.abort()
+            work.abort(job.ticket)
         elif isinstance(job, Rebind):
             self._guard.adopt(job.revision)  # its event comes back through notice()
         else:

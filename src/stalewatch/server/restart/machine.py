@@ -134,7 +134,6 @@ class _Step(Stages):
             registered=s.registered or bool(servers),
             belief=belief,
             retiring=retiring,
-            retire_until=s.retire_until if retiring else None,
         )
         a = self.s.attempt
         if a is not None and a.stage is Stage.CONFIRM:
@@ -230,7 +229,8 @@ class _Step(Stages):
         if event.refused and not event.ok:
             self.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
         elif not event.ok:
-            self.restart_failed(f"action {event.detail}")
+            # A handoff's signal that failed sent nothing: no new master to abort (R9).
+            self.restart_failed(f"action {event.detail}", signalled=False)
         else:
             # Decided now, for this restart: a reload meanwhile does not change how.
             rules = self.s.rules

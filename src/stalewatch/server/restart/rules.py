@@ -69,7 +69,8 @@ class Rules:
         settle: seconds HEAD must hold still before anything else (R6).
         max_attempts: actions per HEAD revision, confirmed ones included (R6, R10).
         min_interval: seconds between two actions, whatever their revisions (R6).
-        markers: the policy names markers to look at (R1).
+        markers: the policy names markers to look at (R1), or has a handoff (a previous
+            one still under way is waited for with them, R9).
         verify: the policy has a verify probe (R2, R9).
         lock: the policy has a handoff lock (R3).
         confirm_probe: the policy has a confirm probe (R5).
@@ -105,9 +106,12 @@ class Rules:
             settle=policy.settle,
             max_attempts=policy.max_attempts,
             min_interval=policy.min_interval,
+            # A handoff's pidfile is looked at with the markers: a previous handoff whose
+            # old master still finishes its requests is waited for (R9).
             markers=policy.update_marker is not None
             or bool(policy.incomplete_markers)
-            or bool(policy.hold_while),
+            or bool(policy.hold_while)
+            or policy.handoff,
             verify=policy.verify is not None,
             lock=policy.lock is not None,
             confirm_probe=policy.confirm is not None,

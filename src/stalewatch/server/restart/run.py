@@ -69,8 +69,6 @@ class Run:
     def serving(self) -> tuple[Server, ...]:
         """The registered servers that say what runs: not the old ones a handoff is retiring."""
         s = self.s
-        if s.retire_until is None or self.now >= s.retire_until:
-            return s.servers
         return tuple(x for x in s.servers if x.pid not in s.retiring)
 
     def in_flight(self) -> int | None:
@@ -155,8 +153,6 @@ class Run:
             if a.stage is Stage.CONFIRM:
                 times.append(a.confirm_until)
             at = min((t for t in times if t is not None), default=None)
-        elif a is None and s.retire_until is not None and self.now < s.retire_until:
-            at = s.retire_until  # old servers still registered then count again
         if at != s.timer:
             self.s = replace(s, timer=at)
             self.effects.append(Wake(at))

@@ -166,6 +166,7 @@ class Stages(Run):
             stage=Stage.ACT,
             ask=ticket,
             acted_at=self.now,
+            act_ticket=ticket,
             handoff=s.rules.handoff,
             old_pids=frozenset(x.pid for x in s.servers),
         )
@@ -213,7 +214,8 @@ class Stages(Run):
         if a is None:
             return
         if a.handoff:
-            self.effects.append(Retire(a.old_pids))  # only now: the new ones run the target (R9)
+            # Only now: the new ones run the target (R9).
+            self.effects.append(Retire(a.old_pids, a.act_ticket))
         if a.lock_held:
             self.effects.append(ReleaseLock())
         s = self.s
@@ -224,21 +226,26 @@ class Stages(Run):
             restart_seconds=max(0.5, self.now - a.acted_at),
         )
         if a.handoff:
-            # The old servers stay registered until they finish their work and exit: they
-            # make no restart wanted meanwhile (for confirm_timeout at most).
-            until = self.now + s.rules.confirm_timeout
-            self.s = replace(self.s, retiring=a.old_pids, retire_until=until)
+            # The old servers stay registered until they finish their work and exit
+            # (gunicorn's graceful_timeout, which may well be longer than confirm_timeout):
+            # they make no restart wanted meanwhile, however long that takes (R9).
+            self.s = replace(self.s, retiring=a.old_pids)
         self.publish(RestartPhase.CONFIRMED, None, Stage.DONE, running)
         self.effects.append(Rebind(running))
 
-    def restart_failed(self, reason: str) -> None:
-        """The restart did not come up; with a handoff the new servers go, the old serve on (R9)."""
+    def restart_failed(self, reason: str, *, signalled: bool = True) -> None:
+        """The restart did not come up; with a handoff the new servers go, the old serve on (R9).
+
+        ``signalled``: the action may have started new servers (an action that says it
+        failed signalled nothing: it has nothing to abort).
+        """
         a = self.s.attempt
         if a is None:
             return
         if a.handoff:
-            new = confirming.newcomers(self.s.servers, a.acted_at, a.old_pids)
-            self.effects.append(Abort(frozenset(s.pid for s in new)))
+            if signalled:
+                new = confirming.newcomers(self.s.servers, a.acted_at, a.old_pids)
+                self.effects.append(Abort(frozenset(s.pid for s in new), a.act_ticket))
             reason = f"{reason}; the old servers still serve"
         self.failure(reason)
 

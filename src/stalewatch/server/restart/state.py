@@ -72,6 +72,7 @@ class Attempt:
     lock_delay: float = LOCK_POLL[0]
     note: str | None = None  # "drain-timeout: N still in flight" once the bound let it go on
     acted_at: float = 0.0
+    act_ticket: int = 0  # the ticket of the action: Retire and Abort name its handoff (R9)
     handoff: bool = False
     confirm_by: Confirm = Confirm.STATUS
     old_pids: frozenset[int] = frozenset()
@@ -104,8 +105,10 @@ class State:
         published: the last phase told; ``published_at``: when (for ``drain_poll``).
         tickets: the last ticket given to a request.
         timer: the wake-up last asked for.
-        retiring, retire_until: the old servers a handoff retired, and until when they do
-            not count for what runs (they leave as they finish their work).
+        retiring: the old servers a handoff retired (``TERM`` sent to their master): they
+            leave as they finish their work (within gunicorn's ``graceful_timeout``) and
+            never count for what runs meanwhile: a restart for them would signal the new
+            master, all that serves besides them (R9).
         verify_seconds, restart_seconds: the last measured probe and restart times.
     """
 
@@ -129,7 +132,6 @@ class State:
     tickets: int = 0
     timer: float | None = None
     retiring: frozenset[int] = frozenset()
-    retire_until: float | None = None
     verify_seconds: float = DEFAULT_VERIFY
     restart_seconds: float = DEFAULT_RESTART
 
