@@ -6,8 +6,11 @@ supervised servers of the end-to-end tests are in test_restart_servers.py.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import queue
+import selectors
 import signal
 import subprocess
 import sys
@@ -18,7 +21,11 @@ from pathlib import Path
 import pytest
 
 from stalewatch import Daemon, Guard, StaleError
-from stalewatch.core.phases import RestartPhase
+from stalewatch.core.phases import RestartPhase, RestartState
+from stalewatch.server import commands
+from stalewatch.server.restart.executor import Restarter
+from stalewatch.server.restart.inputs import Head
+from stalewatch.server.restart.policy import RestartPolicy
 from stalewatch.web import stale_payload
 from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo
@@ -458,3 +465,41 @@ def test_r5_servers_on_a_commit_the_watcher_has_yet_to_see_are_confirmed_by_read
         assert (outcome["phase"], outcome["revision"]) == ("confirmed", newer), outcome
         # Without reading HEAD, only the confirm timeout's last look would have seen it.
         assert waited < WAIT / 2, waited
+
+
+def test_r3_an_error_carrying_out_the_action_is_its_answer_and_the_lock_is_released(
+    workdir: Path, git_repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review of issue 15: the action's process started, then waiting for it failed with
+    EMFILE (outside commands.run's ``except OSError``): the answer was lost and the machine
+    waited for ever holding the lock, so an updater's ``flock`` blocked for ever."""
+    loaded = git_repo.head()
+    target = git_repo.commit()
+    lock = workdir / "update.lock"
+    ran = workdir / "action-ran"
+    policy = RestartPolicy(
+        action=("touch", str(ran)), settle=0.0, min_interval=0.0, lock=lock, max_attempts=1
+    )
+
+    def out_of_descriptors() -> selectors.BaseSelector:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(commands.selectors, "DefaultSelector", out_of_descriptors)
+    told: queue.SimpleQueue[RestartState] = queue.SimpleQueue()
+    guard = Guard.for_path(git_repo.path, loaded_revision=loaded)
+    restarter = Restarter("checkout", git_repo.path, policy, guard=guard, publish=told.put, pinned=loaded)
+    try:
+        restarter.start()
+        restarter.feed(Head(time.monotonic(), target))  # what the daemon's watcher tells
+        seen = [told.get(timeout=WAIT)]
+        while seen[-1].phase not in (RestartPhase.FAILED, RestartPhase.CONFIRMED):
+            seen.append(told.get(timeout=WAIT))
+        failed = seen[-1]
+        assert (failed.phase, failed.revision) == (RestartPhase.FAILED, target), seen
+        assert failed.reason is not None and "action failed: OSError" in failed.reason
+        assert "Too many open files" in failed.reason
+        assert RestartPhase.RESTARTING in [s.phase for s in seen]
+        with lock.open("w") as updater:  # released (on the worker, after the phase): never held for ever
+            fcntl.flock(updater, fcntl.LOCK_EX)  # as `flock LOCK update` waits
+    finally:
+        restarter.stop()

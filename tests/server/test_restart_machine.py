@@ -27,7 +27,7 @@ from stalewatch.server.restart.effects import (
 )
 from stalewatch.server.restart.inputs import Head, Loaded, Markers, Reload, Tick, Verdict, Verified
 from stalewatch.server.restart.machine import State, interval_left, step
-from stalewatch.server.restart.rules import DrainOutcome, Rules
+from stalewatch.server.restart.rules import ANSWER_MARGIN, DrainOutcome, Rules
 from tests.support.machine import A, B, C, D, Driver, names, phase
 
 pytestmark = pytest.mark.unit
@@ -1234,12 +1234,56 @@ def test_a_spurious_tick_changes_nothing_and_asks_for_the_timer_again() -> None:
     assert d.feed(Tick(d.now)) == [Wake(timer)]
 
 
-def test_no_timer_is_asked_while_an_answer_is_awaited_or_nothing_runs() -> None:
+def test_while_an_answer_is_awaited_the_only_timer_is_the_backstop_and_none_when_nothing_runs() -> None:
     d = Driver()
     assert d.state.timer is None and not d.of(Wake)
     d.move(B)
     d.later(SETTLE)  # the tick spends the timer; an answer is awaited now
-    assert d.of(Wake)[-1] == Wake(101.0) and d.state.timer is None and d.request is not None
+    assert d.request is not None and d.state.timer == d.now + d.state.rules.patience
+
+
+@pytest.mark.parametrize("stage", ["ACT", "CONFIRM_VERIFY", "LOCK", "VERIFY"])
+def test_r3_an_answer_that_never_comes_fails_the_run_and_releases_the_lock(stage: str) -> None:
+    """Review of issue 15: an exception on the executor's thread lost the action's answer;
+    ACT had no timer, so the machine waited for ever holding the flock (updaters blocked)."""
+    d = Driver(rules(lock=True, verify=True, handoff=stage == "ACT", max_attempts=1, confirm_timeout=5.0))
+    d.register(10, A)
+    settled(d)
+    if stage == "CONFIRM_VERIFY":
+        d.through(Act)
+        d.reply()
+        d.move(C)
+        d.leave(10)
+        d.register(20, C)  # a newer commit the new servers loaded: verified before confirmed
+    else:
+        d.through({"ACT": Act, "LOCK": TakeLock, "VERIFY": Verify}[stage])
+    assert d.stage == stage
+    asked = d.now
+    mark = d.mark()
+    d.now = asked + d.state.rules.patience - 0.001
+    d.feed(Tick(d.now))
+    assert d.stage == stage and all(isinstance(e, Wake) for e in d.since(mark))
+    d.until_timer()
+    assert d.now == asked + d.state.rules.patience
+    assert d.state.attempt is None or d.state.attempt.stage < Stage.LOCK
+    assert (ReleaseLock() in d.since(mark)) is (stage != "VERIFY")  # the fail-fast verify: no lock yet
+    failed = next(s for s in d.told[::-1] if s.phase is RestartPhase.FAILED)
+    assert failed.reason is not None and "no answer from the" in failed.reason
+    if stage in ("ACT", "CONFIRM_VERIFY"):
+        assert failed.reason.startswith("not-confirmed: no answer")
+    if stage == "ACT":
+        # Whether it signalled is unknown: the executor stops a new master only if that very
+        # action started one (R9).
+        assert [a.ticket for a in d.of(Abort)] == [d.of(Act)[-1].ticket]
+
+
+def test_the_backstop_follows_from_the_policys_timeouts() -> None:
+    from stalewatch.server.restart.policy import RestartPolicy
+
+    policy = RestartPolicy(
+        action=("x",), verify_timeout=100.0, action_timeout=20.0, drain_probe_timeout=5.0, confirm_timeout=9.0
+    )
+    assert Rules.of(policy).patience == 2 * 100.0 + ANSWER_MARGIN
 
 
 def test_a_machine_with_nothing_to_do_says_nothing() -> None:

@@ -79,6 +79,7 @@ RULES = st.builds(
     drain_probe=st.booleans(),
     drain_poll=st.sampled_from([0.5, 1.0]),
     handoff=st.booleans(),
+    patience=st.sampled_from([5.0, 135.0]),  # short: answers get lost (the backstop)
 )
 
 Request = CheckMarkers | Verify | ProbeDrain | TakeLock | ReadHead | Act | ProbeConfirm
@@ -409,7 +410,8 @@ class MachineWorld:
         s = self.state
         if s.attempt is not None:
             assert s.attempt.ask is not None or s.timer is not None, f"stalled at {s.attempt.stage}"
-            assert s.attempt.ask is None or s.timer is None, "a timer while an answer is awaited"
+            if s.attempt.ask is not None:  # the only timer then: the backstop (R3)
+                assert s.timer == s.attempt.asked_at + s.rules.patience, "no backstop for an answer"
         assert s.timer is None or s.timer > self.now, "a timer in the past: a transition was missed"
         if self.lock == "machine":
             assert s.attempt is not None and s.attempt.lock_held, "the lock leaked (R3)"

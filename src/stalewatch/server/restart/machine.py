@@ -270,6 +270,8 @@ class _Step(Stages):
             self.drop()  # HEAD moved, or the servers run HEAD now: start over (R6, R9)
         elif a.ask is None:
             self.stage(a)
+        elif self.now >= a.asked_at + s.rules.patience:
+            self.unanswered(a)
 
     def _idle(self, want: str | None) -> None:
         if want is not None and want != self.s.target:

@@ -143,10 +143,12 @@ class Run:
         )
 
     def wake(self) -> None:
-        """Ask for the next tick the run needs (none while an answer is awaited)."""
+        """Ask for the next tick the run needs (while an answer is awaited: when it is lost)."""
         s, a = self.s, self.s.attempt
         at: float | None = None
-        if a is not None and a.ask is None:
+        if a is not None and a.ask is not None:
+            at = a.asked_at + s.rules.patience  # the backstop: never a wait for ever (R3)
+        elif a is not None:
             times = [a.deadline]
             if a.stage is Stage.DRAIN and s.drain_since is not None:
                 times.append(s.drain_since + s.rules.drain_timeout)

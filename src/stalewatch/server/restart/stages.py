@@ -165,6 +165,7 @@ class Stages(Run):
             a,
             stage=Stage.ACT,
             ask=ticket,
+            asked_at=self.now,
             acted_at=self.now,
             act_ticket=ticket,
             handoff=s.rules.handoff,
@@ -205,6 +206,25 @@ class Stages(Run):
                 self.ask(lambda t: ProbeConfirm(t, a.target))
         else:
             self.confirmed(a.target)  # neither registrations nor a probe: the exit status says
+
+    def unanswered(self, a: Attempt) -> None:
+        """The answer awaited never came (the executor answers every request; a backstop).
+
+        Before the action: a failed attempt (a new run after ``min_interval``, the lock
+        released). The action or its confirmation: a failed restart; with a handoff the
+        executor stops only a new master that very action started, if any (R9).
+        """
+        self.update(ask=None)
+        if a.stage is Stage.LOCK:
+            # The lost try may yet take it: released after it, before any new try (one
+            # worker, in order).
+            self.effects.append(ReleaseLock())
+        stage = a.stage.name.lower().replace("_", " ")
+        why = f"no answer from the {stage} stage in {self.s.rules.patience:g} s"
+        if a.stage >= Stage.ACT:
+            self.restart_failed(f"not-confirmed: {why}")
+        else:
+            self.failure(why)
 
     # -- outcomes ------------------------------------------------------------------------
 
