@@ -574,6 +574,39 @@ def test_r8_the_drain_bound_counts_from_the_first_wait_across_runs() -> None:
     assert d.last.phase is RestartPhase.REFUSED
 
 
+@pytest.mark.parametrize("outcome", list(DrainOutcome))
+def test_r8_a_drain_bound_spent_by_a_run_long_over_is_never_spent_again(outcome: DrainOutcome) -> None:
+    """Review of issue 15: A -> B -> A -> B an hour later, a long request in flight all the
+    while: the second drain took its clock from the first, so it acted at once over the work
+    (``restart``) or refused at once saying "after 600 s" (``refuse``)."""
+    d = Driver(rules(drain_timeout=600.0, on_drain_timeout=outcome))
+    d.register(1, A, inflight=1)
+    settled(d)
+    assert d.stage == "DRAIN"
+    d.move(A)  # reverted: nothing wanted, the run ends
+    assert d.stage == "none"
+    d.later(3600.0)
+    settled(d)  # B again, the request still running
+    assert d.state.drain_since == d.now and d.stage == "DRAIN"
+    assert phase(d.last) == (RestartPhase.WAITING, "drain: 1 in flight", B) and not d.of(Act)
+    d.later(599.0)
+    assert d.stage == "DRAIN" and not d.of(Act)
+
+
+def test_r8_a_run_after_a_failed_one_drains_afresh() -> None:
+    d = Driver(rules(drain_timeout=60.0, max_attempts=2, confirm_timeout=1.0))
+    d.register(1, A, inflight=1)
+    settled(d)
+    d.later(30.0)
+    d.register(1, A, inflight=0)
+    d.through(Act)
+    d.reply()
+    d.register(1, A, inflight=1)  # the action did not restart it: still old, at work again
+    d.later(1.0)  # not confirmed
+    assert d.last.phase is RestartPhase.WAITING and d.last.reason == "drain: 1 in flight"
+    assert d.state.drain_since == d.now
+
+
 def test_r8_no_drain_without_work_in_flight() -> None:
     d = Driver()
     d.register(1, A)

@@ -224,6 +224,11 @@ class MachineWorld:
         if effect.stage is Stage.SCHEDULED and told.revision != check.target:
             check.target = told.revision
             check.drain_started = None
+        if effect.stage is Stage.SCHEDULED and (last is None or last.stage in (Stage.IDLE, Stage.DONE)):
+            # A run after a told outcome (idle, confirmed, failed, refused) drains afresh:
+            # its bound counts from its own drain, never from one long over (R8). A start
+            # over within a run (the re-check under the lock) keeps counting.
+            check.drain_started = None
         if effect.stage is Stage.SCHEDULED:
             check.late_verified = None
         if effect.stage in (Stage.SCHEDULED, Stage.DONE, Stage.IDLE):

@@ -284,7 +284,10 @@ class _Step(Stages):
         ):
             self.publish(gave_up.phase, gave_up.reason, Stage.DONE, gave_up.revision)
         elif want is not None:
-            self.s = replace(s, attempt=Attempt(want, Stage.SCHEDULED, self.now))
+            # A new run drains afresh (R8): its clock starts when its own drain starts,
+            # never at a drain of a run that ended (A -> B -> A -> B an hour later).
+            attempt = Attempt(want, Stage.SCHEDULED, self.now)
+            self.s = replace(s, attempt=attempt, drain_since=None, probed=None)
         else:
             # Idle: say what tells what runs when no server registers (R10: unknown is
             # said, never guessed); a confirmation stays told until something else is.

@@ -282,8 +282,10 @@ class Stages(Run):
             self.give_up(RestartPhase.FAILED, f"{reason} (attempt {attempts} of {most})")
             return
         self.publish(RestartPhase.FAILED, reason, Stage.DONE)
-        # Never a tight loop: the next run waits out min_interval, the lock released.
+        # Never a tight loop: the next run waits out min_interval, the lock released; a
+        # run after a told outcome drains afresh (R8).
         self.again()
+        self.s = replace(self.s, drain_since=None)
 
     def give_up(
         self, phase: RestartPhase, reason: str, revision: str | None = None, *, loaded: bool = False
