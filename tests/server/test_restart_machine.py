@@ -25,7 +25,17 @@ from stalewatch.server.restart.effects import (
     Verify,
     Wake,
 )
-from stalewatch.server.restart.inputs import Head, Loaded, Markers, Reload, Tick, Verdict, Verified
+from stalewatch.server.restart.inputs import (
+    Head,
+    Loaded,
+    Markers,
+    Reload,
+    Server,
+    Servers,
+    Tick,
+    Verdict,
+    Verified,
+)
 from stalewatch.server.restart.machine import State, interval_left, step
 from stalewatch.server.restart.rules import ANSWER_MARGIN, DrainOutcome, Rules
 from tests.support.machine import A, B, C, D, Driver, names, phase
@@ -712,6 +722,24 @@ def test_r9_handoff_retires_the_old_only_once_new_servers_run_the_target() -> No
     assert retire == Retire(frozenset({10, 11}), d.of(Act)[0].ticket)  # that action's handoff
     assert d.last.phase is RestartPhase.CONFIRMED
     assert d.effects.index(retire) < d.effects.index(Rebind(B))
+
+
+def test_r9_one_new_process_on_two_connections_is_one_new_server() -> None:
+    """Review of issue 15: two registrations of one process (two guards, or a client) stood
+    for two new workers; the old master was retired before a second one booted."""
+    d = Driver(rules(handoff=True))
+    d.register(10, A)
+    d.register(11, A)
+    settled(d)
+    d.through(Act)
+    d.reply()
+    d.now += 0.1
+    old = tuple(d.servers.values())
+    d.feed(Servers(d.now, (*old, Server(20, B, 0, d.now), Server(20, B, 0, d.now))))
+    assert not d.of(Retire) and d.last.phase is RestartPhase.RESTARTING
+    d.servers[20] = Server(20, B, 0, d.now)  # one of its connections closes
+    d.register(21, B)  # a second new process
+    assert [r.pids for r in d.of(Retire)] == [frozenset({10, 11})]
 
 
 def test_r9_handoff_waits_while_a_new_server_runs_other_code() -> None:
