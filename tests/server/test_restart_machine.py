@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from stalewatch.client.following import MAX_BACKOFF
 from stalewatch.core.phases import RestartPhase
+from stalewatch.server.restart.drain import RECONNECT_GRACE
 from stalewatch.server.restart.effects import (
     Abort,
     Act,
@@ -615,6 +617,88 @@ def test_r8_a_run_after_a_failed_one_drains_afresh() -> None:
     d.later(1.0)  # not confirmed
     assert d.last.phase is RestartPhase.WAITING and d.last.reason == "drain: 1 in flight"
     assert d.state.drain_since == d.now
+
+
+def test_r8_a_server_whose_connection_drops_mid_drain_is_waited_for_while_its_process_runs() -> None:
+    """Review of issue 15: its registration and its count vanished together; the drain
+    passed and the action cut off the work it still had in flight."""
+    d = Driver(rules(drain_poll=1.0))
+    d.register(1, A, inflight=0)
+    d.register(2, A, inflight=3)
+    settled(d)
+    assert d.stage == "DRAIN"
+    d.leave(2)  # its connection closed; the process and its 3 requests live on
+    assert d.request == ProbeDrain(d.request.ticket, frozenset({2}))  # type: ignore[union-attr]
+    d.reply()  # pid 2 still runs
+    assert phase(d.last) == (RestartPhase.WAITING, "drain: 3 in flight", B)
+    for _ in range(5):
+        d.until_timer()
+        d.reply()  # still runs
+        assert d.stage == "DRAIN" and not d.of(Act)
+    d.until_timer()
+    d.reply(gone=frozenset({2}))  # its process exited: its work with it
+    assert d.state.departed == () and isinstance(d.request, ReadHead)
+
+
+def test_r8_a_server_that_registers_again_after_a_drop_counts_what_it_says_now() -> None:
+    d = Driver(rules())
+    d.register(1, A, inflight=0)
+    d.register(2, A, inflight=3)
+    settled(d)
+    d.leave(2)
+    d.reply()
+    d.register(2, A, inflight=1)  # reconnected: its count rules again
+    d.until_timer()
+    assert d.state.departed == () and d.last.reason == "drain: 1 in flight"
+
+
+def test_r8_a_departed_server_with_no_pid_is_waited_for_while_it_may_reconnect() -> None:
+    d = Driver(rules(drain_poll=1.0))
+    d.register(1, A, inflight=0)
+    d.register(0, A, inflight=2)  # the platform could not tell its pid
+    settled(d)
+    d.leave(0)
+    left = d.now
+    assert d.request == ProbeDrain(d.request.ticket, frozenset())  # type: ignore[union-attr]
+    d.reply()
+    while d.now < left + RECONNECT_GRACE - 1.0:
+        d.until_timer()
+        d.reply()
+        assert d.stage == "DRAIN"
+    d.now = left + RECONNECT_GRACE
+    d.feed(Tick(d.now))
+    for _ in range(3):
+        if isinstance(d.request, ProbeDrain):
+            d.reply()
+    assert d.stage != "DRAIN"
+    assert RECONNECT_GRACE >= MAX_BACKOFF + 0.5  # the client's longest reconnect backoff
+
+
+def test_r8_a_departed_server_that_never_goes_holds_the_drain_to_its_bound() -> None:
+    d = Driver(rules(drain_timeout=10.0))
+    d.register(1, A, inflight=0)
+    d.register(2, A, inflight=1)
+    settled(d)
+    began = d.now
+    d.leave(2)
+    while d.last.phase is RestartPhase.WAITING:
+        if d.request is not None:
+            d.reply()  # pid 2 still runs
+        else:
+            d.until_timer()
+    assert d.now == began + 10.0 and not d.of(Act)
+    assert phase(d.last) == (RestartPhase.REFUSED, "drain-timeout: 1 still in flight after 10 s", B)
+
+
+def test_r8_servers_the_action_stopped_are_not_waited_for() -> None:
+    d = Driver(rules(confirm_timeout=5.0))
+    d.register(1, A, inflight=0)
+    settled(d)
+    d.through(Act)
+    d.reply()
+    d.register(1, A, inflight=2)
+    d.leave(1)  # the action stops it, work and all: what the drain was for
+    assert d.state.departed == ()
 
 
 def test_r8_no_drain_without_work_in_flight() -> None:

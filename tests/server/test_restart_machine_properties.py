@@ -394,7 +394,8 @@ class MachineWorld:
         if isinstance(request, Verify):
             return Verified(ticket, now, good, "" if good else "exited 1")
         if isinstance(request, ProbeDrain):
-            return Drain(ticket, now, 0 if good else outcome.inflight, "" if good else "probe said so")
+            gone = request.pids if good else frozenset()  # departed servers' processes exit, or not yet
+            return Drain(ticket, now, 0 if good else outcome.inflight, "" if good else "probe said so", gone)
         if isinstance(request, TakeLock):
             if self.lock == "updater" or not good:
                 error = "cannot open" if outcome.verdict is Verdict.REFUSE and not good else None

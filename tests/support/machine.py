@@ -124,7 +124,8 @@ class Driver:
         if isinstance(request, Verify):
             return Verified(ticket, now, answer.get("ok", True), answer.get("detail", "exited 1"))
         if isinstance(request, ProbeDrain):
-            return Drain(ticket, now, answer.get("inflight", 0), answer.get("detail", ""))
+            gone = answer.get("gone", frozenset())
+            return Drain(ticket, now, answer.get("inflight", 0), answer.get("detail", ""), gone)
         if isinstance(request, TakeLock):
             return Lock(
                 ticket, now, answer.get("acquired", True), answer.get("detail", ""), answer.get("error")

@@ -103,9 +103,12 @@ class Verify:
 
 @dataclass(frozen=True)
 class ProbeDrain:
-    """Run the drain probe; answer with ``Drain`` (its whole number, or ``None`` and why)."""
+    """A look at the drain: run the drain probe (if the policy has one) and tell which of
+    ``pids`` (servers that went away with work in flight) no longer run; answer with
+    ``Drain`` (the probe's whole number, or ``None`` and why; ``gone``)."""
 
     ticket: int
+    pids: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...core.phases import RestartPhase
+from . import drain
 from .effects import Effect, ReadHead, Stage
 from .inputs import (
     Acted,
@@ -121,9 +122,21 @@ class _Step(Stages):
 
     def _servers(self, servers: tuple[Server, ...]) -> None:
         s = self.s
-        retiring = s.retiring & {x.pid for x in servers}
-        belief = s.belief
+        pids = {x.pid for x in servers}
+        retiring = s.retiring & pids
         a = s.attempt
+        # Work in flight that left with its registration, outside our action: it may still
+        # run (R8). Counted until it registers again, its process is gone, or the bound.
+        departed = [d for d in drain.held(s.departed, self.now, s.rules) if d.pid not in pids]
+        if a is None or a.stage < Stage.ACT:
+            gone = {x.pid for x in s.servers if x.pid not in pids and x.pid not in s.retiring}
+            left: dict[int, int] = {}
+            for x in s.servers:
+                if x.pid in gone and x.inflight > 0:
+                    left[x.pid] = left.get(x.pid, 0) + x.inflight
+            departed = [d for d in departed if d.pid not in left]
+            departed += [drain.Departed(pid, count, self.now) for pid, count in left.items()]
+        belief = s.belief
         if s.servers and not servers and (a is None or a.stage < Stage.ACT):
             # Every registered server went away, and not in a restart of ours: they were
             # stopped. Restarting now would start them (the Hermes WebUI bug): wait.
@@ -134,6 +147,7 @@ class _Step(Stages):
             registered=s.registered or bool(servers),
             belief=belief,
             retiring=retiring,
+            departed=tuple(departed),
         )
         a = self.s.attempt
         if a is not None and a.stage is Stage.CONFIRM:
@@ -205,7 +219,9 @@ class _Step(Stages):
 
     def _probed_drain(self, stage: Stage, event: Drain) -> None:
         probed = None if event.inflight is None else max(0, event.inflight)
-        self.s = replace(self.s, probed=probed, probe_detail=event.detail)
+        held = drain.held(self.s.departed, self.now, self.s.rules)
+        departed = tuple(d for d in held if d.pid not in event.gone)
+        self.s = replace(self.s, probed=probed, probe_detail=event.detail, departed=departed)
         if stage is Stage.DRAIN:
             self.update(deadline=self.now + self.s.rules.drain_poll)
         elif stage is Stage.LOCKED_DRAIN:

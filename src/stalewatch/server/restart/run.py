@@ -14,7 +14,7 @@ from typing import Any
 
 from ...core.phases import RestartPhase, RestartState
 from . import drain
-from .effects import Effect, Publish, ReleaseLock, Stage, Wake
+from .effects import Effect, ProbeDrain, Publish, ReleaseLock, Stage, Wake
 from .inputs import Server
 from .state import MARKER_POLL, Attempt, State, interval_left
 from .waits import Waits, estimate, retry_after
@@ -71,9 +71,22 @@ class Run:
         s = self.s
         return tuple(x for x in s.servers if x.pid not in s.retiring)
 
+    def held(self) -> tuple[drain.Departed, ...]:
+        """The departed servers whose work still counts (R8)."""
+        return drain.held(self.s.departed, self.now, self.s.rules)
+
     def in_flight(self) -> int | None:
         """The work in flight as last told (``None``: the drain probe cannot tell)."""
-        return drain.in_flight(self.s.servers, self.s.rules, self.s.probed)
+        return drain.in_flight(self.s.servers, self.s.rules, self.s.probed, self.held())
+
+    def looks(self) -> bool:
+        """Whether the drain is looked at (the probe, or whether departed servers still run)."""
+        return self.s.rules.drain_probe or bool(self.held())
+
+    def probe_drain(self) -> None:
+        """Ask for a look at the drain."""
+        pids = frozenset(d.pid for d in self.held() if d.pid > 0)
+        self.ask(lambda t: ProbeDrain(t, pids))
 
     def publish(
         self,

@@ -18,7 +18,6 @@ from .effects import (
     Act,
     CheckMarkers,
     ProbeConfirm,
-    ProbeDrain,
     ReadHead,
     Rebind,
     ReleaseLock,
@@ -75,8 +74,8 @@ class Stages(Run):
         elif a.stage is Stage.LOCKED_HEAD or a.stage is Stage.FINAL_HEAD:
             self.ask(ReadHead)
         elif a.stage is Stage.LOCKED_DRAIN:
-            if rules.drain_probe and a.note is None:
-                self.ask(ProbeDrain)
+            if self.looks() and a.note is None:
+                self.probe_drain()
             else:
                 self.drain_under_lock()
         elif a.stage is Stage.CONFIRM:
@@ -100,8 +99,9 @@ class Stages(Run):
 
     def drain_stage(self, *, due: bool) -> None:
         """Wait until no work is in flight, ``drain_timeout`` at most (R8)."""
-        if self.s.rules.drain_probe and due:
-            self.ask(ProbeDrain)
+        looks = self.looks()
+        if looks and due:
+            self.probe_drain()
             return
         total = self.in_flight()
         if total != 0 and self.s.drain_since is None:
@@ -117,12 +117,12 @@ class Stages(Run):
         if draining and told.reason != reason and self.now < due_at:
             # One chatty server must not flood every client: a changed count is told
             # at most once per drain_poll (the probe, when there is one, keeps that pace).
-            if not s.rules.drain_probe:
+            if not looks:
                 a = s.attempt
                 if a is not None and (a.deadline is None or a.deadline > due_at):
                     self.update(deadline=due_at)
             return
-        if not s.rules.drain_probe:
+        if not looks:
             self.update(deadline=None)  # told now: no look is owed
         self.publish(RestartPhase.WAITING, reason, Stage.DRAIN, inflight=total)
 
@@ -172,7 +172,13 @@ class Stages(Run):
             old_pids=frozenset(x.pid for x in s.servers),
         )
         self.s = replace(
-            s, attempt=attempt, actions=s.actions + 1, last_action=self.now, drain_since=None, probed=None
+            s,
+            attempt=attempt,
+            actions=s.actions + 1,
+            last_action=self.now,
+            drain_since=None,
+            probed=None,
+            departed=(),  # what the action stops is what the drain waited for
         )
         self.publish(RestartPhase.RESTARTING, a.note, Stage.ACT)
         self.effects.append(Act(ticket, a.target, s.rules.handoff))

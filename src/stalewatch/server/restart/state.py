@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from ...core.phases import RestartPhase, RestartState
+from .drain import Departed
 from .effects import Stage
 from .inputs import Server
 from .rules import Rules
@@ -101,6 +102,8 @@ class State:
         gave_up: the verdict standing for its revision, if any.
         drain_since: when the drain of the target began (``None``: none yet).
         probed, probe_detail: the drain probe's last answer.
+        departed: registrations that went away with work in flight outside an action of
+            the machine's: their work may still run (R8, :mod:`.drain`).
         attempt: the run under way, if any.
         published: the last phase told; ``published_at``: when (for ``drain_poll``).
         tickets: the last ticket given to a request.
@@ -126,6 +129,7 @@ class State:
     drain_since: float | None = None
     probed: int | None = None
     probe_detail: str = ""
+    departed: tuple[Departed, ...] = ()
     attempt: Attempt | None = None
     published: RestartState = field(default_factory=lambda: RestartState(RestartPhase.IDLE))
     published_at: float = -math.inf

@@ -27,6 +27,7 @@ from .lock import HandoffLock
 from .markers import assess
 from .pidfile import signal_server
 from .policy import RestartPolicy
+from .procs import read_proc
 
 __all__ = ["Work", "environment", "parse_count"]
 
@@ -137,11 +138,17 @@ class Work:
         return Verified(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
 
     def drain_probe(self, request: ProbeDrain, target: str) -> Answer:
-        probe = self.policy.drain_probe or ()
+        """A look at the drain (R8): the probe's count, and which departed servers are gone."""
+        # Their pids came from the kernel (SO_PEERCRED): while the process runs, the work
+        # it had in flight may still run.
+        gone = frozenset(pid for pid in request.pids if read_proc(pid) is None)
+        probe = self.policy.drain_probe
+        if probe is None:
+            return Drain(request.ticket, time.monotonic(), 0, gone=gone)
         outcome = self._run(probe, "the drain probe", target, self.policy.drain_probe_timeout)
         count = parse_count(outcome.output) if outcome.ok else None
         detail = outcome.detail if not outcome.ok else "printed no whole number"
-        return Drain(request.ticket, time.monotonic(), count, "" if count is not None else detail)
+        return Drain(request.ticket, time.monotonic(), count, "" if count is not None else detail, gone)
 
     def take_lock(self, request: TakeLock) -> Answer:
         path = self.policy.lock
