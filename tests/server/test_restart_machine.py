@@ -701,6 +701,34 @@ def test_r8_servers_the_action_stopped_are_not_waited_for() -> None:
     assert d.state.departed == ()
 
 
+def test_r8_with_settle_0_the_drain_waits_for_counts_told_after_the_announcement() -> None:
+    """Review of issue 15: servers report their count only once a restart is coming; with
+    settle 0 the drain was judged, on the count of a registration hours old, in the very
+    step that announced the restart."""
+    d = Driver(rules(settle=0.0, drain_poll=1.0))
+    d.register(1, A, inflight=0)  # hours ago
+    d.later(3600.0)
+    announced = d.now
+    effects = d.move(B)  # the step that announces the restart
+    assert names(d.told)[0] == "scheduled"
+    assert not [e for e in effects if isinstance(e, TakeLock | ReadHead | Act)]
+    assert d.stage == "DRAIN" and d.state.timer == announced + 1.0
+    d.now += 0.05
+    d.register(1, A, inflight=2)  # its count, told at once on hearing of the restart
+    d.until_timer()
+    assert d.last.reason == "drain: 2 in flight" and d.stage == "DRAIN"
+    d.register(1, A, inflight=0)
+    assert isinstance(d.request, ReadHead)
+
+
+def test_r8_a_settle_longer_than_the_poll_adds_no_wait_for_counts() -> None:
+    d = Driver(rules(settle=2.0, drain_poll=1.0))
+    d.register(1, A)
+    d.move(B)
+    d.later(2.0)
+    assert isinstance(d.request, ReadHead)  # the counts came during settle
+
+
 def test_r8_no_drain_without_work_in_flight() -> None:
     d = Driver()
     d.register(1, A)

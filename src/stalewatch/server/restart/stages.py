@@ -40,6 +40,11 @@ class Stages(Run):
         rules = self.s.rules
         due = a.deadline is None or self.now >= a.deadline
         if a.stage is Stage.SCHEDULED:
+            if self.s.published.phase in (RestartPhase.IDLE, RestartPhase.CONFIRMED):
+                # Servers report their count once a restart is coming or their code is
+                # stale: until now they may have been silent (after a failure or a
+                # refusal, the servers left on old code are stale and report) (R8).
+                self.update(announced=self.now)
             self.publish(RestartPhase.SCHEDULED, None, Stage.SCHEDULED)
             if a.began is None or rules.settle <= 0:
                 self.bounds()
@@ -108,6 +113,9 @@ class Stages(Run):
             self.s = replace(self.s, drain_since=self.now)  # the drain begins
         s = self.s
         verdict = drain.decide(total, s.drain_since, self.now, s.rules)
+        heard = self.heard_at()
+        if verdict is drain.Next.GO and heard is not None:
+            verdict = drain.Next.WAIT  # a count from before the announcement proves nothing
         if verdict is not drain.Next.WAIT:
             self.drained(verdict, total, Stage.LOCK)
             return
@@ -123,8 +131,24 @@ class Stages(Run):
                     self.update(deadline=due_at)
             return
         if not looks:
-            self.update(deadline=None)  # told now: no look is owed
+            self.update(deadline=heard)  # told now: no look is owed, unless counts are due
+        elif heard is not None and (s.attempt is None or s.attempt.deadline is None):
+            self.update(deadline=heard)
         self.publish(RestartPhase.WAITING, reason, Stage.DRAIN, inflight=total)
+
+    def heard_at(self) -> float | None:
+        """When the registered servers' counts reported since this run's announcement are
+        in (one ``drain_poll`` after it: they report at once), if that is still ahead (R8).
+
+        A count from a registration made long before is not one: servers report only
+        while a restart is coming (with ``settle = 0`` the drain would be judged in the
+        step that announces it).
+        """
+        a, s = self.s.attempt, self.s
+        if a is None or a.announced is None or not s.servers:
+            return None
+        at = a.announced + s.rules.drain_poll
+        return at if self.now < at else None
 
     def drain_under_lock(self) -> None:
         """The work in flight once more, under the lock: more came in, drain again (R8)."""
