@@ -729,6 +729,30 @@ def test_r8_a_settle_longer_than_the_poll_adds_no_wait_for_counts() -> None:
     assert isinstance(d.request, ReadHead)  # the counts came during settle
 
 
+def test_r8_r10_a_daemon_just_started_gives_its_servers_time_to_register_again() -> None:
+    """Review of issue 15: a daemon (re)started after the move, told by the pidfile that
+    the server runs old code, drained with no registration at all and acted at settle's
+    end, while the clients were still backing off (up to 2 s) before reconnecting."""
+    d = Driver(rules(settle=2.0), head=B, started=100.0)
+    d.feed(Loaded(d.now, not_revision=B, why="started before HEAD moved to B"))
+    d.later(2.0)
+    assert d.stage == "DRAIN" and d.request is None and not d.of(Act)
+    assert d.state.timer == 100.0 + RECONNECT_GRACE
+    d.now = 102.5
+    d.register(1, A, inflight=1)  # reconnected, a request in flight
+    d.until_timer()
+    assert d.last.reason == "drain: 1 in flight" and not d.of(Act)
+    d.register(1, A, inflight=0)
+    assert isinstance(d.request, ReadHead)
+
+
+def test_r8_long_after_the_daemon_started_no_reconnect_grace_is_waited() -> None:
+    d = Driver(rules(settle=2.0), started=100.0 - RECONNECT_GRACE)
+    d.move(B)
+    d.later(2.0)
+    assert isinstance(d.request, ReadHead)
+
+
 def test_r8_no_drain_without_work_in_flight() -> None:
     d = Driver()
     d.register(1, A)

@@ -287,7 +287,7 @@ class MachineWorld:
     # -- the world -------------------------------------------------------------------------
 
     def start(self, rules: Rules, loaded: str | None, told: bool) -> None:
-        self.state = State(rules)
+        self.state = State(rules, started=self.now)  # the daemon starts with the world
         self.check = Checker(rules)
         if loaded is not None:
             self.feed(Loaded(self.now, revision=loaded))

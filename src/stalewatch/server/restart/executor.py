@@ -119,7 +119,7 @@ class Restarter:
         self._pinned = pinned
         self._stop = threading.Event()
         self._cond = threading.Condition()
-        self._state = State(Rules.of(policy))
+        self._state = State(Rules.of(policy), started=time.monotonic())  # servers reconnect (R8)
         s = self._state
         guess = estimate(s.rules.settle, s.rules.verify, s.verify_seconds, s.restart_seconds)
         self._told = RestartState(RestartPhase.IDLE, estimate=guess, at=time.time())

@@ -114,6 +114,9 @@ class State:
             never count for what runs meanwhile: a restart for them would signal the new
             master, all that serves besides them (R9).
         verify_seconds, restart_seconds: the last measured probe and restart times.
+        started: when the daemon started (``None``: not known): its servers register
+            again within ``drain.RECONNECT_GRACE`` of it, and until then a drain does not
+            take their silence for nothing in flight (R8).
     """
 
     rules: Rules
@@ -139,6 +142,7 @@ class State:
     retiring: frozenset[int] = frozenset()
     verify_seconds: float = DEFAULT_VERIFY
     restart_seconds: float = DEFAULT_RESTART
+    started: float | None = None
 
 
 def interval_left(state: State, now: float) -> float:
