@@ -128,6 +128,7 @@ class Restarter:
         self._thread: threading.Thread | None = None
         self._head: str | None = None  # HEAD as last noticed (to learn again when it moves)
         self._learnt = ""  # the last thing learnt, logged when it changes
+        self._drain = drain
         self._work = Work(
             key, worktree, policy, loaded=lambda: guard.loaded_revision, drain=drain, stop=self._stop
         )
@@ -353,7 +354,8 @@ class Restarter:
     def _learn(self) -> None:
         """What the servers run, when they do not register (R10): tell the machine."""
         snap = self._guard.snapshot()
-        told = loaded.learn(self._policy, self._guard.binding.dirs, snap.current_revision, self._stop)
+        dirs = self._guard.binding.dirs
+        told = loaded.learn(self._policy, dirs, snap.current_revision, self._stop, self._drain)
         line = loaded.describe(told)
         if line != self._learnt:
             self._learnt = line
