@@ -111,6 +111,7 @@ def test_r9_the_full_order_verify_drain_lock_recheck_verify_head_act() -> None:
         "ProbeDrain",
         "Verify",
         "ReadHead",
+        "ProbeDrain",  # right before the action: the verify under the lock took its time
         "Act",
     ]
     assert names(d.told) == [
@@ -751,6 +752,28 @@ def test_r8_long_after_the_daemon_started_no_reconnect_grace_is_waited() -> None
     d.move(B)
     d.later(2.0)
     assert isinstance(d.request, ReadHead)
+
+
+def test_r8_the_drain_probe_is_asked_once_more_right_before_the_action() -> None:
+    """Review of issue 15: the probe's last count was read before the verify under the lock
+    (up to verify_timeout); long work that came in meanwhile was cut off."""
+    d = Driver(rules(verify=True, drain_probe=True), head=A)
+    d.feed(Loaded(d.now, revision=A))
+    settled(d)
+    d.through(Verify)  # fail fast
+    d.reply()
+    d.through(Verify)  # under the lock: the probe said 0 before it
+    d.now += 60.0  # the probe takes its time; new long work arrives meanwhile
+    d.reply()
+    d.reply()  # HEAD: still the target
+    assert isinstance(d.request, ProbeDrain) and not d.of(Act)
+    mark = d.mark()
+    d.reply(inflight=1)
+    assert not d.of(Act) and ReleaseLock() not in d.since(mark)  # no lock in this policy
+    assert "scheduled" in names([e.state for e in d.since(mark) if isinstance(e, Publish)])  # a new run
+    d.through(ProbeDrain)
+    d.reply(inflight=1)
+    assert d.last.reason == "drain: 1 in flight" and not d.of(Act)
 
 
 def test_r8_no_drain_without_work_in_flight() -> None:

@@ -226,6 +226,8 @@ class _Step(Stages):
             self.update(deadline=self.now + self.s.rules.drain_poll)
         elif stage is Stage.LOCKED_DRAIN:
             self.drain_under_lock()
+        elif stage is Stage.FINAL_HEAD:
+            self.final()
 
     def _locked(self, a: Attempt, event: Lock) -> None:
         if a.stage is not Stage.LOCK:

@@ -120,6 +120,8 @@ class Stages(Run):
             self.drained(verdict, total, Stage.LOCK)
             return
         told, reason = s.published, f"drain: {drain.describe(total, s.probe_detail)}"
+        if s.started is not None and self.now < s.started + drain.RECONNECT_GRACE:
+            reason += " (the daemon just started: servers may still register)"
         draining = told.phase is RestartPhase.WAITING and (told.reason or "").startswith("drain:")
         due_at = s.published_at + s.rules.drain_poll
         if draining and told.reason != reason and self.now < due_at:
@@ -184,6 +186,12 @@ class Stages(Run):
         """HEAD is still the target, read right before the action (R9): act, if drained."""
         a = self.s.attempt
         if a is None:
+            return
+        if self.looks() and a.note is None and not a.final_look:
+            # The probe's count is as old as the verify under the lock (up to its timeout):
+            # looked at once more right before the action, as registrations are (R8).
+            self.update(final_look=True)
+            self.probe_drain()
             return
         if self.in_flight() != 0 and a.note is None:
             self.again()  # work came in while verifying under the lock (R8)

@@ -73,6 +73,7 @@ class Attempt:
     lock_delay: float = LOCK_POLL[0]
     note: str | None = None  # "drain-timeout: N still in flight" once the bound let it go on
     announced: float | None = None  # when this run told clients a restart is coming (R8)
+    final_look: bool = False  # the drain was looked at once more right before the action (R8)
     acted_at: float = 0.0
     act_ticket: int = 0  # the ticket of the action: Retire and Abort name its handoff (R9)
     handoff: bool = False
