@@ -10,13 +10,13 @@ import errno
 import fcntl
 import os
 import queue
-import selectors
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +30,14 @@ from stalewatch.web import stale_payload
 from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo
 from tests.support.restarts import RECORD, SKIP, config, names, phases, runs
+
+
+def after_start(seen: list[dict[str, Any]]) -> list[str]:
+    """The phases' names, but the drain a daemon just started waits while its servers may
+    still register (R8: 3 s, whether it shows depends on how long the start took)."""
+    waits = [m for m in seen if m["phase"] == "waiting" and m["reason"].startswith("drain: 0 in flight")]
+    assert all("the daemon just started" in m["reason"] for m in waits), waits
+    return [n for n, m in zip(names(seen), seen, strict=True) if m not in waits]
 
 
 @pytest.fixture
@@ -49,7 +57,7 @@ def test_r4_r7_a_commit_is_restarted_through_the_action_and_every_phase_is_told(
         assert snap["restart"]["phase"] == "idle" and snap["processes"] == []
         new = git_repo.commit()
         seen = phases(sub, "confirmed", "failed", "refused")
-        assert names(seen) == ["scheduled", "waiting: settle", "restarting", "confirmed"]
+        assert after_start(seen) == ["scheduled", "waiting: settle", "restarting", "confirmed"]
         assert {m["revision"] for m in seen} == {new}
         assert all(m["retry_after"] > 0 for m in seen if m["phase"] != "confirmed")
         assert seen[-1]["retry_after"] is None
@@ -402,7 +410,7 @@ def test_r6_a_reload_while_the_probe_runs_judges_again_under_the_new_policy(
         with gate.open("w") as opened:
             opened.write("fail")  # the probe of the old policy fails now
         seen = phases(sub, "confirmed", "failed", "refused")
-        assert names(seen)[-4:] == [
+        assert after_start(seen)[-4:] == [
             "verifying",
             "verifying: before the action",
             "restarting",
@@ -472,19 +480,17 @@ def test_r3_an_error_carrying_out_the_action_is_its_answer_and_the_lock_is_relea
 ) -> None:
     """Review of issue 15: the action's process started, then waiting for it failed with
     EMFILE (outside commands.run's ``except OSError``): the answer was lost and the machine
-    waited for ever holding the lock, so an updater's ``flock`` blocked for ever."""
+    waited for ever holding the lock, so an updater's ``flock`` blocked for ever. (Raised
+    here before any process starts: the fault, without a process left behind.)"""
     loaded = git_repo.head()
     target = git_repo.commit()
     lock = workdir / "update.lock"
-    ran = workdir / "action-ran"
-    policy = RestartPolicy(
-        action=("touch", str(ran)), settle=0.0, min_interval=0.0, lock=lock, max_attempts=1
-    )
+    policy = RestartPolicy(action=("true",), settle=0.0, min_interval=0.0, lock=lock, max_attempts=1)
 
-    def out_of_descriptors() -> selectors.BaseSelector:
+    def out_of_descriptors(*args: object, **kwargs: object) -> commands.Outcome:
         raise OSError(errno.EMFILE, "Too many open files")
 
-    monkeypatch.setattr(commands.selectors, "DefaultSelector", out_of_descriptors)
+    monkeypatch.setattr(commands, "run", out_of_descriptors)
     told: queue.SimpleQueue[RestartState] = queue.SimpleQueue()
     guard = Guard.for_path(git_repo.path, loaded_revision=loaded)
     restarter = Restarter("checkout", git_repo.path, policy, guard=guard, publish=told.put, pinned=loaded)

@@ -120,7 +120,7 @@ class Stages(Run):
             self.drained(verdict, total, Stage.LOCK)
             return
         told, reason = s.published, f"drain: {drain.describe(total, s.probe_detail)}"
-        if s.started is not None and self.now < s.started + drain.RECONNECT_GRACE:
+        if total == 0 and s.started is not None and self.now < s.started + drain.RECONNECT_GRACE:
             reason += " (the daemon just started: servers may still register)"
         draining = told.phase is RestartPhase.WAITING and (told.reason or "").startswith("drain:")
         due_at = s.published_at + s.rules.drain_poll
