@@ -17,7 +17,8 @@ loopback under one temporary directory; every process group is stopped at exit.
   ``defaults=True`` writes the recipe as the docs give it (``min_interval`` 30 s, a
   confirm timeout of 60 s...); otherwise the lab's quick settings (``min_interval`` 0).
 - Routes: ``/api/work`` (guarded), ``/api/slow?S`` (guarded, S seconds), ``/api/hold``
-  (guarded, held until ``lab.gate.release()``), ``/slow?S`` (not guarded).
+  (guarded, held until ``lab.gate.release()``), ``/slow?S`` and ``/hold`` (the same, not
+  guarded: work the restart cannot see, such as a long download).
 - ``Lab.lines`` keeps every daemon line with the time it arrived; ``Lab.wait_for(...)``
   waits for one, never sleeping blindly. ``Load`` (``scripts/lab_load.py``) keeps a few
   threads sending requests and records each outcome.
@@ -66,7 +67,7 @@ def inner(environ, start_response):
     path = environ["PATH_INFO"]
     if path in ("/slow", "/api/slow"):
         time.sleep(float(environ.get("QUERY_STRING") or "0.2"))
-    elif path == "/api/hold":  # in flight until the lab releases it
+    elif path in ("/api/hold", "/hold"):  # in flight until the lab releases it
         with socket.socket(socket.AF_UNIX) as gate:
             gate.connect(os.environ["GATE"])
             gate.recv(1)

@@ -122,3 +122,43 @@ def test_r9_new_servers_that_never_register_are_stopped_and_the_old_master_serve
         after = load.wait_for(lambda o: o.start > since)
         assert after.status == 409  # only the old master's workers answer: stale, failing closed
     assert problems(load.snapshot()) == []
+
+
+def test_r9_two_commits_while_the_retired_old_master_finishes_unseen_work_never_refuse_a_connection() -> None:
+    """Review of issue 15: after a confirmed handoff the retired old master finishes a long
+    unguarded response (``graceful_timeout``) and ``<pidfile>.2`` stays until it exits.
+    Its worker, still registered past ``confirm_timeout``, made the same revision wanted
+    again; the next action found the ``.2`` pending, failed, and the abort stopped the new
+    master, all that served: every connection refused. Now the old servers count for
+    nothing while they leave, and the next commit waits for the handoff under way."""
+    policy = "settle = 0.2\nconfirm_timeout = 6\n"  # shorter than graceful_timeout (30)
+    with Lab("gunicorn-handoff", workers=2, policy=policy) as lab, Load(lab.port, ["/api/work"]) as load:
+        held: dict[str, Outcome] = {}
+        thread = threading.Thread(target=lambda: held.update(o=request(lab.port, "/hold")), name="test-held")
+        thread.start()
+        try:
+            lab.gate.entered()  # an old worker is at it: the restart cannot see it (not guarded)
+            first = lab.commit("an update")
+            confirmed = lab.wait_for_phase("confirmed", "failed", "refused")
+            assert (confirmed.message["phase"], confirmed.message["revision"]) == ("confirmed", first)
+            assert lab.master(".2") is not None  # the old master still finishes the response
+            # Past confirm_timeout with the old worker still registered: nothing is wanted.
+            with pytest.raises(TimeoutError):
+                lab.wait_for(lambda m: m.get("type") == "restart" and m.get("phase") != "confirmed", 7.0)
+            second = lab.commit("another update")
+            waiting = lab.wait_for(
+                lambda m: m.get("type") == "restart" and (m.get("reason") or "").startswith("handoff:")
+            )
+            assert (waiting.message["phase"], waiting.message["revision"]) == ("waiting", second), waiting
+            assert lab.master(".2") is not None
+        finally:
+            lab.gate.release()
+            thread.join(WAIT)
+        assert held["o"].status == 200  # finished, on the old code
+        again = lab.wait_for_phase("confirmed", "failed", "refused")
+        assert (again.message["phase"], again.message["revision"]) == ("confirmed", second), again.message
+        lab.wait_for_processes(second, 2)
+        load.wait_for(lambda o: o.revision == second)
+    outcomes = load.snapshot()
+    assert problems(outcomes) == []
+    assert {o.status for o in outcomes} <= {200, 409}

@@ -259,6 +259,27 @@ def test_r4_a_background_child_of_the_action_keeps_writing_its_output(workdir: P
                 assert connection.recv(16) == b"alive"  # 256 KiB written after the action ended
 
 
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="os.pidfd_open needs Linux >= 5.3")
+def test_r4_a_background_child_of_the_pid_command_keeps_writing_its_output(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """The ``pid_command`` runs as an action does: what it leaves behind is drained, not cut."""
+    script = workdir / "child.py"
+    script.write_text(CHILD)
+    report = workdir / "report.sock"
+    pid_command = ["sh", "-c", f"{sys.executable} {script} {report} $$ & echo 0"]
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(report))
+        listener.listen(1)
+        listener.settimeout(WAIT)
+        cfg = config(workdir, git_repo, action=["true"], pid_command=pid_command)
+        with start_daemon(workdir, "--config", str(cfg)):
+            connection, _ = listener.accept()  # asked at start: what runs (R10)
+            with connection:
+                connection.settimeout(WAIT)
+                assert connection.recv(16) == b"alive"  # 256 KiB written after it ended
+
+
 # -- know what runs (R10) -------------------------------------------------------------------------------
 
 SERVER = """

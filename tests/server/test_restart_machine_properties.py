@@ -79,6 +79,7 @@ RULES = st.builds(
     drain_probe=st.booleans(),
     drain_poll=st.sampled_from([0.5, 1.0]),
     handoff=st.booleans(),
+    patience=st.sampled_from([5.0, 135.0]),  # short: answers get lost (the backstop)
 )
 
 Request = CheckMarkers | Verify | ProbeDrain | TakeLock | ReadHead | Act | ProbeConfirm
@@ -102,6 +103,8 @@ class Checker:
     handoff_act: bool = False
     old_pids: frozenset[int] = frozenset()
     retired_or_aborted: bool = True
+    act_ticket: int | None = None  # the last action's ticket: what Retire and Abort name
+    signalled: bool = False  # the last action may have started new servers (not said failed)
     acting: bool = False  # from an action until its run ends
     stopped: bool = False  # the servers went away outside a restart, or were told stopped
 
@@ -139,6 +142,10 @@ class MachineWorld:
             state = self.state.attempt
             if state is not None and state.ask == event.ticket:
                 self.probed = None if event.inflight is None else max(0, event.inflight)
+        if isinstance(event, Acted) and event.ticket == self.check.act_ticket and not event.ok:
+            attempt = self.state.attempt
+            if attempt is not None and attempt.ask == event.ticket:
+                self.check.signalled = False  # it says it failed: it signalled nothing
         if isinstance(event, Verified) and event.ok:
             self.check.verified_since_act |= {
                 r.revision for r in self.answered if isinstance(r, Verify) and r.ticket == event.ticket
@@ -182,10 +189,13 @@ class MachineWorld:
             if check.rules.verify:
                 assert loaded <= check.verified_since_act, loaded
             assert effect.pids == check.old_pids
+            assert effect.ticket == check.act_ticket, "retired another action's old servers (R9)"
             check.retired_or_aborted = True
             self.retired = effect.pids
         elif isinstance(effect, Abort):
             assert check.handoff_act and not check.retired_or_aborted, "abort without a handoff"
+            assert effect.ticket == check.act_ticket, "aborted another action's new servers (R9)"
+            assert check.signalled, "aborted after an action that signalled nothing (R9)"
             check.retired_or_aborted = True
         if isinstance(effect, Request):
             self.pending.append(effect)
@@ -213,6 +223,11 @@ class MachineWorld:
                 assert effect.stage >= last.stage, f"phases out of order: {last} then {effect}"
         if effect.stage is Stage.SCHEDULED and told.revision != check.target:
             check.target = told.revision
+            check.drain_started = None
+        if effect.stage is Stage.SCHEDULED and (last is None or last.stage in (Stage.IDLE, Stage.DONE)):
+            # A run after a told outcome (idle, confirmed, failed, refused) drains afresh:
+            # its bound counts from its own drain, never from one long over (R8). A start
+            # over within a run (the re-check under the lock) keeps counting.
             check.drain_started = None
         if effect.stage is Stage.SCHEDULED:
             check.late_verified = None
@@ -265,12 +280,14 @@ class MachineWorld:
         check.handoff_act = effect.handoff
         check.old_pids = frozenset(self.servers)
         check.retired_or_aborted = False
+        check.act_ticket = effect.ticket
+        check.signalled = True
         self.probed = None
 
     # -- the world -------------------------------------------------------------------------
 
     def start(self, rules: Rules, loaded: str | None, told: bool) -> None:
-        self.state = State(rules)
+        self.state = State(rules, started=self.now)  # the daemon starts with the world
         self.check = Checker(rules)
         if loaded is not None:
             self.feed(Loaded(self.now, revision=loaded))
@@ -377,7 +394,8 @@ class MachineWorld:
         if isinstance(request, Verify):
             return Verified(ticket, now, good, "" if good else "exited 1")
         if isinstance(request, ProbeDrain):
-            return Drain(ticket, now, 0 if good else outcome.inflight, "" if good else "probe said so")
+            gone = request.pids if good else frozenset()  # departed servers' processes exit, or not yet
+            return Drain(ticket, now, 0 if good else outcome.inflight, "" if good else "probe said so", gone)
         if isinstance(request, TakeLock):
             if self.lock == "updater" or not good:
                 error = "cannot open" if outcome.verdict is Verdict.REFUSE and not good else None
@@ -398,7 +416,8 @@ class MachineWorld:
         s = self.state
         if s.attempt is not None:
             assert s.attempt.ask is not None or s.timer is not None, f"stalled at {s.attempt.stage}"
-            assert s.attempt.ask is None or s.timer is None, "a timer while an answer is awaited"
+            if s.attempt.ask is not None:  # the only timer then: the backstop (R3)
+                assert s.timer == s.attempt.asked_at + s.rules.patience, "no backstop for an answer"
         assert s.timer is None or s.timer > self.now, "a timer in the past: a transition was missed"
         if self.lock == "machine":
             assert s.attempt is not None and s.attempt.lock_held, "the lock leaked (R3)"

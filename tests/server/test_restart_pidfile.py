@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from stalewatch.protocol.codec import encode
 from stalewatch.protocol.messages import register_message
+from stalewatch.server.restart.handoff import pending, promoted
 from stalewatch.server.restart.pidfile import TOLERANCE, Claim, judge, read_pidfile, server, signal_server
 from stalewatch.server.restart.procs import Proc, read_proc
 from tests.support.children import Child, python_child
@@ -161,3 +163,21 @@ def test_r10_the_daemon_refuses_to_signal_a_reused_pid_and_says_why(git_repo: Re
             assert refused["reason"].startswith("signal: ") and "stale pidfile" in refused["reason"]
             os.kill(stranger.proc.pid, signal.SIGUSR1)
             assert stranger.line().strip() == "SIGUSR1" and stranger.proc.poll() is None
+
+
+def test_r9_a_new_masters_pidfile_is_a_handoff_under_way_only_while_its_process_runs(tmp_path: Path) -> None:
+    """A ``<pidfile>.2`` whose new master was killed would block every later action."""
+    pidfile = tmp_path / "app.pid"
+    new = tmp_path / "app.pid.2"
+    assert pending(pidfile) is None  # no .2: nothing under way
+    with process(tmp_path, new) as child:
+        under_way = pending(pidfile)
+        assert under_way is not None and f"(pid {child.proc.pid})" in under_way
+        assert f"old master (pid {os.getpid()})" in under_way  # its parent still runs
+        child.proc.kill()
+        child.proc.wait()
+    assert new.exists() and pending(pidfile) is None  # a dead new master's leftover: ignored
+    with process(tmp_path, None) as stranger:
+        reused(tmp_path, stranger).rename(new)  # the dead master's pid given to another
+        assert pending(pidfile) is None
+    assert promoted(pidfile, threading.Event(), wait=0.0) is None

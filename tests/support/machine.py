@@ -50,10 +50,18 @@ class Driver:
         rules: the policy (default: settle 1 s, no interval, nothing else).
         head: HEAD's revision, read at ``now`` (the first reading: presumed loaded).
         now: the monotonic time to start at.
+        started: when the daemon started (``None``: long ago; its servers reconnected).
     """
 
-    def __init__(self, rules: Rules | None = None, *, head: str | None = A, now: float = 100.0) -> None:
-        self.state = State(rules or Rules(settle=1.0, min_interval=0.0))
+    def __init__(
+        self,
+        rules: Rules | None = None,
+        *,
+        head: str | None = A,
+        now: float = 100.0,
+        started: float | None = None,
+    ) -> None:
+        self.state = State(rules or Rules(settle=1.0, min_interval=0.0), started=started)
         self.now = now
         self.head = head
         self.effects: list[Effect] = []
@@ -124,7 +132,8 @@ class Driver:
         if isinstance(request, Verify):
             return Verified(ticket, now, answer.get("ok", True), answer.get("detail", "exited 1"))
         if isinstance(request, ProbeDrain):
-            return Drain(ticket, now, answer.get("inflight", 0), answer.get("detail", ""))
+            gone = answer.get("gone", frozenset())
+            return Drain(ticket, now, answer.get("inflight", 0), answer.get("detail", ""), gone)
         if isinstance(request, TakeLock):
             return Lock(
                 ticket, now, answer.get("acquired", True), answer.get("detail", ""), answer.get("error")

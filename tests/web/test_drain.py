@@ -9,6 +9,7 @@ phase with its count, and the action runs only once the request has finished.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -20,8 +21,10 @@ import pytest
 from stalewatch import Daemon, Guard
 from stalewatch.sse import EventStream
 from stalewatch.web import WSGIBarrier
+from tests.support.children import python_child
 from tests.support.daemons import Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo
+from tests.support.restarts import RawServer
 from tests.support.web import SSEReader, request, route_wsgi, serve_wsgi
 from tests.web.test_barrier_work import Gate, Held, held_wsgi
 
@@ -110,3 +113,69 @@ def test_r8_the_restart_waits_for_a_request_in_flight_and_says_so_meanwhile(
             finally:
                 stream.close()
                 reader.close()
+
+
+WORKER = """
+import sys
+from stalewatch import Daemon, Guard
+guard = Guard.for_checkout({checkout!r}, source=Daemon({socket!r})).start()
+with guard.work():
+    print("working", flush=True)
+    sys.stdin.readline()
+    guard.stop()  # its connection to the daemon closes; the work goes on
+    print("disconnected", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def restart_lines_within(sub: Subscriber, seconds: float) -> list[dict[str, Any]]:
+    """Every restart line the daemon sends within ``seconds`` (to show one does not come)."""
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = sub.next(timeout=left, skip=())  # each ping counts: the deadline holds
+        except AssertionError:  # no line within the time left
+            break
+        if line["type"] == "restart":
+            seen.append(line)
+    return seen
+
+
+def test_r8_a_server_whose_connection_drops_mid_drain_is_waited_for_while_its_process_runs(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """Review of issue 15: a server with work in flight whose daemon connection closed took
+    its count with it; the drain passed and the action cut off work still running."""
+    with (
+        start_daemon(workdir, "--config", str(config(workdir, git_repo))) as daemon,
+        Subscriber(daemon.socket) as sub,
+    ):
+        greet(sub)
+        old = git_repo.head()
+        other = RawServer(daemon.socket, git_repo.path)  # another server, idle, on the old code
+        other.register(old)
+        code = WORKER.format(checkout=str(git_repo.path), socket=str(daemon.socket))
+        with python_child(code, cwd=workdir, env=dict(os.environ), stderr=workdir / "worker.err") as worker:
+            assert worker.line() == "working\n"
+            while len(sub.next("processes", skip=SKIP[:3])["processes"]) < 2:
+                pass
+            new = git_repo.commit("update")
+            draining = restart_line(sub, lambda m: (m["reason"] or "").startswith("drain"))
+            assert (draining["reason"], draining["revision"]) == ("drain: 1 in flight", new)
+            worker.send("\n")
+            assert worker.line() == "disconnected\n"
+            # Its registration is gone, its process and its work are not: no action, at
+            # two looks of the drain at least (drain_poll 1 s).
+            seen = restart_lines_within(sub, 2.5)
+            assert all(m["phase"] == "waiting" for m in seen), seen
+            assert action_runs(workdir) == []
+            worker.send("\n")
+            assert worker.finish() == 0
+            exited = time.time()
+            restart_line(sub, lambda m: m["phase"] == "restarting")
+            while sub.next("restart", skip=SKIP)["phase"] not in ("confirmed", "failed"):
+                pass  # the other server is not restarted by the action: not confirmed
+        other.close()
+        (ran,) = action_runs(workdir)
+        assert ran >= exited  # the action came once the process had gone

@@ -7,6 +7,9 @@
   among the old ones all run one such revision, and there are as many of them as old
   ones (at least one: a new master whose first worker booted may still lose the others
   to a boot error and halt); the old ones are still there, serving, until retired.
+
+Servers are counted as processes, by pid: one process registering on two connections
+(two guards, a reconnect) is one server, never the second worker it stands in for (R9).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def registered_on(
     """
     group = newcomers(servers, acted_at, old) if handoff else list(servers)
     revisions = {s.revision for s in group}
-    if len(revisions) != 1 or (handoff and len(group) < max(1, len(old))):
+    if len(revisions) != 1 or (handoff and len({s.pid for s in group}) < max(1, len(set(old)))):
         return None
     if not handoff and not any(s.since >= acted_at for s in group):
         return None

@@ -4,17 +4,49 @@ Registered servers say what they have in flight; a server that does not register
 asked by the drain probe. While work is in flight the restart waits (guarded routes
 answer 409 meanwhile, so the count only falls), for ``drain_timeout`` at most; then
 ``on_drain_timeout`` decides: ``refuse`` (give up on this revision) or ``restart``.
+
+A server whose registration went away with work in flight, outside the restart's own
+action (its connection dropped: a slow client cut off, a daemon hiccup), took its count
+with it, not its work: the work may still run. It stays counted (:class:`Departed`)
+until it registers again (its new count rules) or its process is gone (the executor
+looks, by the pid the kernel gave, at each look of the drain): while the process runs,
+the drain waits for it, bounded by ``drain_timeout`` as any work in flight. Without a
+pid, for :data:`RECONNECT_GRACE`. The action ends them all (what it stops is what the
+drain was for); at most :data:`DEPARTED` are kept.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .inputs import Server
 from .rules import DrainOutcome, Rules
 
-__all__ = ["Next", "decide", "describe", "in_flight"]
+__all__ = ["DEPARTED", "RECONNECT_GRACE", "Departed", "Next", "decide", "describe", "held", "in_flight"]
+
+DEPARTED = 64
+"""Departed servers kept at most (the newest): memory bounded whatever clients do."""
+
+RECONNECT_GRACE = 3.0
+"""Seconds a server may take to register again: the client's longest reconnect backoff
+(``client.following.MAX_BACKOFF``, 2 s) and a margin (a test holds them together)."""
+
+
+@dataclass(frozen=True)
+class Departed:
+    """A registration that went away with ``inflight`` work, at ``left`` (monotonic)."""
+
+    pid: int
+    inflight: int
+    left: float
+
+
+def held(departed: Sequence[Departed], now: float, rules: Rules) -> tuple[Departed, ...]:
+    """The departed servers whose work still counts (see the module doc)."""
+    grace = min(RECONNECT_GRACE, rules.drain_timeout)
+    return tuple(d for d in departed if d.pid > 0 or now < d.left + grace)[-DEPARTED:]
 
 
 class Next(enum.Enum):
@@ -26,12 +58,15 @@ class Next(enum.Enum):
     REFUSE = "refuse"  # the bound passed: give up on this revision
 
 
-def in_flight(servers: Sequence[Server], rules: Rules, probed: int | None) -> int | None:
-    """The work in flight: the registrations' plus the probe's (``None``: the probe cannot tell).
+def in_flight(
+    servers: Sequence[Server], rules: Rules, probed: int | None, departed: Sequence[Departed] = ()
+) -> int | None:
+    """The work in flight: the registrations', the departed's still held, plus the probe's
+    (``None``: the probe cannot tell).
 
     ``probed``: the drain probe's last answer (``None``: failed, or not run yet).
     """
-    total = sum(max(0, server.inflight) for server in servers)
+    total = sum(max(0, server.inflight) for server in servers) + sum(d.inflight for d in departed)
     if not rules.drain_probe:
         return total
     if probed is None:

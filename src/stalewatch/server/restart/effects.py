@@ -103,9 +103,12 @@ class Verify:
 
 @dataclass(frozen=True)
 class ProbeDrain:
-    """Run the drain probe; answer with ``Drain`` (its whole number, or ``None`` and why)."""
+    """A look at the drain: run the drain probe (if the policy has one) and tell which of
+    ``pids`` (servers that went away with work in flight) no longer run; answer with
+    ``Drain`` (the probe's whole number, or ``None`` and why; ``gone``)."""
 
     ticket: int
+    pids: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -144,20 +147,27 @@ class ProbeConfirm:
 class Retire:
     """Handoff confirmed: stop the old servers (gunicorn: ``TERM`` the old master).
 
-    ``pids``: the servers registered before the action (the ones to go).
+    ``pids``: the servers registered before the action (the ones to go); ``ticket``: the
+    ``Act`` whose handoff this is (only that handoff's old master is stopped, R9).
     """
 
     pids: frozenset[int]
+    ticket: int
 
 
 @dataclass(frozen=True)
 class Abort:
     """Handoff failed: stop the new servers (gunicorn: ``TERM`` the new master); the old serve on.
 
-    ``pids``: the servers registered since the action, not among the old ones (maybe none).
+    ``pids``: the servers registered since the action, not among the old ones (maybe none);
+    ``ticket``: the ``Act`` whose handoff this is. Only a new master that very action
+    started is stopped: never one of an earlier handoff (whose old master is retired and
+    may be exiting: it is all that serves), never anything when the action signalled
+    nothing (R9).
     """
 
     pids: frozenset[int]
+    ticket: int
 
 
 @dataclass(frozen=True)

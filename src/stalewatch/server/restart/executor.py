@@ -21,6 +21,7 @@ event through :meth:`notice`, which feeds again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -51,7 +52,22 @@ from .effects import (
     Verify,
     Wake,
 )
-from .inputs import Head, Input, Loaded, Reload, Server, Servers, Tick
+from .inputs import (
+    Acted,
+    ConfirmProbed,
+    Drain,
+    Head,
+    Input,
+    Loaded,
+    Lock,
+    Markers,
+    Reload,
+    Server,
+    Servers,
+    Tick,
+    Verdict,
+    Verified,
+)
 from .machine import State, step
 from .policy import RestartPolicy
 from .rules import Rules
@@ -103,7 +119,7 @@ class Restarter:
         self._pinned = pinned
         self._stop = threading.Event()
         self._cond = threading.Condition()
-        self._state = State(Rules.of(policy))
+        self._state = State(Rules.of(policy), started=time.monotonic())  # servers reconnect (R8)
         s = self._state
         guess = estimate(s.rules.settle, s.rules.verify, s.verify_seconds, s.restart_seconds)
         self._told = RestartState(RestartPhase.IDLE, estimate=guess, at=time.time())
@@ -112,6 +128,7 @@ class Restarter:
         self._thread: threading.Thread | None = None
         self._head: str | None = None  # HEAD as last noticed (to learn again when it moves)
         self._learnt = ""  # the last thing learnt, logged when it changes
+        self._drain = drain
         self._work = Work(
             key, worktree, policy, loaded=lambda: guard.loaded_revision, drain=drain, stop=self._stop
         )
@@ -267,6 +284,43 @@ class Restarter:
                 self._work.release_lock()
 
     def _carry(self, job: Job) -> None:
+        """Carry out one job; a request is answered whatever raises (R3: a lost answer
+        would leave the machine waiting, the lock held; its backstop is the last resort)."""
+        try:
+            self._do(job)
+        except Exception as exc:
+            logger.exception("stalewatch: restart of %s: carrying out %s failed", self.key, job)
+            answer = self._failed(job, exc)
+            if answer is not None:
+                self.feed(answer)
+
+    def _failed(self, job: Job, exc: Exception) -> Answer | Head | None:
+        """The failure answer to ``job`` (``None``: not a request), carrying the error."""
+        now, error = time.monotonic(), f"failed: {type(exc).__name__}: {exc}"
+        if isinstance(job, CheckMarkers):
+            return Markers(job.ticket, now, Verdict.REFUSE, f"markers: {error}")  # looked at again
+        if isinstance(job, Verify):
+            return Verified(job.ticket, now, False, error)
+        if isinstance(job, ProbeDrain):
+            return Drain(job.ticket, now, None, error)
+        if isinstance(job, TakeLock):
+            return Lock(job.ticket, now, acquired=False, detail=error)  # tried again, backing off
+        if isinstance(job, ReadHead):
+            try:
+                revision = self._guard.snapshot().current_revision
+            except Exception:
+                revision = None
+            return Head(now, revision, job.ticket)
+        if isinstance(job, Act):
+            # It may have signalled before it failed: stop a new master it started, if any.
+            with contextlib.suppress(Exception):
+                self._work.abort(job.ticket)
+            return Acted(job.ticket, now, False, error)
+        if isinstance(job, ProbeConfirm):
+            return ConfirmProbed(job.ticket, now, False, error)
+        return None
+
+    def _do(self, job: Job) -> None:
         answer: Answer | Head | None = None
         work = self._work
         if isinstance(job, CheckMarkers):
@@ -287,9 +341,9 @@ class Restarter:
         elif isinstance(job, ProbeConfirm):
             answer = work.confirm_probe(job)
         elif isinstance(job, Retire):
-            work.retire()
+            work.retire(job.ticket)
         elif isinstance(job, Abort):
-            work.abort()
+            work.abort(job.ticket)
         elif isinstance(job, Rebind):
             self._guard.adopt(job.revision)  # its event comes back through notice()
         else:
@@ -300,7 +354,8 @@ class Restarter:
     def _learn(self) -> None:
         """What the servers run, when they do not register (R10): tell the machine."""
         snap = self._guard.snapshot()
-        told = loaded.learn(self._policy, self._guard.binding.dirs, snap.current_revision, self._stop)
+        dirs = self._guard.binding.dirs
+        told = loaded.learn(self._policy, dirs, snap.current_revision, self._stop, self._drain)
         line = loaded.describe(told)
         if line != self._learnt:
             self._learnt = line

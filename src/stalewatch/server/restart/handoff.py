@@ -18,7 +18,14 @@ itself, removing ``<pidfile>.2``; the old master reaps it and serves on.
   the machine confirmed new workers on the target;
 - :meth:`abort` sends ``TERM`` to the new master only while it is provably the one
   this handoff started: named by ``<pidfile>.2`` (checked as any pidfile), a child of
-  the old master, started after the signal, and the old master still serving.
+  the old master, started after the signal, and the old master still serving (never
+  once this handoff retired it: the new master is then all that will serve).
+
+Between a confirmed handoff and the old master's exit, ``<pidfile>.2`` stays: the old
+master finishes its requests first (up to ``graceful_timeout``). :func:`pending` tells
+such a handoff under way (waited for before the next action, never a failure); a
+``<pidfile>.2`` naming no live process is what a killed new master left behind, and is
+ignored.
 """
 
 from __future__ import annotations
@@ -31,11 +38,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..commands import pidfd
 from . import pidfile
 from .pidfile import TOLERANCE
 from .procs import Proc, read_proc
 
-__all__ = ["NEW_SUFFIX", "PROMOTION_WAIT", "Handoff", "promoted"]
+__all__ = ["NEW_SUFFIX", "PROMOTION_WAIT", "Handoff", "pending", "promoted"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,18 +54,41 @@ PROMOTION_WAIT = 5.0
 within a second of the old master's exit)."""
 
 
+def pending(path: Path) -> str | None:
+    """A handoff under way: ``<pidfile>.2`` names a live new master (what, said); else ``None``.
+
+    A ``.2`` file that names no live process, or a process that started after the file
+    was written (the pid reused), is a leftover of a new master that was killed: ignored
+    (gunicorn writes over it on the next ``USR2``).
+    """
+    new = Path(f"{path}{NEW_SUFFIX}")
+    claim = pidfile.read_pidfile(new)
+    if isinstance(claim, str):
+        return None  # missing, or not a pidfile gunicorn wrote: nothing under way
+    proc = read_proc(claim.pid)
+    if proc is None or pidfile.judge(claim, proc, me=os.getpid()) is not None:
+        return None
+    old = read_proc(proc.ppid)
+    if old is not None and proc.ppid > 1:
+        return (
+            f"{new} names the new master (pid {claim.pid}), promoted once the old master"
+            f" (pid {proc.ppid}) has finished its requests and exited"
+        )
+    return f"{new} names the new master (pid {claim.pid}), not yet promoted"
+
+
 def promoted(path: Path, stop: threading.Event, wait: float = PROMOTION_WAIT) -> str | None:
-    """Wait until no new master is pending (``<pidfile>.2`` gone); ``None``, or why not.
+    """Wait until no new master is pending (:func:`pending`); ``None``, or why not.
 
     Right after a handoff the old master is gone and the new one has yet to rename its
     pidfile: a signal then would find no pidfile (and a ``USR2`` to an unpromoted master
-    is ignored by gunicorn). Waited for on the worker thread, looking every 50 ms.
+    is ignored by gunicorn). Waited for on the worker thread, looking every 50 ms. The
+    machine waits for a longer handoff under way before it gets here (the markers).
     """
-    pending = Path(f"{path}{NEW_SUFFIX}")
     deadline = time.monotonic() + wait
-    while os.path.lexists(pending):
+    while (under_way := pending(path)) is not None:
         if time.monotonic() >= deadline:
-            return f"{pending} still names a new master after {wait:g} s (a handoff under way)"
+            return f"{under_way}, still after {wait:g} s"
         if stop.wait(0.05):
             return "stopped"
     return None
@@ -70,6 +101,7 @@ class Handoff:
     path: Path
     old: Proc
     signalled_at: float
+    retired: bool = False
 
     @classmethod
     def begin(cls, path: Path, signame: str, now: float) -> tuple[Handoff | None, str]:
@@ -83,16 +115,29 @@ class Handoff:
 
     def retire(self) -> str:
         """The new workers run the target: stop the old master gracefully (``TERM``)."""
-        if not self._old_alive():
-            return f"the old master (pid {self.old.pid}) is gone already"
+        self.retired = True  # from now on the new master is what serves: never aborted
+        # Pinned by a pidfd before /proc is read: a pid reused after the check makes the
+        # signal fail rather than reach the newcomer (as pidfile.signal_proc does).
+        fd = pidfd(self.old.pid)
         try:
-            os.kill(self.old.pid, signal.SIGTERM)
-        except OSError as exc:
-            return f"cannot stop the old master (pid {self.old.pid}): {exc.strerror or exc}"
+            if not self._old_alive():
+                return f"the old master (pid {self.old.pid}) is gone already"
+            try:
+                if fd is not None:
+                    signal.pidfd_send_signal(fd, signal.SIGTERM)
+                else:
+                    os.kill(self.old.pid, signal.SIGTERM)
+            except OSError as exc:
+                return f"cannot stop the old master (pid {self.old.pid}): {exc.strerror or exc}"
+        finally:
+            if fd is not None:
+                os.close(fd)
         return f"sent SIGTERM to the old master (pid {self.old.pid}); its workers finish their requests"
 
     def abort(self) -> str:
         """The new servers did not come up: stop the new master, if it is still ours."""
+        if self.retired:
+            return "the old master was retired: the new master is left serving"
         new = Path(f"{self.path}{NEW_SUFFIX}")
         claim = pidfile.read_pidfile(new)
         if isinstance(claim, str):

@@ -154,12 +154,14 @@ class Verified:
 
 @dataclass(frozen=True)
 class Drain:
-    """The answer to ``ProbeDrain``: the work in flight it reports (``None``: it failed, ``detail``)."""
+    """The answer to ``ProbeDrain``: the work in flight it reports (``None``: it failed, ``detail``;
+    ``0`` without a probe), and ``gone``: those of the pids asked about that no longer run."""
 
     ticket: int
     now: float
     inflight: int | None
     detail: str = ""
+    gone: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)

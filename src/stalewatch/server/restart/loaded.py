@@ -30,6 +30,7 @@ from ...git.reflog import Entry, head_log
 from ...git.refs import GitDirs
 from .. import commands
 from ..commands import parse_pid
+from ..drain import OutputDrain
 from . import pidfile
 from .policy import RestartPolicy
 from .procs import Proc, children, read_proc
@@ -83,14 +84,15 @@ def code_start(proc: Proc) -> float:
     return min(child.start for child in workers) if workers else proc.start
 
 
-def _pid_from(policy: RestartPolicy, stop: threading.Event) -> Proc | Told:
+def _pid_from(policy: RestartPolicy, stop: threading.Event, drain: OutputDrain | None) -> Proc | Told:
     if policy.pidfile is not None:
         found = pidfile.server(policy.pidfile)
         if found.proc is not None:
             return found.proc
         return Told(stopped=found.stopped, why=found.reason)
     argv = policy.pid_command or ()
-    outcome = commands.run(argv, timeout=PID_COMMAND_TIMEOUT, stop=stop)
+    # As an action's (R4): output bounded, and a background child's drained, never cut.
+    outcome = commands.run(argv, timeout=PID_COMMAND_TIMEOUT, stop=stop, drain=drain, label="the pid_command")
     if not outcome.ok:
         return Told(why=f"the pid_command {outcome.detail}")
     last = outcome.output.splitlines()[-1].strip() if outcome.output.strip() else ""
@@ -104,11 +106,20 @@ def _pid_from(policy: RestartPolicy, stop: threading.Event) -> Proc | Told:
     return proc
 
 
-def learn(policy: RestartPolicy, dirs: GitDirs | None, head: str | None, stop: threading.Event) -> Told:
-    """What the servers run, as far as the process and the reflog tell (see the module doc)."""
+def learn(
+    policy: RestartPolicy,
+    dirs: GitDirs | None,
+    head: str | None,
+    stop: threading.Event,
+    drain: OutputDrain | None = None,
+) -> Told:
+    """What the servers run, as far as the process and the reflog tell (see the module doc).
+
+    ``drain``: where the ``pid_command``'s output goes while a background child holds it.
+    """
     if policy.pidfile is None and policy.pid_command is None:
         return Told(why="no pidfile nor pid_command tells which process serves")
-    found = _pid_from(policy, stop)
+    found = _pid_from(policy, stop, drain)
     if isinstance(found, Told):
         return found
     if dirs is None or head is None:

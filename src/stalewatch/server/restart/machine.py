@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...core.phases import RestartPhase
+from . import drain
 from .effects import Effect, ReadHead, Stage
 from .inputs import (
     Acted,
@@ -121,9 +122,21 @@ class _Step(Stages):
 
     def _servers(self, servers: tuple[Server, ...]) -> None:
         s = self.s
-        retiring = s.retiring & {x.pid for x in servers}
-        belief = s.belief
+        pids = {x.pid for x in servers}
+        retiring = s.retiring & pids
         a = s.attempt
+        # Work in flight that left with its registration, outside our action: it may still
+        # run (R8). Counted until it registers again, its process is gone, or the bound.
+        departed = [d for d in drain.held(s.departed, self.now, s.rules) if d.pid not in pids]
+        if a is None or a.stage < Stage.ACT:
+            gone = {x.pid for x in s.servers if x.pid not in pids and x.pid not in s.retiring}
+            left: dict[int, int] = {}
+            for x in s.servers:
+                if x.pid in gone and x.inflight > 0:
+                    left[x.pid] = left.get(x.pid, 0) + x.inflight
+            departed = [d for d in departed if d.pid not in left]
+            departed += [drain.Departed(pid, count, self.now) for pid, count in left.items()]
+        belief = s.belief
         if s.servers and not servers and (a is None or a.stage < Stage.ACT):
             # Every registered server went away, and not in a restart of ours: they were
             # stopped. Restarting now would start them (the Hermes WebUI bug): wait.
@@ -134,7 +147,7 @@ class _Step(Stages):
             registered=s.registered or bool(servers),
             belief=belief,
             retiring=retiring,
-            retire_until=s.retire_until if retiring else None,
+            departed=tuple(departed),
         )
         a = self.s.attempt
         if a is not None and a.stage is Stage.CONFIRM:
@@ -206,11 +219,15 @@ class _Step(Stages):
 
     def _probed_drain(self, stage: Stage, event: Drain) -> None:
         probed = None if event.inflight is None else max(0, event.inflight)
-        self.s = replace(self.s, probed=probed, probe_detail=event.detail)
+        held = drain.held(self.s.departed, self.now, self.s.rules)
+        departed = tuple(d for d in held if d.pid not in event.gone)
+        self.s = replace(self.s, probed=probed, probe_detail=event.detail, departed=departed)
         if stage is Stage.DRAIN:
             self.update(deadline=self.now + self.s.rules.drain_poll)
         elif stage is Stage.LOCKED_DRAIN:
             self.drain_under_lock()
+        elif stage is Stage.FINAL_HEAD:
+            self.final()
 
     def _locked(self, a: Attempt, event: Lock) -> None:
         if a.stage is not Stage.LOCK:
@@ -230,7 +247,8 @@ class _Step(Stages):
         if event.refused and not event.ok:
             self.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
         elif not event.ok:
-            self.restart_failed(f"action {event.detail}")
+            # A handoff's signal that failed sent nothing: no new master to abort (R9).
+            self.restart_failed(f"action {event.detail}", signalled=False)
         else:
             # Decided now, for this restart: a reload meanwhile does not change how.
             rules = self.s.rules
@@ -270,6 +288,8 @@ class _Step(Stages):
             self.drop()  # HEAD moved, or the servers run HEAD now: start over (R6, R9)
         elif a.ask is None:
             self.stage(a)
+        elif self.now >= a.asked_at + s.rules.patience:
+            self.unanswered(a)
 
     def _idle(self, want: str | None) -> None:
         if want is not None and want != self.s.target:
@@ -282,7 +302,10 @@ class _Step(Stages):
         ):
             self.publish(gave_up.phase, gave_up.reason, Stage.DONE, gave_up.revision)
         elif want is not None:
-            self.s = replace(s, attempt=Attempt(want, Stage.SCHEDULED, self.now))
+            # A new run drains afresh (R8): its clock starts when its own drain starts,
+            # never at a drain of a run that ended (A -> B -> A -> B an hour later).
+            attempt = Attempt(want, Stage.SCHEDULED, self.now)
+            self.s = replace(s, attempt=attempt, drain_since=None, probed=None)
         else:
             # Idle: say what tells what runs when no server registers (R10: unknown is
             # said, never guessed); a confirmation stays told until something else is.

@@ -11,7 +11,21 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["DrainOutcome", "PolicyView", "Rules"]
+__all__ = ["ANSWER_MARGIN", "DrainOutcome", "PolicyView", "Rules", "patience"]
+
+ANSWER_MARGIN = 15.0
+"""Seconds an answer may take beyond its commands' timeouts: the quick requests (markers,
+the lock, HEAD), the handoff's wait for a promoted master (5 s), a loaded machine."""
+
+
+def patience(verify: float, action: float, drain_probe: float, confirm: float) -> float:
+    """Seconds after which an answer awaited is lost (R2-R5: never a hang with the lock held).
+
+    Every command the executor runs has its timeout, and a request may wait on the one
+    worker thread behind another that is still running (a dropped run's probe): twice
+    the longest, and the margin.
+    """
+    return 2 * max(verify, action, drain_probe, confirm) + ANSWER_MARGIN
 
 
 class DrainOutcome(enum.StrEnum):
@@ -59,6 +73,12 @@ class PolicyView(Protocol):
     def drain_poll(self) -> float: ...
     @property
     def handoff(self) -> bool: ...
+    @property
+    def verify_timeout(self) -> float: ...
+    @property
+    def action_timeout(self) -> float: ...
+    @property
+    def drain_probe_timeout(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -69,7 +89,8 @@ class Rules:
         settle: seconds HEAD must hold still before anything else (R6).
         max_attempts: actions per HEAD revision, confirmed ones included (R6, R10).
         min_interval: seconds between two actions, whatever their revisions (R6).
-        markers: the policy names markers to look at (R1).
+        markers: the policy names markers to look at (R1), or has a handoff (a previous
+            one still under way is waited for with them, R9).
         verify: the policy has a verify probe (R2, R9).
         lock: the policy has a handoff lock (R3).
         confirm_probe: the policy has a confirm probe (R5).
@@ -82,6 +103,9 @@ class Rules:
         handoff: the action starts the new servers beside the old (gunicorn ``USR2``); the
             old are retired only once as many new ones registered on the target, and the
             new are aborted if they do not (R9; needs servers that register).
+        patience: seconds after which an answer still awaited counts as lost (the
+            executor answers every request, failures included; this is the backstop):
+            the run fails rather than waits for ever holding the lock (:func:`patience`).
     """
 
     settle: float = 2.0
@@ -97,6 +121,7 @@ class Rules:
     drain_probe: bool = False
     drain_poll: float = 1.0
     handoff: bool = False
+    patience: float = patience(60.0, 30.0, 10.0, 60.0)  # with the policy's default timeouts
 
     @classmethod
     def of(cls, policy: PolicyView) -> Rules:
@@ -105,9 +130,12 @@ class Rules:
             settle=policy.settle,
             max_attempts=policy.max_attempts,
             min_interval=policy.min_interval,
+            # A handoff's pidfile is looked at with the markers: a previous handoff whose
+            # old master still finishes its requests is waited for (R9).
             markers=policy.update_marker is not None
             or bool(policy.incomplete_markers)
-            or bool(policy.hold_while),
+            or bool(policy.hold_while)
+            or policy.handoff,
             verify=policy.verify is not None,
             lock=policy.lock is not None,
             confirm_probe=policy.confirm is not None,
@@ -117,4 +145,10 @@ class Rules:
             drain_probe=policy.drain_probe is not None,
             drain_poll=policy.drain_poll,
             handoff=policy.handoff,
+            patience=patience(
+                policy.verify_timeout,
+                policy.action_timeout,
+                policy.drain_probe_timeout,
+                policy.confirm_timeout,
+            ),
         )

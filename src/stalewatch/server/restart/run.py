@@ -14,7 +14,7 @@ from typing import Any
 
 from ...core.phases import RestartPhase, RestartState
 from . import drain
-from .effects import Effect, Publish, ReleaseLock, Stage, Wake
+from .effects import Effect, ProbeDrain, Publish, ReleaseLock, Stage, Wake
 from .inputs import Server
 from .state import MARKER_POLL, Attempt, State, interval_left
 from .waits import Waits, estimate, retry_after
@@ -69,13 +69,24 @@ class Run:
     def serving(self) -> tuple[Server, ...]:
         """The registered servers that say what runs: not the old ones a handoff is retiring."""
         s = self.s
-        if s.retire_until is None or self.now >= s.retire_until:
-            return s.servers
         return tuple(x for x in s.servers if x.pid not in s.retiring)
+
+    def held(self) -> tuple[drain.Departed, ...]:
+        """The departed servers whose work still counts (R8)."""
+        return drain.held(self.s.departed, self.now, self.s.rules)
 
     def in_flight(self) -> int | None:
         """The work in flight as last told (``None``: the drain probe cannot tell)."""
-        return drain.in_flight(self.s.servers, self.s.rules, self.s.probed)
+        return drain.in_flight(self.s.servers, self.s.rules, self.s.probed, self.held())
+
+    def looks(self) -> bool:
+        """Whether the drain is looked at (the probe, or whether departed servers still run)."""
+        return self.s.rules.drain_probe or bool(self.held())
+
+    def probe_drain(self) -> None:
+        """Ask for a look at the drain."""
+        pids = frozenset(d.pid for d in self.held() if d.pid > 0)
+        self.ask(lambda t: ProbeDrain(t, pids))
 
     def publish(
         self,
@@ -145,18 +156,18 @@ class Run:
         )
 
     def wake(self) -> None:
-        """Ask for the next tick the run needs (none while an answer is awaited)."""
+        """Ask for the next tick the run needs (while an answer is awaited: when it is lost)."""
         s, a = self.s, self.s.attempt
         at: float | None = None
-        if a is not None and a.ask is None:
+        if a is not None and a.ask is not None:
+            at = a.asked_at + s.rules.patience  # the backstop: never a wait for ever (R3)
+        elif a is not None:
             times = [a.deadline]
             if a.stage is Stage.DRAIN and s.drain_since is not None:
                 times.append(s.drain_since + s.rules.drain_timeout)
             if a.stage is Stage.CONFIRM:
                 times.append(a.confirm_until)
             at = min((t for t in times if t is not None), default=None)
-        elif a is None and s.retire_until is not None and self.now < s.retire_until:
-            at = s.retire_until  # old servers still registered then count again
         if at != s.timer:
             self.s = replace(s, timer=at)
             self.effects.append(Wake(at))

@@ -18,7 +18,6 @@ from .effects import (
     Act,
     CheckMarkers,
     ProbeConfirm,
-    ProbeDrain,
     ReadHead,
     Rebind,
     ReleaseLock,
@@ -41,6 +40,11 @@ class Stages(Run):
         rules = self.s.rules
         due = a.deadline is None or self.now >= a.deadline
         if a.stage is Stage.SCHEDULED:
+            if self.s.published.phase in (RestartPhase.IDLE, RestartPhase.CONFIRMED):
+                # Servers report their count once a restart is coming or their code is
+                # stale: until now they may have been silent (after a failure or a
+                # refusal, the servers left on old code are stale and report) (R8).
+                self.update(announced=self.now)
             self.publish(RestartPhase.SCHEDULED, None, Stage.SCHEDULED)
             if a.began is None or rules.settle <= 0:
                 self.bounds()
@@ -75,8 +79,8 @@ class Stages(Run):
         elif a.stage is Stage.LOCKED_HEAD or a.stage is Stage.FINAL_HEAD:
             self.ask(ReadHead)
         elif a.stage is Stage.LOCKED_DRAIN:
-            if rules.drain_probe and a.note is None:
-                self.ask(ProbeDrain)
+            if self.looks() and a.note is None:
+                self.probe_drain()
             else:
                 self.drain_under_lock()
         elif a.stage is Stage.CONFIRM:
@@ -100,31 +104,58 @@ class Stages(Run):
 
     def drain_stage(self, *, due: bool) -> None:
         """Wait until no work is in flight, ``drain_timeout`` at most (R8)."""
-        if self.s.rules.drain_probe and due:
-            self.ask(ProbeDrain)
+        looks = self.looks()
+        if looks and due:
+            self.probe_drain()
             return
         total = self.in_flight()
         if total != 0 and self.s.drain_since is None:
             self.s = replace(self.s, drain_since=self.now)  # the drain begins
         s = self.s
         verdict = drain.decide(total, s.drain_since, self.now, s.rules)
+        heard = self.heard_at()
+        if verdict is drain.Next.GO and heard is not None:
+            verdict = drain.Next.WAIT  # a count from before the announcement proves nothing
         if verdict is not drain.Next.WAIT:
             self.drained(verdict, total, Stage.LOCK)
             return
         told, reason = s.published, f"drain: {drain.describe(total, s.probe_detail)}"
+        if total == 0 and s.started is not None and self.now < s.started + drain.RECONNECT_GRACE:
+            reason += " (the daemon just started: servers may still register)"
         draining = told.phase is RestartPhase.WAITING and (told.reason or "").startswith("drain:")
         due_at = s.published_at + s.rules.drain_poll
         if draining and told.reason != reason and self.now < due_at:
             # One chatty server must not flood every client: a changed count is told
             # at most once per drain_poll (the probe, when there is one, keeps that pace).
-            if not s.rules.drain_probe:
+            if not looks:
                 a = s.attempt
                 if a is not None and (a.deadline is None or a.deadline > due_at):
                     self.update(deadline=due_at)
             return
-        if not s.rules.drain_probe:
-            self.update(deadline=None)  # told now: no look is owed
+        if not looks:
+            self.update(deadline=heard)  # told now: no look is owed, unless counts are due
+        elif heard is not None and (s.attempt is None or s.attempt.deadline is None):
+            self.update(deadline=heard)
         self.publish(RestartPhase.WAITING, reason, Stage.DRAIN, inflight=total)
+
+    def heard_at(self) -> float | None:
+        """When the servers' counts are in, if that is still ahead (R8): one ``drain_poll``
+        after this run's announcement (they report at once), and after the daemon's start
+        the clients' reconnect grace.
+
+        A count from a registration made long before is not one: servers report only
+        while a restart is coming (with ``settle = 0`` the drain would be judged in the
+        step that announces it). No registration just after the daemon started is not
+        nothing in flight: the servers are still reconnecting (backing off up to 2 s).
+        """
+        a, s = self.s.attempt, self.s
+        times = [-math.inf]
+        if a is not None and a.announced is not None and s.servers:
+            times.append(a.announced + s.rules.drain_poll)
+        if s.started is not None:
+            times.append(s.started + min(drain.RECONNECT_GRACE, s.rules.drain_timeout))
+        at = max(times)
+        return at if self.now < at else None
 
     def drain_under_lock(self) -> None:
         """The work in flight once more, under the lock: more came in, drain again (R8)."""
@@ -156,6 +187,12 @@ class Stages(Run):
         a = self.s.attempt
         if a is None:
             return
+        if self.looks() and a.note is None and not a.final_look:
+            # The probe's count is as old as the verify under the lock (up to its timeout):
+            # looked at once more right before the action, as registrations are (R8).
+            self.update(final_look=True)
+            self.probe_drain()
+            return
         if self.in_flight() != 0 and a.note is None:
             self.again()  # work came in while verifying under the lock (R8)
             return
@@ -165,12 +202,20 @@ class Stages(Run):
             a,
             stage=Stage.ACT,
             ask=ticket,
+            asked_at=self.now,
             acted_at=self.now,
+            act_ticket=ticket,
             handoff=s.rules.handoff,
             old_pids=frozenset(x.pid for x in s.servers),
         )
         self.s = replace(
-            s, attempt=attempt, actions=s.actions + 1, last_action=self.now, drain_since=None, probed=None
+            s,
+            attempt=attempt,
+            actions=s.actions + 1,
+            last_action=self.now,
+            drain_since=None,
+            probed=None,
+            departed=(),  # what the action stops is what the drain waited for
         )
         self.publish(RestartPhase.RESTARTING, a.note, Stage.ACT)
         self.effects.append(Act(ticket, a.target, s.rules.handoff))
@@ -205,6 +250,25 @@ class Stages(Run):
         else:
             self.confirmed(a.target)  # neither registrations nor a probe: the exit status says
 
+    def unanswered(self, a: Attempt) -> None:
+        """The answer awaited never came (the executor answers every request; a backstop).
+
+        Before the action: a failed attempt (a new run after ``min_interval``, the lock
+        released). The action or its confirmation: a failed restart; with a handoff the
+        executor stops only a new master that very action started, if any (R9).
+        """
+        self.update(ask=None)
+        if a.stage is Stage.LOCK:
+            # The lost try may yet take it: released after it, before any new try (one
+            # worker, in order).
+            self.effects.append(ReleaseLock())
+        stage = a.stage.name.lower().replace("_", " ")
+        why = f"no answer from the {stage} stage in {self.s.rules.patience:g} s"
+        if a.stage >= Stage.ACT:
+            self.restart_failed(f"not-confirmed: {why}")
+        else:
+            self.failure(why)
+
     # -- outcomes ------------------------------------------------------------------------
 
     def confirmed(self, running: str) -> None:
@@ -213,7 +277,8 @@ class Stages(Run):
         if a is None:
             return
         if a.handoff:
-            self.effects.append(Retire(a.old_pids))  # only now: the new ones run the target (R9)
+            # Only now: the new ones run the target (R9).
+            self.effects.append(Retire(a.old_pids, a.act_ticket))
         if a.lock_held:
             self.effects.append(ReleaseLock())
         s = self.s
@@ -224,21 +289,26 @@ class Stages(Run):
             restart_seconds=max(0.5, self.now - a.acted_at),
         )
         if a.handoff:
-            # The old servers stay registered until they finish their work and exit: they
-            # make no restart wanted meanwhile (for confirm_timeout at most).
-            until = self.now + s.rules.confirm_timeout
-            self.s = replace(self.s, retiring=a.old_pids, retire_until=until)
+            # The old servers stay registered until they finish their work and exit
+            # (gunicorn's graceful_timeout, which may well be longer than confirm_timeout):
+            # they make no restart wanted meanwhile, however long that takes (R9).
+            self.s = replace(self.s, retiring=a.old_pids)
         self.publish(RestartPhase.CONFIRMED, None, Stage.DONE, running)
         self.effects.append(Rebind(running))
 
-    def restart_failed(self, reason: str) -> None:
-        """The restart did not come up; with a handoff the new servers go, the old serve on (R9)."""
+    def restart_failed(self, reason: str, *, signalled: bool = True) -> None:
+        """The restart did not come up; with a handoff the new servers go, the old serve on (R9).
+
+        ``signalled``: the action may have started new servers (an action that says it
+        failed signalled nothing: it has nothing to abort).
+        """
         a = self.s.attempt
         if a is None:
             return
         if a.handoff:
-            new = confirming.newcomers(self.s.servers, a.acted_at, a.old_pids)
-            self.effects.append(Abort(frozenset(s.pid for s in new)))
+            if signalled:
+                new = confirming.newcomers(self.s.servers, a.acted_at, a.old_pids)
+                self.effects.append(Abort(frozenset(s.pid for s in new), a.act_ticket))
             reason = f"{reason}; the old servers still serve"
         self.failure(reason)
 
@@ -255,8 +325,10 @@ class Stages(Run):
             self.give_up(RestartPhase.FAILED, f"{reason} (attempt {attempts} of {most})")
             return
         self.publish(RestartPhase.FAILED, reason, Stage.DONE)
-        # Never a tight loop: the next run waits out min_interval, the lock released.
+        # Never a tight loop: the next run waits out min_interval, the lock released; a
+        # run after a told outcome drains afresh (R8).
         self.again()
+        self.s = replace(self.s, drain_since=None)
 
     def give_up(
         self, phase: RestartPhase, reason: str, revision: str | None = None, *, loaded: bool = False

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from ...core.phases import RestartPhase, RestartState
+from .drain import Departed
 from .effects import Stage
 from .inputs import Server
 from .rules import Rules
@@ -71,7 +72,10 @@ class Attempt:
     lock_held: bool = False
     lock_delay: float = LOCK_POLL[0]
     note: str | None = None  # "drain-timeout: N still in flight" once the bound let it go on
+    announced: float | None = None  # when this run told clients a restart is coming (R8)
+    final_look: bool = False  # the drain was looked at once more right before the action (R8)
     acted_at: float = 0.0
+    act_ticket: int = 0  # the ticket of the action: Retire and Abort name its handoff (R9)
     handoff: bool = False
     confirm_by: Confirm = Confirm.STATUS
     old_pids: frozenset[int] = frozenset()
@@ -100,13 +104,20 @@ class State:
         gave_up: the verdict standing for its revision, if any.
         drain_since: when the drain of the target began (``None``: none yet).
         probed, probe_detail: the drain probe's last answer.
+        departed: registrations that went away with work in flight outside an action of
+            the machine's: their work may still run (R8, :mod:`.drain`).
         attempt: the run under way, if any.
         published: the last phase told; ``published_at``: when (for ``drain_poll``).
         tickets: the last ticket given to a request.
         timer: the wake-up last asked for.
-        retiring, retire_until: the old servers a handoff retired, and until when they do
-            not count for what runs (they leave as they finish their work).
+        retiring: the old servers a handoff retired (``TERM`` sent to their master): they
+            leave as they finish their work (within gunicorn's ``graceful_timeout``) and
+            never count for what runs meanwhile: a restart for them would signal the new
+            master, all that serves besides them (R9).
         verify_seconds, restart_seconds: the last measured probe and restart times.
+        started: when the daemon started (``None``: not known): its servers register
+            again within ``drain.RECONNECT_GRACE`` of it, and until then a drain does not
+            take their silence for nothing in flight (R8).
     """
 
     rules: Rules
@@ -123,15 +134,16 @@ class State:
     drain_since: float | None = None
     probed: int | None = None
     probe_detail: str = ""
+    departed: tuple[Departed, ...] = ()
     attempt: Attempt | None = None
     published: RestartState = field(default_factory=lambda: RestartState(RestartPhase.IDLE))
     published_at: float = -math.inf
     tickets: int = 0
     timer: float | None = None
     retiring: frozenset[int] = frozenset()
-    retire_until: float | None = None
     verify_seconds: float = DEFAULT_VERIFY
     restart_seconds: float = DEFAULT_RESTART
+    started: float | None = None
 
 
 def interval_left(state: State, now: float) -> float:

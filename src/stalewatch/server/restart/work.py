@@ -21,12 +21,13 @@ from .. import commands
 from ..commands import Outcome
 from ..drain import OutputDrain
 from .effects import Act, CheckMarkers, ProbeConfirm, ProbeDrain, TakeLock, Verify
-from .handoff import Handoff, promoted
+from .handoff import Handoff, pending, promoted
 from .inputs import Acted, ConfirmProbed, Drain, Lock, Markers, Verdict, Verified
 from .lock import HandoffLock
 from .markers import assess
 from .pidfile import signal_server
 from .policy import RestartPolicy
+from .procs import read_proc
 
 __all__ = ["Work", "environment", "parse_count"]
 
@@ -85,7 +86,10 @@ class Work:
         self._stop = stop
         self._lock: HandoffLock | None = None
         self._releasing = threading.Lock()  # the worker and stop() may both release
-        self.handoff: Handoff | None = None  # the last USR2 handoff begun
+        # The last USR2 handoff begun, with the ticket of its Act: Retire and Abort act
+        # on it only when they name that very action (R9).
+        self.handoff: tuple[int, Handoff] | None = None
+        self._pending: tuple[str, float] | None = None  # a handoff under way, first seen at
 
     def _run(self, argv: tuple[str, ...], what: str, revision: str, timeout: float) -> Outcome:
         outcome = commands.run(
@@ -103,7 +107,30 @@ class Work:
 
     def markers(self, request: CheckMarkers) -> Answer:
         verdict = assess(self.policy)
-        return Markers(request.ticket, time.monotonic(), Verdict(verdict.action), verdict.reason)
+        now = time.monotonic()
+        if verdict.action == "go" and self.policy.handoff and self.policy.pidfile is not None:
+            held = self._under_way(self.policy.pidfile, now)
+            if held is not None:
+                return Markers(request.ticket, now, *held)
+        return Markers(request.ticket, now, Verdict(verdict.action), verdict.reason)
+
+    def _under_way(self, path: Path, now: float) -> tuple[Verdict, str] | None:
+        """A previous handoff still under way (R9): its old master finishes its requests.
+
+        Until it has exited, gunicorn keeps ``<pidfile>.2`` and ignores a ``USR2`` to the
+        new master: the next action waits (told as a wait), ``drain_timeout`` at most,
+        then refuses until it is over (it lifts by itself). Never a failure, never a signal.
+        """
+        what = pending(path)
+        if what is None:
+            self._pending = None
+            return None
+        if self._pending is None or self._pending[0] != what:
+            self._pending = (what, now)
+        waited = now - self._pending[1]
+        if waited >= self.policy.drain_timeout:
+            return Verdict.REFUSE, f"handoff: {what}: still after {waited:.0f} s"
+        return Verdict.WAIT, f"handoff: {what}"
 
     def verify(self, request: Verify) -> Answer:
         probe = self.policy.verify or ()
@@ -111,11 +138,17 @@ class Work:
         return Verified(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
 
     def drain_probe(self, request: ProbeDrain, target: str) -> Answer:
-        probe = self.policy.drain_probe or ()
+        """A look at the drain (R8): the probe's count, and which departed servers are gone."""
+        # Their pids came from the kernel (SO_PEERCRED): while the process runs, the work
+        # it had in flight may still run.
+        gone = frozenset(pid for pid in request.pids if read_proc(pid) is None)
+        probe = self.policy.drain_probe
+        if probe is None:
+            return Drain(request.ticket, time.monotonic(), 0, gone=gone)
         outcome = self._run(probe, "the drain probe", target, self.policy.drain_probe_timeout)
         count = parse_count(outcome.output) if outcome.ok else None
         detail = outcome.detail if not outcome.ok else "printed no whole number"
-        return Drain(request.ticket, time.monotonic(), count, "" if count is not None else detail)
+        return Drain(request.ticket, time.monotonic(), count, "" if count is not None else detail, gone)
 
     def take_lock(self, request: TakeLock) -> Answer:
         path = self.policy.lock
@@ -145,12 +178,14 @@ class Work:
         path = policy.pidfile
         if path is None:  # the parser refuses such a policy
             return Acted(request.ticket, time.monotonic(), False, "no action nor pidfile")
-        pending = promoted(path, self._stop)
-        if pending is not None:
-            return Acted(request.ticket, time.monotonic(), False, pending)
+        self.handoff = None  # whatever happens now, an earlier handoff is never aborted
+        still = promoted(path, self._stop)
+        if still is not None:
+            return Acted(request.ticket, time.monotonic(), False, still)
         if request.handoff:
-            self.handoff, detail = Handoff.begin(path, policy.signal, time.time())
-            ok = self.handoff is not None
+            handoff, detail = Handoff.begin(path, policy.signal, time.time())
+            self.handoff = None if handoff is None else (request.ticket, handoff)
+            ok = handoff is not None
         else:
             proc, detail = signal_server(path, policy.signal)
             ok = proc is not None
@@ -163,10 +198,21 @@ class Work:
         outcome = self._run(probe, "the confirm probe", request.revision, self.policy.confirm_timeout)
         return ConfirmProbed(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
 
-    def retire(self) -> None:
-        if self.handoff is not None:
-            logger.info("stalewatch: restart of %s: %s", self.key, self.handoff.retire())
+    def _of(self, ticket: int) -> Handoff | None:
+        """The handoff the action with ``ticket`` began, if it began one."""
+        if self.handoff is None or self.handoff[0] != ticket:
+            return None
+        return self.handoff[1]
 
-    def abort(self) -> None:
-        if self.handoff is not None:
-            logger.warning("stalewatch: restart of %s: %s", self.key, self.handoff.abort())
+    def retire(self, ticket: int) -> None:
+        handoff = self._of(ticket)
+        if handoff is not None:
+            logger.info("stalewatch: restart of %s: %s", self.key, handoff.retire())
+
+    def abort(self, ticket: int) -> None:
+        """Stop the new master the action ``ticket`` started, if any (R9: never another)."""
+        handoff = self._of(ticket)
+        if handoff is None:
+            logger.info("stalewatch: restart of %s: that action started no new master to stop", self.key)
+            return
+        logger.warning("stalewatch: restart of %s: %s", self.key, handoff.abort())
