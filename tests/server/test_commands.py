@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import select
@@ -180,3 +181,46 @@ def test_systemd_variables_are_not_passed_on(monkeypatch: pytest.MonkeyPatch) ->
         [PY, "-c", "import os; print(os.environ.get('NOTIFY_SOCKET'))"], timeout=30, env={"A": "1"}
     )
     assert outcome.output == "None"
+
+
+def test_an_error_while_waiting_kills_and_reaps_the_command_then_is_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Out of descriptors for the selector (EMFILE) once the command runs: the error
+    # reaches the caller (the restart executor answers with it), and the command is not
+    # left running unseen with its pipe open.
+    started = tmp_path / "started"
+    argv = [
+        sys.executable,
+        "-c",
+        f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)",
+    ]
+
+    class NoSelector:
+        def __init__(self) -> None:
+            deadline = time.monotonic() + WAIT
+            while not started.exists():  # the command runs: its pid is in use
+                assert time.monotonic() < deadline
+                select.select([], [], [], 0.01)
+            raise OSError(24, "Too many open files")
+
+    spawned: list[int] = []
+    real_popen = process.subprocess.Popen
+
+    def popen(*args: object, **kwargs: object) -> object:
+        proc = real_popen(*args, **kwargs)  # type: ignore[call-overload]
+        spawned.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(process.selectors, "DefaultSelector", NoSelector)
+    monkeypatch.setattr(process.subprocess, "Popen", popen)
+    try:
+        with pytest.raises(OSError, match="Too many open files"):
+            process.run(argv, timeout=WAIT)
+        (pid,) = spawned
+        with pytest.raises(ChildProcessError):  # reaped: no longer our child, not a zombie
+            os.waitpid(pid, os.WNOHANG)
+    finally:
+        for pid in spawned:  # without the fix it runs on: its own group, which we created
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)

@@ -190,7 +190,25 @@ class ProcessWait:
         os.set_blocking(self.pipe, False)
 
     def run(self) -> bool:
-        """Wait until the command's process exited (ending it when due); True if it timed out."""
+        """Wait until the command's process exited (ending it when due); True if it timed out.
+
+        Raises:
+            Exception: whatever waiting raised (out of descriptors for the selector or
+                the pidfd...): the command's group is killed and the process reaped
+                first, so an error never leaves a command running unseen.
+        """
+        try:
+            return self._run()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self._end(signal.SIGKILL, strays=False)
+                self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=KILL_GRACE)
+            self._close_pipe()
+            raise
+
+    def _run(self) -> bool:
         proc = self.proc
         exit_fd = pidfd(proc.pid)
         timed_out = False
