@@ -221,6 +221,8 @@ def test_an_error_while_waiting_kills_and_reaps_the_command_then_is_raised(
         with pytest.raises(ChildProcessError):  # reaped: no longer our child, not a zombie
             os.waitpid(pid, os.WNOHANG)
     finally:
-        for pid in spawned:  # without the fix it runs on: its own group, which we created
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+        for pid in spawned:  # without the fix it runs on, still our unreaped child
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG) == (0, 0):  # running: the pid cannot be reused
+                    os.killpg(pid, signal.SIGKILL)  # its own group, made by run()
+                    os.waitpid(pid, 0)
