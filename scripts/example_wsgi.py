@@ -37,8 +37,11 @@ const say = (what) => console.log("stalewatch " + JSON.stringify(what));
 const banner = document.getElementById("banner");
 const coming = ["scheduled", "waiting", "verifying", "restarting"];
 let loaded = null;
+let pending = null;  // the restart phase last told, while one is coming or failed
 function restart(r) {
-  if (!r || r.phase === "idle" || r.phase === "confirmed") return;
+  if (!r) return;
+  if (r.phase === "idle" || r.phase === "confirmed") { pending = null; return; }
+  pending = r;
   banner.hidden = false;
   banner.textContent = coming.includes(r.phase)
     ? "The code was updated: restarting\u2026 (" + r.phase + (r.reason ? ": " + r.reason : "") + ")"
@@ -63,7 +66,8 @@ for (const name of ["current", "stale", "unreadable", "untracked"]) {
     } else {
       banner.hidden = true;
     }
-    restart(data.restart);
+    // The daemon tells a restart before the change it is for: an event after it keeps it.
+    restart(data.restart || (name === "stale" ? pending : null));
     say({event: data.type, status: name, loaded: loaded});
   });
 }

@@ -170,18 +170,21 @@ def test_cardinality_stays_flat_across_1000_commits(workdir: Path, git_repo: Rep
     with start_daemon(workdir, "--config", str(config)) as daemon, Subscriber(daemon.socket) as sub:
         url = metrics_url(daemon)
         greet(sub)
+        # HEAD goes through the first twelve commits: the daemon refuses a registration of
+        # a revision the checkout never had (R10).
+        for commit in commits[:12]:
+            git_repo.git("update-ref", "refs/heads/main", commit)
+            assert sub.next("event")["current_revision"] == commit
         # Twelve server processes on twelve revisions: shown as the 8 most common + other.
         servers = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(12)]
         try:
             for n, server in enumerate(servers):
                 server.connect(str(daemon.socket))
-                line = f'{{"type":"register","checkout":"{key}","revision":"{commits[n % 12]}"}}\n'
+                line = f'{{"type":"register","checkout":"{key}","revision":"{commits[n]}"}}\n'
                 server.sendall(line.encode())
                 assert sub.next("processes")["processes"]
-            git_repo.git("update-ref", "refs/heads/main", commits[0])
-            assert sub.next("event")["current_revision"] == commits[0]
             first = samples(scrape(url))
-            for commit in commits[1:]:
+            for commit in commits[12:]:
                 git_repo.git("update-ref", "refs/heads/main", commit)
                 assert sub.next("event")["current_revision"] == commit
             last = samples(scrape(url))
