@@ -166,13 +166,14 @@ def unserved_windows(run: Run) -> list[float]:
     return windows
 
 
-def early_retries(run: Run) -> tuple[int, int, float]:
+def early_retries(run: Run) -> tuple[int, Counter[str], float]:
     """409s whose ``retry_after`` ran out before the new code answered: (409s with one,
-    early ones, the largest shortfall in seconds)."""
+    the early ones by the phase they told, the largest shortfall in seconds)."""
     answered = sorted(
         (o.start, o.revision) for o in run.outcomes if o.status == 200 and o.path == "/api/work"
     )
-    early, told, worst = 0, 0, 0.0
+    early: Counter[str] = Counter()
+    told, worst = 0, 0.0
     for o in run.outcomes:
         wait = o.payload.get("retry_after") if o.status == 409 else None
         if not isinstance(wait, int | float):
@@ -184,7 +185,8 @@ def early_retries(run: Run) -> tuple[int, int, float]:
         told += 1
         shortfall = first - (o.end + wait)
         if shortfall > 0:
-            early += 1
+            reason = str(o.payload.get("restart_reason") or "").split(":")[0]
+            early[f"{o.payload.get('restart_phase')}{': ' + reason if reason else ''}"] += 1
             worst = max(worst, shortfall)
     return told, early, worst
 
@@ -241,8 +243,9 @@ def show(run: Run, args: argparse.Namespace) -> None:
             f"  longest request in flight across a commit, answered: {longest.end - longest.start:.2f} s"
             f" ({longest.path}, {longest.status})"
         )
-    print(f"  409s with retry_after: {told}; new code not answering yet when it ran out: {early}", end="")
-    print(f" (by at most {worst:.2f} s)" if early else "")
+    count = sum(early.values())
+    print(f"  409s with retry_after: {told}; new code not answering yet when it ran out: {count}", end="")
+    print(f" (by at most {worst:.2f} s; told while {dict(early)})" if count else "")
     print()
 
 
@@ -259,7 +262,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="gunicorn, tuned, 2 commits (a smoke test)")
     args = parser.parse_args()
     if args.quick:
-        args.supervisors, args.settings, args.commits, args.settle, args.long = "gunicorn", "tuned", 2, 0.2, 0.5
+        args.supervisors, args.settings = "gunicorn", "tuned"
+        args.commits, args.settle, args.long = 2, 0.2, 0.5
     supervisors = [s for s in args.supervisors.split(",") if s]
     settings = [s for s in args.settings.split(",") if s]
     print(f"automatic restart under load: 4 client threads; {' '.join(sys.argv[1:]) or '(no options)'}")

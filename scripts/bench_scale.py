@@ -344,7 +344,9 @@ def main() -> int:
             f"python {sys.version.split()[0]}, git {version}, {os.cpu_count()} CPUs; one daemon, N checkouts"
         )
         for n in counts:
+            before = os.getloadavg()[0]
             show(measure(n, work, source, (a, b), args))
+            print(f"        load average (1 min) before {before:.2f}, after {os.getloadavg()[0]:.2f}")
         if args.packed:
             large_repository(work, args.packed, args.updates, args.src)
     finally:
