@@ -230,6 +230,13 @@ def show(run: Run, args: argparse.Namespace) -> None:
     print(f"  requests                 {len(outcomes):7d}")
     print(f"    200 (served)           {by_status[200]:7d}")
     print(f"    409 (stale, refused)   {len(refusals):7d}   ({announcing} say restart_scheduled)")
+    silent = Counter(
+        f"{o.payload.get('restart_phase')}: {o.payload.get('restart_reason')}"
+        for o in refusals
+        if not (o.payload.get("restart_scheduled") and o.retry_after)
+    )
+    if silent:
+        print(f"      the others told: {dict(silent)}")
     kinds = Counter(o.error for o in unserved)
     print(f"    not served (no server listening) {len(unserved)}  {dict(kinds) if kinds else ''}")
     print(f"      window per commit    {_ms(windows)}")

@@ -98,6 +98,43 @@ def test_r8_a_chatty_server_costs_each_client_one_line_per_drain_poll(workdir: P
         assert phases(sub, "restarting")[-1]["phase"] == "restarting"
 
 
+PROBE = "import sys; print(open(sys.argv[1]).read())"
+
+
+def test_r8_a_drain_probe_holds_the_restart_for_servers_that_do_not_register(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """Issue 15, drain: a server that does not register is asked with the configured probe."""
+    count = workdir / "inflight"
+
+    def tell(text: str) -> None:  # whole, as a server's status page would be
+        count.with_suffix(".tmp").write_text(text)
+        count.with_suffix(".tmp").replace(count)
+
+    tell("2")
+    cfg = config(workdir, git_repo, drain_probe=[sys.executable, "-c", PROBE, str(count)], drain_poll=0.1)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        new = git_repo.commit()
+        draining = restart_lines(sub, lambda m: m["reason"] == "drain: 2 in flight")[-1]
+        assert (draining["phase"], draining["inflight"], draining["revision"]) == ("waiting", 2, new)
+        status = subprocess.run(
+            [sys.executable, "-m", "stalewatch", "status", "--socket", str(daemon.socket)],
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+            check=True,
+        ).stdout
+        assert f"restart: waiting onto {new[:7]}: drain: 2 in flight" in status, status
+        tell("not a number")
+        unknown = restart_lines(sub, lambda m: (m["reason"] or "").startswith("drain: unknown"))[-1]
+        assert "printed no whole number" in unknown["reason"] and unknown["inflight"] is None
+        assert runs(workdir) == 0  # neither a count nor an unknown one lets it through
+        tell("0")
+        assert phases(sub, "confirmed", "failed")[-1]["phase"] == "confirmed"  # by the action's exit
+        assert runs(workdir) == 1
+
+
 def test_r8_the_drain_bound_refuses_by_default_and_the_refusal_stands(workdir: Path, git_repo: Repo) -> None:
     cfg = config(workdir, git_repo, drain_timeout=0.5)
     with (
