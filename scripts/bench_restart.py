@@ -178,15 +178,17 @@ def early_retries(run: Run) -> tuple[int, Counter[str], float]:
         wait = o.payload.get("retry_after") if o.status == 409 else None
         if not isinstance(wait, int | float):
             continue
-        target = next((c.revision for c in reversed(run.commits) if c.at <= o.start), None)
+        commit = next((c for c in reversed(run.commits) if c.at <= o.start), None)
+        target = commit.revision if commit is not None else None
         first = next((at for at, rev in answered if rev == target and at >= o.end), None)
-        if target is None or first is None:
+        if commit is None or first is None:
             continue
         told += 1
         shortfall = first - (o.end + wait)
         if shortfall > 0:
             reason = str(o.payload.get("restart_reason") or "").split(":")[0]
-            early[f"{o.payload.get('restart_phase')}{': ' + reason if reason else ''}"] += 1
+            where = "long request" if commit.long else "no long request"
+            early[f"{where}, {o.payload.get('restart_phase')}{': ' + reason if reason else ''}"] += 1
             worst = max(worst, shortfall)
     return told, early, worst
 
