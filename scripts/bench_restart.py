@@ -166,14 +166,14 @@ def unserved_windows(run: Run) -> list[float]:
     return windows
 
 
-def early_retries(run: Run) -> tuple[int, Counter[str], float]:
+def early_retries(run: Run) -> tuple[int, Counter[str], dict[str, float]]:
     """409s whose ``retry_after`` ran out before the new code answered: (409s with one,
     the early ones by the phase they told, the largest shortfall in seconds)."""
     answered = sorted(
         (o.start, o.revision) for o in run.outcomes if o.status == 200 and o.path == "/api/work"
     )
     early: Counter[str] = Counter()
-    told, worst = 0, 0.0
+    told, worst = 0, {"long request": 0.0, "no long request": 0.0}
     for o in run.outcomes:
         wait = o.payload.get("retry_after") if o.status == 409 else None
         if not isinstance(wait, int | float):
@@ -189,7 +189,7 @@ def early_retries(run: Run) -> tuple[int, Counter[str], float]:
             reason = str(o.payload.get("restart_reason") or "").split(":")[0]
             where = "long request" if commit.long else "no long request"
             early[f"{where}, {o.payload.get('restart_phase')}{': ' + reason if reason else ''}"] += 1
-            worst = max(worst, shortfall)
+            worst[where] = max(worst[where], shortfall)
     return told, early, worst
 
 
@@ -253,8 +253,12 @@ def show(run: Run, args: argparse.Namespace) -> None:
             f" ({longest.path}, {longest.status})"
         )
     count = sum(early.values())
-    print(f"  409s with retry_after: {told}; new code not answering yet when it ran out: {count}", end="")
-    print(f" (by at most {worst:.2f} s; told while {dict(early)})" if count else "")
+    print(f"  409s with retry_after: {told}; new code not answering yet when it ran out: {count}")
+    for where, most in worst.items():
+        phases = {k.split(", ", 1)[1]: v for k, v in early.items() if k.startswith(where + ",")}
+        if phases:
+            total = sum(phases.values())
+            print(f"    in commits with {where}: {total}, by at most {most:.2f} s, told while {phases}")
     print()
 
 
