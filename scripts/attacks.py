@@ -321,13 +321,25 @@ class Committer:
 
 
 def checkouts(root: Path, template: Path, n: int) -> list[Path]:
-    """``n`` copies of ``template`` (a small repository) under ``root``."""
+    """``n`` checkouts under ``root``: a copy of ``template`` (a small repository, the one
+    commits move, and 99 more), then the smallest layout git itself accepts (``HEAD``,
+    the branch naming the same commit, ``objects/``): what the daemon watches in each is
+    the same, and ten thousand whole copies take a busy disk an hour."""
     root.mkdir(exist_ok=True)
+    head = (template / ".git" / "refs" / "heads" / "main").read_text()
     paths = []
     for i in range(n):
         target = root / f"c{i:05d}"
-        if not target.exists():
+        if target.exists():
+            pass
+        elif i < 100:
             shutil.copytree(template, target, symlinks=True)
+        else:
+            git_dir = target / ".git"
+            (git_dir / "refs" / "heads").mkdir(parents=True)
+            (git_dir / "objects").mkdir()
+            (git_dir / "HEAD").write_text("ref: refs/heads/main\n")
+            (git_dir / "refs" / "heads" / "main").write_text(head)
         paths.append(target)
     return paths
 
