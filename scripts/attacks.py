@@ -572,8 +572,7 @@ while time.monotonic() < until:
         try:
             s = socket.create_connection((host, port), timeout=1)
             s.setblocking(False)
-            s.send(b"GET /metrics HTTP/1.1
-X-Slow: ")
+            s.send(b"GET /metrics HTTP/1.1\r\nX-Slow: ")
             held.append(s)
             opened += 1
         except OSError:
