@@ -266,15 +266,6 @@ def minimal_checkouts(root: Path, head: str, n: int) -> list[Path]:
     return paths
 
 
-def binding(daemon: DaemonProcess) -> bool:
-    """Whether the daemon's reload thread (``stalewatch-reload``) runs now."""
-    for task in Path(f"/proc/{daemon.proc.pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            if (task / "comm").read_text().strip() == "stalewatch-reload":
-                return True
-    return False
-
-
 def rss_kib(daemon: DaemonProcess) -> int:
     status = Path(f"/proc/{daemon.proc.pid}/status").read_text()
     return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
@@ -287,14 +278,14 @@ def reloaded(daemon: DaemonProcess) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(240)  # three thousand checkouts made and removed on a slow disk
 @pytest.mark.parametrize("moment", ["binding", "applying"])
-def test_sigterm_during_a_ten_thousand_checkout_reload_is_obeyed_at_once(
-    workdir: Path, git_repo: Repo, moment: str
-) -> None:
-    """Issue 17 item 2 as reported: 10,001 ``[[checkout]]`` tables and SIGHUP; SIGTERM while
-    the new checkouts are bound (off the loop), or while they are applied a few a turn.
-    It was obeyed 8.8-13.5 s later; a staying checkout's events and pings flow meanwhile."""
-    repos = minimal_checkouts(workdir / "repos", git_repo.head(), 10_000)
+def test_sigterm_during_a_large_reload_is_obeyed_at_once(workdir: Path, git_repo: Repo, moment: str) -> None:
+    """Issue 17 item 2: 10,001 ``[[checkout]]`` tables and SIGHUP; SIGTERM sent 1 s in was
+    obeyed 8.8-13.5 s later. Here 3,001 (``scripts/attacks.py reload`` measures 10,001):
+    SIGTERM while the new checkouts are bound (off the loop), or while they are applied
+    a few a turn; a staying checkout's events and pings flow meanwhile."""
+    repos = minimal_checkouts(workdir / "repos", git_repo.head(), 3_000)
     config = workdir / "c.toml"
     config.write_text(f'[[checkout]]\npath = "{git_repo.path}"\n')
     with start_daemon(workdir, "--config", str(config)) as daemon, Subscriber(daemon.socket) as sub:
@@ -302,11 +293,8 @@ def test_sigterm_during_a_ten_thousand_checkout_reload_is_obeyed_at_once(
         config.write_text(config.read_text() + "".join(f'[[checkout]]\npath = "{p}"\n' for p in repos))
         daemon.signal(signal.SIGHUP)
         if moment == "binding":
-            pause = threading.Event()
-            deadline = time.monotonic() + WAIT
-            while not binding(daemon):  # the reload thread exists once the SIGHUP was taken
-                assert time.monotonic() < deadline, "no reload thread"
-                pause.wait(0.01)  # another process's progress
+            # Told as the SIGHUP is taken, right before the reload thread starts binding.
+            daemon.notes.wait_for(lambda m: "RELOADING=1" in m.split("\n"))
         else:
             snapshot = sub.next("snapshot", skip=("ping", "health", "pong", "event"), timeout=120)
             assert snapshot["checkout"] != str(git_repo.path.resolve())  # a new one: applying
@@ -318,14 +306,23 @@ def test_sigterm_during_a_ten_thousand_checkout_reload_is_obeyed_at_once(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(240)
 def test_memory_comes_back_after_a_reload_drops_two_thousand_checkouts(workdir: Path, git_repo: Repo) -> None:
-    """Issue 17 item 2: RSS stayed at 240 MB after going back from 10,001 checkouts to one."""
+    """Issue 17 item 2: RSS stayed at 240 MB after going back from 10,001 checkouts to one.
+
+    The stopped checkouts must be freed at once (the scheduler's timer heap held every
+    stopped watcher until its next verification was due, minutes at that size, and by
+    then they were frozen out of the collector's sight). The daemon runs on glibc's
+    malloc here (``PYTHONMALLOC=malloc``), so freed objects show in RSS: Python's own
+    allocator keeps its 1 MiB arenas while any object in them lives (and reuses them
+    for the next growth), which RSS cannot tell apart from objects kept alive.
+    """
     repos = minimal_checkouts(workdir / "repos", git_repo.head(), 2_000)
     config = workdir / "c.toml"
     one = f'[[checkout]]\npath = "{git_repo.path}"\n'
     config.write_text(one)
-    with start_daemon(workdir, "--config", str(config)) as daemon, Subscriber(daemon.socket) as sub:
-        greet(sub)
+    malloc = {"PYTHONMALLOC": "malloc"}
+    with start_daemon(workdir, "--config", str(config), env=malloc) as daemon:
         at_one = rss_kib(daemon)
         config.write_text(one + "".join(f'[[checkout]]\npath = "{p}"\n' for p in repos))
         daemon.signal(signal.SIGHUP)
@@ -337,4 +334,4 @@ def test_memory_comes_back_after_a_reload_drops_two_thousand_checkouts(workdir: 
         reloaded(daemon)
         kept = rss_kib(daemon) - at_one
         assert kept < grown / 2, (at_one, grown, kept)
-        assert ping_round_trip(sub, 1) < PROMPT
+    assert "Traceback" not in daemon.log_text()
