@@ -24,6 +24,8 @@ from tests.support.metrics import (
     write_config,
 )
 from tests.support.repos import Repo, make_repo
+from tests.support.restarts import RawServer, phases
+from tests.support.restarts import config as restart_config
 
 
 @pytest.fixture
@@ -282,6 +284,35 @@ def test_restart_phases_and_outcomes(workdir: Path, git_repo: Repo, tmp_path: Pa
         assert value(found, "stalewatch_restarts_total", checkout=two, outcome="refused") == 1
         assert value(found, "stalewatch_restart_actions_total", checkout=two) == 0
         assert value(found, "stalewatch_restart_phase", checkout=two, stalewatch_restart_phase="refused") == 1
+
+
+def test_r8_the_drain_gauge_follows_the_work_a_real_restart_waits_for(workdir: Path, git_repo: Repo) -> None:
+    """Issue 15: ``stalewatch_restart_inflight`` while a real daemon drains, scraped over HTTP."""
+    key = str(git_repo.path.resolve())
+    config = restart_config(workdir, git_repo, drain_poll=0.1)
+    config.write_text('metrics_address = "127.0.0.1:0"\n' + config.read_text())
+    with (
+        start_daemon(workdir, "--config", str(config)) as daemon,
+        Subscriber(daemon.socket) as sub,
+        RawServer(daemon.socket, git_repo.path) as old,
+    ):
+        url = metrics_url(daemon)
+        greet(sub)
+        old.register(git_repo.head(), inflight=2)
+        assert value(samples(scrape(url)), "stalewatch_restart_inflight", checkout=key) is None  # no drain
+        new = git_repo.commit()
+        wait_for_scrape(url, lambda f: value(f, "stalewatch_restart_inflight", checkout=key) == 2, what="2")
+        old.inflight(1)
+        wait_for_scrape(url, lambda f: value(f, "stalewatch_restart_inflight", checkout=key) == 1, what="1")
+        old.inflight(0)
+        assert phases(sub, "restarting")[-1]["revision"] == new
+        old.close()
+        with RawServer(daemon.socket, git_repo.path) as fresh:
+            fresh.register(new)
+            assert phases(sub, "confirmed", "failed")[-1]["phase"] == "confirmed"
+        found = samples(scrape(url))
+        assert value(found, "stalewatch_restart_inflight", checkout=key) is None  # absent once drained
+        assert value(found, "stalewatch_restarts_total", checkout=key, outcome="confirmed") == 1
 
 
 def test_clients_connected_and_dropped_by_reason(workdir: Path, git_repo: Repo) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ from stalewatch import Daemon, Guard
 from stalewatch.sse import EventStream
 from stalewatch.web import WSGIBarrier
 from tests.support.children import python_child
-from tests.support.daemons import Subscriber, greet, short_dir, start_daemon
+from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo
 from tests.support.restarts import RawServer
 from tests.support.web import SSEReader, request, route_wsgi, serve_wsgi
@@ -88,6 +89,18 @@ def test_r8_the_restart_waits_for_a_request_in_flight_and_says_so_meanwhile(
                     1,
                 )
                 assert draining["revision"] == new and draining["retry_after"] >= 1
+                # The app's guard hears the daemon on a connection of its own: wait until
+                # it has (this client may be told first).
+                told = threading.Event()
+                drained = guard.subscribe_restart(
+                    lambda state: told.set() if (state.reason or "").startswith("drain") else None
+                )
+                try:
+                    restart = guard.snapshot().restart
+                    if restart is None or not (restart.reason or "").startswith("drain"):
+                        assert told.wait(WAIT), guard.snapshot().restart
+                finally:
+                    drained()
                 # New guarded requests are refused meanwhile, saying what the restart waits for.
                 status, headers, body = request(port, "POST", "/api/chat")
                 payload = json.loads(body)

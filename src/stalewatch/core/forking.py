@@ -20,7 +20,7 @@ import os
 import weakref
 from collections.abc import Callable
 
-__all__ = ["in_child"]
+__all__ = ["in_child", "prune"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,15 @@ def in_child(callback: Callable[[], object]) -> None:
     if len(_callbacks) > 2 * max(_pruned_at, 32):  # amortised: dead owners do not pile up
         _callbacks[:] = [r for r in _callbacks if r() is not None]
         _pruned_at = len(_callbacks)
+
+
+def prune() -> None:
+    """Forget the callbacks of owners that went away now (not at the next growth): after
+    thousands of owners stopped together, their dead references would stay for as long
+    as the registry does not double again, scattered through freed memory."""
+    global _pruned_at  # noqa: PLW0603 - the registry is the process's, by design
+    _callbacks[:] = [r for r in _callbacks if r() is not None]
+    _pruned_at = len(_callbacks)
 
 
 def _strong(callback: Callable[[], object]) -> _Ref:

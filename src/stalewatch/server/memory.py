@@ -17,6 +17,8 @@ from __future__ import annotations
 import ctypes
 import gc
 
+from ..core import forking
+
 __all__ = ["give_back_memory", "reclaim", "settle"]
 
 
@@ -33,6 +35,7 @@ def reclaim() -> None:
     """
     gc.unfreeze()
     gc.collect()
+    forking.prune()  # the stopped owners' at-fork references, dead since the collection
     give_back_memory()
     settle()
 
