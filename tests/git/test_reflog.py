@@ -35,7 +35,7 @@ _ENV = {
 
 
 def git(repo: Repo | Path, *args: str, **env: str) -> str:
-    path = repo.path if isinstance(repo, Repo) else repo
+    path = repo if isinstance(repo, Path) else repo.path
     done = subprocess.run(
         ["git", *args],
         cwd=path,
