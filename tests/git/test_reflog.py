@@ -567,3 +567,34 @@ def test_derived_relations_are_true_or_unknown(ops: list[tuple[str, int]]) -> No
             assert cause.ahead == ahead
         if cause.behind is not None:
             assert cause.behind == behind
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["commit", "amend", "reset"]), st.integers(0, 50)), max_size=9))
+def test_commits_amends_and_resets_are_always_related_exactly(ops: list[tuple[str, int]]) -> None:
+    # Each of these moves says exactly how its new commit relates to its old one: composed
+    # from any commit HEAD was at, the relation is never unknown, and it is the truth.
+    history = History()
+    heads = [history.head]
+    for op, n in ops:
+        if op == "commit":
+            history.move(history._new(history.head), f"commit: c{n}")
+        elif op == "amend" and history.parent[history.head] is not None:
+            history.move(history._new(history.parent[history.head]), f"commit (amend): a{n}")
+        elif op == "reset":
+            chain = history.ancestors(history.head)
+            k = n % len(chain)
+            if k:
+                history.move(chain[k], f"reset: moving to HEAD~{k}")
+        heads.append(history.head)
+    entries = reflog.parse_log(b"\n".join(history.lines) + b"\n", whole=True)
+    for loaded in set(heads):
+        cause = reflog.explain_entries(entries, loaded, history.head)
+        assert cause is not None
+        kind, ahead, behind = history.truth(loaded, history.head)
+        expected = (
+            kind,
+            ahead if kind in ("ahead", "diverged") else None,
+            behind if kind in ("behind", "diverged") else None,
+        )
+        assert (cause.relation, cause.ahead, cause.behind) == expected, (loaded, history.head)
