@@ -570,7 +570,9 @@ def test_derived_relations_are_true_or_unknown(ops: list[tuple[str, int]]) -> No
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=st.lists(st.tuples(st.sampled_from(["commit", "amend", "reset"]), st.integers(0, 50)), max_size=9))
+@given(
+    ops=st.lists(st.tuples(st.sampled_from(["commit", "amend", "reset"]), st.integers(0, 50)), max_size=30)
+)
 def test_commits_amends_and_resets_are_always_related_exactly(ops: list[tuple[str, int]]) -> None:
     # Each of these moves says exactly how its new commit relates to its old one: composed
     # from any commit HEAD was at, the relation is never unknown, and it is the truth.
