@@ -10,7 +10,7 @@ import pytest
 
 from conftest import Repo, make_repo
 from stalewatch.core.errors import NeedsGitError, RefError
-from stalewatch.git.refs import find_git_dirs, head_chain, resolve_head
+from stalewatch.git.refs import GitDirs, find_git_dirs, head_chain, resolve_head
 
 
 def resolve(path: Path) -> str | None:
@@ -211,3 +211,104 @@ def test_symlink_loop_at_head_is_a_clear_error(git_repo: Repo) -> None:
     head.symlink_to("HEAD")
     with pytest.raises(RefError, match="cannot read"):
         resolve(git_repo.path)
+
+
+# -- per-worktree refs, reftable detection, SHA-256 ------------------------------------------
+
+
+def linked_worktree(repo: Repo, path: Path) -> tuple[Repo, GitDirs]:
+    repo.git("worktree", "add", "-q", "-b", "wt", str(path))
+    dirs = find_git_dirs(path.resolve())
+    assert dirs is not None and dirs.git_dir != dirs.common_dir
+    return Repo(path), dirs
+
+
+@pytest.mark.parametrize("name", ["refs/worktree/mine", "refs/bisect/bad", "refs/rewritten/onto"])
+def test_c11_head_on_a_per_worktree_ref_reads_the_worktrees_own_ref(
+    git_repo: Repo, tmp_path: Path, name: str
+) -> None:
+    first = git_repo.head()
+    second = git_repo.commit("second")
+    git_repo.git("update-ref", name, second)  # the main worktree's own ref of that name
+    wt, dirs = linked_worktree(git_repo, tmp_path / "wt")
+    wt.git("update-ref", name, first)
+    wt.git("symbolic-ref", "HEAD", name)
+    assert wt.git("rev-parse", "HEAD") == first  # git reads the worktree's ref, not the main one's
+    chain: list[Path] = []
+    assert resolve_head(dirs, chain) == first
+    assert chain == [dirs.git_dir / name]
+    assert head_chain(dirs) == chain
+    main = find_git_dirs(git_repo.path.resolve())
+    assert main is not None
+    git_repo.git("symbolic-ref", "HEAD", name)
+    assert resolve_head(main) == second == git_repo.git("rev-parse", "HEAD")
+
+
+def test_c11_a_per_worktree_ref_found_only_in_packed_refs_reads_as_git_reads_it(
+    git_repo: Repo, tmp_path: Path
+) -> None:
+    # git never packs per-worktree refs, but reads packed-refs for any ref not found loose.
+    commit = git_repo.head()
+    wt, dirs = linked_worktree(git_repo, tmp_path / "wt")
+    packed = dirs.common_dir / "packed-refs"
+    git_repo.git("pack-refs", "--all")
+    packed.write_text(packed.read_text() + f"{commit} refs/worktree/packed\n")
+    wt.git("symbolic-ref", "HEAD", "refs/worktree/packed")
+    assert wt.git("rev-parse", "HEAD") == commit
+    assert resolve_head(dirs) == commit
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        "[extensions]\n\trefstorage = reftable\n",
+        "[extensions]\n\trefStorage = reftable\n",
+        "[EXTENSIONS]\n\tREFSTORAGE=REFTABLE\n",
+    ],
+)
+def test_c11_reftable_is_known_from_the_repository_config(git_repo: Repo, config: str) -> None:
+    config_file = git_repo.path / ".git/config"
+    config_file.write_text(config_file.read_text() + config)
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None and dirs.reftable
+    with pytest.raises(NeedsGitError):
+        resolve_head(dirs)
+    assert head_chain(dirs) == []
+
+
+def test_c11_a_linked_worktree_of_a_reftable_repository_asks_git(git_repo: Repo, tmp_path: Path) -> None:
+    _, dirs = linked_worktree(git_repo, tmp_path / "wt")
+    assert not dirs.reftable
+    config_file = dirs.common_dir / "config"  # the shared config, not the worktree's git dir
+    config_file.write_text(config_file.read_text() + "[extensions]\n\trefstorage = reftable\n")
+    dirs = find_git_dirs((tmp_path / "wt").resolve())
+    assert dirs is not None and dirs.reftable
+
+
+@pytest.mark.parametrize("config", ["[extensions]\n\trefstorage = files\n", "[core]\n\tbare = false\n"])
+def test_the_files_backend_is_read_in_process(git_repo: Repo, config: str) -> None:
+    (git_repo.path / ".git/config").write_text(config)
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None and not dirs.reftable
+    assert resolve_head(dirs) == git_repo.head()
+
+
+def test_a_repository_without_config_is_not_reftable(git_repo: Repo) -> None:
+    (git_repo.path / ".git/config").unlink()
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None and not dirs.reftable
+
+
+def test_c11_sha256_repository_resolves_loose_and_packed(tmp_path: Path) -> None:
+    repo = Repo(tmp_path / "sha256")
+    repo.path.mkdir()
+    repo.git("init", "-q", "--object-format=sha256", "-b", "main")
+    repo.commit("one")
+    commit = repo.head()
+    assert len(commit) == 64
+    assert resolve(repo.path) == commit
+    repo.git("pack-refs", "--all")
+    assert not (repo.path / ".git/refs/heads/main").exists()
+    assert resolve(repo.path) == commit
+    repo.git("checkout", "-q", "--detach")
+    assert resolve(repo.path) == commit

@@ -198,8 +198,7 @@ def read_ref(dirs: GitDirs, name: str) -> str | None:
         if not value:
             raise RefError(_ref_path(dirs, name), "empty ref file")
         return value
-    if name.startswith(_PER_WORKTREE_PREFIXES):
-        return None
+    # Per-worktree refs too: git never packs them, but reads packed-refs for any ref.
     return packed.lookup(dirs.packed_refs, name)
 
 
