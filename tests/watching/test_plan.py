@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import Repo
+import pytest
+
+from conftest import Recorder, Repo
+from stalewatch import Guard, Status
 from stalewatch.git.refs import GitDirs, find_git_dirs
 from stalewatch.watching.plan import Relevance, plan
 
@@ -103,5 +106,119 @@ def test_names_per_directory_and_narrow_directories(git_repo: Repo) -> None:
     assert p.narrow == {dirs.worktree, dirs.worktree.parent}  # renames and deletions only
     assert p.names(dirs.worktree.parent) == {dirs.worktree.name}
     assert p.names(dirs.worktree) == {".git"}
-    assert p.names(dirs.git_dir) == {"HEAD", "packed-refs"}
+    assert p.names(dirs.git_dir) == {"HEAD", "packed-refs", "refs"}
     assert p.names(dirs.common_dir / "refs/heads") == {"main"}
+
+
+def test_an_event_on_a_watched_directory_itself_re_watches_at_an_anchor_and_re_plans_elsewhere(
+    git_repo: Repo,
+) -> None:
+    dirs = dirs_of(git_repo)
+    p = plan(dirs)
+    heads = dirs.common_dir / "refs/heads"
+    assert p.relevance_in(dirs.worktree.parent, "") is Relevance.ANCHOR  # narrow: where the checkout lives
+    assert p.relevance_in(dirs.worktree, "") is Relevance.ANCHOR
+    assert p.relevance_in(dirs.git_dir, "") is Relevance.ANCHOR  # an anchor, and watched wide
+    assert p.relevance_in(heads, "") is Relevance.REF  # a ref directory went away
+    assert p.relevance_in(heads, "main") is Relevance.REF
+    assert p.relevance_in(heads, "other") is Relevance.NONE
+    assert p.relevance_in(dirs.worktree, ".git") is Relevance.ANCHOR
+    assert p.relevance_in(dirs.worktree, "module.py") is Relevance.NONE
+    assert p.names(dirs.common_dir / "objects") == frozenset()  # not watched: no names
+
+
+def test_the_directories_from_refs_to_a_branch_matter_and_no_others(git_repo: Repo) -> None:
+    git_repo.git("checkout", "-q", "-b", "feature/deep/x")
+    dirs = dirs_of(git_repo)
+    p = plan(dirs)
+    refs = dirs.common_dir / "refs"
+    on_the_way = {refs, refs / "heads", refs / "heads/feature", refs / "heads/feature/deep"}
+    assert p.parents == {str(d) for d in on_the_way}
+    assert p.relevance(str(refs)) is Relevance.REF
+    assert p.relevance(str(refs / "tags")) is Relevance.NONE
+    assert p.relevance(str(dirs.common_dir / "logs/refs/heads/feature")) is Relevance.NONE
+    assert p.files == {
+        str(dirs.git_dir / "HEAD"),
+        str(dirs.common_dir / "packed-refs"),
+        str(refs / "heads/feature/deep/x"),
+    }
+    assert p.names(refs / "heads/feature/deep") == {"x"}
+    assert p.names(dirs.git_dir) == {"HEAD", "packed-refs", "refs"}
+
+
+def test_head_on_a_per_worktree_ref_watches_the_worktrees_own_refs(git_repo: Repo, tmp_path: Path) -> None:
+    wt = tmp_path / "wt"
+    git_repo.git("worktree", "add", "-q", "-b", "wt", str(wt))
+    Repo(wt).git("update-ref", "refs/worktree/mine", git_repo.head())
+    Repo(wt).git("symbolic-ref", "HEAD", "refs/worktree/mine")
+    dirs = find_git_dirs(wt.resolve())
+    assert dirs is not None
+    p = plan(dirs)
+    own = dirs.git_dir / "refs/worktree"
+    assert own in p.watch
+    assert dirs.common_dir / "refs/worktree" not in p.watch
+    assert p.relevance(str(own / "mine")) is Relevance.REF
+    assert p.relevance(str(dirs.common_dir / "refs/worktree/mine")) is Relevance.NONE
+    assert p.parents == {str(own), str(dirs.git_dir / "refs")}
+    assert p.names(own) == {"mine"}
+
+
+def test_head_on_a_per_worktree_ref_not_yet_created_watches_the_deepest_existing_directory(
+    git_repo: Repo, tmp_path: Path
+) -> None:
+    wt = tmp_path / "wt"
+    git_repo.git("worktree", "add", "-q", "-b", "wt", str(wt))
+    Repo(wt).git("symbolic-ref", "HEAD", "refs/worktree/later/mine")
+    dirs = find_git_dirs(wt.resolve())
+    assert dirs is not None
+    assert not (dirs.git_dir / "refs").exists()
+    p = plan(dirs)
+    assert dirs.git_dir in p.watch  # the worktree's git dir: sees refs/ being created
+    assert p.names(dirs.git_dir) == {"HEAD", "refs"}
+    refs = dirs.git_dir / "refs"
+    assert p.parents == {str(refs), str(refs / "worktree"), str(refs / "worktree/later")}
+    assert p.relevance(str(refs)) is Relevance.REF
+
+
+def test_a_worktrees_first_per_worktree_ref_wakes_its_watcher_at_once(
+    git_repo: Repo, tmp_path: Path, recorder: type[Recorder], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The git dir of a linked worktree has no refs/ until then: its creation is the event.
+    monkeypatch.setenv("STALEWATCH_VERIFY_INTERVAL", "600")  # no verification comes to the rescue
+    wt = Repo(tmp_path / "wt")
+    git_repo.git("worktree", "add", "-q", "-b", "wt", str(wt.path))
+    wt.git("symbolic-ref", "HEAD", "refs/worktree/later/mine")
+    with Guard.for_checkout(wt.path, loaded_revision=git_repo.head()) as guard:
+        guard.start()
+        assert guard.wait_ready(5)
+        rec = recorder(guard)
+        assert guard.status is Status.UNREADABLE  # HEAD names a ref not written yet
+        wt.git("update-ref", "refs/worktree/later/mine", git_repo.head())
+        rec.wait_for("current", git_repo.head(), timeout=10)
+
+
+def test_reftable_watches_the_tables_list_of_each_stack(git_repo: Repo, tmp_path: Path) -> None:
+    wt = tmp_path / "wt"
+    git_repo.git("worktree", "add", "-q", "-b", "wt", str(wt))
+    linked = find_git_dirs(wt.resolve())
+    assert linked is not None
+    for base in (linked.git_dir, linked.common_dir):
+        (base / "reftable").mkdir()  # what a reftable repository has: a stack per worktree
+    dirs = GitDirs(linked.worktree, linked.git_dir, linked.common_dir, reftable=True)
+    p = plan(dirs)
+    for base in (dirs.git_dir, dirs.common_dir):
+        assert base / "reftable" in p.watch
+        assert base / "reftable" not in p.narrow
+        assert p.relevance(str(base / "reftable/tables.list")) is Relevance.REF
+        assert p.names(base / "reftable") == {"tables.list"}
+    assert p.relevance(str(dirs.common_dir / "reftable/0x01.ref")) is Relevance.NONE
+    assert not any("refs" in str(d) for d in p.watch)  # no loose refs to follow
+
+
+def test_a_plain_repository_watches_no_reftable(git_repo: Repo) -> None:
+    (git_repo.path / ".git/reftable").mkdir()
+    dirs = dirs_of(git_repo)
+    files_dirs = GitDirs(dirs.worktree, dirs.git_dir, dirs.common_dir, reftable=False)
+    p = plan(files_dirs)
+    assert dirs.git_dir / "reftable" not in p.watch
+    assert str(dirs.git_dir / "reftable/tables.list") not in p.files
