@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import Repo, exit_status_in_fork
+from conftest import Repo, exit_status_in_fork, report_from_fork
 from stalewatch.core.errors import RefError
 from stalewatch.git import packed
 from stalewatch.git.refs import find_git_dirs, resolve_head
@@ -189,3 +190,49 @@ def test_a_forked_child_reads_packed_refs_though_a_parent_thread_held_the_cache(
             raise AssertionError("wrong answer in the child")
 
     assert exit_status_in_fork(body, holding=packed._cache.lock) == 0
+
+
+def test_a_sorted_file_without_line_ends_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    # Outside input: a corrupt (or hostile) sorted packed-refs of 4 GiB with no newline.
+    # The search reads a line's ends at most 64 KiB away, so it refuses the file having
+    # read a few pages; reading on for a newline kept every page it read (GiBs).
+    path = tmp_path / "packed-refs"
+    with path.open("wb") as f:
+        f.write(HEADER.encode())
+        f.truncate(4 << 30)  # sparse: no disk space
+
+    def body() -> str:
+        pages = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (pages + (256 << 20), resource.RLIM_INFINITY))
+        try:
+            packed.lookup(path, "refs/heads/main")
+        except RefError as exc:
+            return str(exc)
+        return "no error"
+
+    code, report = report_from_fork(body, timeout=30)
+    assert code == 0, report
+    assert "a line longer than 65536 bytes" in report
+
+
+@pytest.mark.parametrize("header", [HEADER, ""])
+def test_a_ref_name_as_long_as_git_allows_is_found(tmp_path: Path, header: str) -> None:
+    long_name = "refs/heads/" + "/".join(["d" * 250] * 16)  # about PATH_MAX
+    refs = {long_name: oid(1), "refs/heads/a": oid(2), "refs/tags/z": oid(3)}
+    path = tmp_path / "packed-refs"
+    write_packed(path, refs, header=header)
+    for name, value in refs.items():
+        assert packed.lookup(path, name) == value
+    assert packed.lookup(path, long_name + "x") is None
+
+
+def test_a_line_longer_than_any_ref_is_malformed_wherever_the_search_meets_it(tmp_path: Path) -> None:
+    refs = {f"refs/tags/v{i:04d}": oid(i) for i in range(200)}
+    path = tmp_path / "packed-refs"
+    write_packed(path, refs)
+    lines = path.read_text().splitlines(keepends=True)
+    lines.insert(100, f"{oid(5)} refs/tags/{'x' * 70000}\n")
+    path.write_text("".join(lines))
+    with pytest.raises(RefError, match="a line longer than 65536 bytes"):
+        for name in refs:
+            packed.lookup(path, name)
