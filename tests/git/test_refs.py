@@ -63,6 +63,7 @@ def test_c11_linked_worktree_uses_its_own_head_and_common_refs(git_repo: Repo, t
     assert dirs is not None
     assert dirs.git_dir != dirs.common_dir
     assert dirs.common_dir == (git_repo.path / ".git").resolve()
+    assert dirs.worktree == (tmp_path / "wt").resolve()
     wt = Repo(tmp_path / "wt")
     new = wt.commit("in worktree")
     assert resolve_head(dirs) == new
@@ -75,12 +76,20 @@ def test_c11_submodule_gitfile(git_repo: Repo, tmp_path: Path) -> None:
     sub = git_repo.path / "sub"
     assert (sub / ".git").is_file()
     assert resolve(sub) == inner.head()
+    dirs = find_git_dirs((sub / "inner-file").resolve())  # a path that need not exist
+    assert dirs is not None
+    assert dirs.worktree == sub.resolve()
+    assert dirs.git_dir == dirs.common_dir == (git_repo.path / ".git/modules/sub").resolve()
 
 
 def test_c11_checkout_through_symlink(git_repo: Repo, tmp_path: Path) -> None:
     link = tmp_path / "link"
     link.symlink_to(git_repo.path)
     assert resolve(link / "module.py") == git_repo.head()
+    dirs = find_git_dirs((link / "module.py").resolve())
+    assert dirs == GitDirs(
+        git_repo.path.resolve(), git_repo.path.resolve() / ".git", git_repo.path.resolve() / ".git"
+    )
 
 
 def test_c11_reftable_asks_git(git_repo: Repo) -> None:
@@ -146,10 +155,15 @@ def test_symref_loop_is_a_clear_error(git_repo: Repo) -> None:
         resolve(git_repo.path)
 
 
-def test_gitfile_without_gitdir_line_is_a_clear_error(tmp_path: Path) -> None:
-    (tmp_path / ".git").write_text("nonsense\n")
-    with pytest.raises(RefError, match="gitdir"):
+@pytest.mark.parametrize("content", ["nonsense\n", ""])
+def test_gitfile_without_gitdir_line_is_a_clear_error(tmp_path: Path, content: str) -> None:
+    (tmp_path / ".git").write_text(content)
+    with pytest.raises(RefError) as info:
         find_git_dirs(tmp_path.resolve())
+    assert (info.value.path, info.value.reason) == (
+        tmp_path.resolve() / ".git",
+        "a .git file must start with 'gitdir:'",
+    )
 
 
 def test_deleted_git_dir_is_unreadable(git_repo: Repo) -> None:
@@ -312,3 +326,26 @@ def test_c11_sha256_repository_resolves_loose_and_packed(tmp_path: Path) -> None
     assert resolve(repo.path) == commit
     repo.git("checkout", "-q", "--detach")
     assert resolve(repo.path) == commit
+
+
+def test_a_config_that_is_not_utf8_is_still_read(git_repo: Repo) -> None:
+    config_file = git_repo.path / ".git/config"
+    config_file.write_bytes(config_file.read_bytes() + b"[user]\n\tname = J\xf6rg\n")
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None and not dirs.reftable
+    config_file.write_bytes(config_file.read_bytes() + b"[extensions]\n\trefstorage = reftable\n")
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None and dirs.reftable
+
+
+def test_the_chain_read_before_a_broken_ref_is_still_known(git_repo: Repo) -> None:
+    # What to watch: the files resolution went through, even when one of them is corrupt.
+    heads = git_repo.path / ".git/refs/heads"
+    (heads / "a").write_text("ref: refs/heads/b\n")
+    (heads / "b").write_text("garbage\n")
+    (git_repo.path / ".git/HEAD").write_text("ref: refs/heads/a\n")
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None
+    assert head_chain(dirs) == [dirs.common_dir / "refs/heads/a", dirs.common_dir / "refs/heads/b"]
+    with pytest.raises(RefError, match="not a commit id"):
+        resolve_head(dirs)
