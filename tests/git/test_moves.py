@@ -180,6 +180,9 @@ SHA = "3587e18098218ff3eb2d0330ceaa815eb9a6d028"
         ("clone: from /tmp/up", ("clone", None, OTHER, 0)),
         ("branch: Created from HEAD", ("branch", None, OTHER, 0)),
         ("fetch (x): fast-forward", ("fetch", "x", OTHER, 0)),
+        ("fetch origin main:main: fast-forward", ("fetch", None, OTHER, 0)),  # a branch's own log
+        ("clone --depth 1 /tmp/up: from /tmp/up", ("clone", None, OTHER, 0)),
+        ("branch -f side HEAD~1: Reset to HEAD~1", ("branch", None, OTHER, 0)),
         ("", ("other", None, OTHER, 0)),
         ("(start): x", ("other", "start", OTHER, 0)),
         ("-x: y", ("other", None, OTHER, 0)),
