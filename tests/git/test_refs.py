@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -349,3 +350,105 @@ def test_the_chain_read_before_a_broken_ref_is_still_known(git_repo: Repo) -> No
     assert head_chain(dirs) == [dirs.common_dir / "refs/heads/a", dirs.common_dir / "refs/heads/b"]
     with pytest.raises(RefError, match="not a commit id"):
         resolve_head(dirs)
+
+
+# -- every way a ref can fail to be read: the file and the reason, exactly -----------------
+
+
+def head_names(repo: Repo, target: str) -> GitDirs:
+    (repo.path / ".git/HEAD").write_text(f"ref: {target}\n")
+    dirs = find_git_dirs(repo.path.resolve())
+    assert dirs is not None
+    return dirs
+
+
+def refused(dirs: GitDirs) -> tuple[Path, str]:
+    with pytest.raises(RefError) as info:
+        resolve_head(dirs)
+    return Path(info.value.path), info.value.reason
+
+
+def test_a_ref_that_is_a_fifo_is_refused_by_name(git_repo: Repo) -> None:
+    ref = git_repo.path / ".git/refs/heads/main"
+    ref.unlink()
+    os.mkfifo(ref)
+    assert refused(head_names(git_repo, "refs/heads/main")) == (ref.resolve(), "not a regular file")
+
+
+def test_a_ref_of_4096_bytes_is_read_whole_and_a_larger_one_refused(git_repo: Repo) -> None:
+    commit = git_repo.head()
+    ref = git_repo.path / ".git/refs/heads/main"
+    ref.write_text(" " * (4096 - 40) + commit)  # its last byte still matters
+    dirs = head_names(git_repo, "refs/heads/main")
+    assert resolve_head(dirs) == commit
+    ref.write_text(" " * (4097 - 41) + commit + "\n")
+    assert refused(dirs) == (ref.resolve(), "larger than 4096 bytes; not a ref")
+
+
+def test_a_ref_that_cannot_be_opened_is_refused_with_the_systems_reason(git_repo: Repo) -> None:
+    dirs = head_names(git_repo, "refs/heads/" + "n" * 300)  # a valid name no filesystem holds
+    path, reason = refused(dirs)
+    assert path == dirs.common_dir / "refs/heads" / ("n" * 300)
+    assert reason == f"cannot read: {os.strerror(errno.ENAMETOOLONG)}"
+
+
+def test_a_ref_that_cannot_be_read_is_refused_with_the_systems_reason(git_repo: Repo) -> None:
+    if not Path("/proc/self/mem").exists():
+        pytest.skip("needs Linux's /proc")
+    ref = git_repo.path / ".git/refs/heads/main"
+    ref.unlink()
+    ref.symlink_to("/proc/self/mem")  # opens as a regular file; reading it fails (EIO)
+    assert refused(head_names(git_repo, "refs/heads/main")) == (ref, f"cannot read: {os.strerror(errno.EIO)}")
+
+
+def test_a_git_dir_behind_a_symlink_loop_is_refused_by_its_head(tmp_path: Path) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    git_dir = loop / ".git"
+    dirs = GitDirs(tmp_path, git_dir, git_dir)
+    assert refused(dirs) == (git_dir / "HEAD", f"cannot read: {os.strerror(errno.ELOOP)}")
+
+
+def test_a_symlinked_ref_replaced_by_a_file_while_read_is_read_as_that_file(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race: the ref is a symlink when opened, a regular file when its link is read.
+    first = git_repo.head()
+    second = git_repo.commit("second")
+    ref = git_repo.path / ".git/refs/heads/main"
+    ref.unlink()
+    ref.symlink_to("elsewhere")
+    real_readlink = os.readlink
+
+    def replaced_meanwhile(path: str | os.PathLike[str]) -> str:
+        ref.unlink()
+        ref.write_text(first + "\n")  # what a concurrent `git update-ref` leaves
+        return real_readlink(path)
+
+    monkeypatch.setattr(os, "readlink", replaced_meanwhile)
+    assert resolve_head(head_names(git_repo, "refs/heads/main")) == first != second
+
+
+@pytest.mark.parametrize("space", [" ", "\t", "\r", "\x0b", "\x0c", "\x1f", "\xa0"])
+def test_only_the_spaces_git_trims_around_a_ref_are_trimmed(git_repo: Repo, space: str) -> None:
+    commit = git_repo.head()
+    trims = space in " \t\r"
+    head = git_repo.path / ".git/HEAD"
+    head.write_bytes(f"ref: refs/heads/main{space}\n".encode())
+    git_resolves = git_repo.git("rev-parse", "-q", "--verify", "HEAD", check=False) == commit
+    assert git_resolves == trims
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None
+    try:
+        ours = resolve_head(dirs)
+    except RefError:
+        ours = None
+    assert (ours == commit) == trims
+    head.write_text("ref: refs/heads/main\n")
+    (git_repo.path / ".git/refs/heads/main").write_bytes(f"{commit}{space}\n".encode())
+    assert (git_repo.git("rev-parse", "-q", "--verify", "HEAD", check=False) == commit) == trims
+    try:
+        ours = resolve_head(dirs)
+    except RefError:
+        ours = None
+    assert (ours == commit) == trims
