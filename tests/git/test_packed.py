@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import subprocess
@@ -117,7 +118,9 @@ def test_malformed_line_is_a_ref_error_naming_it(tmp_path: Path, header: str, bo
             assert found in (None, oid(1), oid(3))
     assert errors
     for error in errors:
-        assert f"malformed line {line} " in str(error)
+        assert error.reason.startswith(f"malformed line {line} (")
+        bad = (header + body).splitlines()[line - 1].encode()
+        assert error.reason.endswith(f"): {bad!r}")  # the line itself, quoted
         assert Path(error.path) == path
 
 
@@ -207,12 +210,16 @@ def test_a_sorted_file_without_line_ends_is_refused_in_bounded_memory(tmp_path: 
         try:
             packed.lookup(path, "refs/heads/main")
         except RefError as exc:
-            return str(exc)
+            return f"{exc.path}\n{exc.reason}"
         return "no error"
 
     code, report = report_from_fork(body, timeout=30)
     assert code == 0, report
-    assert "a line longer than 65536 bytes" in report
+    middle = len(HEADER) + ((4 << 30) - len(HEADER)) // 2  # the first probe, 2 GiB in
+    # So far in, the line is named by its byte offset: counting lines would read 2 GiB.
+    assert (
+        report == f"{path}\nmalformed line at byte {middle} (a line longer than 65536 bytes): {bytes(80)!r}"
+    )
 
 
 @pytest.mark.parametrize("header", [HEADER, ""])
@@ -236,3 +243,126 @@ def test_a_line_longer_than_any_ref_is_malformed_wherever_the_search_meets_it(tm
     with pytest.raises(RefError, match="a line longer than 65536 bytes"):
         for name in refs:
             packed.lookup(path, name)
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "what"),
+    [
+        (f"{oid(1)} refs/heads/a\n\n^{oid(2)}\n", 3, "peeled line without a ref"),
+        (f"{oid(1)} refs/heads/a\n# comment\n^{oid(2)}\n", 3, "peeled line without a ref"),
+        (f"\n{oid(1)} refs/heads/a\nnot-an-id refs/heads/b\n", 3, "expected '<object id> <ref>'"),
+        (f"{oid(1)} refs/heads/a\n^{oid(2)}x\n", 2, "malformed peeled line"),
+        (f"{oid(1)}\n", 1, "expected '<object id> <ref>'"),
+    ],
+)
+def test_an_unsorted_file_is_validated_whole_and_its_bad_line_named(
+    tmp_path: Path, body: str, line: int, what: str
+) -> None:
+    path = tmp_path / "packed-refs"
+    path.write_text(body)
+    with pytest.raises(RefError) as info:
+        packed.lookup(path, "refs/heads/a")
+    bad = body.splitlines()[line - 1].encode()
+    assert (info.value.path, info.value.reason) == (path, f"malformed line {line} ({what}): {bad!r}")
+
+
+class Calls:
+    """Counts calls to a function of ``packed`` (still calling it)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+        self.count = 0
+        real = getattr(packed, name)
+
+        def counting(*args: object) -> object:
+            self.count += 1
+            return real(*args)
+
+        monkeypatch.setattr(packed, name, counting)
+
+
+def test_c10_a_settled_file_answers_a_question_asked_before_from_one_stat(
+    tmp_path: Path, settled_now: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "packed-refs"
+    write_packed(path, {"refs/heads/main": oid(1), "refs/heads/side": oid(2)})
+    opens, snapshots = Calls(monkeypatch, "_open"), Calls(monkeypatch, "_snapshot")
+    assert packed.lookup(path, "refs/heads/main") == oid(1)
+    assert (opens.count, snapshots.count) == (1, 1)
+    assert packed.lookup(path, "refs/heads/main") == oid(1)
+    assert packed.lookup(path, "refs/heads/gone") is None
+    assert packed.lookup(path, "refs/heads/gone") is None  # an absent ref is remembered too
+    assert (opens.count, snapshots.count) == (2, 1)  # the header is not read again
+    assert packed.lookup(path, "refs/heads/side") == oid(2)
+    assert (opens.count, snapshots.count) == (3, 1)
+    write_packed(path, {"refs/heads/main": oid(3)})  # a new identity: read again
+    assert packed.lookup(path, "refs/heads/main") == oid(3)
+    assert snapshots.count == 2
+
+
+def test_c10_a_file_stamped_in_the_future_is_racy_and_never_kept(tmp_path: Path, settled_now: None) -> None:
+    # The later of mtime and ctime decides: a clock ahead (NFS) leaves mtime in the future.
+    path = tmp_path / "packed-refs"
+    write_packed(path, {"refs/heads/main": oid(1)})
+    future = path.stat().st_mtime_ns + 3600 * 10**9
+    os.utime(path, ns=(future, future))
+    assert packed.lookup(path, "refs/heads/main") == oid(1)
+    assert str(path) not in packed._cache.entries
+
+
+def test_a_snapshot_of_a_file_since_removed_or_replaced_refuses_to_answer(tmp_path: Path) -> None:
+    path = tmp_path / "packed-refs"
+    write_packed(path, {"refs/heads/main": oid(1)})
+    snap = packed.read_snapshot(path)
+    assert snap is not None
+    assert snap.find("refs/heads/main") == oid(1)
+    write_packed(path, {"refs/heads/main": oid(2), "refs/heads/other": oid(3)})
+    with pytest.raises(RefError) as info:
+        snap.find("refs/heads/other")
+    assert (info.value.path, info.value.reason) == (path, "changed since it was read")
+    path.unlink()
+    with pytest.raises(RefError) as info:
+        snap.find("refs/heads/side")
+    assert (info.value.path, info.value.reason) == (path, "changed since it was read")
+
+
+def test_lookups_leave_no_descriptor_open(tmp_path: Path) -> None:
+    path = tmp_path / "packed-refs"
+    write_packed(path, {f"refs/heads/b{i}": oid(i) for i in range(50)})
+    snap = packed.read_snapshot(path)
+    assert snap is not None
+    before = len(list(Path("/proc/self/fd").iterdir()))
+    for i in range(60):
+        assert packed.lookup(path, f"refs/heads/b{i}") == (oid(i) if i < 50 else None)
+        assert snap.find(f"refs/heads/b{i}") == (oid(i) if i < 50 else None)
+    assert len(list(Path("/proc/self/fd").iterdir())) == before
+
+
+def test_a_packed_refs_path_that_cannot_be_looked_at_is_refused_with_the_systems_reason(
+    tmp_path: Path,
+) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    with pytest.raises(RefError) as info:
+        packed.lookup(loop / "packed-refs", "refs/heads/main")
+    assert (info.value.path, info.value.reason) == (
+        loop / "packed-refs",
+        f"cannot read: {os.strerror(errno.ELOOP)}",
+    )
+
+
+def test_the_snapshot_cache_forgets_the_least_recently_used_beyond_its_bound() -> None:
+    cache = packed._Cache()
+    bound = packed._CACHE_ENTRIES
+    snaps = [packed.Snapshot(Path(f"/r{i}/packed-refs"), (0, i, 0, 0, 0), True, 0) for i in range(bound + 2)]
+    for i in range(bound):
+        cache.put(f"p{i}", snaps[i])
+    assert cache.get("p0", snaps[0].key) is snaps[0]  # used: now the most recent
+    cache.put("p1", snaps[1])  # put again: the most recent too
+    cache.put(f"p{bound}", snaps[bound])
+    assert len(cache.entries) == bound
+    assert cache.get("p2", snaps[2].key) is None  # the least recently used went
+    for i in (0, 1, 3, bound):
+        assert cache.get(f"p{i}", snaps[i].key) is snaps[i]
+    assert cache.get("p3", (9, 9, 9, 9, 9)) is None  # another identity: not this snapshot
+    cache.clear()
+    assert not cache.entries
