@@ -600,3 +600,127 @@ def test_commits_amends_and_resets_are_always_related_exactly(ops: list[tuple[st
             behind if kind in ("behind", "diverged") else None,
         )
         assert (cause.relation, cause.ahead, cause.behind) == expected, (loaded, history.head)
+
+
+# -- what a cause says ----------------------------------------------------------------------
+
+
+def a_cause(
+    relation: str, ahead: int | None = None, behind: int | None = None, **fields: object
+) -> reflog.Cause:
+    values: dict[str, object] = {
+        "action": "commit",
+        "detail": None,
+        "message": "commit: x",
+        "name": "alice",
+        "email": "a@x",
+        "at": 1700000000.0,
+        "tz": "+0000",
+        "relation": relation,
+        "ahead": ahead,
+        "behind": behind,
+    }
+    return reflog.Cause(**{**values, **fields})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("cause", "phrase"),
+    [
+        (a_cause("same"), "commit (back to the loaded commit) by alice at 22:13"),
+        (a_cause("unknown"), "commit (ahead/behind unknown) by alice at 22:13"),
+        (a_cause("diverged", 1, 1), "commit (diverged: 1 ahead, 1 behind) by alice at 22:13"),
+        (a_cause("diverged", 2, None), "commit (diverged: 2 ahead) by alice at 22:13"),
+        (a_cause("diverged", None, 3), "commit (diverged: 3 behind) by alice at 22:13"),
+        (a_cause("diverged"), "commit (diverged) by alice at 22:13"),
+        (a_cause("ahead", 1, 0), "commit (1 commit ahead) by alice at 22:13"),
+        (a_cause("ahead", 3), "commit (3 commits ahead) by alice at 22:13"),
+        (a_cause("ahead"), "commit (ahead) by alice at 22:13"),
+        (a_cause("behind", None, 1), "commit (1 commit behind) by alice at 22:13"),
+        (a_cause("behind", None, 2), "commit (2 commits behind) by alice at 22:13"),
+        (a_cause("behind"), "commit (behind) by alice at 22:13"),
+        (
+            a_cause("ahead", 1, detail="fast-forward"),
+            "commit (fast-forward, 1 commit ahead) by alice at 22:13",
+        ),
+        (a_cause("same", name="", email=""), "commit (back to the loaded commit) at 22:13"),
+        (a_cause("same", name="", email="e@x"), "commit (back to the loaded commit) by e@x at 22:13"),
+        (a_cause("same", tz="-0530"), "commit (back to the loaded commit) by alice at 16:43"),
+        (a_cause("same", tz="+0130"), "commit (back to the loaded commit) by alice at 23:43"),
+        (a_cause("same", tz="+1400"), "commit (back to the loaded commit) by alice at 12:13"),
+        (a_cause("same", at=1699990000.0), "commit (back to the loaded commit) by alice at 19:26"),
+        (a_cause("same", at=1600000000.0), "commit (back to the loaded commit) by alice at 2020-09-13 12:26"),
+        (a_cause("same", tz="x"), "commit (back to the loaded commit) by alice at @1700000000"),
+        (a_cause("same", tz="+99"), "commit (back to the loaded commit) by alice at @1700000000"),
+        (a_cause("same", at=1e20), "commit (back to the loaded commit) by alice at @100000000000000000000"),
+    ],
+)
+def test_a_cause_says_what_moved_head_in_one_phrase(cause: reflog.Cause, phrase: str) -> None:
+    assert cause.describe(now=1700000000) == phrase
+
+
+def test_a_cause_is_dated_in_its_own_offset_relative_to_today_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    cause = a_cause("same", tz="-0500", at=1700000000.0)  # 17:13 on 2023-11-14 at -05:00
+    assert cause.describe(now=1700000000 + 6 * 3600) == "commit (back to the loaded commit) by alice at 17:13"
+    assert cause.describe(now=1700000000 + 7 * 3600) == (  # already the 15th at -05:00
+        "commit (back to the loaded commit) by alice at 2023-11-14 17:13"
+    )
+    monkeypatch.setattr(reflog.time, "time", lambda: 1700000000.0)
+    assert cause.describe() == "commit (back to the loaded commit) by alice at 17:13"
+
+
+def test_a_cause_as_a_dict_carries_every_field_and_its_phrase() -> None:
+    cause = a_cause("diverged", 2, 1, detail="merge", tz="+0200")
+    assert cause.to_dict() == {
+        "action": "commit",
+        "detail": "merge",
+        "message": "commit: x",
+        "name": "alice",
+        "email": "a@x",
+        "at": 1700000000.0,
+        "tz": "+0200",
+        "relation": "diverged",
+        "ahead": 2,
+        "behind": 1,
+        "summary": cause.describe(),
+    }
+
+
+def test_a_reflog_line_is_parsed_into_its_fields() -> None:
+    a, b = "a" * 40, "b" * 40
+    entry = reflog.parse_entry(f"{a} {b} Alice Smith <alice@x> 1700000000 -0130\tcommit: fix: a bug".encode())
+    assert entry == reflog.Entry(a, b, "Alice Smith", "alice@x", 1700000000, "-0130", "commit: fix: a bug")
+    entry = reflog.parse_entry(f"{a} {b} <> 0 +0000\t".encode())
+    assert entry == reflog.Entry(a, b, "", "", 0, "+0000", "")
+    entry = reflog.parse_entry(f"{a} {b} A <x> <a@x> 1700000000 +0000\tno tab\there".encode())
+    assert entry == reflog.Entry(a, b, "A <x>", "a@x", 1700000000, "+0000", "no tab\ufffdhere")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "{a} {b}",
+        "{a} {b} A <a@x> 1700000000\tx",
+        "{a} {b} A <a@x> 1700000000 +0000 extra\tx",
+        "{a} {b} A a@x> 1700000000 +0000\tx",
+        "{a} {b} A <a@x 1700000000 +0000\tx",
+        "{a} {b} A <a@x> 1700000000000 +0000\tx",
+        "{a} {b} A <a@x> -1 +0000\tx",
+        "{a} {b} A <a@x> 1700000000 +000\tx",
+        "{a} {b} A <a@x> 1700000000 ~0000\tx",
+        "{a}x {b} A <a@x> 1700000000 +0000\tx",
+        "{a} {B} A <a@x> 1700000000 +0000\tx",
+        "{a}{b} A <a@x> 1700000000 +0000\tx",
+    ],
+)
+def test_a_line_that_is_not_a_reflog_entry_is_none(line: str) -> None:
+    assert reflog.parse_entry(line.format(a="a" * 40, b="b" * 40, B="B" * 40).encode()) is None
+
+
+def test_names_and_messages_are_bounded_in_characters() -> None:
+    a, b = "a" * 40, "b" * 40
+    name, email, message = "n" * 150, "e" * 150, "é" * 300
+    entry = reflog.parse_entry(f"{a} {b} {name} <{email}> 1700000000 +0000\t{message}".encode())
+    assert entry is not None
+    assert (entry.name, entry.email, entry.message) == ("n" * 100, "e" * 100, "é" * 200)
+    entry = reflog.parse_entry(f"{a} {b} A <a@x> 1700000000 +0000\t  {'x' * 199}  ".encode())
+    assert entry is not None and entry.message == "x" * 198  # cut to 200, then trimmed
