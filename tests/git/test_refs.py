@@ -452,3 +452,11 @@ def test_only_the_spaces_git_trims_around_a_ref_are_trimmed(git_repo: Repo, spac
     except RefError:
         ours = None
     assert (ours == commit) == trims
+
+
+@pytest.mark.parametrize("content", ["", "\n", " \t\r\n"])
+def test_an_empty_ref_is_refused_by_name_as_git_refuses_it(git_repo: Repo, content: str) -> None:
+    ref = git_repo.path / ".git/refs/heads/main"
+    ref.write_text(content)
+    assert git_repo.git("rev-parse", "-q", "--verify", "HEAD", check=False) == ""
+    assert refused(head_names(git_repo, "refs/heads/main")) == (ref.resolve(), "empty ref file")
