@@ -222,3 +222,18 @@ def test_a_plain_repository_watches_no_reftable(git_repo: Repo) -> None:
     p = plan(files_dirs)
     assert dirs.git_dir / "reftable" not in p.watch
     assert str(dirs.git_dir / "reftable/tables.list") not in p.files
+
+
+def test_a_long_life_of_branch_switches_keeps_the_planner_bounded(git_repo: Repo) -> None:
+    from stalewatch.watching.plan import Planner
+
+    dirs = dirs_of(git_repo)
+    planner = Planner(dirs)
+    heads = dirs.common_dir / "refs/heads"
+    walks, plans = 0, 0
+    for i in range(300):
+        made = planner.plan([heads / f"b{i}"])
+        assert made.names(heads) == {f"b{i}"}
+        assert planner.plan([heads / f"b{i}"]) is made
+        walks, plans = max(walks, len(planner._walks)), max(plans, len(planner._plans))
+    assert (walks, plans) == (256, 64)  # remembered up to a bound, then started over
