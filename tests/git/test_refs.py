@@ -96,8 +96,10 @@ def test_c11_checkout_through_symlink(git_repo: Repo, tmp_path: Path) -> None:
 def test_c11_reftable_asks_git(git_repo: Repo) -> None:
     # git 2.39 cannot create reftable repositories; the layout marker is what we detect.
     (git_repo.path / ".git/reftable").mkdir()
-    with pytest.raises(NeedsGitError):
+    with pytest.raises(NeedsGitError) as info:
         resolve(git_repo.path)
+    reftable = git_repo.path.resolve() / ".git/reftable"
+    assert (info.value.path, info.value.reason) == (reftable, "reftable refs are resolved by git")
 
 
 def test_no_repository_gives_none(tmp_path: Path) -> None:
@@ -135,8 +137,31 @@ def test_malformed_packed_refs_is_a_clear_error(git_repo: Repo) -> None:
 
 def test_missing_head_is_a_clear_error(git_repo: Repo) -> None:
     (git_repo.path / ".git/HEAD").unlink()
-    with pytest.raises(RefError, match="does not exist"):
+    with pytest.raises(RefError) as info:
         resolve(git_repo.path)
+    assert (info.value.path, info.value.reason) == (
+        git_repo.path.resolve() / ".git/HEAD",
+        "HEAD does not exist",
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (
+            "ref: refs/heads/" + "~" * 100,
+            "symbolic ref names an invalid ref " + repr(("refs/heads/" + "~" * 100)[:80]),
+        ),
+        ("g" * 100, "not a commit id or symbolic ref: " + repr("g" * 80)),
+    ],
+)
+def test_a_corrupt_heads_error_quotes_at_most_80_characters_of_it(
+    git_repo: Repo, content: str, reason: str
+) -> None:
+    (git_repo.path / ".git/HEAD").write_text(content + "\n")
+    with pytest.raises(RefError) as info:
+        resolve(git_repo.path)
+    assert (info.value.path, info.value.reason) == (git_repo.path.resolve() / ".git/HEAD", reason)
 
 
 def test_fifo_in_place_of_a_ref_does_not_hang(git_repo: Repo) -> None:
