@@ -366,3 +366,19 @@ def test_the_snapshot_cache_forgets_the_least_recently_used_beyond_its_bound() -
     assert cache.get("p3", (9, 9, 9, 9, 9)) is None  # another identity: not this snapshot
     cache.clear()
     assert not cache.entries
+
+
+@pytest.mark.parametrize("filler", [0, 40, 300])
+def test_a_record_of_64_kib_is_read_and_one_byte_more_is_malformed(tmp_path: Path, filler: int) -> None:
+    limit = 64 * 1024
+    name = "refs/tags/" + "x" * (limit - 41 - len("refs/tags/"))  # "<oid> <name>": exactly the limit
+    assert len(f"{oid(1)} {name}") == limit
+    refs = {name: oid(1)} | {f"refs/{c}{i}": oid(i) for i in range(filler) for c in "ahz"}
+    path = tmp_path / "packed-refs"
+    write_packed(path, refs, peel=False)
+    for ref, value in refs.items():
+        assert packed.lookup(path, ref) == value
+    write_packed(path, {k: v for k, v in refs.items() if k != name} | {name + "x": oid(1)}, peel=False)
+    with pytest.raises(RefError, match="a line longer than 65536 bytes"):
+        for ref in [name + "x", *refs]:
+            packed.lookup(path, ref)

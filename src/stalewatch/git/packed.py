@@ -246,7 +246,7 @@ def _bisect(path: Path, data: _Bytes, body: int, wanted: bytes) -> bytes | None:
 
 def _line_start(path: Path, data: _Bytes, lo: int, at: int) -> int:
     """Where the line holding the byte before ``at`` starts (``lo`` at the earliest)."""
-    floor = max(lo, at - _MAX_LINE)
+    floor = max(lo, at - _MAX_LINE - 1)
     newline = data.rfind(b"\n", floor, at)
     if newline >= 0:
         return newline + 1
@@ -257,7 +257,7 @@ def _line_start(path: Path, data: _Bytes, lo: int, at: int) -> int:
 
 def _line_end(path: Path, data: _Bytes, start: int) -> int:
     """Where the line at ``start`` ends: its newline, or the end of the file."""
-    end = data.find(b"\n", start, start + _MAX_LINE)
+    end = data.find(b"\n", start, start + _MAX_LINE + 1)
     if end >= 0:
         return end
     if start + _MAX_LINE < len(data):
