@@ -93,17 +93,36 @@ def test_c11_unsorted_file_is_indexed_and_first_record_wins(tmp_path: Path) -> N
     assert snap.find("refs/heads/beta") is None
 
 
+EXPECTED = "expected '<object id> <ref>'"
+SORTED, UNSORTED = HEADER, "# pack-refs with: peeled \n"
+
+
 @pytest.mark.parametrize(
-    ("body", "line"),
+    ("body", "line", "sorted_what", "unsorted_what"),
     [
-        (f"{oid(1)} refs/heads/a\nnot-an-id refs/heads/b\n{oid(3)} refs/heads/c\n", 3),
-        (f"{oid(1)} refs/heads/a\n^zz\n{oid(3)} refs/heads/c\n", 3),
-        (f"^{oid(1)}\n{oid(1)} refs/heads/b\n", 2),
-        (f"{oid(1)} refs/heads/a\n^{oid(2)}\n^{oid(2)}\n{oid(3)} refs/heads/c\n", 4),
+        (f"{oid(1)} refs/heads/a\nnot-an-id refs/heads/b\n{oid(3)} refs/heads/c\n", 3, EXPECTED, EXPECTED),
+        (f"{oid(1)} refs/heads/a\n{'z' * 40} refs/heads/b\n{oid(3)} refs/heads/c\n", 3, EXPECTED, EXPECTED),
+        (f"{oid(1)} refs/heads/a\nabc123 refs/heads/b\n{oid(3)} refs/heads/c\n", 3, EXPECTED, EXPECTED),
+        (f"{oid(1)} refs/heads/a\n{oid(2)}\n{oid(3)} refs/heads/c\n", 3, EXPECTED, EXPECTED),
+        (
+            f"{oid(1)} refs/heads/a\n^zz\n{oid(3)} refs/heads/c\n",
+            3,
+            "malformed peeled line",
+            "malformed peeled line",
+        ),
+        (f"^{oid(1)}\n{oid(1)} refs/heads/b\n", 2, "peeled line without a ref", "peeled line without a ref"),
+        (
+            f"{oid(1)} refs/heads/a\n^{oid(2)}\n^{oid(2)}\n{oid(3)} refs/heads/c\n",
+            4,
+            "two peeled lines in a row",
+            "peeled line without a ref",
+        ),
     ],
 )
-@pytest.mark.parametrize("header", [HEADER, "# pack-refs with: peeled \n"])
-def test_malformed_line_is_a_ref_error_naming_it(tmp_path: Path, header: str, body: str, line: int) -> None:
+@pytest.mark.parametrize("header", [SORTED, UNSORTED])
+def test_malformed_line_is_a_ref_error_naming_it(
+    tmp_path: Path, header: str, body: str, line: int, sorted_what: str, unsorted_what: str
+) -> None:
     path = tmp_path / "packed-refs"
     path.write_text(header + body)
     errors = []
@@ -117,11 +136,54 @@ def test_malformed_line_is_a_ref_error_naming_it(tmp_path: Path, header: str, bo
         else:
             assert found in (None, oid(1), oid(3))
     assert errors
+    what = sorted_what if header == SORTED else unsorted_what
+    bad = (header + body).splitlines()[line - 1].encode()
     for error in errors:
-        assert error.reason.startswith(f"malformed line {line} (")
-        bad = (header + body).splitlines()[line - 1].encode()
-        assert error.reason.endswith(f"): {bad!r}")  # the line itself, quoted
-        assert Path(error.path) == path
+        assert (Path(error.path), error.reason) == (path, f"malformed line {line} ({what}): {bad!r}")
+
+
+@pytest.mark.parametrize("header", [SORTED, UNSORTED])
+def test_ref_names_that_are_not_utf8_are_found_by_their_bytes(tmp_path: Path, header: str) -> None:
+    # HEAD is read with surrogateescape: a branch named in Latin-1 keeps its bytes.
+    path = tmp_path / "packed-refs"
+    path.write_bytes(
+        header.encode()
+        + f"{oid(1)} refs/heads/caf".encode()
+        + b"\xe9\n"
+        + f"{oid(2)} refs/heads/z\n".encode()
+    )
+    assert packed.lookup(path, "refs/heads/caf\udce9") == oid(1)
+    assert packed.lookup(path, "refs/heads/café") is None
+    assert packed.lookup(path, "refs/heads/z") == oid(2)
+
+
+@pytest.mark.parametrize("header", [SORTED, UNSORTED])
+def test_a_record_whose_name_git_would_refuse_leaves_the_others_readable(tmp_path: Path, header: str) -> None:
+    # git's own lookup compares names only: a bad name elsewhere is no error.
+    refs = {"refs/heads/a": oid(1), "refs/heads/b c": oid(2), "refs/heads/d": oid(3)}
+    path = tmp_path / "packed-refs"
+    write_packed(path, refs, header=header)
+    for name, value in refs.items():
+        assert packed.lookup(path, name) == value
+    assert packed.lookup(path, "refs/heads/b") is None
+
+
+def test_an_io_error_in_the_middle_of_a_search_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "packed-refs"
+    write_packed(path, {f"refs/tags/v{i:05d}": oid(i) for i in range(5000)})
+    real = packed._pread
+
+    def failing_after_the_header(fd: int, size: int, offset: int) -> bytes:
+        if offset > 0:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))  # a disk (or NFS) failing mid-read
+        return real(fd, size, offset)
+
+    monkeypatch.setattr(packed, "_pread", failing_after_the_header)
+    with pytest.raises(RefError) as info:
+        packed.lookup(path, "refs/tags/v02500")
+    assert (info.value.path, info.value.reason) == (path, f"cannot read: {os.strerror(errno.EIO)}")
 
 
 def test_fifo_in_place_of_packed_refs_does_not_hang(tmp_path: Path) -> None:
