@@ -290,8 +290,8 @@ def survivor(work: Path, target: Target, mutant: str, source_lines: list[str], s
         matches = [n for n in range(start, end + 1) if source_lines[n - 1].strip() == wanted]
         if matches:
             line = min(matches, key=lambda n: abs(n - (start + offset)))
-    return Survivor(target.module, line, function.replace("ǁ", ".").removeprefix("x_").lstrip("."),
-                    mutant, removed, added)  # fmt: skip
+    shown = ".".join(function.split("ǁ")[1:]) if function.startswith("xǁ") else function.removeprefix("x_")
+    return Survivor(target.module, line, shown, mutant, removed, added)
 
 
 def _body(diff: list[str]) -> list[str]:

@@ -67,15 +67,17 @@ def test_detached_head_watches_no_ref_directory(git_repo: Repo) -> None:
 
 def test_linked_worktree_watches_its_own_head_and_the_common_refs(git_repo: Repo, tmp_path: Path) -> None:
     wt = tmp_path / "wt"
-    git_repo.git("worktree", "add", "-q", "-b", "wt", str(wt))
+    git_repo.git("worktree", "add", "-q", "-b", "wt/x", str(wt))
     dirs = find_git_dirs(wt.resolve())
     assert dirs is not None
     p = plan(dirs)
     assert dirs.git_dir in p.watch  # .git/worktrees/wt holds its HEAD
-    assert dirs.common_dir / "refs/heads" in p.watch
+    assert dirs.common_dir / "refs/heads/wt" in p.watch
     assert p.relevance(str(dirs.git_dir / "HEAD")) is Relevance.REF
-    assert p.relevance(str(dirs.common_dir / "refs/heads/wt")) is Relevance.REF
+    assert p.relevance(str(dirs.common_dir / "refs/heads/wt/x")) is Relevance.REF
     assert p.relevance(str(dirs.common_dir / "refs/heads/main")) is Relevance.NONE
+    refs = dirs.common_dir / "refs"  # the branch's directories are the common dir's
+    assert p.parents == {str(refs), str(refs / "heads"), str(refs / "heads/wt")}
 
 
 def test_planner_hands_back_the_same_plan_until_the_chain_or_a_directory_changes(git_repo: Repo) -> None:
@@ -174,6 +176,8 @@ def test_head_on_a_per_worktree_ref_not_yet_created_watches_the_deepest_existing
     assert not (dirs.git_dir / "refs").exists()
     p = plan(dirs)
     assert dirs.git_dir in p.watch  # the worktree's git dir: sees refs/ being created
+    # Only directories that exist are watched: a missing one is seen being created.
+    assert p.watch == {dirs.worktree.parent, dirs.worktree, dirs.git_dir, dirs.common_dir}
     assert p.names(dirs.git_dir) == {"HEAD", "refs"}
     refs = dirs.git_dir / "refs"
     assert p.parents == {str(refs), str(refs / "worktree"), str(refs / "worktree/later")}
@@ -237,3 +241,29 @@ def test_a_long_life_of_branch_switches_keeps_the_planner_bounded(git_repo: Repo
         assert planner.plan([heads / f"b{i}"]) is made
         walks, plans = max(walks, len(planner._walks)), max(plans, len(planner._plans))
     assert (walks, plans) == (256, 64)  # remembered up to a bound, then started over
+
+
+def test_a_per_worktree_ref_whose_own_directory_is_missing_watches_refs(
+    git_repo: Repo, tmp_path: Path
+) -> None:
+    wt = Repo(tmp_path / "wt")
+    git_repo.git("worktree", "add", "-q", "-b", "wt", str(wt.path))
+    wt.git("update-ref", "refs/bisect/bad", git_repo.head())  # the worktree's refs/ exists now
+    wt.git("symbolic-ref", "HEAD", "refs/worktree/mine")
+    dirs = find_git_dirs(wt.path.resolve())
+    assert dirs is not None
+    p = plan(dirs)
+    refs = dirs.git_dir / "refs"
+    assert refs in p.watch and refs / "worktree" not in p.watch
+    assert p.names(refs) == {"worktree"}  # its creation re-plans
+    assert p.relevance(str(refs / "bisect/bad")) is Relevance.NONE
+
+
+def test_a_plan_follows_the_chain_it_is_given_not_head_now(git_repo: Repo) -> None:
+    git_repo.git("branch", "other")
+    dirs = dirs_of(git_repo)
+    other = dirs.common_dir / "refs/heads/other"
+    p = plan(dirs, [other])  # the chain of the last resolution, HEAD has moved on since
+    assert str(other) in p.files
+    assert str(dirs.common_dir / "refs/heads/main") not in p.files
+    assert plan(dirs, []).files == {str(dirs.git_dir / "HEAD"), str(dirs.packed_refs)}  # detached
