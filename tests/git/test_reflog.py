@@ -8,6 +8,7 @@ exception or a hang.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import tracemalloc
@@ -724,3 +725,27 @@ def test_names_and_messages_are_bounded_in_characters() -> None:
     assert (entry.name, entry.email, entry.message) == ("n" * 100, "e" * 100, "é" * 200)
     entry = reflog.parse_entry(f"{a} {b} A <a@x> 1700000000 +0000\t  {'x' * 199}  ".encode())
     assert entry is not None and entry.message == "x" * 198  # cut to 200, then trimmed
+
+
+def test_a_bug_in_reading_the_reflog_costs_the_cause_only(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The last guard of a diagnostic: whatever explain() raises, the watcher goes on.
+    loaded = git_repo.head()
+    commit(git_repo, "two")
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None
+    chain: list[Path] = []
+    current = resolve_head(dirs, chain)
+    assert current is not None
+    assert reflog.explain_move(dirs, chain, loaded, current) == reflog.explain(dirs, chain, loaded, current)
+
+    def broken(*args: object) -> reflog.Cause | None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(reflog, "explain", broken)
+    with caplog.at_level(logging.ERROR, logger="stalewatch.git.reflog"):
+        assert reflog.explain_move(dirs, chain, loaded, current) is None
+    [record] = caplog.records
+    assert record.getMessage() == f"stalewatch: could not read the reflog of {dirs.worktree}; no cause"
+    assert record.exc_info is not None and str(record.exc_info[1]) == "a bug"
