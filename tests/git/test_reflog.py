@@ -15,7 +15,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from conftest import Repo, make_repo
@@ -439,12 +439,16 @@ def reflog_lines(draw: st.DrawFn) -> bytes:
     """Mostly well-formed entries over a few commits, mixed with arbitrary bytes."""
     parts = []
     for _ in range(draw(st.integers(0, 30))):
-        if draw(st.booleans()):
+        kind = draw(st.sampled_from(["entry", "entry", "torn", "bytes"]))
+        if kind == "entry":
             old, new = draw(st.sampled_from(_OIDS)), draw(st.sampled_from(_OIDS))
             msg = draw(st.one_of(st.sampled_from(_MESSAGES), st.text(max_size=40)))
             tz = draw(st.sampled_from(["+0000", "-0930", "+9999", "-0000"]))
             when = draw(st.integers(0, 10**12 - 1))
             parts.append(f"{old} {new} N <e> {when} {tz}\t{msg}".encode("utf-8", "surrogatepass"))
+        elif kind == "torn":  # its ids where an entry's are, the rest broken
+            old, new = draw(st.sampled_from(_OIDS)), draw(st.sampled_from(_OIDS))
+            parts.append(f"{old} {new} ".encode() + draw(st.binary(max_size=20)))
         else:
             parts.append(draw(st.binary(max_size=120)))
     return b"\n".join(parts) + draw(st.sampled_from([b"", b"\n"]))
@@ -470,8 +474,16 @@ def test_any_bytes_give_a_cause_or_none(data: bytes, whole: bool) -> None:
             assert len(cause.message) <= 200
 
 
+def _entry(old: str, new: str, message: str = "commit: x") -> str:
+    return f"{old} {new} N <e> 1700000000 +0000\t{message}\n"
+
+
 @settings(max_examples=300, deadline=None)
 @given(data=st.one_of(st.binary(max_size=2000), reflog_lines()), whole=st.booleans())
+@example(  # a torn newest line naming the current commit: the one before it is the cause
+    data=(_entry(_OIDS[3], _OIDS[2]) + _entry(_OIDS[2], _OIDS[1]) + f"{_OIDS[1]} {_OIDS[2]} torn\n").encode(),
+    whole=True,
+)
 def test_parsing_only_the_relevant_lines_gives_the_same_cause(data: bytes, whole: bool) -> None:
     for loaded in (_OIDS[1], _OIDS[2], None):
         for current in _OIDS[1:4]:
@@ -749,3 +761,108 @@ def test_a_bug_in_reading_the_reflog_costs_the_cause_only(
     [record] = caplog.records
     assert record.getMessage() == f"stalewatch: could not read the reflog of {dirs.worktree}; no cause"
     assert record.exc_info is not None and str(record.exc_info[1]) == "a bug"
+
+
+def test_the_relevant_entries_run_from_the_first_naming_the_loaded_commit_to_the_move() -> None:
+    a, b, c, d = (x * 40 for x in "abcd")
+    lines = [
+        _entry(d, a),
+        _entry(a, b),
+        _entry(b, c, "commit: y"),
+        _entry(c, d),
+        _entry(d, b, "reset: moving to b"),
+    ]
+    data = "".join(lines).encode()
+    entries = reflog.relevant_entries(data, whole=True, loaded=b, current=c)
+    assert [(e.old, e.new) for e in entries] == [(a, b), (b, c)]  # nothing before b, nothing after c
+    assert [(e.old, e.new) for e in reflog.relevant_entries(data, whole=False, loaded=a, current=b)] == [
+        (a, b),
+        (b, c),
+        (c, d),
+        (d, b),
+    ]  # not whole: the first line may be torn, and is never read
+    assert reflog.relevant_entries(data, whole=True, loaded=None, current=b) == [
+        reflog.parse_entry(lines[4][:-1].encode())
+    ]
+    assert reflog.relevant_entries(data, whole=True, loaded=a, current="e" * 40) == []
+
+
+def test_a_fresh_clones_only_entry_is_its_cause(pair: tuple[Repo, Repo]) -> None:
+    _, clone = pair
+    log = clone.path / ".git/logs/HEAD"
+    assert len(log.read_bytes().splitlines()) == 1
+    cause = cause_of(clone.path, "f" * 40)
+    assert cause is not None
+    assert (cause.action, cause.relation) == ("clone", "unknown")
+
+
+class Reads:
+    """Counts the tails read (still reading them)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.limits: list[int] = []
+        real = reflog._read_tail
+
+        def counting(path: Path, limit: int) -> tuple[bytes, bool]:
+            self.limits.append(limit)
+            return real(path, limit)
+
+        monkeypatch.setattr(reflog, "_read_tail", counting)
+
+
+def test_a_log_is_read_once_when_its_first_tail_tells(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = git_repo.head()
+    commit(git_repo, "two")
+    reads = Reads(monkeypatch)
+    cause = cause_of(git_repo.path, loaded)  # a small log: read whole at once
+    assert cause is not None and cause.relation == "ahead"
+    assert reads.limits == [16 * 1024]
+    log = git_repo.path / ".git/logs/HEAD"
+    log.write_bytes(b"x" * 40000 + b"\n" + log.read_bytes())  # larger than the first read
+    reads.limits.clear()
+    cause = cause_of(git_repo.path, loaded)
+    assert cause is not None and cause.relation == "ahead"
+    assert reads.limits == [16 * 1024]  # the relation is known from the newest 16 KiB
+    reads.limits.clear()
+    assert cause_of(git_repo.path, "f" * 40) is not None  # the loaded commit is in no log
+    assert reads.limits == [16 * 1024, 256 * 1024, 16 * 1024]  # HEAD's log twice, the branch's whole
+
+
+def test_the_branchs_log_can_tell_how_far_behind(git_repo: Repo) -> None:
+    commit(git_repo, "one")
+    loaded = commit(git_repo, "two")
+    git(git_repo, "reset", "-q", "--hard", "HEAD~2")
+    # HEAD's log knows the move, not the loaded commit: the branch's log tells the rest.
+    (git_repo.path / ".git/logs/HEAD").write_text(
+        _entry("d" * 40, git_repo.head(), "reset: moving to HEAD~2")
+    )
+    cause = cause_of(git_repo.path, loaded)
+    assert cause is not None
+    assert (cause.action, cause.relation, cause.ahead, cause.behind) == ("reset", "behind", None, 2)
+
+
+def test_a_cause_without_relation_stands_when_the_branch_has_no_log(git_repo: Repo) -> None:
+    commit(git_repo, "one")
+    (git_repo.path / ".git/logs/refs/heads/main").unlink()
+    cause = cause_of(git_repo.path, "f" * 40)
+    assert cause is not None
+    assert (cause.action, cause.relation) == ("commit", "unknown")
+
+
+def test_every_log_on_the_chain_is_asked_until_one_tells(git_repo: Repo) -> None:
+    # HEAD -> refs/heads/alias -> refs/heads/main: HEAD's log, then main's, then alias's.
+    loaded = git_repo.head()
+    current = commit(git_repo, "two")
+    git(git_repo, "symbolic-ref", "refs/heads/alias", "refs/heads/main")
+    git(git_repo, "symbolic-ref", "HEAD", "refs/heads/alias")
+    logs = git_repo.path / ".git/logs"
+    told = _entry(loaded, current).encode()
+    (logs / "HEAD").write_bytes(_entry("c" * 40, current, "pull: Fast-forward").encode())
+    (logs / "refs/heads/main").write_bytes(_entry("d" * 40, current).encode())
+    (logs / "refs/heads/alias").write_bytes(told)
+    cause = cause_of(git_repo.path, loaded)
+    assert cause is not None
+    assert (cause.action, cause.detail) == ("pull", "fast-forward")  # HEAD's newest move names the action
+    assert (cause.relation, cause.ahead) == ("ahead", 1)  # the last log on the chain knew the loaded commit
