@@ -866,3 +866,17 @@ def test_every_log_on_the_chain_is_asked_until_one_tells(git_repo: Repo) -> None
     assert cause is not None
     assert (cause.action, cause.detail) == ("pull", "fast-forward")  # HEAD's newest move names the action
     assert (cause.relation, cause.ahead) == ("ahead", 1)  # the last log on the chain knew the loaded commit
+
+
+def test_a_ref_deleted_and_created_again_relates_to_nothing_through_the_zero_id() -> None:
+    zero, x, y = "0" * 40, "a" * 40, "b" * 40
+    data = (
+        _entry(zero, x, "commit: x") + _entry(x, zero, "branch: deleted") + _entry(zero, y, "commit: y")
+    ).encode()
+    entries = reflog.parse_log(data, whole=True)
+    cause = reflog.explain_entries(entries, x, y)
+    assert cause is not None
+    assert (cause.action, cause.relation, cause.ahead, cause.behind) == ("commit", "unknown", None, None)
+    assert reflog.explain_entries(entries, zero, y) == reflog.explain_entries(
+        entries, None, y
+    )  # unborn: unknown
