@@ -880,3 +880,28 @@ def test_a_ref_deleted_and_created_again_relates_to_nothing_through_the_zero_id(
     assert reflog.explain_entries(entries, zero, y) == reflog.explain_entries(
         entries, None, y
     )  # unborn: unknown
+
+
+def test_a_reflog_that_contradicts_itself_teaches_nothing() -> None:
+    # A reset one back from a commit one ahead must land on the loaded commit itself:
+    # landing elsewhere (an edited log) makes that commit unknown, and what follows it.
+    loaded, ahead, elsewhere, later = "a" * 40, "b" * 40, "c" * 40, "d" * 40
+    data = (
+        _entry(loaded, ahead, "commit: one")
+        + _entry(ahead, elsewhere, "reset: moving to HEAD~1")
+        + _entry(elsewhere, later, "commit: two")
+    ).encode()
+    entries = reflog.parse_log(data, whole=True)
+    for current in (elsewhere, later):
+        cause = reflog.explain_entries(entries, loaded, current)
+        assert cause is not None and (cause.relation, cause.ahead, cause.behind) == ("unknown", None, None)
+    cause = reflog.explain_entries(entries, loaded, ahead)
+    assert cause is not None and (cause.relation, cause.ahead) == ("ahead", 1)
+
+
+def test_names_and_messages_that_are_not_utf8_are_replaced_not_refused() -> None:
+    a, b = "a" * 40, "b" * 40
+    line = f"{a} {b} J".encode() + b"\xf6rg <j@x> 1700000000 +0000\tcommit: caf" + b"\xe9"
+    entry = reflog.parse_entry(line)
+    assert entry is not None
+    assert (entry.name, entry.message) == ("J\ufffdrg", "commit: caf\ufffd")
