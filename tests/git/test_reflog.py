@@ -723,10 +723,15 @@ def test_a_reflog_line_is_parsed_into_its_fields() -> None:
         "{a}x {b} A <a@x> 1700000000 +0000\tx",
         "{a} {B} A <a@x> 1700000000 +0000\tx",
         "{a}{b} A <a@x> 1700000000 +0000\tx",
+        "{a}  {b} A <a@x> 1700000000 +0000\tx",  # git reads one space between fields, as here
+        "{a}\v{b} A <a@x> 1700000000 +0000\tx",
+        "{e} {b} A <a@x> 1700000000 +0000\tx",
+        "{a} {e} A <a@x> 1700000000 +0000\tx",
     ],
 )
 def test_a_line_that_is_not_a_reflog_entry_is_none(line: str) -> None:
-    assert reflog.parse_entry(line.format(a="a" * 40, b="b" * 40, B="B" * 40).encode()) is None
+    text = line.format(a="a" * 40, b="b" * 40, B="B" * 40, e="é" * 20)
+    assert reflog.parse_entry(text.encode()) is None
 
 
 def test_names_and_messages_are_bounded_in_characters() -> None:
