@@ -2,7 +2,9 @@
 """Measure stalewatch's barrier, detection latency and idle cost on a real repository.
 
 Prints, in one run: the median and p99 of ``Guard.check()`` on the flag path and the
-strict path beside Hermes WebUI's three-subprocess check, and their ratios; the flag
+strict path beside Hermes WebUI's three-subprocess check, and their ratios; what
+counting a unit of work in flight costs (``with guard.work():``, alone and around the
+flag check); the flag
 path again with a ``stalewatch.metrics.GuardCollector`` registered, and what one scrape
 of it costs (when the metrics extra is installed); the latency
 from ``os.replace`` of a ref file to the subscriber seeing the flag flip, over
@@ -121,6 +123,21 @@ def detection_latency(guard: Guard, repo: Path, a: str, b: str, updates: int) ->
     return latencies
 
 
+def work_in_flight(guard: Guard, batches: int) -> tuple[list[float], list[float]]:
+    """What counting a unit of work in flight costs (R8): an empty ``with guard.work():``,
+    and the flag check inside one (what a barrier adds per guarded request)."""
+
+    def one_unit() -> None:
+        with guard.work():
+            pass
+
+    def counted_check() -> None:
+        with guard.work():
+            guard.check()
+
+    return per_call(one_unit, batches, 1000), per_call(counted_check, batches, 1000)
+
+
 def barrier_with_metrics(guard: Guard, batches: int, ref_median: float) -> None:
     """The flag path with and without a GuardCollector registered, batch by batch, and a scrape.
 
@@ -189,10 +206,13 @@ def main() -> int:
                 return None
 
             overhead = per_call(empty, batches, 1000)
+            unit, counted = work_in_flight(guard, batches)
             row("check()  flag path", flag, ref_median)
             row("check(strict=True)", strict, ref_median)
             row("reference: 3 git subprocesses", reference)
             row("(an empty Python call, for scale)", overhead)
+            row("with guard.work(): (empty block)", unit)
+            row("check() inside guard.work()", counted)
 
             print(f"\ndetection: os.replace of the branch ref -> event ({updates} updates)")
             latency = detection_latency(guard, repo, a, b, updates)

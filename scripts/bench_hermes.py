@@ -4,7 +4,7 @@
 Builds a fake Hermes Agent checkout (``run_agent.py`` with ``AIAgent``) in a temporary
 repository and binds to it, then prints the median and p99 of:
 
-- a WebUI-shaped ``agent_runtime`` module (``tests/hermes/webui_shaped_runtime.py``:
+- a WebUI-shaped ``agent_runtime`` module (``tests/support/webui_runtime.py``:
   the WebUI's surface and its three-``git``-process read, written for our tests) as it
   is, and with the two-line ``stalewatch.hermes.accelerate`` suffix;
 - the older drop-in ``stalewatch.hermes``, decided by its guard (strict in-process
@@ -28,10 +28,10 @@ from pathlib import Path
 from types import ModuleType
 
 from bench import git, make_repo, per_call, row
-from stalewatch import hermes
 from stalewatch.git import reflog, refs
+from stalewatch.hermes import dropin as hermes
 
-_SHAPED = Path(__file__).resolve().parents[1] / "tests" / "hermes" / "webui_shaped_runtime.py"
+_SHAPED = Path(__file__).resolve().parents[1] / "tests" / "support" / "webui_runtime.py"
 
 
 def webui_runtime(*, accelerated: bool) -> ModuleType:

@@ -22,7 +22,8 @@ Usage:
         [--timeout SECONDS] [--keep]
 
 Exit status: 0 when every test has the same outcome with and without the suffix (and
-the suffix did accelerate the module), 1 otherwise, 2 for bad input.
+both suffixes accelerated the module, the daemon's also linking it), 1 otherwise, 2 for
+bad input.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 SUFFIX = "\nfrom stalewatch.hermes import accelerate\naccelerate(sys.modules[__name__])\n"
+# The lines docs/hermes.md and `stalewatch hermes setup` give for use with the daemon:
+# a third copy ends with them and must import, accelerate and link the daemon.
+DAEMON_SUFFIX = "\nfrom stalewatch.hermes import accelerate\naccelerate(sys.modules[__name__], daemon=True)\n"
 RUNTIME = Path("api") / "agent_runtime.py"
 _SHOWN = 25
 IGNORED = shutil.ignore_patterns(".git", ".venv", "venv", "node_modules", "__pycache__", ".pytest_cache")
@@ -52,7 +56,8 @@ _PROBE = """
 import sys
 import api.agent_runtime as runtime
 accelerated = hasattr(runtime._read_agent_revision, "__stalewatch_original__")
-print("accelerated" if accelerated else "not accelerated")
+view = getattr(runtime._read_agent_revision, "__stalewatch_view__", None)
+print(("accelerated" if accelerated else "not accelerated") + (", daemon linked" if view else ""))
 """
 
 
@@ -98,7 +103,7 @@ def make_copy(checkout: Path, copy: Path) -> None:
     )
 
 
-def apply_suffix(copy: Path) -> None:
+def apply_suffix(copy: Path, suffix: str = SUFFIX) -> None:
     """Append the two lines; add ``import sys`` first if the file does not import it."""
     runtime = copy / RUNTIME
     source = runtime.read_text(encoding="utf-8")
@@ -108,7 +113,7 @@ def apply_suffix(copy: Path) -> None:
         and any(alias.name == "sys" and alias.asname is None for alias in node.names)
         for node in tree.body
     )
-    runtime.write_text(source + ("" if imports_sys else "\nimport sys\n") + SUFFIX, encoding="utf-8")
+    runtime.write_text(source + ("" if imports_sys else "\nimport sys\n") + suffix, encoding="utf-8")
 
 
 def probe(python: str, copy: Path, scratch: Path) -> str:
@@ -121,6 +126,7 @@ def probe(python: str, copy: Path, scratch: Path) -> str:
         "HERMES_HOME": str(home / ".hermes"),
         "HERMES_WEBUI_STATE_DIR": str(home / "state"),
         "PYTHONDONTWRITEBYTECODE": "1",
+        "STALEWATCH_SOCKET": str(home / "stalewatch.sock"),  # nobody listens: the lines must not care
     }
     done = subprocess.run(
         [python, "-c", _PROBE], cwd=copy, env=env, capture_output=True, text=True, timeout=120, check=False
@@ -189,15 +195,18 @@ def main() -> int:
         return 2
     scratch = Path(tempfile.mkdtemp(prefix="check-hermes-"))
     try:
-        plain, fast = scratch / "without", scratch / "with"
-        for copy in (plain, fast):
+        plain, fast, linked = scratch / "without", scratch / "with", scratch / "daemon"
+        for copy in (plain, fast, linked):
             make_copy(checkout, copy)
         apply_suffix(fast)
+        apply_suffix(linked, DAEMON_SUFFIX)
         print(f"WebUI checkout: {checkout}")
         print(f"python: {args.python}")
         print(f"tests: {len(tests)} files: {' '.join(tests)}")
         state = probe(args.python, fast, scratch)
         print(f"with the suffix, api.agent_runtime is {state}")
+        daemon_state = probe(args.python, linked, scratch)
+        print(f"with the daemon lines (daemon=True), api.agent_runtime is {daemon_state}")
         without, before = run_tests(args.python, plain, tests, scratch / "without.xml", args.timeout)
         print(f"without the suffix: {without}")
         with_suffix, after = run_tests(args.python, fast, tests, scratch / "with.xml", args.timeout)
@@ -214,7 +223,8 @@ def main() -> int:
         print(f"per test: {same} identical outcomes, {len(differ)} differ")
         if args.keep:
             print(f"copies kept in {scratch}")
-        return 0 if not differ and before and state == "accelerated" else 1
+        lines_work = state == "accelerated" and daemon_state == "accelerated, daemon linked"
+        return 0 if not differ and before and lines_work else 1
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -1,23 +1,31 @@
 """A lab for automatic restarts: a checkout with a WSGI app, a daemon, a real supervisor, load.
 
 Used by ``scripts/bench_restart.py`` and by the end-to-end tests. Everything runs on
-loopback under one temporary directory; every process is stopped by its pid at exit.
+loopback under one temporary directory; every process group is stopped at exit.
 
 - ``Lab.start()`` makes a git checkout holding ``app.py`` (a WSGI app guarded by a
-  stalewatch guard fed by the daemon: it registers its loaded revision, answers
-  ``/api/*`` with 409 once stale, and reports the revision and pid it loaded), starts
-  ``stalewatch daemon`` with a restart policy, then the server under its supervisor:
-  ``gunicorn -w N`` (restart: HUP to the master through its pid file) or
-  ``supervisord`` running gunicorn (restart: ``supervisorctl restart web``).
-- ``Lab.daemon_lines`` follows the daemon's socket and keeps every line with the time
-  it arrived; ``Lab.wait_for(...)`` waits for one, never sleeping blindly.
-- ``Load`` keeps a few threads sending requests and records each outcome.
+  stalewatch guard fed by the daemon: it registers its loaded revision, counts each
+  guarded request as work in flight, answers ``/api/*`` with 409 once stale, and
+  reports the revision and pid it loaded), starts ``stalewatch daemon`` with a restart
+  policy, then the server under its supervisor:
+
+  - ``gunicorn``: ``gunicorn -w N``, restarted by HUP to the master (its pid file);
+  - ``gunicorn-handoff``: the same, restarted by the USR2 handoff (``handoff = true``):
+    a new master beside the old, the old retired once the new workers registered;
+  - ``supervisord``: supervisord running gunicorn, ``supervisorctl restart web``.
+
+  ``defaults=True`` writes the recipe as the docs give it (``min_interval`` 30 s, a
+  confirm timeout of 60 s...); otherwise the lab's quick settings (``min_interval`` 0).
+- Routes: ``/api/work`` (guarded), ``/api/slow?S`` (guarded, S seconds), ``/api/hold``
+  (guarded, held until ``lab.gate.release()``), ``/slow?S`` (not guarded).
+- ``Lab.lines`` keeps every daemon line with the time it arrived; ``Lab.wait_for(...)``
+  waits for one, never sleeping blindly. ``Load`` (``scripts/lab_load.py``) keeps a few
+  threads sending requests and records each outcome.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import queue
@@ -31,18 +39,20 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gitrepo import git
+from lab_load import WAIT, Gate, Load, Outcome, free_port, stop_group
 
-WAIT = 30.0
+__all__ = ["APP", "WAIT", "Gate", "Lab", "Line", "Load", "Outcome", "free_port", "lab", "revisions"]
 
 APP = '''\
 """A WSGI app guarded by stalewatch, fed by the daemon (written by scripts/restart_lab.py)."""
 import json
 import os
+import socket
 import time
 
 from stalewatch import Daemon, Guard
@@ -53,8 +63,13 @@ guard.start()
 
 
 def inner(environ, start_response):
-    if environ["PATH_INFO"] == "/slow":
+    path = environ["PATH_INFO"]
+    if path in ("/slow", "/api/slow"):
         time.sleep(float(environ.get("QUERY_STRING") or "0.2"))
+    elif path == "/api/hold":  # in flight until the lab releases it
+        with socket.socket(socket.AF_UNIX) as gate:
+            gate.connect(os.environ["GATE"])
+            gate.recv(1)
     body = json.dumps({"revision": guard.loaded_revision, "pid": os.getpid()}).encode()
     start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
     return [body]
@@ -64,11 +79,21 @@ app = WSGIBarrier(inner, guard, routes=["/api"])
 # changes:
 '''
 
+# gunicorn's hook in a new master (USR2): it waits while the lab holds the handoff, so a
+# test can land a commit between the signal and the new workers' import.
+GUNICORN_CONF = """\
+import os, socket
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def on_starting(server):
+    hold = os.environ.get("HANDOFF_HOLD", "")
+    if "GUNICORN_PID" in os.environ and hold and os.path.exists(hold):
+        with socket.socket(socket.AF_UNIX) as gate:
+            gate.connect(os.environ["HANDOFF_GATE"])
+            gate.recv(1)
+"""
+
+QUICK = "confirm_timeout = 30\nmin_interval = 0\n"
+"""The lab's quick settings; ``defaults=True`` leaves the recipe's defaults instead."""
 
 
 @dataclass
@@ -79,117 +104,17 @@ class Line:
     message: dict[str, Any]
 
 
-@dataclass
-class Outcome:
-    """One request: when it started and ended, and what came back (or what failed)."""
-
-    start: float
-    end: float
-    path: str
-    status: int | None = None
-    revision: str | None = None
-    payload: dict[str, Any] = field(default_factory=dict)
-    retry_after: str | None = None
-    error: str | None = None  # the exception's class name
-    connected: bool = False  # the kernel completed the connection (maybe only into a backlog)
-
-    @property
-    def cut(self) -> bool:
-        """A response that began and did not end: what a graceful stop must never do."""
-        return self.error is not None and self.status is not None
-
-    @property
-    def unserved(self) -> bool:
-        """Refused, or reset before any response: the server never took the request."""
-        return self.error is not None and self.status is None
-
-
-class Load:
-    """Threads sending requests to ``port`` until stopped; ``outcomes`` records each."""
-
-    def __init__(self, port: int, paths: list[str], threads: int = 4) -> None:
-        self.port = port
-        self.paths = paths
-        self.outcomes: list[Outcome] = []
-        self._lock = threading.Condition()
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._run, args=(i,), name=f"lab-load-{i}", daemon=True)
-            for i in range(threads)
-        ]
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=WAIT)
-
-    def _run(self, number: int) -> None:
-        turn = number
-        while not self._stop.is_set():
-            path = self.paths[turn % len(self.paths)]
-            turn += 1
-            outcome = self.request(path)
-            with self._lock:
-                self.outcomes.append(outcome)
-                self._lock.notify_all()
-            if outcome.error == "ConnectionRefusedError":
-                # The server is between two lives: knock again soon, never spin.
-                self._stop.wait(0.01)
-
-    def request(self, path: str) -> Outcome:
-        start = time.time()
-        outcome = Outcome(start, start, path)
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT)
-        try:
-            conn.connect()
-            outcome.connected = True
-            conn.request("GET", path)
-            response = conn.getresponse()
-            outcome.status = response.status  # the response began: an error now cuts it
-            outcome.retry_after = response.getheader("Retry-After")
-            body = response.read()
-            with contextlib.suppress(ValueError):
-                outcome.payload = json.loads(body)
-            outcome.revision = outcome.payload.get("revision")
-        except (OSError, http.client.HTTPException) as exc:
-            outcome.error = type(exc).__name__
-        finally:
-            conn.close()
-            outcome.end = time.time()
-        return outcome
-
-    def snapshot(self) -> list[Outcome]:
-        with self._lock:
-            return list(self.outcomes)
-
-    def wait_for(self, predicate: Callable[[Outcome], bool], timeout: float = WAIT) -> Outcome:
-        """The first outcome from now on that matches ``predicate``."""
-        with self._lock:
-            seen = len(self.outcomes)
-
-            def found() -> Outcome | None:
-                return next((o for o in self.outcomes[seen:] if predicate(o)), None)
-
-            if not self._lock.wait_for(lambda: found() is not None, timeout):
-                raise TimeoutError(f"no matching request in {timeout} s")
-            match = found()
-            assert match is not None
-            return match
-
-
 class Lab:
     """See the module doc. Use as a context manager: everything stops at exit.
 
     Args:
-        supervisor: ``gunicorn`` (graceful reload on HUP) or ``supervisord``
-            (stop and start).
+        supervisor: ``gunicorn``, ``gunicorn-handoff`` or ``supervisord``.
         workers: gunicorn workers.
         policy: extra keys for the ``[checkout.restart]`` table (TOML text lines).
+        command: supervisord's program instead of gunicorn; {port}, {socket},
+            {checkout} filled in.
+        defaults: the recipe as written, without the lab's quick settings.
+        threads: gunicorn threads per worker (``gthread`` when above 1).
     """
 
     def __init__(
@@ -199,17 +124,23 @@ class Lab:
         workers: int = 4,
         policy: str = "settle = 0.2\n",
         command: list[str] | None = None,
+        defaults: bool = False,
+        threads: int = 1,
     ) -> None:
         self.supervisor = supervisor
         self.workers = workers
         self.policy = policy
-        # supervisord's program instead of gunicorn; {port}, {socket}, {checkout} filled in.
         self.command = command
+        self.defaults = defaults
+        self.threads = threads
         self.dir = Path(tempfile.mkdtemp(prefix="sw-lab-", dir="/tmp"))
         self.checkout = self.dir / "checkout"
         self.socket = self.dir / "d.sock"
+        self.pidfile = self.dir / "gunicorn.pid"
         self.port = free_port()
         self.lines: list[Line] = []
+        self.gate = Gate(self.dir / "gate.sock")  # held requests
+        self.handoff_gate = Gate(self.dir / "handoff.sock")  # a held new master
         self._queue: queue.SimpleQueue[Line] = queue.SimpleQueue()
         self._procs: list[subprocess.Popen[bytes]] = []
         self._follower: threading.Thread | None = None
@@ -245,24 +176,22 @@ class Lab:
 
     def close(self) -> None:
         self._closing.set()
+        self.gate.release()
+        self.handoff_gate.release()
         if self._follow_sock is not None:
             with contextlib.suppress(OSError):
                 self._follow_sock.shutdown(socket.SHUT_RDWR)
         for proc in reversed(self._procs):
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
+            stop_group(proc.pid, timeout=10)  # its own session: the whole group, new masters too
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
         for thread in (self._follower, self._drainer):
             if thread is not None:
                 thread.join(timeout=10)
         if self._notify is not None:
             self._notify.close()
+        self.gate.close()
+        self.handoff_gate.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _spawn(self, argv: list[str], log: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -285,25 +214,45 @@ class Lab:
 
     # -- the daemon ----------------------------------------------------------------------
 
-    def _start_daemon(self) -> None:
+    def recipe(self) -> str:
+        """The ``[checkout.restart]`` keys that restart this lab's server (the docs' recipe)."""
         if self.supervisor == "gunicorn":
-            action = f'pidfile = "{self.dir / "gunicorn.pid"}"\nsignal = "HUP"\n'
-        else:
-            conf = str(self.dir / "supervisord.conf")
-            argv = [str(self._bin / "supervisorctl"), "-c", conf, "restart", "web"]
-            action = f"action = {json.dumps(argv)}\n"
+            return f'pidfile = "{self.pidfile}"\nsignal = "HUP"\n'
+        if self.supervisor == "gunicorn-handoff":
+            return f'pidfile = "{self.pidfile}"\nsignal = "USR2"\nhandoff = true\n'
+        conf = str(self.dir / "supervisord.conf")
+        argv = [str(self._bin / "supervisorctl"), "-c", conf, "restart", "web"]
+        return f"action = {json.dumps(argv)}\n"
+
+    def write_config(self, policy: str | None = None) -> Path:
+        """Write the daemon's configuration (``policy``: replaces the extra keys); its path."""
+        if policy is not None:
+            self.policy = policy
         config = self.dir / "stalewatch.toml"
+        given = {line.split("=")[0].strip() for line in self.policy.splitlines() if "=" in line}
+        quick = (
+            ""
+            if self.defaults
+            else "".join(
+                line + "\n" for line in QUICK.splitlines() if line.split("=")[0].strip() not in given
+            )
+        )
         config.write_text(
-            f'socket = "{self.socket}"\nlog_level = "info"\n\n[[checkout]]\npath = "{self.checkout}"\n\n'
-            f"[checkout.restart]\n{action}confirm_timeout = 30\nmin_interval = 0\n{self.policy}"
+            f'socket = "{self.socket}"\nlog_level = "info"\nkeepalive = 1\n\n'
+            f'[[checkout]]\npath = "{self.checkout}"\n\n'
+            f"[checkout.restart]\n{self.recipe()}{quick}{self.policy}"
         )
         config.chmod(0o600)
+        return config
+
+    def _start_daemon(self) -> None:
+        config = self.write_config()
         # A stand-in for systemd's notify socket, read for as long as the daemon runs.
         notify = self.dir / "notify"
         self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._notify.bind(str(notify))
         self._notify.settimeout(WAIT)
-        self._spawn(
+        self._daemon = self._spawn(
             [sys.executable, "-m", "stalewatch", "daemon", "--config", str(config)],
             "daemon.log",
             {"NOTIFY_SOCKET": str(notify)},
@@ -316,11 +265,15 @@ class Lab:
 
         def drain() -> None:
             while not self._closing.is_set():
-                with contextlib.suppress(TimeoutError):
-                    self._notify.recv(4096)
+                with contextlib.suppress(TimeoutError, OSError):
+                    self._notify.recv(4096)  # type: ignore[union-attr]
 
         self._drainer = threading.Thread(target=drain, name="lab-notify", daemon=True)
         self._drainer.start()
+
+    def reload(self) -> None:
+        """SIGHUP the daemon (after :meth:`write_config`): it reloads its configuration."""
+        self._daemon.send_signal(signal.SIGHUP)
 
     def _follow(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -354,6 +307,19 @@ class Lab:
             if predicate(line.message):
                 return line
 
+    def wait_for_log(self, text: str, timeout: float = WAIT) -> str:
+        """The first line of the daemon's log holding ``text``, looked for at each daemon
+        line (a ping every second at least)."""
+        found: list[str] = []
+
+        def logged(message: dict[str, Any]) -> bool:
+            found[:] = [line for line in self.log("daemon.log").splitlines() if text in line][:1]
+            return bool(found)
+
+        if not logged({}):
+            self.wait_for(logged, timeout)
+        return found[0]
+
     def wait_for_phase(self, *phases: str, timeout: float = WAIT) -> Line:
         return self.wait_for(lambda m: m.get("type") == "restart" and m.get("phase") in phases, timeout)
 
@@ -372,25 +338,37 @@ class Lab:
     # -- the server ----------------------------------------------------------------------
 
     def _gunicorn(self, workers: int) -> list[str]:
+        conf = self.dir / "gunicorn_conf.py"
+        conf.write_text(GUNICORN_CONF)
+        threads = ["--threads", str(self.threads)] if self.threads > 1 else []
         return [
             str(self._bin / "gunicorn"),
+            "--config", str(conf),
             "--workers", str(workers),
+            *threads,
             "--bind", f"127.0.0.1:{self.port}",
             "--chdir", str(self.checkout),
-            "--graceful-timeout", "10",
-            "--pid", str(self.dir / "gunicorn.pid"),
+            "--graceful-timeout", "30",
+            "--pid", str(self.pidfile),
             "app:app",
         ]  # fmt: skip
 
     def _start_server(self) -> None:
-        env = {"STALEWATCH_SOCKET": str(self.socket), "PYTHONDONTWRITEBYTECODE": "1"}
-        if self.supervisor == "gunicorn":
+        env = {
+            "STALEWATCH_SOCKET": str(self.socket),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "GATE": str(self.gate.path),
+            "HANDOFF_GATE": str(self.handoff_gate.path),
+            "HANDOFF_HOLD": str(self.dir / "handoff.hold"),
+        }
+        if self.supervisor.startswith("gunicorn"):
             self._spawn(self._gunicorn(self.workers), "server.log", env)
             return
         conf = self.dir / "supervisord.conf"
         argv = self._gunicorn(self.workers) if self.command is None else self.command
         fields = {"port": self.port, "socket": self.socket, "checkout": self.checkout}
         command = " ".join(part.format(**fields) for part in argv)
+        environment = ",".join(f'{key}="{value}"' for key, value in env.items())
         conf.write_text(
             textwrap.dedent(
                 f"""\
@@ -406,9 +384,9 @@ class Lab:
                 serverurl=unix://{self.dir / "supervisor.sock"}
                 [program:web]
                 command={command}
-                environment=STALEWATCH_SOCKET="{self.socket}",PYTHONDONTWRITEBYTECODE="1"
+                environment={environment}
                 stopsignal=TERM
-                stopwaitsecs=15
+                stopwaitsecs=30
                 startsecs=0
                 autorestart=true
                 redirect_stderr=true
@@ -418,14 +396,38 @@ class Lab:
         )
         self._spawn([str(self._bin / "supervisord"), "-c", str(conf)], "supervisord.out")
 
+    @contextlib.contextmanager
+    def holding_handoff(self) -> Iterator[None]:
+        """While inside, a new gunicorn master (``USR2``) waits in its ``on_starting``
+        until :attr:`handoff_gate` is released: its workers have not imported yet."""
+        flag = self.dir / "handoff.hold"
+        flag.touch()
+        try:
+            yield
+        finally:
+            flag.unlink(missing_ok=True)
+            self.handoff_gate.release()
+
+    def master(self, suffix: str = "") -> int | None:
+        """The pid in gunicorn's pid file (``suffix=".2"``: a new master's), if any."""
+        path = Path(f"{self.pidfile}{suffix}")
+        with contextlib.suppress(OSError, ValueError):
+            return int(path.read_text())
+        return None
+
     # -- the checkout --------------------------------------------------------------------
 
     def head(self) -> str:
         return git(self.checkout, "rev-parse", "HEAD")
 
-    def commit(self, text: str = "change") -> str:
-        with (self.checkout / "app.py").open("a") as app:
-            app.write(f"# {text}\n")
+    def commit(self, text: str = "change", *, app: str | None = None) -> str:
+        """Commit a change to ``app.py`` (``app``: its whole new text, e.g. a broken one)."""
+        path = self.checkout / "app.py"
+        if app is not None:
+            path.write_text(app)
+        else:
+            with path.open("a") as out:
+                out.write(f"# {text}\n")
         git(self.checkout, "commit", "-q", "-am", text)
         return self.head()
 

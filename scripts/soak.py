@@ -2,6 +2,7 @@
 """Soak the daemon: a real daemon for a bounded time under mixed abuse; prints figures.
 
 Usage: python scripts/soak.py [--minutes 5] [--checkouts 3] [--quick]
+       python scripts/soak.py --attacks [flood,flood-hold,reload,descriptors,slowloris] [--quick]
 
 One ``stalewatch daemon`` process watches a few real repositories, with chatty hooks
 that leave background children holding their output, and meanwhile:
@@ -19,6 +20,14 @@ that leave background children holding their output, and meanwhile:
 At the end it prints those counts, the daemon's RSS and open descriptors (after
 warm-up, peak, end), its threads, and how it stopped. Exit status 1 if an event was
 lost, a generation skipped, an honest subscriber dropped, or the daemon died.
+
+``--attacks`` runs instead the attacks of issue 17, each against a daemon of its own
+(:mod:`attacks`): a connect/close flood and a flood of clients that never read, with 1
+and 1,000 checkouts; a reload to 10,001 checkouts with SIGTERM while binding, while
+applying and after, then up and back down with RSS; the daemon out of descriptors
+while a commit lands; slowloris on ``/metrics``. Each prints its figures and whether
+its promise held (exit status 1 if one did not). ``--quick``: 2 s floods with 1 and 10
+checkouts, a reload to 51.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attacks
 from gitrepo import git
 
 OBSERVE_TIMEOUT = 10.0  # a HEAD not seen by a subscriber within this is lost
@@ -98,6 +108,16 @@ class Proc:
 
     def fds(self) -> int:
         return sum(1 for _ in Path(f"/proc/{self.pid}/fd").iterdir())
+
+
+def _listening(path: Path) -> bool:
+    """Whether a daemon accepts connections at ``path`` (a probe connects and leaves)."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 class Honest:
@@ -228,7 +248,16 @@ def main() -> int:
     parser.add_argument("--checkouts", type=int, default=3)
     parser.add_argument("--seed", type=int, default=20261130)
     parser.add_argument("--quick", action="store_true", help="a 10 s smoke run")
+    parser.add_argument(
+        "--attacks",
+        nargs="?",
+        const=",".join(attacks.ATTACKS),
+        help="run these attacks instead (comma-separated; default: all)",
+    )
     args = parser.parse_args()
+    if args.attacks:
+        counts, seconds, reload = ([1, 10], 2.0, 51) if args.quick else ([1, 1000], 6.0, 10_001)
+        return attacks.run(args.attacks.split(","), counts, seconds, reload)
     seconds = 10.0 if args.quick else args.minutes * 60
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="sw-soak-", dir="/tmp"))
@@ -260,10 +289,10 @@ def main() -> int:
         )
         proc = Proc(daemon.pid)
         deadline = time.monotonic() + 30
-        while not sock_path.exists():
+        while not _listening(sock_path):  # the path exists from bind(), connecting from listen()
             if time.monotonic() > deadline or daemon.poll() is not None:
                 raise SystemExit(f"the daemon did not start:\n{(work / 'daemon.log').read_text()}")
-            time.sleep(0.02)
+            time.sleep(0.02)  # polls another process's start-up, not a thread of ours
         seen = threading.Condition()
         honest = [Honest(sock_path, n, seen) for n in range(4)]
         for sub in honest:

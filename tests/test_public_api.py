@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from importlib import resources
 
+import pytest
+
 import stalewatch
+
+pytestmark = pytest.mark.unit
 
 
 def test_public_names_are_pinned() -> None:
@@ -41,3 +45,10 @@ def test_package_is_typed() -> None:
 
 def test_status_values_are_the_wire_names() -> None:
     assert [s.value for s in stalewatch.Status] == ["current", "stale", "unreadable", "untracked"]
+
+
+def test_work_in_flight_is_part_of_the_guard() -> None:
+    """R8: a guard counts its work in flight (``work``), adds outside counts
+    (``count_work``) and says the total (``inflight``)."""
+    for name in ("work", "count_work", "inflight"):
+        assert callable(getattr(stalewatch.Guard, name)), name

@@ -10,10 +10,11 @@ Example::
 
 from __future__ import annotations
 
+from .client.daemon import Daemon
 from .core.errors import BindError, ConfigError, RefError, StaleError, StalewatchError
-from .core.guard import Guard
 from .core.status import Event, Snapshot, Status
-from .daemon.client import Daemon
+from .core.version import __version__
+from .guard.guard import Guard
 from .watching.local import LocalSource
 from .watching.source import Source
 
@@ -32,5 +33,3 @@ __all__ = [
     "Status",
     "__version__",
 ]
-
-__version__ = "0.1.0"

@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from conftest import Recorder, Repo
 from stalewatch import Guard, StaleError
 from stalewatch.cli import EXIT_OK
-from stalewatch.core import guard as guard_module
 from stalewatch.git import reflog
+from stalewatch.guard import guard as guard_module
+from tests.support.recorder import Recorder
+from tests.support.repos import Repo
 
 
 class CountingExplain:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Repo
 from stalewatch import Event, Guard, Snapshot, Status
-from stalewatch.core.restart import RestartPhase, RestartState
+from stalewatch.core.cause import Cause
+from stalewatch.core.phases import RestartPhase, RestartState
 from stalewatch.core.status import decide, transition
-from stalewatch.git.reflog import Cause
+from tests.support.repos import Repo
 
 A = "a" * 40
 B = "b" * 40

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Repo
 from stalewatch.git import moves, reflog
 from stalewatch.git.refs import find_git_dirs, resolve_head
+from tests.support.repos import Repo
 
 
 def cause_of(repo: Repo, loaded: str) -> reflog.Cause:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Repo, exit_status_in_fork, report_from_fork
 from stalewatch.core.errors import RefError
 from stalewatch.git import packed
 from stalewatch.git.refs import find_git_dirs, resolve_head
+from tests.support.forks import exit_status_in_fork, report_from_fork
+from tests.support.repos import Repo
 
 HEADER = "# pack-refs with: peeled fully-peeled sorted \n"
 
@@ -410,24 +411,6 @@ def test_a_packed_refs_path_that_cannot_be_looked_at_is_refused_with_the_systems
         loop / "packed-refs",
         f"cannot read: {os.strerror(errno.ELOOP)}",
     )
-
-
-def test_the_snapshot_cache_forgets_the_least_recently_used_beyond_its_bound() -> None:
-    cache = packed._Cache()
-    bound = packed._CACHE_ENTRIES
-    snaps = [packed.Snapshot(Path(f"/r{i}/packed-refs"), (0, i, 0, 0, 0), True, 0) for i in range(bound + 2)]
-    for i in range(bound):
-        cache.put(f"p{i}", snaps[i])
-    assert cache.get("p0", snaps[0].key) is snaps[0]  # used: now the most recent
-    cache.put("p1", snaps[1])  # put again: the most recent too
-    cache.put(f"p{bound}", snaps[bound])
-    assert len(cache.entries) == bound
-    assert cache.get("p2", snaps[2].key) is None  # the least recently used went
-    for i in (0, 1, 3, bound):
-        assert cache.get(f"p{i}", snaps[i].key) is snaps[i]
-    assert cache.get("p3", (9, 9, 9, 9, 9)) is None  # another identity: not this snapshot
-    cache.clear()
-    assert not cache.entries
 
 
 @pytest.mark.parametrize("filler", [0, 40, 300])

@@ -15,12 +15,14 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from conftest import Repo, make_repo
+from stalewatch.core import cause as cause_module
 from stalewatch.git import reflog
 from stalewatch.git.refs import find_git_dirs, resolve_head
+from tests.support.properties import budget
+from tests.support.repos import Repo, make_repo
 
 _ENV = {
     "GIT_AUTHOR_NAME": "alice",
@@ -454,7 +456,7 @@ def reflog_lines(draw: st.DrawFn) -> bytes:
     return b"\n".join(parts) + draw(st.sampled_from([b"", b"\n"]))
 
 
-@settings(max_examples=1000, deadline=None)
+@budget(1000)
 @given(data=st.one_of(st.binary(max_size=2000), reflog_lines()), whole=st.booleans())
 def test_any_bytes_give_a_cause_or_none(data: bytes, whole: bool) -> None:
     entries = reflog.parse_log(data, whole=whole)
@@ -478,7 +480,7 @@ def _entry(old: str, new: str, message: str = "commit: x") -> str:
     return f"{old} {new} N <e> 1700000000 +0000\t{message}\n"
 
 
-@settings(max_examples=300, deadline=None)
+@budget(300)
 @given(data=st.one_of(st.binary(max_size=2000), reflog_lines()), whole=st.booleans())
 @example(  # a torn newest line naming the current commit: the one before it is the cause
     data=(_entry(_OIDS[3], _OIDS[2]) + _entry(_OIDS[2], _OIDS[1]) + f"{_OIDS[1]} {_OIDS[2]} torn\n").encode(),
@@ -492,7 +494,7 @@ def test_parsing_only_the_relevant_lines_gives_the_same_cause(data: bytes, whole
             assert reflog.explain_entries(relevant, loaded, current) == everything
 
 
-@settings(max_examples=50, deadline=None)
+@budget(50)
 @given(unit=st.binary(min_size=1, max_size=8))
 def test_pathological_repetition_is_linear(unit: bytes) -> None:
     data = unit * (256 * 1024 // len(unit))  # as large as one read can ever be
@@ -541,7 +543,7 @@ class History:
         return kind, ahead, behind
 
 
-@settings(max_examples=500, deadline=None)
+@budget(500)
 @given(
     ops=st.lists(
         st.tuples(st.sampled_from(["commit", "amend", "reset", "checkout", "ff"]), st.integers(0, 50))
@@ -582,7 +584,7 @@ def test_derived_relations_are_true_or_unknown(ops: list[tuple[str, int]]) -> No
             assert cause.behind == behind
 
 
-@settings(max_examples=300, deadline=None)
+@budget(300)
 @given(
     ops=st.lists(st.tuples(st.sampled_from(["commit", "amend", "reset"]), st.integers(0, 50)), max_size=30)
 )
@@ -677,7 +679,7 @@ def test_a_cause_is_dated_in_its_own_offset_relative_to_today_there(monkeypatch:
     assert cause.describe(now=1700000000 + 7 * 3600) == (  # already the 15th at -05:00
         "commit (back to the loaded commit) by alice at 2023-11-14 17:13"
     )
-    monkeypatch.setattr(reflog.time, "time", lambda: 1700000000.0)
+    monkeypatch.setattr(cause_module.time, "time", lambda: 1700000000.0)
     assert cause.describe() == "commit (back to the loaded commit) by alice at 17:13"
 
 

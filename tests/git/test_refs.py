@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Repo, make_repo
 from stalewatch.core.errors import NeedsGitError, RefError
 from stalewatch.git.refs import GitDirs, find_git_dirs, head_chain, resolve_head
+from tests.support.repos import Repo, make_repo
 
 
 def resolve(path: Path) -> str | None:

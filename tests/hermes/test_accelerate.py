@@ -1,6 +1,6 @@
 """stalewatch.hermes.accelerate: each rule of the two-line accelerator, against real git.
 
-The module accelerated here is ``webui_shaped_runtime`` (the WebUI's surface and its
+The module accelerated here is ``tests.support.webui_runtime`` (the WebUI's surface and its
 three-``git`` read, written for these tests). Every answer of the accelerated read is
 compared with the original read's on the same checkout.
 """
@@ -18,26 +18,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import webui_shaped_runtime
-from process_audit import processes
 
-from conftest import Repo, make_agent, make_repo, report_from_fork
 from stalewatch.git import refs
-from stalewatch.hermes import accelerate
+from stalewatch.hermes import accelerate, agent_head
 from stalewatch.hermes import accelerator as acceleration
+from tests.support import webui_runtime
+from tests.support.forks import report_from_fork
+from tests.support.process_audit import processes
+from tests.support.repos import Repo, make_agent, make_repo
 
 AGENT_SOURCE = "class AIAgent:\n    pass\n"
 
 
 @pytest.fixture(autouse=True)
 def fresh_bindings() -> Iterator[None]:
-    acceleration.BINDINGS.clear()
+    agent_head.BINDINGS.clear()
     before = set(sys.modules)
     yield
     for name in set(sys.modules) - before:
         if name.startswith("webui_shaped_runtime_"):
             del sys.modules[name]
-    acceleration.BINDINGS.clear()
+    agent_head.BINDINGS.clear()
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def agent(tmp_path: Path) -> Repo:
 
 @pytest.fixture
 def module() -> types.ModuleType:
-    return webui_shaped_runtime.load(accelerated=True)
+    return webui_runtime.load(accelerated=True)
 
 
 class Reads:
@@ -271,20 +272,20 @@ def test_a_forked_worker_reads_correctly_without_restarting_anything(reads: Read
 
 
 def test_bindings_are_bounded(module: types.ModuleType, tmp_path: Path) -> None:
-    agents = [make_agent(tmp_path / f"a{n}").path.resolve() for n in range(acceleration.MAX_BINDINGS + 6)]
+    agents = [make_agent(tmp_path / f"a{n}").path.resolve() for n in range(agent_head.MAX_BINDINGS + 6)]
     fast = module._read_agent_revision
     for path in agents:
         assert fast(path, module_path=path / "run_agent.py") is not None
-        assert len(acceleration.BINDINGS) <= acceleration.MAX_BINDINGS
-    assert len(acceleration.BINDINGS) == acceleration.MAX_BINDINGS
+        assert len(agent_head.BINDINGS) <= agent_head.MAX_BINDINGS
+    assert len(agent_head.BINDINGS) == agent_head.MAX_BINDINGS
     first = agents[0]
-    assert acceleration.BINDINGS.get((first, first / "run_agent.py")) is None  # the oldest went
+    assert agent_head.BINDINGS.get((first, first / "run_agent.py")) is None  # the oldest went
     assert fast(first, module_path=first / "run_agent.py") is not None  # and binds again
 
 
 def test_no_thread_is_started(agent: Repo) -> None:
     before = threading.active_count()
-    module = webui_shaped_runtime.load(accelerated=True)
+    module = webui_runtime.load(accelerated=True)
     source = agent.path.resolve()
     for _ in range(10):
         module._read_agent_revision(source, module_path=source / "run_agent.py")
@@ -302,7 +303,7 @@ def test_calling_it_twice_changes_nothing(module: types.ModuleType) -> None:
 
 
 def test_only_the_read_is_replaced() -> None:
-    module = webui_shaped_runtime.load(accelerated=False)
+    module = webui_runtime.load(accelerated=False)
     before = dict(vars(module))
     assert accelerate(module) is True
     after = dict(vars(module))
@@ -325,7 +326,7 @@ def test_a_module_without_a_compatible_function_is_left_untouched(caplog: pytest
     for case in cases:
         before = dict(vars(case))
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="stalewatch.hermes.accelerator"):
+        with caplog.at_level(logging.WARNING, logger="stalewatch.hermes"):
             assert accelerate(case) is False
         assert vars(case) == before
         warnings_logged = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -343,7 +344,7 @@ def test_it_never_raises_into_the_import(caplog: pytest.LogCaptureFixture) -> No
 
     frozen = Frozen("frozen")
     types.ModuleType.__setattr__(frozen, "_read_agent_revision", _read_agent_revision)
-    with caplog.at_level(logging.WARNING, logger="stalewatch.hermes.accelerator"):
+    with caplog.at_level(logging.WARNING, logger="stalewatch.hermes"):
         assert accelerate(frozen) is False
     assert frozen._read_agent_revision is _read_agent_revision  # type: ignore[attr-defined]
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1

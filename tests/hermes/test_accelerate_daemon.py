@@ -12,17 +12,18 @@ import importlib
 import json
 import logging
 import os
+import signal
 import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import webui_shaped_runtime
 
-from conftest import Repo, make_agent
-from daemon_helpers import WAIT, Subscriber, greet, short_dir, start_daemon
-from stalewatch.hermes import accelerate, accelerator, restarts
+from stalewatch.hermes import accelerate, agent_head, restart_view
+from tests.support import webui_runtime
+from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
+from tests.support.repos import Repo, make_agent
 
 PAYLOAD_FUNCTION = """
 
@@ -34,11 +35,11 @@ def agent_runtime_stale_payload(exc):
 def load(socket: Path | None, *, payload: bool = True) -> types.ModuleType:
     """A fresh WebUI-shaped module (with a payload function), accelerated."""
     name = f"webui_shaped_daemon_{id(socket)}_{payload}"
-    source = Path(webui_shaped_runtime.__file__).read_text() + (PAYLOAD_FUNCTION if payload else "")
+    source = Path(webui_runtime.__file__).read_text() + (PAYLOAD_FUNCTION if payload else "")
     module = types.ModuleType(name)
-    module.__file__ = webui_shaped_runtime.__file__
+    module.__file__ = webui_runtime.__file__
     sys.modules[name] = module
-    exec(compile(source, webui_shaped_runtime.__file__, "exec"), module.__dict__)  # noqa: S102
+    exec(compile(source, webui_runtime.__file__, "exec"), module.__dict__)  # noqa: S102
     assert accelerate(module, daemon=socket) is True
     return module
 
@@ -56,12 +57,12 @@ def agent(tmp_path: Path) -> Iterator[Repo]:
     sys.modules.pop("run_agent", None)
     sys.path.insert(0, str(repo.path))
     importlib.invalidate_caches()
-    accelerator.BINDINGS.clear()
+    agent_head.BINDINGS.clear()
     yield repo
-    restarts.stop_all()  # no client thread outlives the test
+    restart_view.stop_all()  # no client thread outlives the test
     sys.path[:] = saved
     sys.modules.pop("run_agent", None)
-    accelerator.BINDINGS.clear()
+    agent_head.BINDINGS.clear()
 
 
 def daemon_config(workdir: Path, agent: Repo, hold: Path) -> Path:
@@ -112,11 +113,43 @@ def test_r7_the_payload_says_a_restart_is_coming_and_the_webui_registers_its_rev
         assert json.dumps(upstream) == json.dumps(expected)
 
 
-def test_a_module_without_a_payload_function_keeps_an_accelerated_read_and_says_why(
+def test_a_module_without_a_payload_function_still_follows_the_daemon_and_says_so(
     workdir: Path, agent: Repo, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="stalewatch.hermes.accelerator"):
-        module = load(workdir / "nowhere.sock", payload=False)  # the mirrored WebUI's shape
+    with caplog.at_level(logging.INFO, logger="stalewatch.hermes"):
+        module = load(workdir / "nowhere.sock", payload=False)  # release exp-v0.52.262's shape
     assert hasattr(module._read_agent_revision, "__stalewatch_original__")
-    assert "agent_runtime_stale_payload" in caplog.text
+    assert "agent_runtime_stale_payload" in caplog.text and "registers" in caplog.text
     assert not hasattr(module, "agent_runtime_stale_payload")
+    view = module._read_agent_revision.__stalewatch_view__
+    assert view.socket == workdir / "nowhere.sock" and view.module is module
+
+
+def test_r7_a_commit_the_webui_sees_before_a_polling_daemon_is_a_restart_pending(
+    workdir: Path, agent: Repo
+) -> None:
+    file = workdir / "c.toml"
+    action = json.dumps([sys.executable, "-c", "pass"])
+    file.write_text(
+        f'keepalive = 5\n[[checkout]]\npath = "{agent.path}"\n[checkout.restart]\n'
+        f"action = {action}\nsettle = 0.05\nmin_interval = 0\n"
+    )
+    file.chmod(0o600)
+    poll = {"STALEWATCH_POLL": "1", "STALEWATCH_POLL_INTERVAL": "0.2"}
+    with start_daemon(workdir, "--config", str(file), env=poll) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        runtime = load(daemon.socket)
+        runtime.get_ai_agent_class()  # binds the Agent: the WebUI registers
+        assert sub.next("processes", skip=("ping", "health"))["processes"]
+        view = runtime.agent_runtime_stale_payload.__stalewatch_view__
+        assert view.state() is not None and view.state().phase.value == "idle"
+        daemon.signal(signal.SIGSTOP)  # the daemon cannot see the update: the WebUI is first
+        try:
+            agent.commit("update", name="run_agent.py")
+            with pytest.raises(runtime.AgentRuntimeChangedError) as caught:
+                runtime.ensure_agent_runtime_current()
+            payload = runtime.agent_runtime_stale_payload(caught.value)
+        finally:
+            daemon.signal(signal.SIGCONT)
+        assert payload["restart_scheduled"] is True and payload["restart_phase"] == "scheduled", payload
+        assert isinstance(payload["retry_after"], int) and payload["retry_after"] >= 1, payload

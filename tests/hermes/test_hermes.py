@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from child import python_child
 
-from conftest import Repo, make_agent, make_repo, report_from_fork
-from stalewatch import StaleError, StalewatchError, hermes
+from stalewatch import StaleError, StalewatchError
 from stalewatch.git import command as gitcmd
+from stalewatch.hermes import dropin as hermes
 from stalewatch.web import WSGIBarrier
+from tests.support.children import python_child
+from tests.support.forks import report_from_fork
+from tests.support.repos import Repo, make_agent, make_repo
 
 AGENT_SOURCE = "class AIAgent:\n    pass\n"
 
@@ -479,9 +481,9 @@ def test_agent_dir_discovery_order(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 _WEBUI_SCRIPT = """
 import json, sys
 import api.agent_runtime as agent_runtime
-from stalewatch import hermes
+from stalewatch.hermes import dropin
 
-assert agent_runtime is hermes, agent_runtime
+assert agent_runtime is dropin, agent_runtime
 print(json.dumps({"agent_dir": str(agent_runtime._AGENT_DIR)}), flush=True)
 sys.path.insert(0, str(agent_runtime._AGENT_DIR))  # as the WebUI's api.config does
 cls = agent_runtime.get_ai_agent_class()
@@ -508,7 +510,7 @@ def test_the_three_line_drop_in_in_a_fresh_process(tmp_path: Path) -> None:
     (webui / "api").mkdir(parents=True)
     (webui / "api" / "__init__.py").write_text("")
     (webui / "api" / "agent_runtime.py").write_text(
-        "import sys\nfrom stalewatch import hermes\nsys.modules[__name__] = hermes\n"
+        "import sys\nfrom stalewatch.hermes import dropin\nsys.modules[__name__] = dropin\n"
     )
     env = {**os.environ, "HERMES_WEBUI_AGENT_DIR": str(link), "HOME": str(tmp_path / "home")}
     env.pop("HERMES_HOME", None)
@@ -526,3 +528,73 @@ def test_the_three_line_drop_in_in_a_fresh_process(tmp_path: Path) -> None:
     assert "Hermes Agent was updated" in payload["error"]
     assert new[:7] in payload["error"]
     assert bound["revision"][:7] in payload["error"]
+
+
+# -- the package and the older shim ------------------------------------------------------
+
+
+def test_the_package_forwards_the_drop_in_names_and_its_replaced_state(
+    agent: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sys.modules[__name__] = stalewatch.hermes`` (the older shim) keeps its meaning."""
+    import stalewatch.hermes as package
+
+    assert package.get_ai_agent_class is hermes.get_ai_agent_class
+    assert package.AgentRuntimeChangedError is hermes.AgentRuntimeChangedError
+    assert package.get_ai_agent_class() is sys.modules["run_agent"].AIAgent
+    assert package._AGENT_REVISION == hermes._AGENT_REVISION == agent.head()
+    calls: list[object] = []
+
+    def fake(agent_dir: Path | None, *, module_path: Path | None = None) -> str | None:
+        calls.append(agent_dir)
+        return "f" * 40
+
+    monkeypatch.setattr(package, "_read_agent_revision", fake)  # replaced through the package...
+    assert hermes._read_agent_revision is fake  # ...is the drop-in's read
+    hermes.stop()  # the read decides
+    with pytest.raises(hermes.AgentRuntimeChangedError):
+        package.ensure_agent_runtime_current()
+    assert calls == [agent.path.resolve()]
+
+
+_IMPORT_SCRIPT = """
+import json, pathlib
+looked = []
+real = pathlib.Path.is_file
+def is_file(path):
+    if path.name == "run_agent.py":
+        looked.append(str(path))
+    return real(path)
+pathlib.Path.is_file = is_file
+from stalewatch.hermes import accelerate
+from stalewatch.hermes import dropin
+before = len(looked)
+agent_dir = dropin._AGENT_DIR
+print(json.dumps({"at_import": before, "on_use": len(looked), "found": str(agent_dir)}))
+"""
+
+
+def test_importing_the_package_or_the_drop_in_runs_no_discovery(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path / "agent")
+    env = {**os.environ, "HERMES_WEBUI_AGENT_DIR": str(agent.path), "HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["at_import"] == 0  # accelerate alone, and the drop-in's import, discover nothing
+    assert report["on_use"] >= 1  # _AGENT_DIR is discovered on first use
+    assert report["found"] == str(agent.path.resolve())
+
+
+def test_the_error_keeps_the_callers_message_through_stale_error() -> None:
+    exc = hermes.AgentRuntimeChangedError("words of the caller", loaded_revision="a" * 40)
+    assert str(exc) == "words of the caller"
+    assert exc.args == ("words of the caller",)
+    assert (exc.loaded_revision, exc.current_revision, exc.restart) == ("a" * 40, None, None)
+    assert isinstance(exc, StaleError)

@@ -1,9 +1,11 @@
-"""`stalewatch hermes setup`: a Hermes install found as the WebUI finds it, files a daemon takes."""
+"""`stalewatch hermes setup`: found as the WebUI finds it, asked rather than guessed, written safely."""
 
 from __future__ import annotations
 
 import os
+import plistlib
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,44 +13,76 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_agent
-from daemon_helpers import short_dir, start_daemon
 from stalewatch.cli import main
-from stalewatch.daemon.config import load
+from stalewatch.hermes import discovery, processes
+from stalewatch.server.config import load
+from tests.support.daemons import short_dir, start_daemon
+from tests.support.repos import make_agent
+
+WEBUI_UNIT = """[Unit]
+Description=Hermes WebUI
+[Service]
+Type=simple
+Environment=HERMES_WEBUI_PORT=8800
+ExecStart=/bin/bash %h/hermes-webui/start.sh --foreground
+Restart=on-failure
+[Install]
+WantedBy=default.target
+"""
+
+
+def make_webui_dir(path: Path) -> Path:
+    """A directory laid out as a Hermes WebUI checkout (what setup recognises)."""
+    (path / "api").mkdir(parents=True)
+    (path / "start.sh").write_text("#!/bin/bash\nexec python3 server.py\n")
+    (path / "api" / "agent_runtime.py").write_text("import sys\n")
+    return path
 
 
 @pytest.fixture
-def hermes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A home with ~/.hermes/hermes-agent (a git checkout with run_agent.py and a venv)."""
-    home = tmp_path / "home"
+def short() -> Iterator[Path]:
+    """A short temporary directory: socket paths under it fit in a Unix socket's address."""
+    with short_dir() as path:
+        yield path
+
+
+@pytest.fixture
+def hermes(short: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home with ~/.hermes/hermes-agent (with a venv) and a systemd user unit for the WebUI."""
+    home = short / "home"
     agent = make_agent(home / ".hermes" / "hermes-agent")
     (agent.path / "venv" / "bin").mkdir(parents=True)
     (agent.path / "venv" / "bin" / "python").symlink_to(sys.executable)
-    for name in (
-        "HERMES_HOME",
-        "HERMES_WEBUI_AGENT_DIR",
-        "HERMES_WEBUI_PYTHON",
-        "XDG_CONFIG_HOME",
-        "XDG_DATA_HOME",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    make_webui_dir(home / "hermes-webui")
+    units = home / ".config" / "systemd" / "user"
+    units.mkdir(parents=True)
+    (units / "hermes-webui.service").write_text(WEBUI_UNIT)
+    for name in list(os.environ):
+        if name.startswith(("HERMES_", "XDG_", "STALEWATCH_")):
+            monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
-    monkeypatch.setenv("HERMES_WEBUI_PORT", "8800")
     return home
 
 
-def test_setup_prints_a_configuration_the_daemon_loads(
+def setup(*args: str) -> int:
+    """``hermes setup --no-check``; with ``--webui-dir ~/hermes-webui`` (not running) unless given:
+    a WebUI running elsewhere on this machine is not this test's."""
+    where = [] if "--webui-dir" in args else ["--webui-dir", str(Path(os.environ["HOME"]) / "hermes-webui")]
+    return main(["hermes", "setup", "--no-check", *where, *args])
+
+
+def test_setup_prints_a_configuration_the_daemon_loads_and_one_socket_for_both_sides(
     hermes: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["hermes", "setup"]) == 0
+    assert setup() == 0
     out = capsys.readouterr().out
-    assert "nothing written" in out
+    assert "nothing written" in out and "systemd-user hermes-webui.service" in out
     config = hermes / ".config" / "stalewatch" / "hermes.toml"
     assert not config.exists()
-    assert main(["hermes", "setup", "--write"]) == 0
+    assert setup("--write") == 0
     agent = hermes / ".hermes" / "hermes-agent"
-    (checkout,) = load(config).checkouts  # also: owner and mode are what the daemon accepts
+    loaded = load(config)  # also: owner and mode are what the daemon accepts
+    (checkout,) = loaded.checkouts
     policy = checkout.restart
     assert checkout.path == agent and policy is not None
     assert policy.action == ("systemctl", "--user", "restart", "hermes-webui.service")
@@ -58,12 +92,16 @@ def test_setup_prints_a_configuration_the_daemon_loads(
         agent / ".lazy-refresh-incomplete",
     }
     assert policy.verify == (str(agent / "venv" / "bin" / "python"), "-c", "import run_agent")
-    assert policy.confirm is not None and policy.confirm[-1] == "http://127.0.0.1:8800/"
-    unit = (hermes / ".config" / "systemd" / "user" / "stalewatch-hermes.service").read_text()
+    assert (
+        policy.confirm is not None and policy.confirm[-1] == "http://127.0.0.1:8800/health"
+    )  # the unit's port
+    units = hermes / ".config" / "systemd" / "user"
+    unit = (units / "stalewatch-hermes.service").read_text()
     assert f"--config {config}" in unit and "Before=hermes-webui.service" in unit
     assert "\nPartOf=" not in unit  # the daemon must outlive the restarts it drives
-    dropin = hermes / ".config" / "systemd" / "user" / "hermes-webui.service.d" / "stalewatch.conf"
-    assert "STALEWATCH_SOCKET=%t/stalewatch-hermes/stalewatch.sock" in dropin.read_text()
+    dropin = (units / "hermes-webui.service.d" / "stalewatch.conf").read_text()
+    assert loaded.socket == Path(f"/run/user/{os.getuid()}/stalewatch-hermes/stalewatch.sock")
+    assert f"Environment=STALEWATCH_SOCKET={loaded.socket}\n" in dropin
     assert (config.stat().st_mode & 0o777) == 0o600
 
 
@@ -75,27 +113,159 @@ def test_setup_never_overwrites_without_force_nor_writes_through_a_link(
     elsewhere = tmp_path / "elsewhere.toml"
     elsewhere.write_text("# mine\n")
     config.symlink_to(elsewhere)
-    assert main(["hermes", "setup", "--write"]) == 2
+    assert setup("--write") == 2
     err = capsys.readouterr().err
     assert "not overwriting" in err and "--force" in err
     assert config.is_symlink() and elsewhere.read_text() == "# mine\n"
-    assert main(["hermes", "setup", "--write", "--force"]) == 0
+    assert setup("--write", "--force") == 0
     assert not config.is_symlink() and elsewhere.read_text() == "# mine\n"  # the link replaced, not followed
 
 
-def test_setup_finds_the_venv_root_markers_and_the_webui_s_overrides(
-    hermes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_under_umask_000_nothing_it_creates_is_writable_by_others(
+    hermes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.rmtree(hermes / ".config")
+    old = os.umask(0)
+    try:
+        assert setup("--write", "--supervisor", "systemd-user", "--port", "8800") == 0
+    finally:
+        os.umask(old)
+    created = [hermes / ".config", *(p for p in (hermes / ".config").rglob("*"))]
+    loose = [
+        (str(p), oct(p.stat().st_mode & 0o777))
+        for p in created
+        if p.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ]
+    assert loose == []
+    dirs = [p for p in created if p.is_dir()]
+    assert dirs and all(p.stat().st_mode & 0o777 == 0o700 for p in dirs)
+
+
+def test_setup_finds_the_venv_root_markers_and_the_webuis_overrides(
+    hermes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     venv = tmp_path / "install" / ".venv" / "bin"
     venv.mkdir(parents=True)
     (venv / "python").symlink_to(sys.executable)
     monkeypatch.setenv("HERMES_WEBUI_PYTHON", str(venv / "python"))
     monkeypatch.setenv("HERMES_WEBUI_SYSTEMD_UNIT", "my-webui")
-    assert main(["hermes", "setup", "--write", "--config", str(tmp_path / "c.toml")]) == 0
+    units = hermes / ".config" / "systemd" / "user"
+    (units / "hermes-webui.service").rename(units / "my-webui.service")
+    assert setup("--write", "--config", str(tmp_path / "c.toml")) == 0
     (checkout,) = load(tmp_path / "c.toml").checkouts
     assert checkout.restart is not None
     assert tmp_path / "install" / ".update-incomplete" in checkout.restart.incomplete_markers
     assert checkout.restart.action == ("systemctl", "--user", "restart", "my-webui.service")
+
+
+def test_the_agent_beside_the_webui_is_found_with_an_empty_home(
+    short: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv = tmp_path / "srv"
+    webui = make_webui_dir(srv / "hermes-webui")
+    agent = make_agent(srv / "hermes-agent")
+    empty = short / "e"
+    empty.mkdir()
+    for name in list(os.environ):
+        if name.startswith(("HERMES_", "XDG_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(empty))
+    assert discovery.discover_agent_dir(webui) == agent.path.resolve()
+    args = ["--supervisor", "ctl.sh", "--port", "8787", "--config", str(tmp_path / "c.toml")]
+    if not processes.webui_servers():  # else setup would (rightly) take a running WebUI's checkout
+        assert main(["hermes", "setup", "--no-check", *args]) == 2  # no checkout: no sibling rule
+        assert "--webui-dir" in capsys.readouterr().err
+    assert setup(*args, "--webui-dir", str(webui), "--write") == 0
+    (checkout,) = load(tmp_path / "c.toml").checkouts
+    assert checkout.path == agent.path.resolve() and checkout.restart is not None
+    assert checkout.restart.action == ("/bin/bash", str(webui / "ctl.sh"), "restart")
+    env = discovery.read_dotenv(webui / ".env")
+    assert env["STALEWATCH_SOCKET"] == str(load(tmp_path / "c.toml").socket)
+    assert "nohup" in capsys.readouterr().out  # ctl.sh: the daemon is started by a printed command
+
+
+def test_setup_asks_for_the_port_and_the_supervisor_instead_of_guessing(
+    hermes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    units = hermes / ".config" / "systemd" / "user"
+    (units / "hermes-webui.service").write_text(
+        WEBUI_UNIT.replace("Environment=HERMES_WEBUI_PORT=8800\n", "")
+    )
+    assert setup() == 2
+    assert "pass --port" in capsys.readouterr().err
+    agents = hermes / "Library" / "LaunchAgents"
+    agents.mkdir(parents=True)
+    plist = {
+        "Label": "com.example.hermes-webui",
+        "ProgramArguments": ["/bin/bash", f"{hermes}/hermes-webui/start.sh"],
+    }
+    (agents / "com.example.hermes-webui.plist").write_bytes(plistlib.dumps(plist))
+    assert setup("--port", "8800") == 2
+    err = capsys.readouterr().err
+    assert "more than one supervisor" in err and "--supervisor" in err and "launchd" in err
+    assert setup("--port", "8800", "--supervisor", "launchd") == 0
+
+
+def test_the_check_before_writing_names_what_did_not_answer(
+    hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "systemctl").write_text(
+        "#!/bin/sh\necho 'Failed to connect to bus: No medium found' >&2\nexit 1\n"
+    )
+    (fake / "systemctl").chmod(0o755)
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{fake}:{path}"
+    try:
+        assert main(["hermes", "setup", "--write"]) == 2
+    finally:
+        os.environ["PATH"] = path
+    err = capsys.readouterr().err
+    assert "does not answer" in err and "Failed to connect to bus" in err and "--no-check" in err
+    assert not (hermes / ".config" / "stalewatch").exists()
+
+
+def test_launchd_gets_a_launch_agent_and_kickstart(
+    hermes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # launchd cannot run here: what is generated is parsed (plistlib), as launchd would.
+    webui = hermes / "hermes-webui"
+    args = ["--supervisor", "launchd", "--label", "com.example.hermes-webui", "--port", "8800"]
+    assert setup("--write", "--webui-dir", str(webui), *args) == 0
+    config = hermes / ".config" / "stalewatch" / "hermes.toml"
+    loaded = load(config)
+    (checkout,) = loaded.checkouts
+    assert checkout.restart is not None
+    assert checkout.restart.action == (
+        "launchctl",
+        "kickstart",
+        "-k",
+        f"gui/{os.getuid()}/com.example.hermes-webui",
+    )
+    with (hermes / "Library" / "LaunchAgents" / "com.stalewatch.hermes.plist").open("rb") as file:
+        agent = plistlib.load(file)
+    assert agent["Label"] == "com.stalewatch.hermes" and agent["KeepAlive"] is True
+    assert agent["ProgramArguments"][-3:] == ["daemon", "--config", str(config)]
+    assert loaded.socket == hermes / ".hermes" / "stalewatch" / "stalewatch.sock"
+    assert discovery.read_dotenv(webui / ".env")["STALEWATCH_SOCKET"] == str(loaded.socket)
+    assert f"launchctl bootstrap gui/{os.getuid()}" in capsys.readouterr().out
+
+
+def test_the_webuis_env_file_keeps_its_lines_and_mode(
+    hermes: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    webui = hermes / "hermes-webui"
+    env = webui / ".env"
+    env.write_text("HERMES_WEBUI_LANG=fr\nSTALEWATCH_SOCKET=/elsewhere.sock\n")
+    env.chmod(0o640)
+    args = ["--supervisor", "ctl.sh", "--webui-dir", str(webui), "--port", "8800", "--write"]
+    assert setup(*args) == 2 and "--force" in capsys.readouterr().err  # another socket: asked
+    assert setup(*args, "--force") == 0
+    values = discovery.read_dotenv(env)
+    assert values["HERMES_WEBUI_LANG"] == "fr"
+    assert values["STALEWATCH_SOCKET"] == str(hermes / ".hermes" / "stalewatch" / "stalewatch.sock")
+    assert env.stat().st_mode & 0o777 == 0o640
 
 
 def test_setup_without_hermes_says_where_it_looked(
@@ -106,7 +276,7 @@ def test_setup_without_hermes_says_where_it_looked(
         monkeypatch.delenv(name, raising=False)
     if any(Path(p, "run_agent.py").exists() for p in ("/opt/hermes-agent", "/usr/local/hermes-agent")):
         pytest.skip("this machine has a system-wide Hermes Agent")
-    assert main(["hermes", "setup"]) == 2
+    assert setup("--supervisor", "systemd-user", "--port", "8800") == 2
     assert "no Hermes Agent checkout found" in capsys.readouterr().err
 
 
@@ -117,8 +287,9 @@ def workdir() -> Iterator[Path]:
 
 
 def test_the_daemon_starts_with_what_setup_wrote(hermes: Path, workdir: Path) -> None:
-    assert main(["hermes", "setup", "--write", "--config", str(workdir / "h.toml")]) == 0
-    with start_daemon(workdir, "--config", str(workdir / "h.toml"), env={"HOME": str(hermes)}) as daemon:
+    assert setup("--write", "--config", str(workdir / "h.toml")) == 0
+    args = ["--config", str(workdir / "h.toml")]
+    with start_daemon(workdir, *args, env={"HOME": str(hermes)}) as daemon:
         assert daemon.stop() == 0
     assert "watching" in daemon.log_text() or "serving" in daemon.log_text()
 
@@ -127,15 +298,10 @@ def test_the_daemon_starts_with_what_setup_wrote(hermes: Path, workdir: Path) ->
     shutil.which("systemd-analyze") is None, reason="needs systemd-analyze: apt-get install systemd"
 )
 def test_the_written_unit_passes_systemd_analyze_verify(hermes: Path) -> None:
-    assert main(["hermes", "setup", "--write"]) == 0
+    assert setup("--write") == 0
     unit = hermes / ".config" / "systemd" / "user" / "stalewatch-hermes.service"
     done = subprocess.run(
-        ["systemd-analyze", "verify", str(unit)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        env={**os.environ},
+        ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=30, check=False
     )
     complaints = [line for line in done.stderr.splitlines() if "stalewatch-hermes" in line]
     assert done.returncode == 0 and complaints == [], done.stderr

@@ -15,29 +15,29 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import webui_shaped_runtime
-from child import python_child
-from process_audit import processes
 
-from conftest import Repo, make_agent, make_repo
-from stalewatch.hermes import accelerator
+from stalewatch.hermes import agent_head
+from tests.support import webui_runtime
+from tests.support.children import python_child
+from tests.support.process_audit import processes
+from tests.support.repos import Repo, make_agent, make_repo
 
 AGENT_SOURCE = "class AIAgent:\n    revision = 'before'\n"
 
 
 @pytest.fixture(params=[False, True], ids=["upstream", "accelerated"])
 def runtime(request: pytest.FixtureRequest) -> Iterator[types.ModuleType]:
-    accelerator.BINDINGS.clear()
+    agent_head.BINDINGS.clear()
     saved_path = list(sys.path)
     sys.modules.pop("run_agent", None)
-    module = webui_shaped_runtime.load(accelerated=request.param)
+    module = webui_runtime.load(accelerated=request.param)
     assert hasattr(module._read_agent_revision, "__stalewatch_original__") is request.param
     yield module
     sys.modules.pop(module.__name__, None)
     sys.modules.pop("run_agent", None)
     sys.path[:] = saved_path
     importlib.invalidate_caches()
-    accelerator.BINDINGS.clear()
+    agent_head.BINDINGS.clear()
 
 
 def use_agent(repo: Repo) -> None:
@@ -211,8 +211,8 @@ def test_the_suffix_at_import_in_a_fresh_process(tmp_path: Path) -> None:
     webui = tmp_path / "webui"
     (webui / "api").mkdir(parents=True)
     (webui / "api" / "__init__.py").write_text("")
-    source = Path(webui_shaped_runtime.__file__).read_text()
-    (webui / "api" / "agent_runtime.py").write_text(source + webui_shaped_runtime.SUFFIX)
+    source = Path(webui_runtime.__file__).read_text()
+    (webui / "api" / "agent_runtime.py").write_text(source + webui_runtime.SUFFIX)
     env = {**os.environ, "HERMES_WEBUI_AGENT_DIR": str(agent.path)}
     with python_child(_PROBE, cwd=webui, env=env, stderr=tmp_path / "probe.stderr") as child:
         first = child.json()
@@ -221,4 +221,4 @@ def test_the_suffix_at_import_in_a_fresh_process(tmp_path: Path) -> None:
         child.send("go\n")
         second = child.json()
         assert child.finish() == 0, child.stderr()
-    assert second == {"error": webui_shaped_runtime.MESSAGE}  # upstream's message, untouched
+    assert second == {"error": webui_runtime.MESSAGE}  # upstream's message, untouched

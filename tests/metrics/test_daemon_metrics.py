@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 
-from conftest import Repo, make_repo
-from daemon_helpers import WAIT, Subscriber, daemon_command, greet, short_dir, start_daemon
-from metrics_helpers import (
+from tests.support.daemons import WAIT, Subscriber, daemon_command, greet, short_dir, start_daemon
+from tests.support.metrics import (
     label_names,
     metrics_url,
     samples,
@@ -24,6 +23,7 @@ from metrics_helpers import (
     wait_for_scrape,
     write_config,
 )
+from tests.support.repos import Repo, make_repo
 
 
 @pytest.fixture
@@ -128,6 +128,9 @@ def test_the_exposition_parses_in_both_formats_and_follows_the_naming_convention
     assert keys == {str(git_repo.path.resolve())}
     keys = {dict(ls).get("checkout") for n, ls in found if n == "stalewatch_restart_phase"}
     assert keys == {str(git_repo.path.resolve())}
+    # Every series of ours names the daemon (by default its socket), over HTTP as in a textfile.
+    assert {dict(ls).get("daemon") for n, ls in found if n in ours} == {str(daemon.socket)}
+    assert all("daemon" not in dict(ls) for n, ls in found if n.startswith("process_"))
 
 
 def _series(found: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> set[tuple[str, frozenset[str]]]:

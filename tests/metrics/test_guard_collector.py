@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from conftest import Recorder, Repo, make_repo
-from metrics_helpers import samples, value
 from stalewatch import Guard, StaleError, StalewatchError
 from stalewatch.metrics import GuardCollector
+from tests.support.metrics import samples, value
+from tests.support.recorder import Recorder
+from tests.support.repos import Repo, make_repo
 
 
 def _scrape(registry: CollectorRegistry) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.daemon.config import DaemonConfig, DaemonConfigError, load
+from stalewatch.core import settings
+from stalewatch.core.errors import ConfigError, DaemonConfigError
+from stalewatch.server.config import DaemonConfig, load
+
+pytestmark = pytest.mark.unit
 
 
 def _load(tmp_path: Path, text: str) -> DaemonConfig:
@@ -57,6 +61,10 @@ def test_a_textfile_relative_to_the_file_and_an_interval(tmp_path: Path) -> None
         ('metrics_textfile = ""', "non-empty path"),
         ("metrics_interval = 0.5", "between 1 and 3600"),
         ('metrics_interval = "15"', "expected a number"),
+        ('metrics_daemon = ""', "1 to 200 printable characters"),
+        ("metrics_daemon = 7", "1 to 200 printable characters"),
+        ('metrics_daemon = "a\\nb"', "1 to 200 printable characters"),
+        ('metrics_daemon = "' + "x" * 201 + '"', "1 to 200 printable characters"),
     ],
 )
 def test_invalid_metrics_keys_name_file_line_and_key(tmp_path: Path, text: str, reason: str) -> None:
@@ -68,3 +76,18 @@ def test_invalid_metrics_keys_name_file_line_and_key(tmp_path: Path, text: str, 
     assert (caught.value.name, caught.value.line, caught.value.file) == (key, 3, file)
     assert str(caught.value).startswith(f"{file}:3: {key}: ")
     assert reason in str(caught.value)
+
+
+def test_the_daemon_name_from_the_file_then_the_environment_then_the_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _load(tmp_path, 'metrics_daemon = "hermes-webui"\n').metrics_daemon == "hermes-webui"
+    assert _load(tmp_path, "").metrics_daemon is None  # resolved at start
+    monkeypatch.delenv("STALEWATCH_METRICS_DAEMON", raising=False)
+    assert settings.metrics_daemon(None, "/run/x/stalewatch.sock") == "/run/x/stalewatch.sock"
+    monkeypatch.setenv("STALEWATCH_METRICS_DAEMON", "api")  # what stalewatch@api.service sets
+    assert settings.metrics_daemon(None, "/run/x/stalewatch.sock") == "api"
+    assert settings.metrics_daemon("web", "/run/x/stalewatch.sock") == "web"
+    monkeypatch.setenv("STALEWATCH_METRICS_DAEMON", "")
+    with pytest.raises(ConfigError):
+        settings.metrics_daemon(None, "/run/x/stalewatch.sock")

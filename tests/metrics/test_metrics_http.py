@@ -11,22 +11,24 @@ import gzip
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.registry import Collector
 
-from conftest import Repo
-from daemon_helpers import WAIT, Subscriber, greet, short_dir, start_daemon
-from metrics_helpers import get, metrics_url, samples, scrape, value, write_config
 from stalewatch.metrics.server import MAX_CONNECTIONS, MAX_REQUEST, MetricsServer
+from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
+from tests.support.metrics import get, metrics_url, samples, scrape, value, write_config
+from tests.support.properties import budget
+from tests.support.repos import Repo
 
-BUDGET = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+BUDGET = budget(150)
 
 
 @pytest.fixture
@@ -132,6 +134,68 @@ def test_a_flood_of_idle_connections_closes_the_oldest_not_the_scrape() -> None:
         finally:
             for sock in idle:
                 sock.close()
+
+
+class _Held(Collector):
+    """A collector that holds the server's thread in a scrape until released."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def collect(self) -> Iterator[object]:  # type: ignore[override]
+        self.entered.set()
+        self.release.wait(WAIT)
+        yield from _registry().collect()
+
+
+def test_a_scrape_that_waited_behind_a_burst_of_slowloris_is_answered() -> None:
+    """Every place taken by an incomplete request; while the server is busy, an honest
+    scrape queues, then a burst of newcomers: the scrape is answered, not replaced."""
+    held = _Held()
+    with serving(held) as server:
+        partial = b"GET /metrics HTTP/1.1\r\nX-Slow: "
+        idle = [socket.create_connection(server.address, timeout=WAIT) for _ in range(MAX_CONNECTIONS - 1)]
+        burst: list[socket.socket] = []
+        try:
+            for sock in idle:
+                sock.sendall(partial)
+            busy = threading.Thread(target=get, args=(server.url,), name="test-held-scrape")
+            busy.start()
+            assert held.entered.wait(WAIT)  # the server's one thread is in a scrape now
+            honest = socket.create_connection(server.address, timeout=WAIT)
+            honest.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            for _ in range(3 * MAX_CONNECTIONS):  # queued behind it, all at once
+                sock = socket.create_connection(server.address, timeout=WAIT)
+                sock.sendall(partial)
+                burst.append(sock)
+            held.release.set()
+            busy.join(WAIT)
+            response = b""
+            while chunk := honest.recv(65536):
+                response += chunk
+            assert response.startswith(b"HTTP/1.1 200 OK"), response[:200]
+            assert b"stalewatch_test_value 42.0" in response
+            # The burst replaced the idle requests, oldest first (past their grace).
+            gone = threading.Event()
+            deadline = time.monotonic() + WAIT
+            while sum(1 for sock in idle if _closed(sock)) < len(idle):
+                assert time.monotonic() < deadline, "the idle requests were never replaced"
+                gone.wait(0.02)  # the server replaces them as their grace ends
+        finally:
+            honest.close()
+            for sock in idle + burst:
+                sock.close()
+
+
+def _closed(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def test_a_client_that_resets_mid_response_costs_only_itself() -> None:

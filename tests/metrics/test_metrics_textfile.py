@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Repo
-from daemon_helpers import WAIT, Subscriber, daemon_command, greet, short_dir, start_daemon
-from metrics_helpers import samples, value, write_config
 from stalewatch.core.files import write_atomically
 from stalewatch.metrics.textfile import TextfileWriter
+from tests.support.daemons import WAIT, Subscriber, daemon_command, greet, short_dir, start_daemon
+from tests.support.metrics import samples, value, write_config
+from tests.support.repos import Repo
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Repo
-from daemon_helpers import Subscriber, greet, short_dir, start_daemon
-from metrics_helpers import write_config
+from tests.support.daemons import Subscriber, greet, short_dir, start_daemon
+from tests.support.metrics import write_config
+from tests.support.repos import Repo
 
 _WITHOUT = "import sys; sys.modules['prometheus_client'] = None; "
 EXTRA = "pip install 'stalewatch[metrics]'"

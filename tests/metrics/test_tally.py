@@ -6,12 +6,12 @@ import os
 import shutil
 from pathlib import Path
 
-from conftest import Repo
-from stalewatch.core.restart import RestartPhase, RestartState
+from stalewatch.core.phases import RestartPhase, RestartState
 from stalewatch.core.status import Event, Snapshot, Status
 from stalewatch.git.refs import find_git_dirs
 from stalewatch.metrics.families import processes_by_revision
 from stalewatch.metrics.tally import LATENCY_BUCKETS, Histogram, RefWrite, Tally, newest_ref_write
+from tests.support.repos import Repo
 
 A, B, C = "a" * 40, "b" * 40, "c" * 40
 

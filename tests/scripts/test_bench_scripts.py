@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
@@ -22,6 +24,7 @@ def run_quick(script: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_bench_quick_prints_every_figure() -> None:
     out = run_quick("bench.py")
     for label in (
@@ -43,6 +46,7 @@ def test_bench_quick_prints_every_figure() -> None:
         assert label in out
 
 
+@pytest.mark.slow
 def test_bench_hermes_quick_prints_every_figure() -> None:
     out = run_quick("bench_hermes.py")
     for label in (
@@ -58,6 +62,7 @@ def test_bench_hermes_quick_prints_every_figure() -> None:
         assert label in out
 
 
+@pytest.mark.slow
 def test_soak_quick_prints_every_figure() -> None:
     """A 10 s soak: the script exits 1 on a lost event, a gap, a dropped honest client or a dead daemon."""
     out = run_quick("soak.py")
@@ -76,12 +81,14 @@ def test_soak_quick_prints_every_figure() -> None:
         assert label in out
 
 
+@pytest.mark.slow
 def test_bench_restart_quick_prints_every_figure() -> None:
     out = run_quick("bench_restart.py")
     for label in ("commit -> restart confirmed", "commit -> every worker on the new", "requests lost"):
         assert label in out
 
 
+@pytest.mark.slow
 def test_bench_scale_quick_prints_every_figure() -> None:
     out = run_quick("bench_scale.py")
     for label in ("N=1 ", "N=10 ", "start", "threads", "inotify 1 instance(s)", "watches", "RSS"):

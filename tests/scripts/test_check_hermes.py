@@ -6,10 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import Repo, make_repo
+import pytest
+
+from tests.support.repos import Repo, make_repo
 
 ROOT = Path(__file__).resolve().parents[2]
-SHAPED = ROOT / "tests" / "hermes" / "webui_shaped_runtime.py"
+SHAPED = ROOT / "tests" / "support" / "webui_runtime.py"
 
 GUARD_TESTS = """
 import subprocess, sys, types
@@ -53,6 +55,7 @@ def test_fails_in_both_runs():
 """
 
 
+@pytest.mark.slow
 def test_check_hermes_runs_the_guard_tests_with_and_without_the_suffix(tmp_path: Path) -> None:
     webui = make_repo(tmp_path / "webui", initial=False).path
     (webui / "api").mkdir()
@@ -90,6 +93,7 @@ def test_check_hermes_runs_the_guard_tests_with_and_without_the_suffix(tmp_path:
     assert repo.head() == head  # the copies' commits stayed in the copies
 
 
+@pytest.mark.slow
 def test_check_hermes_reports_a_test_whose_outcome_differs(tmp_path: Path) -> None:
     webui = tmp_path / "webui"
     (webui / "api").mkdir(parents=True)

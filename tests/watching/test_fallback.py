@@ -6,8 +6,8 @@ import errno
 import time
 from pathlib import Path
 
-from conftest import exit_status_in_fork
 from stalewatch.watching import fallback
+from tests.support.forks import exit_status_in_fork
 
 
 def test_a_forked_child_stops_polling_though_a_parent_thread_held_the_waiting_list(
@@ -20,4 +20,4 @@ def test_a_forked_child_stops_polling_though_a_parent_thread_held_the_waiting_li
         waiting.unavailable(OSError(errno.ENOSPC, "No space left on device"), time.monotonic())
         waiting.forget()
 
-    assert exit_status_in_fork(body, holding=fallback._waiting_lock) == 0
+    assert exit_status_in_fork(body, holding=fallback._waiting.lock) == 0

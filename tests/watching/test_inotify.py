@@ -6,9 +6,13 @@ import errno
 import importlib.metadata
 import os
 import queue
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -124,6 +128,42 @@ def test_two_listeners_on_one_directory_keep_their_own_events_and_names(tmp_path
     assert not instance.thread.is_alive()
 
 
+def _until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        pause.wait(0.01)  # the reader thread removes them on its own schedule
+    return True
+
+
+def test_watches_left_for_later_leave_the_kernel_in_a_batch(tmp_path: Path) -> None:
+    """A daemon stopping ten thousand watchers leaves the kernel's watches to the reader."""
+    instance = Inotify()
+    try:
+        listener = Events()
+        directories = [tmp_path / f"d{n}" for n in range(600)]  # more than one batch
+        for directory in directories:
+            directory.mkdir()
+        registrations = [instance.add(d, REF_MASK, frozenset(), listener) for d in directories]
+        assert len(kernel_masks(instance)) == 600
+        for registration in registrations:
+            instance.remove(registration, later=True)
+        assert instance.watch_count() == 0  # ours at once
+        assert _until(lambda: kernel_masks(instance) == {}), len(kernel_masks(instance))
+        # A directory watched again before the reader got to it keeps its watch.
+        again = instance.add(directories[0], REF_MASK, frozenset({b"HEAD"}), listener)
+        instance.remove(instance.add(directories[1], REF_MASK, frozenset(), listener), later=True)
+        instance.remove(again, later=True)
+        kept = instance.add(directories[0], REF_MASK, frozenset({b"HEAD"}), listener)
+        assert _until(lambda: set(kernel_masks(instance)) == {kept.wd})
+        (directories[0] / "HEAD").write_text("x")
+        assert listener.next()[1] == b"HEAD"  # still delivered
+    finally:
+        instance.close()
+
+
 def test_a_deleted_directory_marks_its_registrations_dead(tmp_path: Path) -> None:
     instance = Inotify()
     try:
@@ -156,39 +196,74 @@ def test_refused_watches_raise_instead_of_being_recorded(tmp_path: Path) -> None
         instance.close()
 
 
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def _importable_by_nobody(root: Path) -> Path:
+    """A copy of what the child imports (stalewatch and watchdog) that ``nobody`` can read.
+
+    The clone and its virtualenv may live under a directory only their owner can
+    enter (root's home, ``mktemp -d``): ``nobody`` could import nothing from there.
+    """
+    import watchdog
+
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "src" / "stalewatch", root / "stalewatch", ignore=ignore)
+    shutil.copytree(Path(watchdog.__file__).parent, root / "watchdog", ignore=ignore)
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return root
+
+
 def test_permission_denied_is_raised_not_silently_ignored(tmp_path: Path) -> None:
     # watchdog's InotifyFD records a watch refused with EACCES as if it existed. Run as
     # an unprivileged user (root may watch anything) in a child process.
-    if os.geteuid() != 0:
-        secret = tmp_path / "secret"
-        secret.mkdir(mode=0o311)
-        runner: list[str] = []
-    else:
-        secret = Path("/tmp") / f"sw-secret-{os.getpid()}"  # readable path for nobody
-        secret.mkdir(mode=0o311)
-        runner = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     code = (
         "import errno, sys; from pathlib import Path\n"
         "from stalewatch.watching.inotify import Inotify, REF_MASK\n"
         "i = Inotify()\n"
         "try:\n"
-        f"    i.add(Path({str(secret)!r}), REF_MASK, frozenset(), None)\n"
+        "    i.add(Path(sys.argv[1]), REF_MASK, frozenset(), None)\n"
         "except PermissionError as e:\n"
         "    print('refused', e.errno == errno.EACCES, i.watch_count())\n"
         "finally:\n"
         "    i.close()\n"
     )
+    if os.geteuid() != 0:
+        secret = tmp_path / "secret"
+        secret.mkdir(mode=0o311)
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        command = [sys.executable, "-c", code, str(secret)]
+        share = None
+    else:
+        # Everything nobody touches lives outside the clone, which may be 0700: the
+        # base interpreter (not the venv's link to it) and a copy of the packages.
+        share = Path(tempfile.mkdtemp(prefix="sw-nobody-", dir="/tmp"))
+        share.chmod(0o755)  # mkdtemp makes it 0700
+        secret = share / "secret"
+        secret.mkdir(mode=0o311)
+        python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": str(_importable_by_nobody(share / "lib")),
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        command = [*NOBODY, python, "-c", code, str(secret)]
     try:
-        done = subprocess.run(
-            [*runner, sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-        )
+        if share is not None:
+            runs = subprocess.run(
+                [*NOBODY, command[len(NOBODY)], "-c", "pass"], check=False, capture_output=True, timeout=30
+            )
+            if runs.returncode != 0:
+                pytest.skip(
+                    f"nobody cannot run this interpreter ({command[len(NOBODY)]}): {runs.stderr[-200:]!r}"
+                )
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False, env=env)
     finally:
         secret.rmdir()
+        if share is not None:
+            shutil.rmtree(share)
     assert done.stdout.strip() == "refused True 0", done.stderr
 
 
@@ -196,7 +271,7 @@ def test_the_instance_is_shared_and_closed_by_its_last_user() -> None:
     first = inotify_module.acquire()
     second = inotify_module.acquire()
     try:
-        assert first is second and first.users == 2
+        assert first is second and inotify_module.users(first) == 2
     finally:
         inotify_module.release(second)
     assert first.thread.is_alive()

@@ -15,8 +15,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import Repo, make_repo
-from daemon_helpers import WAIT, LineReader, Notifications, Subscriber, daemon_command, greet, short_dir
+from tests.support.daemons import (
+    WAIT,
+    LineReader,
+    Notifications,
+    Subscriber,
+    daemon_command,
+    greet,
+    short_dir,
+)
+from tests.support.repos import Repo, make_repo
 
 # Opens inotify instances until the kernel refuses (EMFILE) and reports; then keeps
 # taking any instance another process frees, until its stdin closes; then exits and

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Recorder, Repo
 from stalewatch import Guard, Status
 from stalewatch.git.refs import GitDirs, find_git_dirs
 from stalewatch.watching.plan import Relevance, plan
+from tests.support.recorder import Recorder
+from tests.support.repos import Repo
 
 
 def dirs_of(repo: Repo) -> GitDirs:

@@ -222,3 +222,53 @@ def test_a_task_removed_while_queued_never_runs() -> None:
         assert queued.turns == 0
     finally:
         sched.close()
+
+
+def test_a_wake_up_goes_before_first_turns_and_timers_queued_earlier() -> None:
+    """A reload queues a thousand first turns, a verification pass its timers; an update
+    that comes after them still runs first (issue 17: 9-22 ms updates at 1,000 checkouts)."""
+    sched = Scheduler(max_workers=1)  # one worker: the order is the queue's
+    order: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def blocker() -> float:
+        entered.set()
+        release.wait(5)
+        return NEVER
+
+    def recorder(name: str) -> Task:
+        return Task(lambda: order.append(name) or NEVER)  # type: ignore[func-returns-value]
+
+    try:
+        sched.wake(sched.add(Task(blocker)))
+        assert entered.wait(5)  # the one worker is busy
+        firsts = [recorder(f"first-{n}") for n in range(20)]
+        for task in firsts[:10]:
+            sched.wake(sched.add(task), urgent=False)  # first turns, as Watcher.start queues them
+        update = recorder("update")
+        sched.wake(sched.add(update))
+        earlier = recorder("earlier-update")
+        for task in firsts[10:]:
+            sched.wake(sched.add(task), urgent=False)
+        release.set()
+        for task in firsts:
+            task.wait_turns(1)
+        update.wait_turns(1)
+        assert order[0] == "update"
+        assert order[1:] == [f"first-{n}" for n in range(20)]  # first come, first served
+        # Woken urgently while queued behind the others: it moves ahead, and runs once.
+        entered.clear()
+        release.clear()
+        sched.wake(sched.add(Task(blocker)))
+        assert entered.wait(5)
+        slot = sched.add(earlier)
+        sched.wake(slot, urgent=False)
+        for _ in range(20):
+            sched.wake(sched.add(recorder("again")), urgent=False)
+        sched.wake(slot)
+        release.set()
+        earlier.wait_turns(1)
+        assert not earlier.turned.acquire(timeout=0.2)  # once, not twice
+        assert order[21] == "earlier-update"
+    finally:
+        sched.close()

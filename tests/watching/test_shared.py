@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Recorder, Repo, make_repo, report_from_fork
 from stalewatch import Event, Guard, LocalSource, StaleError
 from stalewatch.watching import inotify as inotify_module
 from stalewatch.watching import scheduler as scheduler_module
 from stalewatch.watching.plan import Relevance
 from stalewatch.watching.watcher import Watcher
+from tests.support.forks import report_from_fork
+from tests.support.recorder import Recorder
+from tests.support.repos import Repo, make_repo
 
 
 def instances() -> int:

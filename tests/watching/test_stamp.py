@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Recorder, Repo
 from stalewatch import Guard, LocalSource
 from stalewatch.git import refs as refs_module
 from stalewatch.git.refs import GitDirs
 from stalewatch.watching import stamp as stamp_module
 from stalewatch.watching import watcher as watcher_module
 from stalewatch.watching.stamp import take
+from tests.support.recorder import Recorder
+from tests.support.repos import Repo
 
 
 @pytest.fixture

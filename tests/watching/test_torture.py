@@ -6,6 +6,8 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 import torture
@@ -14,6 +16,7 @@ from stalewatch import Event, Status
 KINDS = {name[3:] for name in dir(torture.Torture) if name.startswith("op_")}
 
 
+@pytest.mark.slow
 def test_c3_c7_c8_c10_c11_c12_random_git_operations_are_tracked_exactly(tmp_path: Path) -> None:
     result = torture.run(ops=80, seed=20261129, workdir=tmp_path)
     assert result.operations == 80
@@ -62,6 +65,7 @@ def test_the_audit_counts_unreadable_unknown_commits_wrong_statuses_and_disorder
     assert not t.result.ok
 
 
+@pytest.mark.slow
 def test_issue11_random_operations_across_many_checkouts_watched_by_one_process(tmp_path: Path) -> None:
     result = torture.run_many(ops=60, seed=20261130, checkouts=6, workdir=tmp_path)
     assert result.operations == 60

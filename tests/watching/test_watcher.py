@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Recorder, Repo, make_repo, report_from_fork
 from stalewatch import Guard, LocalSource, StaleError
 from stalewatch.git.refs import GitDirs, find_git_dirs
 from stalewatch.watching import inotify as inotify_module
 from stalewatch.watching import local as watcher_module
 from stalewatch.watching.plan import Relevance
+from tests.support.forks import report_from_fork
+from tests.support.recorder import Recorder
+from tests.support.repos import Repo, make_repo
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from conftest import Repo
 from stalewatch import Event, Guard, StaleError, Status
 from stalewatch.web import CONFLICT, ASGIBarrier, Routes, WSGIBarrier, refusal, stale_payload
 from stalewatch.web.barrier import NO_RESTART
-from web_helpers import echo_asgi, echo_wsgi, request, serve
+from tests.support.repos import Repo
+from tests.support.web import echo_asgi, echo_wsgi, request, serve
 
-KINDS = ["wsgi", "asgi"]
+KINDS = ["wsgi", pytest.param("asgi", marks=pytest.mark.real_server)]  # uvicorn: a real server
 
 
 @pytest.fixture

@@ -13,16 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from browser_helpers import CHROMIUM, Browser
+from tests.support.browser import CHROMIUM, Browser
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 from restart_lab import Lab  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)"
-)
+pytestmark = [
+    pytest.mark.real_server,
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)"
+    ),
+]
 
 EXAMPLE = [
     sys.executable,

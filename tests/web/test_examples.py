@@ -9,13 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Repo
-from web_helpers import SSEReader, request
+from tests.support.repos import Repo
+from tests.support.web import SSEReader, request
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
-@pytest.mark.parametrize("name", ["example_wsgi.py", "example_asgi.py"])
+@pytest.mark.parametrize(
+    "name",
+    ["example_wsgi.py", pytest.param("example_asgi.py", marks=pytest.mark.real_server)],  # uvicorn
+)
 def test_example_serves_a_page_a_barrier_and_events(name: str, git_repo: Repo) -> None:
     with subprocess.Popen(
         [sys.executable, str(SCRIPTS / name), str(git_repo.path), "--port", "0"],

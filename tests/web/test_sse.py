@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from conftest import Repo
 from stalewatch import Event, Guard
 from stalewatch.sse import KEEPALIVE, EventStream, format_message
-from web_helpers import SSEReader, echo_asgi, echo_wsgi, request, route_asgi, route_wsgi, serve
+from tests.support.repos import Repo
+from tests.support.web import SSEReader, echo_asgi, echo_wsgi, request, route_asgi, route_wsgi, serve
 
-KINDS = ["wsgi", "asgi"]
+KINDS = ["wsgi", pytest.param("asgi", marks=pytest.mark.real_server)]  # uvicorn: a real server
 
 
 @pytest.fixture

@@ -1,12 +1,8 @@
-"""The core: the guard that owns the stale flag, and the values and errors it reports.
+"""The bottom layer: value types, errors and process infrastructure; imports nothing of ours.
 
-- :mod:`.guard`: :class:`~.guard.Guard`, the flag, the barrier, the lifecycle.
-- :mod:`.delivery`: ordered, exactly-once delivery of events to subscribers (C12).
-- :mod:`.status`: :class:`~.status.Status`, :class:`~.status.Snapshot`, :class:`~.status.Event`.
-- :mod:`.identity`: which checkout a guard watches (C1, C2).
-- :mod:`.errors`: every error stalewatch raises, under one base class.
-- :mod:`.settings`: defaults, keyword argument first, then ``STALEWATCH_*``.
-
-Nothing here imports watchdog or owns a thread: notifications come from a
-:class:`~stalewatch.watching.source.Source`.
+Values: :mod:`.status` (``Status``, ``Snapshot``, ``Event``, ``decide``,
+``transition``), :mod:`.cause` (what moved HEAD), :mod:`.phases` (where an automatic
+restart stands), :mod:`.revisions`. Errors: :mod:`.errors`, every one of them.
+Infrastructure, one implementation each: :mod:`.settings` (defaults),
+:mod:`.escaping` (outside text on one line), :mod:`.files` (atomic writes).
 """

@@ -1,17 +1,53 @@
-"""The exceptions stalewatch raises. All derive from :class:`StalewatchError`."""
+"""Every exception stalewatch raises on purpose, under one base class: :class:`StalewatchError`.
+
+Each error carries the data it is about (a path, a key, a line) as attributes, and
+says it in its message. Barrier errors (:class:`StaleError`) are also
+:class:`RuntimeError`; bad input is also :class:`ValueError`; a lock file that cannot
+be opened is also :class:`OSError`; the metrics extra missing is also
+:class:`ImportError`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
-if TYPE_CHECKING:  # git.reflog imports this module: no import cycle at run time
-    from ..git.reflog import Cause
-    from .restart import RestartState
+from .cause import Cause
+from .phases import RestartState
+from .revisions import short
+from .status import Status
+
+__all__ = [
+    "METRICS_EXTRA",
+    "AgentRuntimeChangedError",
+    "BindError",
+    "ConfigError",
+    "DaemonConfigError",
+    "DaemonUnavailableError",
+    "HeadUnreadableError",
+    "LockError",
+    "MetricsError",
+    "MetricsUnavailableError",
+    "NeedsGitError",
+    "ProtocolError",
+    "RefError",
+    "ResourceExhaustedError",
+    "SetupError",
+    "SocketPathError",
+    "StaleError",
+    "StalewatchError",
+]
+
+METRICS_EXTRA = "pip install 'stalewatch[metrics]'"
+"""What installs the metrics extra (``prometheus_client``)."""
 
 
 class StalewatchError(Exception):
     """Base class of every error stalewatch raises on purpose."""
+
+
+# -- binding and reading git -------------------------------------------------------------
 
 
 class BindError(StalewatchError, ValueError):
@@ -34,7 +70,8 @@ class BindError(StalewatchError, ValueError):
 
 
 class HeadUnreadableError(BindError):
-    """Binding found the checkout but could not resolve its HEAD, and no revision is known."""
+    """Binding found the checkout but could not resolve its HEAD, and no revision is known
+    (or the process could not read it at all: out of descriptors or memory)."""
 
 
 class RefError(StalewatchError):
@@ -51,8 +88,27 @@ class RefError(StalewatchError):
         super().__init__(f"{path}: {reason}")
 
 
+class ResourceExhaustedError(RefError):
+    """HEAD could not be read for want of a resource of this process, not of the checkout.
+
+    Out of file descriptors (``EMFILE``, ``ENFILE``) or memory (``ENOMEM``,
+    ``ENOBUFS``): the reader's fault. Nothing is known about HEAD, so the checkout is
+    never called unreadable for it; the guard distrusts its flag and reads again.
+
+    Attributes:
+        errno: the ``OSError``'s errno.
+    """
+
+    def __init__(self, path: Path | str, reason: str, errno: int) -> None:
+        super().__init__(path, reason)
+        self.errno = errno
+
+
 class NeedsGitError(RefError):
     """In-process parsing cannot decide (reftable, an unknown ref format): ask ``git``."""
+
+
+# -- settings and configuration ----------------------------------------------------------
 
 
 class ConfigError(StalewatchError, ValueError):
@@ -69,9 +125,29 @@ class ConfigError(StalewatchError, ValueError):
         super().__init__(f"{name}={value!r}: {reason}")
 
 
-def short(revision: str | None) -> str:
-    """Return the 7-character form of a revision, or ``(none)`` when unknown."""
-    return revision[:7] if revision else "(none)"
+class DaemonConfigError(ConfigError):
+    """The daemon's configuration is unreadable or invalid.
+
+    Attributes:
+        name: the key, e.g. ``checkout[2].on_stale`` (as for :class:`ConfigError`).
+        value: the rejected value.
+        reason: what is wrong.
+        file: the configuration file, ``None`` for command-line input.
+        line: the 1-based line of the key in ``file``, when it can be found.
+    """
+
+    def __init__(
+        self, name: str, value: object, reason: str, *, file: Path | None = None, line: int | None = None
+    ) -> None:
+        super().__init__(name, value, reason)
+        self.reason = reason
+        self.file = file
+        self.line = line
+        where = f"{file}:{line}: " if file is not None and line else f"{file}: " if file is not None else ""
+        self.args = (f"{where}{name}: {reason}",)
+
+
+# -- the barrier ---------------------------------------------------------------------------
 
 
 class StaleError(StalewatchError, RuntimeError):
@@ -82,11 +158,15 @@ class StaleError(StalewatchError, RuntimeError):
         loaded_revision: the commit the process loaded its code from.
         current_revision: the commit HEAD resolves to now (``None`` when unreadable).
         status: ``Status.STALE`` or ``Status.UNREADABLE``.
-        cause: what moved HEAD (:class:`~stalewatch.git.reflog.Cause`), if known;
+        cause: what moved HEAD (:class:`~stalewatch.core.cause.Cause`), if known;
             the message then says it: *(loaded 1a2b3c4, now 5d6e7f8: pull
             (fast-forward, 3 commits ahead) by alice at 12:03)*.
-        restart: the :class:`~stalewatch.core.restart.RestartState` a daemon with a
+        restart: the :class:`~stalewatch.core.phases.RestartState` a daemon with a
             restart policy last published, or ``None`` (R7).
+
+    Args:
+        message: the whole text of the error, for a caller that words it itself
+            (the Hermes drop-in does); default: composed from the revisions.
     """
 
     def __init__(
@@ -98,6 +178,7 @@ class StaleError(StalewatchError, RuntimeError):
         cause: Cause | None = None,
         *,
         restart: RestartState | None = None,
+        message: str | None = None,
     ) -> None:
         self.checkout = checkout
         self.loaded_revision = loaded_revision
@@ -105,15 +186,144 @@ class StaleError(StalewatchError, RuntimeError):
         self.status = status
         self.cause = cause
         self.restart = restart
-        if str(status) == "unreadable":
+        super().__init__(message if message is not None else self._compose())
+
+    def _compose(self) -> str:
+        if str(self.status) == "unreadable":
             what = (
-                f"the git checkout at {checkout} can no longer be read "
-                f"(loaded {short(loaded_revision)}, now unknown)"
+                f"the git checkout at {self.checkout} can no longer be read "
+                f"(loaded {short(self.loaded_revision)}, now unknown)"
             )
         else:
-            moved = f": {cause.describe()}" if cause is not None else ""
+            moved = f": {self.cause.describe()}" if self.cause is not None else ""
             what = (
-                f"the code in {checkout} was updated while this process was running "
-                f"(loaded {short(loaded_revision)}, now {short(current_revision)}{moved})"
+                f"the code in {self.checkout} was updated while this process was running "
+                f"(loaded {short(self.loaded_revision)}, now {short(self.current_revision)}{moved})"
             )
-        super().__init__(f"{what[0].upper()}{what[1:]}; restart the process to load it.")
+        return f"{what[0].upper()}{what[1:]}; restart the process to load it."
+
+
+class AgentRuntimeChangedError(StaleError):
+    """The loaded Hermes Agent no longer matches its checkout (C3, C4): restart WebUI.
+
+    A :class:`RuntimeError` and a :class:`StaleError`, so generic stalewatch barriers
+    (:mod:`stalewatch.web`) answer it with a 409 too. Like the WebUI's own class it is
+    built from one message; the revisions are optional.
+
+    Args:
+        message: the whole text of the error.
+        checkout: the Agent source directory; default: :attr:`default_checkout`
+            (the drop-in's bound directory, else its discovered ``_AGENT_DIR``).
+        loaded_revision: the commit the WebUI loaded.
+        current_revision: the commit HEAD resolves to now (``None``: unknown).
+        status: ``Status.STALE`` or ``Status.UNREADABLE``.
+        cause: what moved HEAD, from the reflog (also in the message), if known.
+
+    Example::
+
+        try:
+            hermes.ensure_agent_runtime_current()
+        except hermes.AgentRuntimeChangedError as exc:
+            return json_response(hermes.agent_runtime_stale_payload(exc), status=409)
+    """
+
+    default_checkout: ClassVar[Callable[[], Path | None]] = staticmethod(lambda: None)
+    """Where an error built without a ``checkout`` says the Agent is (set by the drop-in)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        checkout: Path | None = None,
+        loaded_revision: str | None = None,
+        current_revision: str | None = None,
+        status: Status = Status.STALE,
+        cause: Cause | None = None,
+    ) -> None:
+        where = checkout if checkout is not None else (type(self).default_checkout() or Path())
+        super().__init__(where, loaded_revision, current_revision, status, cause, message=message)
+
+
+# -- the daemon's socket -------------------------------------------------------------------
+
+
+class ProtocolError(StalewatchError):
+    """A line that breaks the daemon's protocol.
+
+    Attributes:
+        line: the offending bytes (truncated to 200).
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, line: bytes, reason: str) -> None:
+        self.line = line[:200]
+        self.reason = reason
+        super().__init__(f"{reason}: {self.line!r}")
+
+
+class SocketPathError(StalewatchError):
+    """No usable socket path: none given and no runtime directory, or a bad path.
+
+    Attributes:
+        path: the path (``None`` when there was none to try).
+        reason: what is wrong.
+    """
+
+    def __init__(self, path: Path | None, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}" if path is not None else reason)
+
+
+class DaemonUnavailableError(StalewatchError):
+    """The daemon's socket cannot be reached, or it answered something unexpected.
+
+    Attributes:
+        path: the socket path.
+        reason: what went wrong.
+    """
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot reach the stalewatch daemon at {path}: {reason}")
+
+
+class LockError(StalewatchError, OSError):
+    """The handoff lock file cannot be opened or locked (a symlink, a missing directory,
+    permissions). An :class:`OSError` too: ``errno`` and ``strerror`` say why."""
+
+
+# -- metrics and setup ---------------------------------------------------------------------
+
+
+class MetricsError(StalewatchError):
+    """Metrics cannot be exposed as configured (an address in use, a textfile not writable).
+
+    Attributes:
+        what: the setting, e.g. ``metrics_address``.
+        reason: what went wrong.
+    """
+
+    def __init__(self, what: str, reason: str) -> None:
+        self.what = what
+        self.reason = reason
+        super().__init__(f"{what}: {reason}")
+
+
+class MetricsUnavailableError(MetricsError, ImportError):
+    """Metrics were asked for, but ``prometheus_client`` (the ``metrics`` extra) is missing.
+
+    Also an :class:`ImportError`, so ``from stalewatch.metrics import GuardCollector``
+    fails the way a missing optional dependency usually does, with a message naming
+    the extra.
+    """
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            what, f"needs the prometheus_client library, which is not installed: {METRICS_EXTRA}"
+        )
+
+
+class SetupError(StalewatchError):
+    """``stalewatch hermes setup`` has nothing to set up: no Hermes found, or a file is in the way."""

@@ -7,16 +7,39 @@ variable                        default  meaning
 ``STALEWATCH_POLL``             ``0``    ``1``: poll instead of kernel notifications
 ``STALEWATCH_POLL_INTERVAL``    ``1.0``  seconds between polls when polling
 ``STALEWATCH_GIT``              ``git``  the git executable for binding and reftable
+``STALEWATCH_METRICS_DAEMON``   socket   the ``daemon`` label of a daemon's metrics
 ==============================  =======  ===============================================
+
+``STALEWATCH_METRICS_DAEMON`` defaults to the daemon's socket path (unique on a host);
+the template unit ``stalewatch@.service`` sets it to the instance name.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from .errors import ConfigError
 
-__all__ = ["git_executable", "poll", "poll_interval", "verify_interval"]
+__all__ = ["WatchSettings", "git_executable", "metrics_daemon", "poll", "poll_interval", "verify_interval"]
+
+MAX_DAEMON_NAME = 200
+"""Characters of a daemon's name (the ``daemon`` label of its metrics) at most."""
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """What a watcher runs with, resolved (by :class:`~stalewatch.LocalSource`, from the functions below).
+
+    Attributes:
+        verify_interval: seconds between periodic in-process re-verifications.
+        poll: poll instead of kernel notifications.
+        poll_interval: seconds between polls while polling.
+    """
+
+    verify_interval: float
+    poll: bool
+    poll_interval: float
 
 
 def _seconds(name: str, value: float | None, default: float) -> float:
@@ -57,3 +80,25 @@ def poll(value: bool | None = None) -> bool:
 def git_executable() -> str:
     """The ``git`` executable to run (``STALEWATCH_GIT``, default ``git``)."""
     return os.environ.get("STALEWATCH_GIT") or "git"
+
+
+def metrics_daemon(value: str | None, socket: str) -> str:
+    """The ``daemon`` label of a daemon's metrics: several daemons on a host (template
+    units) write textfiles one node_exporter merges, whose series must differ.
+
+    ``value`` (the configuration's ``metrics_daemon``), else ``STALEWATCH_METRICS_DAEMON``,
+    else ``socket``, the daemon's socket path: two daemons never share one.
+
+    Raises:
+        ConfigError: the variable is empty, longer than :data:`MAX_DAEMON_NAME`, or holds
+            a control character.
+    """
+    if value is not None:
+        return value
+    raw = os.environ.get("STALEWATCH_METRICS_DAEMON")
+    if raw is None:
+        return socket
+    if not raw or len(raw) > MAX_DAEMON_NAME or not raw.isprintable():
+        reason = f"expected a name of 1 to {MAX_DAEMON_NAME} printable characters"
+        raise ConfigError("STALEWATCH_METRICS_DAEMON", raw, reason)
+    return raw

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..git.reflog import Cause
-from .restart import RestartState
+from .cause import Cause
+from .phases import RestartState
 
-__all__ = ["Event", "Snapshot", "Status", "decide", "transition"]
+__all__ = ["Event", "Snapshot", "Status", "WatchMode", "decide", "transition"]
+
+logger = logging.getLogger(__name__)
 
 
 class Status(enum.StrEnum):
@@ -33,6 +36,30 @@ class Status(enum.StrEnum):
     def blocks(self) -> bool:
         """True when the barrier refuses in this status."""
         return self in (Status.STALE, Status.UNREADABLE)
+
+
+class WatchMode(enum.StrEnum):
+    """How a guard learns that its checkout may have moved (C9).
+
+    ``NATIVE``: the kernel's notifications in this process (the only mode a flag read
+    can be trusted in). ``POLLING``: a scan every poll interval, while notification is
+    unavailable (never trusted: every check re-reads HEAD). ``DAEMON``: a stalewatch
+    daemon's socket. ``NONE``: nothing feeds the guard now.
+    """
+
+    NATIVE = "native"
+    POLLING = "polling"
+    DAEMON = "daemon"
+    NONE = "none"
+
+    @classmethod
+    def of(cls, mode: WatchMode | str) -> WatchMode:
+        """``mode`` as a member; a third-party source's unknown string is ``NONE`` (logged)."""
+        try:
+            return cls(mode)
+        except ValueError:
+            logger.warning("stalewatch: a source reported an unknown mode %r; taken as none", mode)
+            return cls.NONE
 
 
 def decide(loaded: str | None, current: str | None, *, readable: bool) -> Status:
@@ -62,7 +89,7 @@ class Snapshot:
         generation: increases by one on every change of status or current revision.
         changed_at: ``time.time()`` of the last change.
         trusted: whether the barrier may decide from the flag alone right now (C9).
-        mode: how changes are noticed: ``native``, ``polling``, ``daemon`` or ``none``.
+        mode: how changes are noticed (:class:`WatchMode`, a string enum).
         error: why HEAD is unreadable, when it is.
         restart: where an automatic restart stands, when a daemon with a restart
             policy feeds this guard (R7); ``None`` otherwise.
@@ -77,10 +104,14 @@ class Snapshot:
     generation: int
     changed_at: float
     trusted: bool = False
-    mode: str = "none"
+    mode: WatchMode = WatchMode.NONE
     error: str | None = None
     restart: RestartState | None = None
     cause: Cause | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, WatchMode):  # a plain string: "native" is WatchMode.NATIVE
+            object.__setattr__(self, "mode", WatchMode.of(self.mode))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,7 +122,7 @@ class Snapshot:
             "generation": self.generation,
             "at": self.changed_at,
             "trusted": self.trusted,
-            "mode": self.mode,
+            "mode": self.mode.value,
             "error": self.error,
             "restart": None if self.restart is None else self.restart.to_dict(),
             "cause": self.cause.to_dict() if self.cause is not None else None,

@@ -1,10 +1,15 @@
-"""Reading git: pure in-process parsing of HEAD and refs, and the one module that runs git.
+"""Reading git: in-process parsing of HEAD and refs, and the one module that runs git.
 
-- :mod:`.refs`: where a checkout's git data lives and what HEAD resolves to; pure
-  functions, no threads, no processes (~20 µs per resolve, C10, C11).
+- :mod:`.refs`: where a checkout's git data lives and what HEAD resolves to; no
+  threads, no processes (~20 µs per resolve, C10, C11).
+- :mod:`.packed`: ``packed-refs``, searched in place; one process-wide cache of what
+  was read, by file identity.
+- :mod:`.head`: HEAD's commit, in-process, through ``git`` only for reftable.
 - :mod:`.reflog`: what moved HEAD (action, who, when, ahead/behind), from the newest
-  reflog entries read from the end of ``logs/HEAD`` and the branch's log; pure, bounded.
+  reflog entries read from the end of ``logs/HEAD`` and the branch's log; bounded.
 - :mod:`.moves`: what each reflog action means for the commit it moved to; pure.
 - :mod:`.command`: the only code that spawns ``git`` (binding's ``ls-files``, and
   reftable, which is not parsed).
+
+Imports only :mod:`stalewatch.core`.
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..core import settings
 from ..core.errors import BindError, RefError
-from .refs import is_object_id
+from ..core.revisions import is_object_id
 
 __all__ = ["is_tracked", "rev_parse_head", "run_git"]
 

@@ -4,7 +4,7 @@ A repository with a monorepo's tags or a busy remote packs 100,000 refs and more
 parsing that whole file on every read cost ~60 ms. Like git (refs/packed-backend.c),
 a lookup binary-searches the file when its header says ``sorted`` (git has written
 it so for years), reading only the ~17 pages it probes (``pread``), never the whole
-file; a file without the trait is read and indexed once. A :class:`Snapshot`
+file; a file without the trait is read and indexed once. A :class:`PackedFile`
 remembers a file's header and the answers given, keyed by its identity — device,
 inode, size, mtime and ctime, git's ``stat_validity`` — so the same question about
 an unchanged file costs one ``stat``.
@@ -15,24 +15,25 @@ inode, with the same size, keeps its stat data, and only a file whose timestamps
 older than any tick can be told from its successor (C10). A racy file is searched
 afresh on every lookup until it ages.
 
-Pure: no threads, no processes; the cache is guarded by a lock.
+No threads, no processes. Not pure: one process-wide cache of snapshots (``_cache``,
+a :class:`~stalewatch.core.cache.BoundedCache`: bounded, reads without a lock, safe
+across ``fork()``) remembers what was read; :func:`read_snapshot` bypasses it.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ..core.cache import BoundedCache
 from ..core.errors import RefError
 
-__all__ = ["RACY_NS", "Snapshot", "clear_cache", "lookup", "read_snapshot"]
+__all__ = ["RACY_NS", "PackedFile", "clear_cache", "lookup", "read_snapshot"]
 
 RACY_NS = 3_000_000_000
 """A file changed less than this long ago (ns) may change again without its stat data
@@ -153,7 +154,7 @@ class _Pages:
 
 
 @dataclass(frozen=True, eq=False)
-class Snapshot:
+class PackedFile:
     """What is known of one version of a ``packed-refs`` file.
 
     Attributes:
@@ -307,7 +308,7 @@ def _open(path: Path) -> int | None:
         raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
 
 
-def _snapshot(path: Path, fd: int, st: os.stat_result) -> Snapshot:
+def _snapshot(path: Path, fd: int, st: os.stat_result) -> PackedFile:
     """Read what a snapshot keeps: the header, and the whole of an unsorted file."""
     if not stat.S_ISREG(st.st_mode):
         raise RefError(path, "not a regular file")
@@ -322,7 +323,7 @@ def _snapshot(path: Path, fd: int, st: os.stat_result) -> Snapshot:
             is_sorted = b"sorted" in head[len(_HEADER) : end].split()
             body = min(end + 1, st.st_size)
         if is_sorted:
-            return Snapshot(path, _key(st), True, body)
+            return PackedFile(path, _key(st), True, body)
         if st.st_size > _MAX_FILE:
             raise RefError(path, f"larger than {_MAX_FILE} bytes and not sorted")
         chunks, size = [], 0
@@ -334,10 +335,10 @@ def _snapshot(path: Path, fd: int, st: os.stat_result) -> Snapshot:
     except OSError as exc:
         raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
     data = b"".join(chunks)
-    return Snapshot(path, _key(st), False, body, _index(path, data, body))
+    return PackedFile(path, _key(st), False, body, _index(path, data, body))
 
 
-def read_snapshot(path: Path) -> Snapshot | None:
+def read_snapshot(path: Path) -> PackedFile | None:
     """A snapshot of ``path`` now (no cache); ``None`` when it does not exist.
 
     Raises:
@@ -353,40 +354,7 @@ def read_snapshot(path: Path) -> Snapshot | None:
         os.close(fd)
 
 
-class _Cache:
-    """Snapshots by path, least recently used first, bounded."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.entries: OrderedDict[str, Snapshot] = OrderedDict()
-
-    def get(self, path: str, key: Key) -> Snapshot | None:
-        with self.lock:
-            snap = self.entries.get(path)
-            if snap is None or snap.key != key:
-                return None
-            self.entries.move_to_end(path)
-            return snap
-
-    def put(self, path: str, snap: Snapshot) -> None:
-        with self.lock:
-            self.entries.pop(path, None)
-            self.entries[path] = snap
-            while len(self.entries) > _CACHE_ENTRIES:
-                self.entries.popitem(last=False)
-
-    def clear(self) -> None:
-        with self.lock:
-            self.entries.clear()
-
-    def forget_after_fork(self) -> None:
-        # A thread of the parent may have held the lock at fork(): in the child that
-        # thread is gone and the lock would never be released (a deadlocked check).
-        self.lock = threading.Lock()
-
-
-_cache = _Cache()
-os.register_at_fork(after_in_child=_cache.forget_after_fork)
+_cache: BoundedCache[str, PackedFile] = BoundedCache(_CACHE_ENTRIES)  # by path
 
 
 def _settled(key: Key, now_ns: int) -> bool:
@@ -409,7 +377,9 @@ def lookup(path: Path, name: str) -> str | None:
         return None
     except OSError as exc:
         raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
-    snap = _cache.get(where, key)
+    snap = _cache.get(where)
+    if snap is not None and snap.key != key:
+        snap = None  # another version of the file
     if snap is not None:
         answer = snap.found.get(name, snap)
         if answer is not snap:

@@ -24,17 +24,25 @@ import logging
 import os
 import re
 import stat
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
+from ..core.cause import Cause
+from ..core.revisions import is_object_id
 from . import moves
-from .refs import GitDirs, is_object_id
+from .refs import GitDirs
 
-__all__ = ["Cause", "Entry", "explain", "explain_entries", "explain_move", "parse_entry", "parse_log"]
+__all__ = [
+    "Cause",
+    "Entry",
+    "explain",
+    "explain_entries",
+    "explain_move",
+    "head_log",
+    "parse_entry",
+    "parse_log",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -65,82 +73,6 @@ class Entry:
     at: int
     tz: str
     message: str
-
-
-@dataclass(frozen=True)
-class Cause:
-    """What moved HEAD to the current commit, as far as the reflog tells.
-
-    Attributes:
-        action: ``pull``, ``commit``, ``amend``, ``merge``, ``checkout``, ``reset``,
-            ``rebase``, ``cherry-pick``, ``revert``, ``am``, ``clone``, ``branch``, or
-            the first word(s) of a custom ``GIT_REFLOG_ACTION``; ``other`` if none.
-        detail: what kind of that action (``fast-forward``, ``merge``, ``finish``, the
-            reset's target, the branch checked out), if the message says.
-        message: the reflog message itself.
-        name, email: who ran it; ``at``: Unix time; ``tz``: the offset it was written in.
-        relation: the new commit against the loaded one: ``ahead``, ``behind``,
-            ``diverged``, ``same`` or ``unknown``.
-        ahead, behind: commits along the first-parent line, when the chain tells.
-    """
-
-    action: str
-    detail: str | None
-    message: str
-    name: str
-    email: str
-    at: float
-    tz: str
-    relation: str
-    ahead: int | None = None
-    behind: int | None = None
-
-    def describe(self, now: float | None = None) -> str:
-        """One phrase: ``pull (fast-forward, 3 commits ahead) by alice at 12:03``."""
-        inside = [part for part in (self.detail, self._relation_words()) if part]
-        text = f"{self.action} ({', '.join(inside)})"  # the relation's words are never empty
-        who = self.name or self.email
-        return f"{text}{f' by {who}' if who else ''} at {self._when(now)}"
-
-    def _relation_words(self) -> str:
-        if self.relation == "same":
-            return "back to the loaded commit"
-        if self.relation == "unknown":
-            return "ahead/behind unknown"
-        if self.relation == "diverged":
-            counts = ", ".join(f"{n} {w}" for n, w in ((self.ahead, "ahead"), (self.behind, "behind")) if n)
-            return f"diverged: {counts}" if counts else "diverged"
-        count = self.ahead if self.relation == "ahead" else self.behind
-        if count is None:
-            return self.relation
-        return f"{count} commit{'s' if count != 1 else ''} {self.relation}"
-
-    def _when(self, now: float | None) -> str:
-        """``12:03`` in the entry's own offset; with the date unless it is today there."""
-        try:
-            offset = int(self.tz[1:3]) * 60 + int(self.tz[3:5])
-            zone = timezone(timedelta(minutes=-offset if self.tz[0] == "-" else offset))
-            when = datetime.fromtimestamp(self.at, zone)
-            today = datetime.fromtimestamp(time.time() if now is None else now, zone).date()
-        except (ValueError, OverflowError, OSError, IndexError):  # a time no calendar holds
-            return f"@{self.at:.0f}"
-        return when.strftime("%H:%M" if when.date() == today else "%Y-%m-%d %H:%M")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able values, with ``summary`` (:meth:`describe`) for human lines."""
-        return {
-            "action": self.action,
-            "detail": self.detail,
-            "message": self.message,
-            "name": self.name,
-            "email": self.email,
-            "at": self.at,
-            "tz": self.tz,
-            "relation": self.relation,
-            "ahead": self.ahead,
-            "behind": self.behind,
-            "summary": self.describe(),
-        }
 
 
 # -- parsing ----------------------------------------------------------------------------
@@ -343,6 +275,18 @@ def explain(dirs: GitDirs, chain: Sequence[Path], loaded: str | None, current: s
         if found is not None and found.relation != "unknown":
             return found
     return found
+
+
+def head_log(dirs: GitDirs) -> tuple[list[Entry], bool]:
+    """The newest entries of ``logs/HEAD`` (oldest first, at most 256 KiB read) and
+    whether they are all of it: where HEAD was, and since when (R10).
+
+    Empty for reftable (no ``logs/``), a missing or odd log: never an error.
+    """
+    if dirs.reftable:
+        return [], False
+    data, whole = _read_tail(dirs.git_dir / "logs" / "HEAD", _MAX_READ)
+    return parse_log(data, whole=whole), whole
 
 
 def explain_move(dirs: GitDirs, chain: Sequence[Path], loaded: str | None, current: str) -> Cause | None:

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import NeedsGitError, RefError
+from ..core.revisions import is_object_id
 from . import packed
 
 __all__ = ["GitDirs", "find_git_dirs", "head_chain", "is_object_id", "resolve_head"]
 
-_HEX = frozenset("0123456789abcdef")
 _MAX_SMALL_FILE = 4096  # HEAD and loose refs are one line; never read a corrupt giant
 _MAX_SYMREF_DEPTH = 5  # git's own limit for chains of symbolic refs
 _SPACE = " \t\n\r"  # what git trims around a ref's value (its isspace): not "\v", "\f", U+00A0
@@ -56,11 +56,6 @@ class GitDirs:
     @property
     def packed_refs(self) -> Path:
         return self.common_dir / "packed-refs"
-
-
-def is_object_id(text: str) -> bool:
-    """True for a full SHA-1 (40) or SHA-256 (64) hex object id in lower case."""
-    return len(text) in (40, 64) and _HEX.issuperset(text)
 
 
 _OPEN = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)

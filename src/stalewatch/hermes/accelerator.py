@@ -5,6 +5,8 @@ The WebUI keeps its file, whatever its version, and appends::
     from stalewatch.hermes import accelerate
     accelerate(sys.modules[__name__])
 
+(``sys`` is the one name both lines need: every version of the file imports it.)
+
 :func:`accelerate` replaces one attribute, ``_read_agent_revision(agent_dir, *,
 module_path=None) -> str | None``: the one seam unchanged in every version since the
 WebUI's guard was introduced, and the only place its three ``git`` processes run. The
@@ -12,12 +14,13 @@ replacement means the same (the full HEAD of the checkout whose repository track
 ``module_path`` literally; ``None`` when untracked, outside a checkout, or unknowable)
 and reads HEAD in-process on every call: no process (reftable aside), and a ref written
 before the call is seen by it. Everything else in the module, its error, its messages
-and its payloads, stays upstream's.
+and its payloads, stays upstream's (``daemon=`` aside: :mod:`.restart_view`).
 
-What it costs once per (``agent_dir``, ``module_path``): finding the checkout and one
-``git ls-files`` to confirm the file is tracked literally (C2). That binding is cached,
-bounded, and shared by every accelerated module; a call afterwards is one in-process
-read of HEAD (~20 µs). No thread is started; nothing needs restarting after ``fork()``.
+What it costs is :mod:`.agent_head`'s: once per (``agent_dir``, ``module_path``),
+finding the checkout and one ``git ls-files`` to confirm the file is tracked literally
+(C2), cached, bounded and shared by every accelerated module and the drop-in; a call
+afterwards is one in-process read of HEAD (~20 µs). No thread is started; nothing
+needs restarting after ``fork()``.
 """
 
 from __future__ import annotations
@@ -27,19 +30,15 @@ import functools
 import inspect
 import logging
 import os
-import sys
-import threading
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from pathlib import Path, PurePath
+from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
-from ..core import reading
-from ..git import command, refs
-from ..git.refs import GitDirs
-from .discovery import AGENT_MODULE
-from .restarts import RestartView, restart_aware
+from ..core.errors import SocketPathError
+from ..protocol.socket_path import default_socket_path
+from .agent_head import DEFER, Defer, read
+from .restart_view import RestartView, daemon_restarts, restart_aware
 
 __all__ = ["accelerate"]
 
@@ -48,79 +47,16 @@ logger = logging.getLogger(__name__)
 ATTRIBUTE: Final = "_read_agent_revision"
 """The module attribute :func:`accelerate` replaces."""
 PAYLOAD: Final = "agent_runtime_stale_payload"
-"""The one it also wraps when given a daemon (restart-aware 409s)."""
+"""The one it also wraps when given a daemon (restart-aware 409s), where the WebUI has it."""
+SELF_RESTART: Final = "_schedule_automatic_restart"
+"""The WebUI's own restart after an Agent update (pull request 7160): the daemon's, given one."""
+SOCKET_VARIABLE: Final = "STALEWATCH_SOCKET"
+"""Where ``daemon=True`` finds the daemon's socket (``stalewatch hermes setup`` sets it)."""
 _ORIGINAL: Final = "__stalewatch_original__"  # set on our function: the one it replaced
-MAX_BINDINGS: Final = 64
-"""At most this many (agent_dir, module_path) bindings are kept; the oldest goes first."""
-
 Read = Callable[..., "str | None"]
 
 
-class _Defer:
-    """The accelerated read cannot decide: the original function must (fail closed as upstream)."""
-
-
-DEFER: Final = _Defer()
-
-
-@dataclass(frozen=True)
-class Binding:
-    """What a (``agent_dir``, ``module_path``) pair identifies.
-
-    Attributes:
-        dirs: the git directories of ``agent_dir``'s checkout.
-        tracked: whether that checkout's repository tracks ``module_path`` literally.
-        index: for an untracked file, the index's (inode, size, mtime, ctime) when that
-            was decided: a later ``git add`` rewrites the index, and the file is asked
-            about again. A tracked file is not: a call then runs no process at all, and
-            a commit that untracks it moves HEAD anyway.
-    """
-
-    dirs: GitDirs
-    tracked: bool
-    index: tuple[int, int, int, int] | None = None
-
-
-class Bindings:
-    """A bounded map of bindings: reads take no lock, writes and the bound take one.
-
-    Args:
-        limit: the most bindings kept; inserting past it drops the oldest.
-    """
-
-    def __init__(self, limit: int = MAX_BINDINGS) -> None:
-        self.limit = limit
-        self._items: dict[Hashable, Binding] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> Binding | None:
-        return self._items.get(key)  # one dict read: atomic under the GIL
-
-    def put(self, key: Hashable, binding: Binding) -> None:
-        with self._lock:
-            self._items.pop(key, None)
-            while len(self._items) >= self.limit:
-                del self._items[next(iter(self._items))]
-            self._items[key] = binding
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-    def after_fork_in_child(self) -> None:
-        # Another thread may have held the lock at fork(): the child's copy would never
-        # be released. The bindings themselves stay valid in the child.
-        self._lock = threading.Lock()
-
-
-BINDINGS = Bindings()
-os.register_at_fork(after_in_child=BINDINGS.after_fork_in_child)
-
-
-def accelerate(module: ModuleType, *, daemon: str | os.PathLike[str] | None = None) -> bool:
+def accelerate(module: ModuleType, *, daemon: str | os.PathLike[str] | bool | None = None) -> bool:
     """Replace ``module._read_agent_revision`` with an in-process read of the same meaning.
 
     Call it at the end of the WebUI's ``api/agent_runtime.py``. Returns True when the
@@ -132,25 +68,31 @@ def accelerate(module: ModuleType, *, daemon: str | os.PathLike[str] | None = No
 
     Args:
         module: the WebUI's ``api.agent_runtime``.
-        daemon: a stalewatch daemon's socket (``None``: no daemon). With one, the
-            module's ``agent_runtime_stale_payload`` also says whether the daemon's
-            automatic restart is coming (``restart_scheduled``, ``retry_after``,
-            ``restart_phase``; see :mod:`.restarts`), and the WebUI registers the
+        daemon: a stalewatch daemon's socket; ``True``: ``$STALEWATCH_SOCKET``, else
+            the daemon's default socket (``$XDG_RUNTIME_DIR/stalewatch.sock``);
+            ``None``, ``False`` or ``""``: no daemon. With one (see
+            :mod:`.restart_view`), on every WebUI version the WebUI registers the
             revision it loaded with the daemon (one client thread, from the Agent's
-            binding on). Without one, the payload stays upstream's, byte for byte.
+            binding on); where the WebUI restarts itself after an Agent update (its
+            ``_schedule_automatic_restart``) the daemon's restart replaces it; and
+            where it has ``agent_runtime_stale_payload`` the payload also says whether
+            the daemon's restart is coming (``restart_scheduled``, ``retry_after``,
+            ``restart_phase``). Without one, the module is upstream's but for its read.
 
     Example (the last two lines of ``api/agent_runtime.py``)::
 
         from stalewatch.hermes import accelerate
         accelerate(sys.modules[__name__])
         # or, with the daemon `stalewatch hermes setup` installs:
-        accelerate(sys.modules[__name__], daemon=os.environ.get("STALEWATCH_SOCKET"))
+        accelerate(sys.modules[__name__], daemon=True)
     """
     name = getattr(module, "__name__", repr(module))
     try:
-        accelerated_read = _accelerate_read(module, name)
-        if accelerated_read and daemon:
-            _accelerate_payload(module, name, daemon)
+        socket = _socket(daemon, name)
+        view = RestartView(socket, module) if socket is not None else None
+        accelerated_read = _accelerate_read(module, name, view)
+        if accelerated_read and view is not None:
+            _hand_to_daemon(module, name, view)
     except Exception:  # never into the WebUI's import: it keeps its own read
         logger.warning(
             "stalewatch.hermes: could not accelerate %s; it keeps its own read", name, exc_info=True
@@ -159,17 +101,44 @@ def accelerate(module: ModuleType, *, daemon: str | os.PathLike[str] | None = No
     return accelerated_read
 
 
-def _accelerate_payload(module: ModuleType, name: str, daemon: str | os.PathLike[str]) -> None:
-    original = getattr(module, PAYLOAD, None)
-    if getattr(original, "__stalewatch_view__", None) is not None:
-        return  # ours already
-    if not callable(original):
-        logger.warning("stalewatch.hermes: %s has no %s(exc); its payload stays upstream's", name, PAYLOAD)
-        return
-    setattr(module, PAYLOAD, restart_aware(original, RestartView(daemon)))
+def _socket(daemon: str | os.PathLike[str] | bool | None, name: str) -> Path | None:
+    """The daemon's socket ``daemon`` names (see :func:`accelerate`), or ``None``."""
+    if daemon is None or daemon is False or daemon == "":
+        return None
+    if daemon is not True:
+        return Path(daemon)
+    explicit = os.environ.get(SOCKET_VARIABLE, "").strip()
+    if explicit:
+        return Path(explicit)
+    try:
+        return default_socket_path()
+    except SocketPathError:
+        logger.warning(
+            "stalewatch.hermes: %s: daemon=True but neither $%s nor $XDG_RUNTIME_DIR is set; no daemon",
+            name,
+            SOCKET_VARIABLE,
+        )
+        return None
 
 
-def _accelerate_read(module: ModuleType, name: str) -> bool:
+def _hand_to_daemon(module: ModuleType, name: str, view: RestartView) -> None:
+    """Restart-aware payload and the daemon's restarts, where the WebUI has the seams."""
+    payload = getattr(module, PAYLOAD, None)
+    if callable(payload) and getattr(payload, "__stalewatch_view__", None) is None:
+        setattr(module, PAYLOAD, restart_aware(payload, view))
+    elif payload is None:
+        logger.info(
+            "stalewatch.hermes: %s builds its stale payloads elsewhere (no %s): they stay upstream's; "
+            "the WebUI registers with the daemon all the same",
+            name,
+            PAYLOAD,
+        )
+    own = getattr(module, SELF_RESTART, None)
+    if callable(own) and getattr(own, "__stalewatch_view__", None) is None:
+        setattr(module, SELF_RESTART, daemon_restarts(own, view))
+
+
+def _accelerate_read(module: ModuleType, name: str, view: RestartView | None) -> bool:
     original = getattr(module, ATTRIBUTE, None)
     if getattr(original, _ORIGINAL, None) is not None:
         return True  # ours already: idempotent
@@ -180,7 +149,7 @@ def _accelerate_read(module: ModuleType, name: str) -> bool:
             ATTRIBUTE,
         )
         return False
-    setattr(module, ATTRIBUTE, accelerated(original, module))
+    setattr(module, ATTRIBUTE, accelerated(original, module, view))
     return True
 
 
@@ -195,102 +164,27 @@ def _compatible(function: object) -> bool:
     return True
 
 
-def accelerated(original: Read, module: ModuleType | None = None) -> Read:
+def accelerated(original: Read, module: ModuleType | None = None, view: RestartView | None = None) -> Read:
     """The in-process read standing in for ``original`` (same signature and meaning).
 
-    ``module``: the accelerated module; when its payload is restart-aware, the read
-    that binds the Agent (while ``_AGENT_REVISION`` is still unset) starts following
-    the daemon for that checkout and revision.
+    ``module`` and ``view``: the accelerated module and its link to a daemon; the read
+    that binds the Agent (while the module's ``_AGENT_REVISION`` is still unset)
+    starts following the daemon for that checkout and revision, which registers it.
     """
 
     @functools.wraps(original)
     def _read_agent_revision(agent_dir: Any, *, module_path: Any = None) -> str | None:
         try:
-            revision = read(agent_dir, module_path)
+            found = read(agent_dir, module_path)
         except Exception:  # whatever it is, upstream decides (and fails closed)
-            revision = DEFER
-        if isinstance(revision, _Defer):
-            revision = original(agent_dir, module_path=module_path)
-        if module is not None and isinstance(revision, str):
-            _binding(module, agent_dir, revision)
+            found = DEFER
+        revision = original(agent_dir, module_path=module_path) if isinstance(found, Defer) else found
+        binding = getattr(module, "_AGENT_REVISION", None) is None  # the WebUI binds the Agent
+        if view is not None and isinstance(revision, str) and binding:
+            with contextlib.suppress(Exception):  # never into the WebUI's read
+                view.bound(Path(agent_dir), revision)
         return revision
 
     setattr(_read_agent_revision, _ORIGINAL, original)
+    _read_agent_revision.__stalewatch_view__ = view  # type: ignore[attr-defined]
     return _read_agent_revision
-
-
-def _binding(module: ModuleType, agent_dir: Any, revision: str) -> None:
-    view = getattr(getattr(module, PAYLOAD, None), "__stalewatch_view__", None)
-    if isinstance(view, RestartView) and getattr(module, "_AGENT_REVISION", None) is None:
-        with contextlib.suppress(Exception):  # never into the WebUI's read
-            view.bound(Path(agent_dir), revision)
-
-
-def read(agent_dir: Any, module_path: Any) -> str | _Defer | None:
-    """One in-process read of HEAD for the checkout tracking ``module_path``, or :data:`DEFER`.
-
-    Raises:
-        Exception: anything unexpected; the caller defers to the original function.
-    """
-    if agent_dir is None:
-        return DEFER  # upstream answers None at once, without a process
-    if module_path is None:
-        module_path = _loaded_module_path()  # as upstream: the loaded run_agent's file
-        if module_path is None:
-            return None
-    if not isinstance(module_path, PurePath):
-        return DEFER  # upstream's own behaviour for odd input, whatever it is
-    key = (agent_dir, module_path)
-    binding = BINDINGS.get(key)
-    if binding is None or (not binding.tracked and binding.index != _index_signature(binding.dirs)):
-        found = _bind(agent_dir, module_path)
-        if not isinstance(found, Binding):
-            return found
-        BINDINGS.put(key, found)
-        binding = found
-    if not binding.tracked:
-        return None
-    return _head(binding.dirs)
-
-
-def _loaded_module_path() -> Path | None:
-    module = sys.modules.get(AGENT_MODULE)
-    module_file = getattr(module, "__file__", None)
-    if not module_file:
-        return None
-    try:
-        return Path(module_file).resolve()
-    except (OSError, RuntimeError, TypeError):
-        return None
-
-
-def _bind(agent_dir: Any, module_path: PurePath) -> Binding | _Defer | None:
-    """Which checkout ``agent_dir`` is in, and whether it tracks ``module_path`` (C2).
-
-    ``None`` (not cached) when ``agent_dir`` is in no checkout or the file lies outside
-    it; a git failure (an untrusted owner, a corrupt index) raises, so upstream decides.
-    """
-    dirs = refs.find_git_dirs(Path(agent_dir).resolve(strict=True))
-    if dirs is None:
-        return None
-    try:
-        relative = module_path.relative_to(dirs.worktree)
-    except ValueError:
-        return None
-    index = _index_signature(dirs)  # before asking: a write meanwhile means asking again
-    tracked = command.is_tracked(dirs.worktree, dirs.worktree / relative)
-    return Binding(dirs, tracked, None if tracked else index)
-
-
-def _index_signature(dirs: GitDirs) -> tuple[int, int, int, int] | None:
-    try:
-        info = (dirs.git_dir / "index").stat()
-    except OSError:
-        return None
-    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-
-
-def _head(dirs: GitDirs) -> str | _Defer:
-    """Exactly one read of HEAD; an unborn branch (no commit) is upstream's to answer."""
-    revision = reading.resolve_dirs(dirs)
-    return revision if revision is not None else DEFER

@@ -1,41 +1,67 @@
-"""Where Hermes lives on this machine, found the way Hermes WebUI finds it."""
+"""Where Hermes lives on this machine, found the way Hermes WebUI finds it.
+
+The WebUI's server finds the Agent in its ``api/config.py`` (``_discover_agent_dir``);
+:func:`discover_agent_dir` takes the same candidates in the same order, including the
+one that needs the WebUI's own checkout: ``hermes-agent`` beside it (so an install
+in ``/srv/hermes-webui`` + ``/srv/hermes-agent`` is found with an empty HOME).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["AGENT_MODULE", "WEBUI_UNIT", "agent_python", "discover_agent_dir", "hermes_home", "webui_unit"]
+__all__ = [
+    "AGENT_MODULE",
+    "WEBUI_UNIT",
+    "agent_python",
+    "discover_agent_dir",
+    "hermes_home",
+    "looks_like_webui",
+    "read_dotenv",
+    "read_dotenv_text",
+    "webui_unit",
+]
 
 AGENT_MODULE = "run_agent"
 """The Agent module the WebUI imports ``AIAgent`` from."""
 WEBUI_UNIT = "hermes-webui.service"
 """The WebUI's systemd unit when ``$HERMES_WEBUI_SYSTEMD_UNIT`` does not name another."""
+_SYSTEM_CANDIDATES = ("/opt/hermes-agent", "/usr/local/hermes-agent", "/usr/local/share/hermes-agent")
+_DOTENV_LIMIT = 64 * 1024
 
 
-def _home() -> Path | None:
+def _home(environ: Mapping[str, str]) -> Path | None:
+    home = environ.get("HOME", "").strip()
+    if home:
+        return Path(home)
+    if environ is not os.environ:
+        return None
     try:
         return Path("~").expanduser()
     except RuntimeError:  # no HOME and no passwd entry
         return None
 
 
-def hermes_home() -> Path | None:
+def hermes_home(environ: Mapping[str, str] | None = None) -> Path | None:
     """``$HERMES_HOME``, else ``~/.hermes``: where Hermes keeps its state and update marker."""
-    explicit = os.environ.get("HERMES_HOME", "").strip()
+    env = os.environ if environ is None else environ
+    explicit = env.get("HERMES_HOME", "").strip()
     if explicit:
         return Path(explicit).expanduser()
-    home = _home()
+    home = _home(env)
     return home / ".hermes" if home is not None else None
 
 
-def agent_python(agent_dir: Path) -> Path | None:
+def agent_python(agent_dir: Path, environ: Mapping[str, str] | None = None) -> Path | None:
     """The Python with the Agent's dependencies, found as the WebUI finds it.
 
     ``$HERMES_WEBUI_PYTHON``, else the Agent's ``venv`` or ``.venv``; ``None`` when
     neither exists (the WebUI then falls back to the system's python3).
     """
-    explicit = os.environ.get("HERMES_WEBUI_PYTHON", "").strip()
+    env = os.environ if environ is None else environ
+    explicit = env.get("HERMES_WEBUI_PYTHON", "").strip()
     if explicit:
         return Path(explicit).expanduser()
     for venv in ("venv", ".venv"):
@@ -46,38 +72,111 @@ def agent_python(agent_dir: Path) -> Path | None:
     return None
 
 
-def webui_unit() -> str:
+def webui_unit(environ: Mapping[str, str] | None = None) -> str:
     """The WebUI's systemd unit: ``$HERMES_WEBUI_SYSTEMD_UNIT``, else ``hermes-webui.service``."""
-    unit = os.environ.get("HERMES_WEBUI_SYSTEMD_UNIT", "").strip() or WEBUI_UNIT
+    env = os.environ if environ is None else environ
+    unit = env.get("HERMES_WEBUI_SYSTEMD_UNIT", "").strip() or WEBUI_UNIT
     return unit if "." in unit else f"{unit}.service"
 
 
-def discover_agent_dir() -> Path | None:
-    """Find the Hermes Agent checkout the way Hermes WebUI does.
+def looks_like_webui(path: Path) -> bool:
+    """Whether ``path`` is a Hermes WebUI checkout (its start script and its guard's module)."""
+    try:
+        return (path / "start.sh").is_file() and (path / "api" / "agent_runtime.py").is_file()
+    except OSError:
+        return False
 
-    Candidates in order: ``$HERMES_WEBUI_AGENT_DIR``, ``$HERMES_HOME/hermes-agent``,
-    ``~/.hermes/hermes-agent``, ``~/hermes-agent``, ``$XDG_DATA_HOME/hermes-agent``,
-    ``/opt/hermes-agent``, ``/usr/local/hermes-agent``. The first holding
-    ``run_agent.py`` wins, resolved; ``None`` when none does. For the guard this is a
-    diagnostic value: its identity always comes from the loaded module (C1).
-    """
+
+def _has_agent(path: Path) -> bool:
+    try:
+        return (path / f"{AGENT_MODULE}.py").is_file()
+    except OSError:  # unreadable parent, symlink loop
+        return False
+
+
+def _pip_style(path: Path) -> bool:
+    try:
+        return (path / "cron" / "jobs.py").is_file() and (
+            (path / "hermes").is_dir() or (path / "hermes_cli").is_dir()
+        )
+    except OSError:
+        return False
+
+
+def agent_candidates(webui_dir: Path | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
+    """Where the WebUI looks for the Agent, in its order (``api/config.py``)."""
+    env = os.environ if environ is None else environ
     candidates: list[Path] = []
-    explicit = os.environ.get("HERMES_WEBUI_AGENT_DIR", "").strip()
+    explicit = env.get("HERMES_WEBUI_AGENT_DIR", "").strip()
     if explicit:
         candidates.append(Path(explicit).expanduser())
-    explicit_home = os.environ.get("HERMES_HOME", "").strip()
-    if explicit_home:
-        candidates.append(Path(explicit_home).expanduser() / "hermes-agent")
-    home = _home()
+    home = hermes_home(env)
     if home is not None:
-        candidates += [home / ".hermes" / "hermes-agent", home / "hermes-agent"]
-        xdg = os.environ.get("XDG_DATA_HOME", "").strip()
-        candidates.append((Path(xdg).expanduser() if xdg else home / ".local" / "share") / "hermes-agent")
-    candidates += [Path("/opt/hermes-agent"), Path("/usr/local/hermes-agent")]
+        candidates.append(home / "hermes-agent")
+    if webui_dir is not None:
+        candidates += [webui_dir.parent / "hermes-agent", webui_dir.parent]
+    user_home = _home(env)
+    if user_home is not None:
+        candidates += [user_home / ".hermes" / "hermes-agent", user_home / "hermes-agent"]
+        xdg = env.get("XDG_DATA_HOME", "").strip()
+        candidates.append(
+            (Path(xdg).expanduser() if xdg else user_home / ".local" / "share") / "hermes-agent"
+        )
+    candidates += [Path(p) for p in _SYSTEM_CANDIDATES]
+    unique: list[Path] = []
     for candidate in candidates:
-        try:
-            if (candidate / f"{AGENT_MODULE}.py").is_file():
-                return candidate.resolve()
-        except (OSError, RuntimeError):  # unreadable parent, symlink loop
-            continue
+        if candidate not in unique:
+            unique.append(candidate)
+    return unique
+
+
+def discover_agent_dir(
+    webui_dir: Path | None = None, environ: Mapping[str, str] | None = None
+) -> Path | None:
+    """Find the Hermes Agent checkout the way Hermes WebUI does.
+
+    Candidates in the WebUI's order (:func:`agent_candidates`): ``$HERMES_WEBUI_AGENT_DIR``,
+    ``$HERMES_HOME/hermes-agent``, ``hermes-agent`` beside the WebUI's checkout, the
+    directory holding the WebUI's checkout, ``~/.hermes/hermes-agent``,
+    ``~/hermes-agent``, ``$XDG_DATA_HOME/hermes-agent``, ``/opt/hermes-agent``,
+    ``/usr/local/hermes-agent``, ``/usr/local/share/hermes-agent``. The first holding
+    ``run_agent.py`` wins, else the first laid out as a pip install; resolved; ``None``
+    when none is. For the guard this is a diagnostic value: its identity always comes
+    from the loaded module (C1).
+    """
+    candidates = agent_candidates(webui_dir, environ)
+    for test in (_has_agent, _pip_style):
+        for candidate in candidates:
+            if test(candidate):
+                try:
+                    return candidate.resolve()
+                except (OSError, RuntimeError):
+                    continue
     return None
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a ``.env`` file as the WebUI's bootstrap reads them (``{}`` if none).
+
+    At most 64 KiB read; never raises for a missing or unreadable file.
+    """
+    try:
+        with path.open("rb") as file:
+            raw = file.read(_DOTENV_LIMIT)
+    except OSError:
+        return {}
+    return read_dotenv_text(raw.decode("utf-8", "replace"))
+
+
+def read_dotenv_text(text: str) -> dict[str, str]:
+    """``KEY=VALUE`` lines: comments and blank lines skipped, ``export`` and quotes removed."""
+    found: dict[str, str] = {}
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        key = key.strip().removeprefix("export ").strip()
+        if key:
+            found[key] = value.strip().strip('"').strip("'")
+    return found

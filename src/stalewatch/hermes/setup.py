@@ -1,19 +1,22 @@
 """``stalewatch hermes setup``: automatic restarts of Hermes WebUI after ``hermes update``.
 
-Finds the Hermes install the way the WebUI does (:mod:`.discovery`), then prints (or,
-with ``--write``, installs) three files:
+It asks before it guesses. The running WebUI is found first (Linux: its server
+process), and its environment is what the WebUI resolved: its port, host, Hermes
+home and Agent checkout. Which supervisor runs it comes from the process (its nearest
+supervising ancestor, its systemd service, ``ctl.sh``'s PID file) or, when it cannot
+be read, from the definitions on disk (:mod:`.supervisors`). When two answers are
+possible, or the port is known from nowhere, setup stops (exit 2) and names the flag
+that decides (``--supervisor``, ``--port``, ``--webui-dir``). Before writing, it
+checks that the supervisor answers and that the WebUI answers ``/health`` on the port
+the daemon will probe (``--no-check`` skips both, for a WebUI that is not running).
 
-- a daemon configuration watching the Agent checkout, with a restart policy made of
-  what ``hermes update`` leaves behind: its PID marker, its recovery markers in the
-  checkout and the venv's root, a probe that imports ``run_agent`` with the Agent's
-  Python, and ``systemctl --user --no-block restart`` of the WebUI's unit;
-- a systemd user unit running that daemon beside the WebUI (never ``PartOf=`` it);
-- a drop-in for the WebUI's unit telling it the daemon's socket
-  (``STALEWATCH_SOCKET``), for the two-line accelerator's ``daemon=`` argument.
-
-Then ``systemctl --user daemon-reload && systemctl --user enable --now
-stalewatch-hermes.service`` is all that is left. Files are never overwritten
-without ``--force``.
+It prints (or, with ``--write``, installs) a daemon configuration watching the Agent
+checkout, with a restart policy made of what ``hermes update`` leaves behind (its PID
+marker, its recovery markers in the checkout and the venv's root, a probe that imports
+``run_agent`` with the Agent's Python, the supervisor's restart of the WebUI, and the
+WebUI's ``/health`` as the confirmation), a service running the daemon under the same
+supervisor, and the socket path for the WebUI (:mod:`.services`). Files are never
+overwritten without ``--force``; directories it creates are 0700, whatever the umask.
 """
 
 from __future__ import annotations
@@ -23,82 +26,280 @@ import json
 import os
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from .. import __version__
-from ..core.errors import StalewatchError
+from ..core.errors import SetupError
 from ..core.files import write_atomically
-from .discovery import agent_python, discover_agent_dir, hermes_home, webui_unit
+from ..core.version import __version__
+from . import discovery, processes, supervisors
+from .services import Service, service_for, socket_for
+from .supervisors import Found, Kind
 
-__all__ = ["Install", "add_commands", "cmd_setup", "discover", "render"]
+__all__ = ["ACCELERATOR_LINES", "Install", "discover", "make_private_dirs", "render", "write"]
 
-UNIT = "stalewatch-hermes.service"
-RUNTIME = "stalewatch-hermes"  # RuntimeDirectory=: the socket is %t/stalewatch-hermes/stalewatch.sock
+ACCELERATOR_LINES = (
+    "from stalewatch.hermes import accelerate",
+    "accelerate(sys.modules[__name__], daemon=True)",
+)
+"""What ends the WebUI's ``api/agent_runtime.py`` with a daemon (``sys``: imported by every version)."""
 UPDATE_MARKER = ".hermes-update-in-progress"
 RECOVERY_MARKERS = (".update-incomplete", ".lazy-refresh-incomplete")
 UPDATE_MAX_AGE = 1200  # Hermes' own: a marker older than 20 minutes is not a live update
+SOCKET_LIMIT = 100  # sun_path holds 104 (macOS) to 108 (Linux) bytes
 _PROBE = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5).close()"
-
-
-class SetupError(StalewatchError):
-    """Nothing to set up: no Hermes found, or a file is in the way."""
 
 
 @dataclass(frozen=True)
 class Install:
-    """A Hermes install, as found."""
+    """A Hermes install, as found, and what its daemon needs."""
 
     agent_dir: Path
     hermes_home: Path
     python: Path | None
-    unit: str
+    webui_dir: Path | None
     host: str
     port: int
+    supervisor: Found
     config: Path
-    unit_dir: Path
+    socket: Path
+    service: Service
+    checked: tuple[str, ...] = ()
+
+    @property
+    def health(self) -> str:
+        return f"http://{self.host}:{self.port}/health"
 
 
-def _config_home() -> Path:
+def _config_home(home: Path | None) -> Path:
     xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()
-    return Path(xdg).expanduser() if xdg else Path("~/.config").expanduser()
+    if xdg:
+        return Path(xdg).expanduser()
+    if home is None:
+        raise SetupError("cannot tell where to write (no home directory): pass --config")
+    return home / ".config"
 
 
-def _port() -> int:
-    raw = os.environ.get("HERMES_WEBUI_PORT", "").strip()
-    return int(raw) if raw.isdigit() and 0 < int(raw) < 65536 else 8787  # the WebUI's default
+def _port(raw: str | None, source: str) -> int:
+    if raw is None or not raw.strip().isdigit() or not 0 < int(raw) < 65536:
+        raise SetupError(f"{source} is not a port ({raw!r}): pass --port")
+    return int(raw)
+
+
+def _home() -> Path | None:
+    try:
+        return Path("~").expanduser()
+    except RuntimeError:
+        return None
+
+
+def _running(args: argparse.Namespace) -> tuple[processes.Process, Path] | None:
+    """The running WebUI server the arguments point at; several: the user must say which."""
+    servers = processes.webui_servers()
+    if args.webui_dir:
+        wanted = Path(args.webui_dir).expanduser().resolve()
+        servers = [(p, d) for p, d in servers if d.resolve() == wanted]
+    else:  # this user's WebUI: the same home (root sees every user's servers)
+        home = os.environ.get("HOME", "")
+        servers = [(p, d) for p, d in servers if home and p.environ.get("HOME") == home]
+    if args.port:
+        servers = [(p, d) for p, d in servers if p.environ.get("HERMES_WEBUI_PORT", "8787") == str(args.port)]
+    if len(servers) > 1:
+        listed = ", ".join(
+            f"pid {p.pid} ({d}, port {p.environ.get('HERMES_WEBUI_PORT', '8787')})" for p, d in servers
+        )
+        raise SetupError(f"several Hermes WebUI servers run: {listed}; pass --webui-dir or --port")
+    return servers[0] if servers else None
+
+
+def _supervisor(
+    args: argparse.Namespace,
+    running: tuple[processes.Process, Path] | None,
+    webui_dir: Path | None,
+    home: Path | None,
+    hermes_home: Path,
+) -> Found:
+    if running is not None:
+        found = supervisors.from_process(running[0], running[1], hermes_home)
+        if found is not None and (args.supervisor is None or args.supervisor == found.kind):
+            return found
+        if found is None and args.supervisor is None:
+            raise SetupError(
+                f"the WebUI (pid {running[0].pid}) runs without a supervisor (start.sh by hand?): nothing "
+                "could restart it. Run it under one (systemd, launchd, supervisord, runit, s6) or with "
+                "`ctl.sh start`, or pass --supervisor"
+            )
+    candidates = supervisors.from_definitions(webui_dir, home, os.environ)
+    if args.supervisor is not None:
+        candidates = [c for c in candidates if c.kind == args.supervisor]
+        if args.unit or args.label or args.program:
+            name = args.unit or args.label or args.program
+            candidates = [c for c in candidates if c.name == name] or [_named(args, webui_dir)]
+        if not candidates:
+            candidates = [_named(args, webui_dir)]
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise SetupError(
+            "cannot tell what runs Hermes WebUI (no running server found, no unit, LaunchAgent, supervisord "
+            "program or service directory naming it): pass --supervisor "
+            f"({', '.join(k.value for k in Kind)})"
+        )
+    listed = "; ".join(f"{c.kind.value}: {c.evidence}" for c in candidates)
+    raise SetupError(f"more than one supervisor may run Hermes WebUI ({listed}): pass --supervisor")
+
+
+def _named(args: argparse.Namespace, webui_dir: Path | None) -> Found:
+    """The supervisor the flags name, without a definition found on disk."""
+    kind = Kind(args.supervisor)
+    if kind in (Kind.SYSTEMD_USER, Kind.SYSTEMD_SYSTEM):
+        return Found(kind, discovery.webui_unit() if not args.unit else args.unit, "--supervisor")
+    if kind is Kind.LAUNCHD:
+        label = args.label or os.environ.get("HERMES_WEBUI_LAUNCHD_LABEL", "").strip()
+        if not label:
+            raise SetupError("--supervisor launchd: pass --label (the WebUI's LaunchAgent label)")
+        return Found(kind, label, "--supervisor")
+    if kind is Kind.SUPERVISORD:
+        conf = Path(args.supervisord_conf) if args.supervisord_conf else None
+        return Found(kind, args.program or "hermes-webui", "--supervisor", conf, conf)
+    if kind is Kind.CTL:
+        if webui_dir is None:
+            raise SetupError("--supervisor ctl.sh: pass --webui-dir")
+        return Found(kind, str(webui_dir / "ctl.sh"), "--supervisor")
+    raise SetupError(f"--supervisor {kind.value}: pass --service-dir (the WebUI's service directory)")
 
 
 def discover(args: argparse.Namespace) -> Install:
-    """The install the arguments and the environment point at.
+    """The install the arguments, the running WebUI and the environment point at.
 
     Raises:
-        SetupError: no Agent checkout holding ``run_agent.py`` was found.
+        SetupError: something is unknown or ambiguous (the message names the flag that
+            decides), or a check before writing failed.
     """
-    agent_dir = Path(args.agent_dir).expanduser().resolve() if args.agent_dir else discover_agent_dir()
-    if agent_dir is None or not (agent_dir / "run_agent.py").is_file():
-        raise SetupError(
-            "no Hermes Agent checkout found (looked where Hermes WebUI looks: $HERMES_WEBUI_AGENT_DIR, "
-            "$HERMES_HOME/hermes-agent, ~/.hermes/hermes-agent, ...); pass --agent-dir"
-        )
-    home = Path(args.hermes_home).expanduser() if args.hermes_home else hermes_home()
-    if home is None:
+    home = _home()
+    running = _running(args)
+    env = running[0].environ if running is not None else dict(os.environ)
+    webui_dir = (
+        Path(args.webui_dir).expanduser().resolve() if args.webui_dir else (running[1] if running else None)
+    )
+    hermes_home = Path(args.hermes_home).expanduser() if args.hermes_home else discovery.hermes_home(env)
+    if hermes_home is None:
         raise SetupError(
             "cannot tell Hermes' home (no $HERMES_HOME and no home directory); pass --hermes-home"
         )
-    python = Path(args.python).expanduser() if args.python else agent_python(agent_dir)
-    config_home = _config_home()
-    return Install(
-        agent_dir=agent_dir,
-        hermes_home=home,
-        python=python,
-        unit=args.unit or webui_unit(),
-        host=os.environ.get("HERMES_WEBUI_HOST", "").strip() or "127.0.0.1",
-        port=_port(),
-        config=Path(args.config).expanduser() if args.config else config_home / "stalewatch" / "hermes.toml",
-        unit_dir=Path(args.unit_dir).expanduser() if args.unit_dir else config_home / "systemd" / "user",
+    if args.supervisor in (Kind.RUNIT, Kind.S6) and args.service_dir:
+        supervisor = Found(
+            Kind(args.supervisor),
+            str(Path(args.service_dir).resolve()),
+            "--service-dir",
+            Path(args.service_dir) / "run",
+        )
+    else:
+        supervisor = _supervisor(args, running, webui_dir, home, hermes_home)
+    if webui_dir is None:
+        webui_dir = supervisors.webui_dir_of(supervisor)
+    if args.agent_dir:
+        agent_dir: Path | None = Path(args.agent_dir).expanduser().resolve()
+    else:
+        agent_dir = discovery.discover_agent_dir(webui_dir, env)
+    if agent_dir is None or not (agent_dir / "run_agent.py").is_file():
+        looked = ", ".join(str(p) for p in discovery.agent_candidates(webui_dir, env)[:6])
+        raise SetupError(
+            f"no Hermes Agent checkout found (looked where Hermes WebUI looks: {looked}, ...); "
+            "pass --agent-dir"
+            + ("" if webui_dir else " (or --webui-dir: the WebUI also looks beside its own checkout)")
+        )
+    dotenv = discovery.read_dotenv(webui_dir / ".env") if webui_dir else {}
+    if args.port:
+        port, port_from = args.port, "--port"
+    elif running is not None:
+        port, port_from = (
+            _port(env.get("HERMES_WEBUI_PORT", "8787"), "the running WebUI's port"),
+            f"the running WebUI (pid {running[0].pid})",
+        )
+    else:
+        sources = [
+            ("$HERMES_WEBUI_PORT", os.environ),
+            (str(supervisor.definition), supervisor.environ),
+            (f"{webui_dir}/.env", dotenv),
+        ]
+        given = [
+            (where, values["HERMES_WEBUI_PORT"])
+            for where, values in sources
+            if values.get("HERMES_WEBUI_PORT")
+        ]
+        if not given:
+            raise SetupError(
+                "the WebUI's port is not known (it is not running here, and neither $HERMES_WEBUI_PORT, its "
+                "service definition nor its .env names one): pass --port"
+            )
+        port_from, raw = given[0]
+        port = _port(raw, port_from)
+    host = (env.get("HERMES_WEBUI_HOST") or dotenv.get("HERMES_WEBUI_HOST") or "127.0.0.1").strip()
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard bind is probed on loopback
+        host = "127.0.0.1"
+    python = Path(args.python).expanduser() if args.python else discovery.agent_python(agent_dir, env)
+    system = supervisor.kind is Kind.SYSTEMD_SYSTEM
+    config = (
+        Path(args.config).expanduser()
+        if args.config
+        else (
+            Path("/etc/stalewatch/hermes.toml")
+            if system
+            else _config_home(home) / "stalewatch" / "hermes.toml"
+        )
     )
+    socket = Path(args.socket) if args.socket else socket_for(supervisor, os.getuid(), hermes_home)
+    if len(os.fsencode(socket)) > SOCKET_LIMIT:
+        raise SetupError(f"the socket path {socket} is too long for a Unix socket: pass --socket")
+    unit_dir = (
+        Path(args.unit_dir).expanduser()
+        if args.unit_dir
+        else (None if system else _config_home(home) / "systemd" / "user")
+    )
+    service = service_for(
+        supervisor,
+        daemon=_daemon_command(),
+        config=config,
+        socket=socket,
+        webui_dir=webui_dir,
+        hermes_home=hermes_home,
+        home=home,
+        unit_dir=unit_dir,
+        uid=os.getuid(),
+    )
+    install = Install(
+        agent_dir, hermes_home, python, webui_dir, host, port, supervisor, config, socket, service
+    )
+    checked = () if args.no_check else _check(install, port_from)
+    return Install(**{**install.__dict__, "checked": checked})
+
+
+def _daemon_command() -> list[str]:
+    # This very installation of stalewatch, whichever way it was started.
+    script = Path(sys.executable).with_name("stalewatch")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "stalewatch"]
+
+
+def _check(install: Install, port_from: str) -> tuple[str, ...]:
+    """Ask the supervisor and the WebUI before anything is written (SetupError if either is silent)."""
+    ok, said = supervisors.answers(install.supervisor)
+    if not ok:
+        raise SetupError(
+            f"{install.supervisor.kind.value} does not answer for {install.supervisor.name}: {said} "
+            "(pass --supervisor if another runs the WebUI, or --no-check to write anyway)"
+        )
+    try:
+        with urllib.request.urlopen(install.health, timeout=5) as answer:  # noqa: S310 - http on loopback
+            status = answer.status
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        raise SetupError(
+            f"the WebUI does not answer {install.health} (port from {port_from}): {exc}; "
+            "pass --port (or --no-check to write anyway)"
+        ) from None
+    return (said, f"{install.health}: {status}")
 
 
 def _recovery_markers(install: Install) -> list[str]:
@@ -112,34 +313,42 @@ def _recovery_markers(install: Install) -> list[str]:
     return [str(root / name) for root in roots for name in RECOVERY_MARKERS]
 
 
+def _as_webui_user(install: Install, argv: list[str]) -> list[str]:
+    # A system unit's daemon runs as root: the Agent's code is imported as the WebUI's
+    # user, never as root (the checkout is that user's to write).
+    user = install.supervisor.user
+    if install.supervisor.kind is Kind.SYSTEMD_SYSTEM and user and user != "root":
+        return ["runuser", "-u", user, "--", *argv]
+    return argv
+
+
 def _toml(value: object) -> str:
     return json.dumps(value)  # strings and lists of strings: TOML reads JSON's form
 
 
-def render(install: Install) -> dict[Path, str]:
-    """The files to install, by path."""
+def render(install: Install) -> dict[Path, tuple[str, int]]:
+    """The files to install, by path: (text, mode)."""
     python = str(install.python) if install.python is not None else "python3"
-    # systemctl waits for the restart (the daemon is not PartOf= the WebUI, so it is
-    # not stopped with it); then the WebUI must answer, or, once it registers through
-    # the accelerator, every process of it must run the new revision.
-    url = f"http://{install.host}:{install.port}/"
     policy = {
-        "action": ["systemctl", "--user", "restart", install.unit],
+        "action": install.service.action,
         "settle": 2.0,
         "update_marker": str(install.hermes_home / UPDATE_MARKER),
         "update_marker_max_age": UPDATE_MAX_AGE,
         "incomplete_markers": _recovery_markers(install),
-        "verify": [python, "-c", "import run_agent"],
+        "verify": _as_webui_user(install, [python, "-c", "import run_agent"]),
         "verify_timeout": 120,
-        "confirm": [sys.executable, "-c", _PROBE, url],
+        # The WebUI must answer /health on the port checked at setup, and every process
+        # of it that registered (the accelerator's daemon=True) must run the new revision.
+        "confirm": [sys.executable, "-c", _PROBE, install.health],
         "confirm_timeout": 120,
-        "action_timeout": 120,  # systemctl waits for the WebUI to stop and start
+        "action_timeout": 120,  # the supervisor waits for the WebUI to stop and start
     }
     config = (
-        f"# stalewatch for Hermes: restart {install.unit} after `hermes update`, safely.\n"
+        f"# stalewatch for Hermes: restart Hermes WebUI ({install.supervisor.kind.value}: "
+        f"{install.supervisor.name}) after `hermes update`, safely.\n"
         f"# Written by `stalewatch hermes setup` ({__version__}) on {time.strftime('%Y-%m-%d')}.\n"
-        '# Every key: README, "Automatic restart". Reloaded on `systemctl --user reload '
-        f"{UNIT}`.\n"
+        "# Every key: docs/restart.md. Reloaded on SIGHUP.\n"
+        f"socket = {_toml(str(install.socket))}  # the WebUI's STALEWATCH_SOCKET names the same path\n"
         'log_level = "info"\n\n'
         "[[checkout]]\n"
         f"path = {_toml(str(install.agent_dir))}\n\n"
@@ -149,103 +358,75 @@ def render(install: Install) -> dict[Path, str]:
         "# run it as `flock ~/.hermes/update.lock hermes update` and uncomment:\n"
         f"# lock = {_toml(str(install.hermes_home / 'update.lock'))}\n"
     )
-    # This very installation of stalewatch, whichever way it was started.
-    script = Path(sys.executable).with_name("stalewatch")
-    command = str(script) if script.is_file() else f"{sys.executable} -m stalewatch"
-    unit = (
-        "# stalewatch for Hermes WebUI: restart it after `hermes update` (stalewatch hermes setup).\n"
-        "[Unit]\n"
-        f"Description=stalewatch: restart {install.unit} onto new Hermes Agent code\n"
-        "# Started with the WebUI, before it; never PartOf= it: the daemon drives the\n"
-        "# WebUI's restarts and must outlive them.\n"
-        f"Before={install.unit}\n\n"
-        "[Service]\n"
-        "Type=notify\n"
-        "NotifyAccess=main\n"
-        f"ExecStart={command} daemon --config {install.config}\n"
-        "ExecReload=/bin/kill -HUP $MAINPID\n"
-        "Restart=on-failure\n"
-        "RestartPreventExitStatus=2\n"
-        "WatchdogSec=30\n"
-        "TimeoutStopSec=5\n"
-        f"RuntimeDirectory={RUNTIME}\n"
-        "RuntimeDirectoryMode=0700\n"
-        "UMask=0077\n\n"
-        "[Install]\n"
-        f"WantedBy={install.unit} default.target\n"
-    )
-    dropin = (
-        "# Written by `stalewatch hermes setup`: where the WebUI finds the stalewatch daemon,\n"
-        '# for `accelerate(sys.modules[__name__], daemon=os.environ.get("STALEWATCH_SOCKET"))`.\n'
-        "[Service]\n"
-        f"Environment=STALEWATCH_SOCKET=%t/{RUNTIME}/stalewatch.sock\n"
-    )
-    return {
-        install.config: config,
-        install.unit_dir / UNIT: unit,
-        install.unit_dir / f"{install.unit}.d" / "stalewatch.conf": dropin,
-    }
+    files = {install.config: (config, 0o600), **install.service.files}
+    if install.service.env_file is not None:
+        files[install.service.env_file] = (_env_text(install.service.env_file, install.socket), 0o600)
+    return files
 
 
-def _write(files: dict[Path, str], *, force: bool) -> None:
-    in_the_way = [path for path in files if os.path.lexists(path)]
+def _env_text(path: Path, socket: Path) -> str:
+    """The WebUI's ``.env`` with ``STALEWATCH_SOCKET`` set (its other lines kept)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        lines = []
+    kept = [
+        line
+        for line in lines
+        if line.strip().removeprefix("export ").split("=", 1)[0].strip() != "STALEWATCH_SOCKET"
+    ]
+    return "\n".join(
+        [*kept, "# the stalewatch daemon (stalewatch hermes setup)", f"STALEWATCH_SOCKET={socket}", ""]
+    )
+
+
+def write(files: dict[Path, tuple[str, int]], *, force: bool) -> None:
+    """Install ``files`` (never overwriting one that exists unless ``force``).
+
+    The WebUI's ``.env`` is the exception: its lines are kept and ``STALEWATCH_SOCKET``
+    set (replacing another value needs ``force``). Directories are created 0700 under
+    any umask; a file keeps the mode it is given.
+
+    Raises:
+        SetupError: a file is in the way.
+        OSError: a file cannot be written.
+    """
+    in_the_way = []
+    for path, (text, _mode) in files.items():
+        if path.name == ".env" and path.exists():
+            values = discovery.read_dotenv(path)
+            wanted = discovery.read_dotenv_text(text)
+            if values.get("STALEWATCH_SOCKET") not in (None, wanted.get("STALEWATCH_SOCKET")):
+                in_the_way.append(path)
+        elif os.path.lexists(path):
+            in_the_way.append(path)
     if in_the_way and not force:
         listed = ", ".join(str(p) for p in in_the_way)
         raise SetupError(f"not overwriting {listed} (pass --force to replace)")
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # The configuration names commands the daemon runs: ours alone (the daemon
-        # refuses one writable by others).
-        write_atomically(path, text.encode(), 0o600 if path.suffix == ".toml" else 0o644)
+    for path, (text, mode) in files.items():
+        make_private_dirs(path.parent)
+        own = path.name == ".env" and path.exists()  # the user's own file keeps its mode
+        write_atomically(path, text.encode(), path.stat().st_mode & 0o777 if own else mode)
 
 
-def cmd_setup(args: argparse.Namespace) -> int:
-    """Print (or write) what makes ``hermes update`` restart the WebUI by itself."""
-    try:
-        install = discover(args)
-        files = render(install)
-        if args.write:
-            _write(files, force=args.force)
-    except (SetupError, OSError) as exc:
-        print(f"stalewatch: {exc}", file=sys.stderr)
-        return 2
-    out: Any = sys.stdout
-    found = [
-        f"# Hermes Agent checkout: {install.agent_dir}",
-        f"# Hermes home:           {install.hermes_home}",
-        f"# Agent's Python:        {install.python or 'not found: the probe uses python3'}",
-        f"# WebUI unit:            {install.unit} (systemctl --user), http://{install.host}:{install.port}/",
-    ]
-    print("\n".join(found), file=out)
-    for path, text in files.items():
-        verb = "wrote" if args.write else "would write"
-        print(f"\n# --- {verb} {path}\n{text}", end="", file=out)
-    print(
-        "\n# Then:\n"
-        f"#   systemctl --user daemon-reload && systemctl --user enable --now {UNIT}\n"
-        "# Optional, for restart-aware 409s and 150x cheaper checks: end the WebUI's\n"
-        "# api/agent_runtime.py with\n"
-        "#   from stalewatch.hermes import accelerate\n"
-        '#   accelerate(sys.modules[__name__], daemon=os.environ.get("STALEWATCH_SOCKET"))',
-        file=out,
-    )
-    if not args.write:
-        print("# (nothing written: run again with --write)", file=out)
-    return 0
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and its missing parents with mode 0700, whatever the umask.
 
-
-def add_commands(sub: Any) -> None:
-    """Add ``hermes setup`` to the CLI's subparsers."""
-    hermes = sub.add_parser("hermes", help="Hermes WebUI: automatic restarts after `hermes update`")
-    commands = hermes.add_subparsers(dest="hermes_command", required=True, metavar="COMMAND")
-    setup = commands.add_parser("setup", help="print (or --write) a daemon configuration and systemd units")
-    setup.add_argument(
-        "--write", action="store_true", help="install the files (never overwriting without --force)"
-    )
-    setup.add_argument("--force", action="store_true", help="replace files that exist")
-    setup.add_argument("--agent-dir", help="the Hermes Agent checkout (default: found as the WebUI finds it)")
-    setup.add_argument("--hermes-home", help="Hermes' home (default: $HERMES_HOME, else ~/.hermes)")
-    setup.add_argument("--python", help="the Agent's Python (default: its venv's)")
-    setup.add_argument("--unit", help="the WebUI's systemd user unit (default: hermes-webui.service)")
-    setup.add_argument("--config", help="where the daemon's configuration goes")
-    setup.add_argument("--unit-dir", help="where systemd user units go (default: ~/.config/systemd/user)")
+    Directories that exist are left as they are. The mode is set on the descriptor of
+    the directory just made (never through a path a link could replace).
+    """
+    missing = []
+    current = directory
+    while not os.path.lexists(current):
+        missing.append(current)
+        current = current.parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)  # noqa: PTH102 - the mode is set on its descriptor below
+        except FileExistsError:
+            continue
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, 0o700)  # mkdir's mode went through the umask
+        finally:
+            os.close(fd)

@@ -23,13 +23,14 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import EXTRA, MetricsError, MetricsUnavailableError
-from .observer import DaemonObserver
+from ..core.errors import METRICS_EXTRA as EXTRA
+from ..core.errors import MetricsError, MetricsUnavailableError
+from ..server.checkout import Checkout
+from ..server.config import DaemonConfig
+from ..server.observer import DaemonObserver
+from ..server.registry import Registry
 
-if TYPE_CHECKING:
-    from ..daemon.checkout import Checkout
-    from ..daemon.config import DaemonConfig
-    from ..daemon.registry import Registry
+if TYPE_CHECKING:  # both import prometheus_client: loaded only when asked for (load)
     from .collector import GuardCollector
     from .daemon import DaemonMetrics
 
@@ -88,6 +89,7 @@ def for_daemon(
         address=settings.metrics_address,
         textfile=settings.metrics_textfile,
         interval=settings.metrics_interval,
+        daemon=settings.metrics_daemon,
     )
 
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ..core.guard import Guard
 from ..core.status import Event
+from ..guard.guard import Guard
 from .families import CheckoutView, build_info, checkout_families
 from .tally import Tally, newest_ref_write
 

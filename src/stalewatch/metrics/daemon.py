@@ -18,24 +18,29 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ..core.restart import RestartState
+from ..core.escaping import printable
+from ..core.phases import RestartState
 from ..core.status import Event
-from ..core.text import printable
-from .families import CheckoutView, build_info, checkout_families, daemon_families, processes_by_revision
-from .observer import DaemonObserver
+from ..server.checkout import Checkout
+from ..server.observer import DaemonObserver
+from ..server.registry import Registry
+from .families import (
+    CheckoutView,
+    build_info,
+    checkout_families,
+    daemon_families,
+    label,
+    processes_by_revision,
+    with_label,
+)
 from .server import MetricsServer
 from .tally import Tally, newest_ref_write
 from .textfile import TextfileWriter
-
-if TYPE_CHECKING:
-    from ..daemon.checkout import Checkout
-    from ..daemon.registry import Registry
 
 __all__ = ["DaemonMetrics"]
 
@@ -51,6 +56,9 @@ class DaemonMetrics(DaemonObserver, Collector):
         address: ``(host, port)`` to serve ``/metrics`` on, or ``None``.
         textfile: a ``.prom`` file to keep written, or ``None``.
         interval: seconds between textfile writes when nothing changes.
+        daemon: the ``daemon`` label every series carries (both routes alike), so that
+            several daemons' textfiles merge in one node_exporter and their series in
+            one Prometheus job; ``None``: no such label.
     """
 
     def __init__(
@@ -61,8 +69,10 @@ class DaemonMetrics(DaemonObserver, Collector):
         address: tuple[str, int] | None = None,
         textfile: Path | None = None,
         interval: float = 15.0,
+        daemon: str | None = None,
     ) -> None:
         self._entries = entries
+        self._daemon = None if daemon is None else label(daemon)
         self._registry = registry
         self.tally = Tally()
         self._errors_logged: set[str] = set()
@@ -183,9 +193,11 @@ class DaemonMetrics(DaemonObserver, Collector):
                 views.append(self._view(entry))
             except Exception as exc:  # one checkout's trouble leaves the others exposed
                 self._log_once(exc, f"metrics of {printable(entry.key)} could not be read")
-        yield from checkout_families(views)
-        yield from daemon_families(*self.tally.clients())
-        yield build_info()
+        families = [*checkout_families(views), *daemon_families(*self.tally.clients()), build_info()]
+        if self._daemon is not None:
+            for family in families:
+                with_label(family, "daemon", self._daemon)
+        yield from families
 
     def _view(self, entry: Checkout) -> CheckoutView:
         processes = self._registry.processes(entry.key)

@@ -26,10 +26,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.metrics_core import Metric
 
-from .. import __version__
-from ..core.restart import RestartPhase, RestartState
-from ..core.status import Snapshot, Status
-from ..core.text import printable
+from ..core.escaping import printable
+from ..core.phases import RestartPhase, RestartState
+from ..core.status import Snapshot, Status, WatchMode
+from ..core.version import __version__
 from .tally import DROP_REASONS, HOOK_OUTCOMES, HOOKS, RESTART_OUTCOMES, CheckoutCounts
 
 __all__ = [
@@ -41,10 +41,11 @@ __all__ = [
     "daemon_families",
     "label",
     "processes_by_revision",
+    "with_label",
 ]
 
-MODES = ("native", "polling", "daemon", "none")
-"""How a guard notices changes (``Snapshot.mode``); another mode is added as its own state."""
+MODES = tuple(mode.value for mode in WatchMode)
+"""How a guard notices changes (``Snapshot.mode``)."""
 
 MAX_REVISIONS = 8
 """Revisions of registered processes shown one by one per checkout; the rest add up
@@ -77,6 +78,12 @@ class CheckoutView:
     hooks: bool = False
     restart: RestartState | None = None
     processes: dict[str, int] | None = None
+
+
+def with_label(family: Metric, name: str, value: str) -> Metric:
+    """``family`` with ``name="value"`` first on each of its samples (the daemon's name)."""
+    family.samples = [sample._replace(labels={name: value, **sample.labels}) for sample in family.samples]
+    return family
 
 
 def processes_by_revision(revisions: Iterable[str], limit: int = MAX_REVISIONS) -> dict[str, int]:
@@ -154,6 +161,12 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
         "Unix time when the automatic restart entered its current phase.",
         labels=c,
     )
+    draining = GaugeMetricFamily(
+        "stalewatch_restart_inflight",
+        "Work in flight the automatic restart waits for (R8), summed over the servers; "
+        "absent while it does not drain, or cannot tell.",
+        labels=c,
+    )
     processes = GaugeMetricFamily(
         "stalewatch_registered_processes",
         f"Server processes registered with the daemon, by loaded revision (the {MAX_REVISIONS} most "
@@ -180,8 +193,7 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
             },
         )
         trusted.add_metric(key, 1.0 if snap.trusted else 0.0)
-        modes = MODES if snap.mode in MODES else (*MODES, label(snap.mode))
-        mode.add_metric(key, {m: m == label(snap.mode) for m in modes})
+        mode.add_metric(key, {m: m == snap.mode.value for m in MODES})
         for s in Status:
             events.add_metric([*key, s.value], counts.events.get(s, 0))
         cumulative = counts.latency.cumulative()
@@ -200,6 +212,8 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
             actions.add_metric(key, counts.restart_actions)
             phase.add_metric(key, {p.value: p is view.restart.phase for p in RestartPhase})
             phase_since.add_metric(key, view.restart.at)
+            if view.restart.inflight is not None:
+                draining.add_metric(key, view.restart.inflight)
         if view.processes is not None:
             for rev, count in view.processes.items():
                 processes.add_metric([*key, rev], count)
@@ -209,7 +223,7 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
     if any(view.hooks for view in views):
         families.append(hooks)
     if any(view.restart is not None for view in views):
-        families += [restarts, actions, phase, phase_since]
+        families += [restarts, actions, phase, phase_since, draining]
     if any(view.processes is not None for view in views):
         families += [processes, behind]
     return families

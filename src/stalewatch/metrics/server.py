@@ -6,8 +6,12 @@ request without blocking, renders the exposition with ``prometheus_client``'s en
 (text or OpenMetrics, as the ``Accept`` header asks; gzip when accepted) and writes
 it without blocking. Nothing a client does can hold that thread: a request must
 arrive whole within :data:`REQUEST_TIMEOUT` seconds and fit in :data:`MAX_REQUEST`
-bytes, at most :data:`MAX_CONNECTIONS` connections are open (the oldest is closed
-for a new one), and any error is that connection's alone. With nobody scraping, the
+bytes, at most :data:`MAX_CONNECTIONS` connections are open, and any error is that
+connection's alone. When they are all taken, a new connection replaces the oldest one
+still sending its request (a slowloris), never one being answered nor one younger
+than :data:`NEWCOMER_GRACE`: an honest scrape sends its request at once and is
+answered within that grace. When no connection may be replaced, newcomers wait in
+the listen backlog (the listener rests) until one closes or a grace ends. With nobody scraping, the
 thread sleeps in ``select`` without a timeout: no wake-ups, no CPU.
 
 This is not a general HTTP server: one request per connection (``Connection:
@@ -30,16 +34,17 @@ from dataclasses import dataclass, field
 from prometheus_client.exposition import choose_encoder, generate_latest, gzip_accepted
 from prometheus_client.registry import Collector
 
-from ..core.text import printable
-from .errors import MetricsError
+from ..core.errors import MetricsError
+from ..core.escaping import printable
 
-__all__ = ["MAX_CONNECTIONS", "MAX_REQUEST", "REQUEST_TIMEOUT", "MetricsServer"]
+__all__ = ["MAX_CONNECTIONS", "MAX_REQUEST", "NEWCOMER_GRACE", "REQUEST_TIMEOUT", "MetricsServer"]
 
 logger = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 16
 MAX_REQUEST = 8192  # bytes of request line and headers (Prometheus sends ~300)
 REQUEST_TIMEOUT = 5.0  # seconds from accept to the response written
+NEWCOMER_GRACE = 0.1  # seconds a new connection has to send its request before it may be replaced
 _INDEX = b"stalewatch metrics: /metrics\n"
 _TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the text format every Prometheus reads
 
@@ -48,6 +53,7 @@ _TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the text format every Prom
 class _Connection:
     sock: socket.socket
     deadline: float
+    accepted: float
     received: bytearray = field(default_factory=bytearray)
     out: memoryview | None = None  # the response, while it is being written
 
@@ -74,7 +80,10 @@ class MetricsServer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._connections: dict[int, _Connection] = {}
+        self._resting = False  # the listener rests until a place frees up,
+        self._resting_until: float | None = None  # or until then
         self.scrapes = 0
+        self.evicted = 0  # connections closed to make room (tests, soak figures)
         self._error_logged = 0.0
 
     @property
@@ -161,20 +170,58 @@ class MetricsServer:
     def _turn(self, selector: selectors.BaseSelector, listener: socket.socket) -> None:
         now = time.monotonic()
         deadlines = [c.deadline for c in self._connections.values()]
+        if self._resting_until is not None:
+            deadlines.append(self._resting_until)
         timeout = max(0.0, min(deadlines) - now) if deadlines else None  # idle: sleep until woken
+        accepting = False
         for key, mask in selector.select(timeout):
             if key.data == "listen":
-                self._accept(selector, listener)
+                accepting = True
             elif key.data != "wake":
                 conn = self._connections.get(key.fd)
                 if conn is not None:
                     self._serve(selector, conn, mask)
+        # Accept after reading: a request that arrived is answered (or at least read)
+        # before a newcomer may need its place.
+        if accepting:
+            self._accept(selector, listener)
         now = time.monotonic()
+        if self._resting_until is not None and now >= self._resting_until:
+            self._wake_listener(selector)
         for conn in [c for c in self._connections.values() if now >= c.deadline]:
             self._close(selector, conn)
 
+    def _victim(self, now: float) -> _Connection | None:
+        """The connection to close for a newcomer: the oldest still sending its request
+        past its grace; ``None`` when every one is being answered or is new."""
+        waiting = [
+            c for c in self._connections.values() if c.out is None and now - c.accepted >= NEWCOMER_GRACE
+        ]
+        return min(waiting, key=lambda c: c.accepted) if waiting else None
+
+    def _wake_listener(self, selector: selectors.BaseSelector) -> None:
+        if self._resting and self._listener is not None:
+            self._resting, self._resting_until = False, None
+            selector.register(self._listener, selectors.EVENT_READ, "listen")
+
     def _accept(self, selector: selectors.BaseSelector, listener: socket.socket) -> None:
         for _ in range(MAX_CONNECTIONS):
+            if len(self._connections) >= MAX_CONNECTIONS:
+                now = time.monotonic()
+                victim = self._victim(now)
+                if victim is None:
+                    # Every place is being answered or young: the backlog holds the
+                    # newcomers; rest the listener (no spinning) until a place frees up
+                    # or the oldest request still coming may be replaced.
+                    selector.unregister(listener)
+                    self._resting = True
+                    coming = [
+                        c.accepted + NEWCOMER_GRACE for c in self._connections.values() if c.out is None
+                    ]
+                    self._resting_until = min(coming, default=None)
+                    return
+                self._close(selector, victim)
+                self.evicted += 1
             try:
                 sock, _ = listener.accept()
             except BlockingIOError:
@@ -184,13 +231,14 @@ class MetricsServer:
                     self._log_error(f"cannot accept a scrape: {exc.strerror}", trace=False)
                     self._stop.wait(0.1)  # the backlog keeps it: rest instead of spinning
                 return
-            if len(self._connections) >= MAX_CONNECTIONS:
-                oldest = min(self._connections.values(), key=lambda c: c.deadline)
-                self._close(selector, oldest)
             sock.setblocking(False)
-            conn = _Connection(sock, time.monotonic() + self._timeout)
+            now = time.monotonic()
+            conn = _Connection(sock, now + self._timeout, now)
             self._connections[sock.fileno()] = conn
             selector.register(sock, selectors.EVENT_READ, "client")
+            # A request that waited in the backlog is here already: answer it now, before
+            # it could need a place.
+            self._serve(selector, conn, selectors.EVENT_READ)
 
     def _serve(self, selector: selectors.BaseSelector, conn: _Connection, mask: int) -> None:
         try:
@@ -225,6 +273,7 @@ class MetricsServer:
         with contextlib.suppress(KeyError, ValueError, OSError):
             selector.unregister(conn.sock)
         conn.sock.close()
+        self._wake_listener(selector)
 
     def _respond(self, head: bytes | None) -> bytes:
         """The whole response to a request head (``None``: too large)."""

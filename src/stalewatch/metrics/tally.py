@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-from ..core.restart import RestartPhase, RestartState
+from ..core.phases import RestartPhase, RestartState
 from ..core.status import Event, Snapshot, Status
 from ..git.refs import GitDirs, head_chain
 

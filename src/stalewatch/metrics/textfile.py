@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core.errors import MetricsError
+from ..core.escaping import printable
 from ..core.files import write_atomically
-from ..core.text import printable
-from .errors import MetricsError
 
 __all__ = ["TextfileWriter", "write_atomically"]
 

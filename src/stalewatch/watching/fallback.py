@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core import forking
+
 __all__ = ["NO_NOTIFICATION", "Fallback"]
 
-logger = logging.getLogger("stalewatch.watching.watcher")
+logger = logging.getLogger(__name__)
 
 NO_NOTIFICATION = frozenset({errno.ENOSPC, errno.EMFILE, errno.ENFILE, errno.ENOSYS, errno.ENOMEM})
 """``OSError`` numbers meaning "no change notification here, now": poll, retry later."""
@@ -32,9 +33,32 @@ _REASONS = {
 BACKOFF_MIN, BACKOFF_MAX = 1.0, 30.0
 _NEVER = float("inf")
 
-# Fallbacks waiting for notification: when one gets it back, the others try at once.
-_waiting: dict[Fallback, Callable[[], None]] = {}
-_waiting_lock = threading.Lock()
+
+class _Waiting:
+    """The process's fallbacks waiting for notification: when one gets it back, the
+    others try at once. A forked child has none of them (their watchers are the parent's)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._retries: dict[Fallback, Callable[[], None]] = {}
+        forking.in_child(self._after_fork_in_child)
+
+    def add(self, fallback: Fallback, retry: Callable[[], None]) -> None:
+        """Under :attr:`lock`."""
+        self._retries[fallback] = retry
+
+    def remove(self, fallback: Fallback) -> list[Callable[[], None]]:
+        """Under :attr:`lock`: forget ``fallback``; the retries of the others."""
+        self._retries.pop(fallback, None)
+        return list(self._retries.values())
+
+    def _after_fork_in_child(self) -> None:
+        # The lock may have been held by one of the parent's watcher threads at fork().
+        self.lock = threading.Lock()
+        self._retries.clear()
+
+
+_waiting = _Waiting()
 
 
 class Fallback:
@@ -73,9 +97,9 @@ class Fallback:
         delay = _NEVER if exc.errno == errno.ENOSYS else self._backoff
         self._backoff = min(self._backoff * 2, BACKOFF_MAX)
         self.retry_at = now + delay
-        with _waiting_lock:
+        with _waiting.lock:
             if not self._gone:  # a turn still running after stop() must not re-register
-                _waiting[self] = self._retry_now
+                _waiting.add(self, self._retry_now)
         if self.reason is None:
             self.reason = reason
             again = "" if delay == _NEVER else f"; retrying native notification (backoff from {delay:.0f} s)"
@@ -99,9 +123,8 @@ class Fallback:
             )
             self.reason = None
             self._backoff = BACKOFF_MIN
-        with _waiting_lock:
-            _waiting.pop(self, None)
-            others = list(_waiting.values())
+        with _waiting.lock:
+            others = _waiting.remove(self)
         for retry in others:  # notification is back for this process
             retry()
 
@@ -112,17 +135,6 @@ class Fallback:
 
     def forget(self) -> None:
         """The watcher stopped: no more retries."""
-        with _waiting_lock:
+        with _waiting.lock:
             self._gone = True
-            _waiting.pop(self, None)
-
-
-def _forget_in_child() -> None:
-    # The child has none of the parent's watcher threads: nothing waits in it, and the
-    # lock may have been held by one of those threads at fork().
-    global _waiting_lock  # noqa: PLW0603
-    _waiting_lock = threading.Lock()
-    _waiting.clear()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
+            _waiting.remove(self)

@@ -11,28 +11,29 @@ from __future__ import annotations
 import logging
 import threading
 
+from ..core.status import WatchMode
 from .source import OnHealth
 
 __all__ = ["Health"]
 
-logger = logging.getLogger("stalewatch.watching.watcher")
+logger = logging.getLogger(__name__)
 
 
 class Health:
     """The (trusted, mode) last reported through ``on_health``, and the faults since.
 
     Attributes:
-        mode: how changes are noticed now (``native``, ``polling`` or ``none``); set by
-            the worker, reported with the next report.
+        mode: how changes are noticed now (native, polling or none); set by the
+            worker, reported with the next report.
     """
 
     def __init__(self, on_health: OnHealth) -> None:
         self._on_health = on_health
         self._lock = threading.Lock()
-        self._reported: tuple[bool, str] | None = None
+        self._reported: tuple[bool, WatchMode] | None = None
         self._faults = 0
         self._resync = False
-        self.mode = "none"
+        self.mode = WatchMode.NONE
 
     @property
     def faults(self) -> int:
@@ -65,15 +66,15 @@ class Health:
         with self._lock:
             if self._faults != faults:
                 return False
-            self._set(self.mode == "native", self.mode)
+            self._set(self.mode is WatchMode.NATIVE, self.mode)
             return True
 
-    def report(self, trusted: bool, mode: str) -> None:
+    def report(self, trusted: bool, mode: WatchMode) -> None:
         """Report (trusted, mode) as it is, whatever the faults."""
         with self._lock:
             self._set(trusted, mode)
 
-    def _set(self, trusted: bool, mode: str) -> None:
+    def _set(self, trusted: bool, mode: WatchMode) -> None:
         # Under _lock: the last report is the one the guard sees.
         if (trusted, mode) == self._reported:
             return

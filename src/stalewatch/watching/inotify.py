@@ -34,10 +34,13 @@ import os
 import select
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from ..core.shared import Shared
 
 __all__ = [
     "ANCHOR_MASK",
@@ -49,9 +52,10 @@ __all__ = [
     "Registration",
     "acquire",
     "release",
+    "users",
 ]
 
-logger = logging.getLogger("stalewatch.watching.inotify")
+logger = logging.getLogger(__name__)
 
 try:  # Linux only; elsewhere (and without inotify in libc) watchers poll
     from watchdog.observers.inotify_c import (
@@ -95,6 +99,8 @@ else:  # pragma: no cover - not Linux
 
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
 _READ_SIZE = 64 * 1024
+_UNWATCH_BATCH = 256  # kernel watches removed per hold of the lock (add() waits meanwhile)
+_UNWATCH_DELAY_MS = 100  # the longest a watch left for later stays in the kernel
 
 
 class Listener(Protocol):
@@ -135,7 +141,9 @@ class Registration:
 @dataclass(eq=False)
 class _Watch:
     wd: int
-    registrations: list[Registration] = field(default_factory=list)
+    # In the order they came; a dict: the worktrees' common parent directory holds one
+    # registration per checkout, and removing one of ten thousand must not walk them all.
+    registrations: dict[Registration, None] = field(default_factory=dict)
 
 
 class Inotify:
@@ -156,11 +164,11 @@ class Inotify:
         self._kill_r, self._kill_w = os.pipe()  # non-inheritable by default
         self._lock = threading.Lock()
         self._watches: dict[int, _Watch] = {}
+        self._doomed: list[int] = []  # kernel watches nobody wants, for the reader to remove
         self._fds_open = True  # under _lock: once closed, their numbers may be reused
         self._closing = False
         self.dead = False
         self.reads = 0  # reads from the kernel: how often the reader woke (tests, benches)
-        self.users = 0  # watchers holding this instance (see acquire/release)
         self._thread = threading.Thread(target=self._run, name="stalewatch-inotify", daemon=True)
         self._thread.start()
 
@@ -189,26 +197,51 @@ class Inotify:
             if watch is None:
                 watch = self._watches[wd] = _Watch(wd)
             registration.wd = wd
-            watch.registrations.append(registration)
+            watch.registrations[registration] = None
         return registration
 
     def rename(self, registration: Registration, names: frozenset[bytes]) -> None:
         """Change which names in the directory matter to the registration (no syscall)."""
         registration.names = names
 
-    def remove(self, registration: Registration) -> None:
-        """Stop delivering to ``registration``; the last one of a directory unwatches it."""
+    def remove(self, registration: Registration, *, later: bool = False) -> None:
+        """Stop delivering to ``registration``; the last one of a directory unwatches it.
+
+        ``later``: the kernel's watch is removed by the reader thread, in batches,
+        within :data:`_UNWATCH_DELAY_MS` (or by closing the instance, if that comes
+        first). For watchers that stop by the thousand (a daemon's reload or exit):
+        each removal made here would cost the caller a system call and a round of the
+        GIL with the reader, which the kernel wakes for every watch removed.
+        """
         with self._lock:
             registration.alive = False
             watch = self._watches.get(registration.wd)
             if watch is None or registration not in watch.registrations:
                 return
-            watch.registrations.remove(registration)
+            del watch.registrations[registration]
             if not watch.registrations and not self._closing and not self.dead:
                 del self._watches[watch.wd]
+                if later:
+                    self._doomed.append(watch.wd)
+                    if len(self._doomed) in (1, _UNWATCH_BATCH) and self._fds_open:
+                        # The first wakes the reader to set its deadline; a full batch,
+                        # to remove it now.
+                        os.write(self._kill_w, b"r")
+                    return
                 # EINVAL: the kernel dropped it already (directory deleted); its
                 # IN_IGNORED then finds no entry and is skipped.
                 inotify_rm_watch(self.fd, watch.wd)  # type: ignore[arg-type]  # a WatchDescriptor
+
+    def _unwatch_doomed(self) -> None:
+        """On the reader thread: remove the kernel watches :meth:`remove` left for later."""
+        while True:
+            with self._lock:  # add() waits meanwhile: a wd it gets back again is not removed
+                if not self._doomed or self._closing:
+                    return
+                batch, self._doomed = self._doomed[:_UNWATCH_BATCH], self._doomed[_UNWATCH_BATCH:]
+                for wd in batch:
+                    if wd not in self._watches:  # not watched again since (same inode, same wd)
+                        inotify_rm_watch(self.fd, wd)  # type: ignore[arg-type]
 
     def watch_count(self) -> int:
         """Directories watched now (kernel watches held by this instance)."""
@@ -246,10 +279,26 @@ class Inotify:
             poller = select.poll()
             poller.register(self.fd, select.POLLIN)
             poller.register(self._kill_r, select.POLLIN)
+            unwatch_by: float | None = None  # when watches left for later must be gone
             while not self._closing:
-                ready = {fd for fd, _ in poller.poll()}
-                if self._kill_r in ready or self._closing:
+                # Idle: no timeout. With watches to remove: by their deadline, together
+                # (a stop by the thousand wakes this thread once per batch, not per watch).
+                timeout = None if unwatch_by is None else max(0, int((unwatch_by - time.monotonic()) * 1000))
+                ready = {fd for fd, _ in poller.poll(timeout)}
+                if self._closing:
                     break
+                if self._kill_r in ready:  # watches left for later (closing: above)
+                    os.read(self._kill_r, 4096)
+                if self._doomed:
+                    if unwatch_by is None:
+                        unwatch_by = time.monotonic() + _UNWATCH_DELAY_MS / 1000
+                    if time.monotonic() >= unwatch_by or len(self._doomed) >= _UNWATCH_BATCH:
+                        self._unwatch_doomed()
+                        unwatch_by = None
+                else:
+                    unwatch_by = None
+                if self.fd not in ready:
+                    continue
                 try:
                     data = os.read(self.fd, _READ_SIZE)
                 except (BlockingIOError, InterruptedError):
@@ -352,8 +401,9 @@ def _error(what: str, path: Path | None = None) -> OSError:
 
 # -- the process's instance --------------------------------------------------------------
 
-_shared: Inotify | None = None
-_shared_lock = threading.Lock()
+_shared: Shared[Inotify] = Shared(
+    Inotify, usable=lambda instance: not instance.dead, forget=Inotify.forget_after_fork
+)
 
 
 def acquire() -> Inotify:
@@ -363,34 +413,17 @@ def acquire() -> Inotify:
         OSError: inotify is unavailable here (``ENOSYS``), or the instance limit is
             reached (``EMFILE``).
     """
-    global _shared  # noqa: PLW0603 - one instance per process, by design
     if not AVAILABLE:
         raise OSError(errno.ENOSYS, "inotify is not available on this platform")
-    with _shared_lock:
-        if _shared is None or _shared.dead or _shared.pid != os.getpid():
-            _shared = Inotify()
-        _shared.users += 1
-        return _shared
+    return _shared.acquire()
 
 
 def release(instance: Inotify) -> None:
     """A user is done with ``instance``; the last one closes it (reader joined)."""
-    global _shared  # noqa: PLW0603
-    with _shared_lock:
-        instance.users -= 1
-        if instance.users > 0:
-            return
-        if _shared is instance:
-            _shared = None
-    instance.close()
+    if _shared.release(instance):
+        instance.close()
 
 
-def _forget_in_child() -> None:
-    global _shared, _shared_lock  # noqa: PLW0603 - the lock may be held by a thread that is gone
-    _shared_lock = threading.Lock()
-    if _shared is not None:
-        _shared.forget_after_fork()
-    _shared = None
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
+def users(instance: Inotify) -> int:
+    """The watchers holding ``instance`` now."""
+    return _shared.users(instance)

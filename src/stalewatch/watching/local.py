@@ -32,6 +32,11 @@ class LocalSource:
         self.poll = settings.poll(poll)
         self.poll_interval = settings.poll_interval(poll_interval)
 
+    @property
+    def watcher_settings(self) -> settings.WatchSettings:
+        """What each of its watchers runs with."""
+        return settings.WatchSettings(self.verify_interval, self.poll, self.poll_interval)
+
     def watch(
         self,
         dirs: GitDirs,
@@ -42,4 +47,4 @@ class LocalSource:
         on_restart: OnRestart | None = None,
     ) -> Watcher:
         """Watch ``dirs`` in this process (no daemon: no restart notices)."""
-        return Watcher(self, dirs, on_change, on_health)
+        return Watcher(self.watcher_settings, dirs, on_change, on_health)

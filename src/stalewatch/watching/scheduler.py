@@ -6,6 +6,13 @@ running coalesces into one more turn after the current one (C12: a write after a
 turn began always gets a turn of its own). Timers (periodic re-verification, retries)
 live in one heap the idle workers wait on, so no thread exists per checkout.
 
+Wake-ups (a ref changed: someone waits for the event) come first, in the order they
+came, and get an idle worker at once; a watcher's first turn (:meth:`Scheduler.wake`
+with ``urgent=False``: a thousand start together after a reload) and timers' turns
+(periodic verifications, retries) queue behind them. So a verification pass or a
+reload's thousand new watchers hold a worker for one turn at most while an update
+waits.
+
 Workers start on demand, up to :data:`MAX_WORKERS` (one for a single guard), so a
 subscriber that blocks one worker delays only its own checkout. One idle worker keeps
 time (waits for the next timer); the others wait for work without a timeout, so a
@@ -19,15 +26,16 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import os
 import threading
 import time
 from collections import deque
 from typing import Protocol
 
+from ..core.shared import Shared
+
 __all__ = ["MAX_WORKERS", "Scheduler", "Slot", "Task", "acquire", "release"]
 
-logger = logging.getLogger("stalewatch.watching.scheduler")
+logger = logging.getLogger(__name__)
 
 MAX_WORKERS = 4
 _NEVER = float("inf")
@@ -51,6 +59,7 @@ class Slot:
         self.active = True
         self.queued = False
         self.running: threading.Thread | None = None
+        self.urgent = False  # queued among the wake-ups
         self.again = False  # woken while running: one more turn after this one
         self.deadline = _NEVER
         self.asked = _NEVER  # the earliest at() made while running: kept by _finish
@@ -64,7 +73,8 @@ class Scheduler:
         self._cond = threading.Condition(lock)  # idle workers wait here for work
         self._clock = threading.Condition(lock)  # the one idle worker keeping time waits here
         self._done = threading.Condition(lock)  # remove() waits here for a turn to end
-        self._ready: deque[Slot] = deque()
+        self._urgent: deque[Slot] = deque()  # wake-ups, first come first served
+        self._ready: deque[Slot] = deque()  # first turns and timers' turns, behind them
         self._timers: list[tuple[float, int, Slot]] = []
         self._seq = itertools.count()
         self._workers: list[threading.Thread] = []
@@ -73,7 +83,6 @@ class Scheduler:
         self._keeper = False  # a worker waits on _clock
         self._max = max_workers
         self._closed = False
-        self.pid = os.getpid()
         self.slots = 0  # tasks added and not removed
         self.turns = 0  # turns run (tests, benches)
 
@@ -104,18 +113,29 @@ class Scheduler:
                 self._done.wait(left)
         return True
 
-    def wake(self, slot: Slot) -> None:
-        """Run the task soon (coalesces with a pending or running turn)."""
-        with self._cond:
-            self._wake(slot)
+    def wake(self, slot: Slot, *, urgent: bool = True) -> None:
+        """Run the task soon (coalesces with a pending or running turn).
 
-    def _wake(self, slot: Slot) -> None:
-        # Under _cond. A wake-up (an event) goes first and gets an idle worker.
-        if not self._enqueue(slot, front=True):
+        ``urgent``: something changed and someone waits (ahead of first turns and
+        timers); else a turn that may wait its turn (a watcher's first).
+        """
+        with self._cond:
+            self._wake(slot, urgent=urgent)
+
+    def _wake(self, slot: Slot, *, urgent: bool = True) -> None:
+        # Under _cond.
+        if not self._enqueue(slot, urgent=urgent):
             return
-        if len(self._ready) <= self._idle:
+        if urgent:  # an idle worker takes it now, or the time keeper, or a new worker
+            if self._idle:
+                self._cond.notify()
+            elif self._keeper:
+                self._clock.notify()
+            elif len(self._workers) < self._max:
+                self._spawn()
+        elif len(self._urgent) + len(self._ready) <= self._idle:
             self._cond.notify()
-        elif self._keeper and len(self._ready) <= self._idle + 1:
+        elif self._keeper and len(self._urgent) + len(self._ready) <= self._idle + 1:
             self._clock.notify()
         elif len(self._workers) < self._max:
             self._spawn()
@@ -124,23 +144,22 @@ class Scheduler:
         # Under _cond. A timer's turn: queued behind wake-ups, for this worker to run
         # in turn: a batch of periodic verifications costs one thread wake-up, not one
         # per idle worker.
-        self._enqueue(slot, front=False)
+        self._enqueue(slot, urgent=False)
 
-    def _enqueue(self, slot: Slot, *, front: bool) -> bool:
+    def _enqueue(self, slot: Slot, *, urgent: bool) -> bool:
         """Under _cond: queue ``slot`` for a turn; True if it was newly queued (a turn
-        running now is told to run once more instead)."""
+        running now is told to run once more instead). A slot queued behind the others
+        and woken urgently moves ahead (it is then in both queues; taken once)."""
         if not slot.active or self._closed:
             return False
         if slot.running is not None:
             slot.again = True
             return False
-        if slot.queued:
+        if slot.queued and (slot.urgent or not urgent):
             return False
         slot.queued = True
-        if front:
-            self._ready.appendleft(slot)
-        else:
-            self._ready.append(slot)
+        slot.urgent = urgent
+        (self._urgent if urgent else self._ready).append(slot)
         return True
 
     def at(self, slot: Slot, when: float) -> None:
@@ -210,11 +229,14 @@ class Scheduler:
                 if slot.deadline == when:  # else replaced by a later at()
                     slot.deadline = _NEVER
                     self._due(slot)
-            while self._ready:
-                slot = self._ready.popleft()
-                if slot.active:
-                    return slot
-                slot.queued = False  # removed while queued: never run again
+            for queue in (self._urgent, self._ready):
+                while queue:
+                    slot = queue.popleft()
+                    if not slot.queued:
+                        continue  # taken from the other queue already
+                    if slot.active:
+                        return slot
+                    slot.queued = False  # removed while queued: never run again
             if not self._keeper:
                 self._keeper = True
                 try:
@@ -239,7 +261,7 @@ class Scheduler:
                     slot = self._next()
                     if slot is None:
                         return
-                    slot.queued = False
+                    slot.queued = slot.urgent = False
                     slot.again = False  # cleared before the turn: a later wake-up runs again
                     slot.running = me
                     self.turns += 1
@@ -277,7 +299,7 @@ class Scheduler:
                 return
             if slot is not None:
                 self._finish(slot, time.monotonic())
-            if (self._ready and self._idle == 0) or (not self._workers and self._timers):
+            if ((self._urgent or self._ready) and self._idle == 0) or (not self._workers and self._timers):
                 self._spawn()
         if slot is not None and slot.active:
             try:
@@ -288,17 +310,13 @@ class Scheduler:
 
 # -- the process's scheduler ---------------------------------------------------------------
 
-_shared: Scheduler | None = None
-_shared_lock = threading.Lock()
+_shared: Shared[Scheduler] = Shared(Scheduler)
 
 
 def acquire(task: Task) -> tuple[Scheduler, Slot]:
     """Add ``task`` to the process's scheduler (started now if there is none)."""
-    global _shared  # noqa: PLW0603 - one scheduler per process, by design
-    with _shared_lock:
-        if _shared is None or _shared.pid != os.getpid():
-            _shared = Scheduler()
-        return _shared, _shared.add(task)
+    scheduler = _shared.acquire()  # counted first: a concurrent last release cannot close it
+    return scheduler, scheduler.add(task)
 
 
 def release(scheduler: Scheduler, slot: Slot, wait: float = 1.0) -> bool:
@@ -307,23 +325,8 @@ def release(scheduler: Scheduler, slot: Slot, wait: float = 1.0) -> bool:
     Returns within about ``wait`` seconds in all: a worker stuck in a slow callback
     is left to end when the callback returns.
     """
-    global _shared  # noqa: PLW0603
     deadline = time.monotonic() + wait
     finished = scheduler.remove(slot, wait)
-    with _shared_lock:
-        if scheduler.slots > 0:
-            return finished
-        if _shared is scheduler:
-            _shared = None
-    scheduler.close(max(0.05, deadline - time.monotonic()))
+    if _shared.release(scheduler):
+        scheduler.close(max(0.05, deadline - time.monotonic()))
     return finished
-
-
-def _forget_in_child() -> None:
-    # The workers did not survive fork(); the lock may be held by one that is gone.
-    global _shared, _shared_lock  # noqa: PLW0603
-    _shared = None
-    _shared_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)

@@ -7,15 +7,17 @@ stalewatch daemon's socket. Both implement :class:`Source`.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from ..core.restart import RestartState
+from ..core.phases import RestartState
+from ..core.status import WatchMode
 from ..git.refs import GitDirs
 
-__all__ = ["OnChange", "OnHealth", "OnRestart", "Source", "Watch", "start_watch"]
+__all__ = ["OnChange", "OnHealth", "OnRestart", "Source", "Watch", "Workload", "start_watch"]
 
 OnChange = Callable[[], Sequence[Path] | None]
 """Called on the watcher's thread when HEAD may have moved: re-resolve and compare.
@@ -24,10 +26,28 @@ Returns the loose-ref files HEAD's resolution went through (``refs/heads/main``â
 so a watcher can move its watches without resolving HEAD again; ``None`` when the
 callee cannot tell (the watcher then reads the chain itself).
 """
-OnHealth = Callable[[bool, str], None]
-"""Called with (trusted, mode) whenever either changes; mode: native/polling/daemon/none."""
+OnHealth = Callable[[bool, WatchMode], None]
+"""Called with (trusted, mode) whenever either changes (a :class:`~stalewatch.core.status.WatchMode`)."""
 OnRestart = Callable[[RestartState | None], None]
 """Called with each phase of an automatic restart a daemon publishes (R7)."""
+
+
+class Workload(Protocol):
+    """What a source may tell a daemon of its guard (R8): a :class:`~stalewatch.Guard` is one.
+
+    A daemon's restart drains the servers' work in flight before it stops them; a
+    source that talks to a daemon reports :meth:`inflight` when it matters (the guard
+    is :attr:`stale`, or the daemon's restart is coming).
+    """
+
+    @property
+    def stale(self) -> bool:
+        """True while the guard refuses (its code is not HEAD's)."""
+        ...
+
+    def inflight(self) -> int:
+        """The guard's work in flight now (may call the application's counters)."""
+        ...
 
 
 class Watch(Protocol):
@@ -58,9 +78,35 @@ class Source(Protocol):
         """Start feeding one checkout.
 
         ``loaded_revision`` (what the process loaded) and ``on_restart`` matter to a
-        source that talks to a daemon with a restart policy; others ignore them.
+        source that talks to a daemon with a restart policy; others ignore them. Such a
+        source may also take ``work`` (a :class:`Workload`: what to tell the daemon of
+        the work in flight, R8); :func:`start_watch` passes it only to one that does.
         """
         ...
+
+
+def _reads(watch: Callable[..., object]) -> tuple[bool, bool]:
+    """Which keywords ``watch`` takes: (the restart ones, ``work``), by name or ``**kwargs``."""
+    try:
+        parameters = inspect.signature(watch).parameters
+    except (TypeError, ValueError):
+        return False, False
+    anything = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    restart = anything or {"loaded_revision", "on_restart"} <= parameters.keys()
+    return restart, restart and (anything or "work" in parameters)
+
+
+@functools.lru_cache(maxsize=64)
+def _class_reads(kind: type) -> tuple[bool, bool]:
+    # Once per class: inspecting a signature costs more than the rest of a start (a
+    # reload may start ten thousand watches).
+    return _reads(kind.watch)  # type: ignore[attr-defined]
+
+
+def _takes(source: Source) -> tuple[bool, bool]:
+    if "watch" in getattr(source, "__dict__", {}) or not hasattr(type(source), "watch"):
+        return _reads(source.watch)  # set on the instance: asked each time
+    return _class_reads(type(source))
 
 
 def start_watch(
@@ -71,21 +117,20 @@ def start_watch(
     *,
     loaded_revision: str | None,
     on_restart: OnRestart,
+    work: Workload | None = None,
 ) -> Watch:
-    """``source.watch(...)``, passing the restart keywords only to a source that takes them.
+    """``source.watch(...)``, passing each keyword only to a source that takes it.
 
-    ``Source`` is public: one written before those keywords takes three arguments, and
-    keeps working (without restart notices).
+    ``Source`` is public: one written before the restart keywords takes three
+    arguments, and keeps working (without restart notices); one written before
+    ``work`` gets the restart keywords without it.
     """
-    try:
-        parameters = inspect.signature(source.watch).parameters
-    except (TypeError, ValueError):
-        parameters = {}  # type: ignore[assignment]
-    takes = {"loaded_revision", "on_restart"} <= parameters.keys() or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )
-    if takes:
-        return source.watch(
-            dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart
+    restart, work_too = _takes(source)
+    if not restart:
+        return source.watch(dirs, on_change, on_health)
+    if work_too:
+        watch: Callable[..., Watch] = source.watch  # `work` is not in the protocol (see there)
+        return watch(
+            dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart, work=work
         )
-    return source.watch(dirs, on_change, on_health)
+    return source.watch(dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart)

@@ -34,8 +34,10 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from ..core.errors import ResourceExhaustedError
+from ..core.settings import WatchSettings
+from ..core.status import WatchMode
 from ..git.refs import GitDirs
 from . import inotify, scheduler
 from .fallback import NO_NOTIFICATION, Fallback
@@ -44,9 +46,6 @@ from .plan import Plan, Planner, Relevance, anchors
 from .source import OnChange, OnHealth
 from .stamp import Stamp, take
 from .watches import Watches, identity_of
-
-if TYPE_CHECKING:
-    from .local import LocalSource
 
 __all__ = ["READ_EVERY", "VERIFY_RATE", "Watcher"]
 
@@ -64,6 +63,10 @@ _MAX_REPLANS = 5  # re-plans per turn before yielding to the next turn
 # symlink. Resolving in between reads "HEAD does not exist": wait this long for the
 # new HEAD before resolving (its creation wakes the worker at once).
 _HEAD_GONE_GRACE = 0.05
+# Out of descriptors or memory while reading HEAD: read again after this, doubling up to
+# the last (the guard distrusts its flag meanwhile: its barrier reads for itself).
+_SHORT_RETRY = (0.05, 2.0)
+_SHORT_WARN_EVERY = 60.0  # seconds between two warnings of it in the log
 _NEVER = float("inf")
 
 _Identity = tuple[int, int] | None
@@ -79,8 +82,8 @@ class Watcher:
         turns: turns run so far (tests and benches count wake-ups with it).
     """
 
-    def __init__(self, source: LocalSource, dirs: GitDirs, on_change: OnChange, on_health: OnHealth):
-        self._source = source
+    def __init__(self, settings: WatchSettings, dirs: GitDirs, on_change: OnChange, on_health: OnHealth):
+        self._settings = settings
         self._dirs = dirs
         self._on_change = on_change
         self._health = Health(on_health)
@@ -99,7 +102,9 @@ class Watcher:
         self._stamp: Stamp | None = None
         self._verifies = 0
         self._next_verify = _NEVER
-        self._fallback = Fallback(dirs.worktree, source.poll_interval, self.wake)
+        self._fallback = Fallback(dirs.worktree, settings.poll_interval, self.wake)
+        self._short_delay = 0.0  # the current retry delay while reads fail for want of resources
+        self._short_warned = -_SHORT_WARN_EVERY
         self.verified_at: float | None = None
         self.on_verified: Callable[[], None] | None = None
         self.turns = 0
@@ -111,7 +116,8 @@ class Watcher:
         if self._slot is not None:
             return
         self._scheduler, self._slot = scheduler.acquire(self)
-        self._scheduler.wake(self._slot)
+        # Behind wake-ups: a reload's thousand new watchers never delay another's event.
+        self._scheduler.wake(self._slot, urgent=False)
 
     def stop(self) -> None:
         """Remove the watches and leave the workers. Harmless to call twice.
@@ -128,15 +134,15 @@ class Watcher:
                 self._dirs.worktree,
             )
         self._watches.close(final=True)
-        self._health.report(False, "none")
+        self._health.report(False, WatchMode.NONE)
 
     @property
     def verify_period(self) -> float:
         """Seconds between periodic verifications now (poll interval while polling)."""
-        if self._health.mode == "polling":
-            return self._source.poll_interval
+        if self._health.mode is WatchMode.POLLING:
+            return self._settings.poll_interval
         count = self._scheduler.slots if self._scheduler is not None else 1
-        return max(self._source.verify_interval, count / VERIFY_RATE)
+        return max(self._settings.verify_interval, count / VERIFY_RATE)
 
     # -- signals (any thread; the reader's must not block) -----------------------------------
 
@@ -205,11 +211,13 @@ class Watcher:
         self.turns += 1
         try:
             self._step(time.monotonic())
+        except ResourceExhaustedError as exc:
+            self._short_of_resources(exc, time.monotonic())
         except Exception:
             # Never a dead watcher: distrust, back off, start over.
             logger.exception("stalewatch: watcher for %s failed; restarting", self._dirs.worktree)
             self._health.fault()
-            self._restart_soon(time.monotonic() + min(_RETRY, self._source.verify_interval))
+            self._restart_soon(time.monotonic() + min(_RETRY, self._settings.verify_interval))
         return self._next_timer()
 
     def _step(self, now: float) -> None:
@@ -233,6 +241,24 @@ class Watcher:
         elif now >= self._next_verify:
             self._verify(now)
 
+    def _short_of_resources(self, exc: ResourceExhaustedError, now: float) -> None:
+        """A read failed for want of descriptors or memory: nothing was learnt. Read again
+        soon, backing off; trust (where a restart had just revoked it) comes back only
+        through that read (a resync)."""
+        low, high = _SHORT_RETRY
+        self._short_delay = min(high, max(low, 2 * self._short_delay))
+        self._stamp = None  # the next verification reads HEAD whatever the stamps say
+        self._resolve_at = min(self._resolve_at, now + self._short_delay)
+        self._health.owe_resync()
+        if now - self._short_warned >= _SHORT_WARN_EVERY:
+            self._short_warned = now
+            logger.warning(
+                "stalewatch: cannot read HEAD of %s now (%s); not trusting the flag, reading again in %.2f s",
+                self._dirs.worktree,
+                os.strerror(exc.errno),
+                self._short_delay,
+            )
+
     def _next_timer(self) -> float:
         if self._stopped:
             return _NEVER
@@ -253,10 +279,14 @@ class Watcher:
     def _changed(self) -> Sequence[Path] | None:
         """Re-resolve (the guard's work); return HEAD's ref chain, ``None`` if unknown."""
         try:
-            return self._on_change()
+            chain = self._on_change()
+        except ResourceExhaustedError:
+            raise  # the turn retries soon (see _short_of_resources)
         except Exception:
             logger.exception("stalewatch: re-resolving %s failed", self._dirs.worktree)
             return None
+        self._short_delay = 0.0
+        return chain
 
     def _resolve(self, *, recheck: bool = False, stamp: Stamp | None = None) -> None:
         """Re-resolve HEAD, then move the watches with it; again while they move.
@@ -281,7 +311,7 @@ class Watcher:
         try:
             self._resolve(recheck=recheck, stamp=stamp)
         except OSError as exc:
-            if exc.errno not in NO_NOTIFICATION or self._health.mode != "native":
+            if exc.errno not in NO_NOTIFICATION or self._health.mode is not WatchMode.NATIVE:
                 raise
             self._fallback.unavailable(exc, time.monotonic())
             self._restart_soon()
@@ -323,9 +353,9 @@ class Watcher:
         self._beat(now)
         identities = {path: identity_of(path) for path in anchors(self._dirs)}
         if None in identities.values():
-            self._health.mode = "none"  # checkout gone: HEAD reads unreadable; retried soon
+            self._health.mode = WatchMode.NONE  # checkout gone: HEAD reads unreadable; retried soon
+            self._restart_soon(now + min(_RETRY, self._settings.verify_interval))
             self._changed()
-            self._restart_soon(now + min(_RETRY, self._source.verify_interval))
             return
         self._identities = identities
         self._set_plan(self._planner.plan())
@@ -334,7 +364,7 @@ class Watcher:
         # The first verification: spread over a period, so a thousand checkouts started
         # together are not verified together; no sooner than a period after the start
         # (the watches are fresh), except when polling (that is how changes are seen).
-        if mode == "polling":
+        if mode is WatchMode.POLLING:
             self._next_verify = now + random.uniform(0.1, 1.0) * self.verify_period  # noqa: S311
         elif self._next_verify == _NEVER:
             self._next_verify = now + random.uniform(1.0, 2.0) * self.verify_period  # noqa: S311
@@ -342,27 +372,27 @@ class Watcher:
         if self._resolve_checked():
             self._trust_unless_faulted(faults)  # trusted only when native
 
-    def _open(self, now: float) -> str:
+    def _open(self, now: float) -> WatchMode:
         """Watch the plan's directories natively if possible; the mode to run in."""
-        if self._source.poll:
-            return "polling"
+        if self._settings.poll:
+            return WatchMode.POLLING
         if self._fallback.holds(now):
-            return "polling"
+            return WatchMode.POLLING
         try:
             self._watches.open(self.plan)
         except OSError as exc:
             self._watches.close()
             if self._stopped:
-                return "none"
+                return WatchMode.NONE
             if exc.errno in NO_NOTIFICATION or exc.errno == errno.EACCES:
                 self._fallback.unavailable(exc, now)
-                return "polling"
+                return WatchMode.POLLING
             # e.g. a directory vanished between the plan and the watch
             logger.warning("stalewatch: cannot watch %s yet (%s); retrying", self._dirs.worktree, exc)
-            self._restart_soon(now + min(_RETRY, self._source.verify_interval))
-            return "none"
+            self._restart_soon(now + min(_RETRY, self._settings.verify_interval))
+            return WatchMode.NONE
         self._fallback.available()
-        return "native"
+        return WatchMode.NATIVE
 
     # -- watches --------------------------------------------------------------------------------
 
@@ -381,7 +411,7 @@ class Watcher:
         """
         old = self.plan
         changed = self._set_plan(self._planner.plan(chain))
-        if self._health.mode != "native":
+        if self._health.mode is not WatchMode.NATIVE:
             return changed
         return self._watches.follow(old, self.plan, recheck=recheck) or changed
 

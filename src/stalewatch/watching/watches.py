@@ -169,7 +169,7 @@ class Watches:
             return
         for entry in watched.values():
             if entry.registration is not None:
-                hub.remove(entry.registration)
+                hub.remove(entry.registration, later=True)  # the reader unwatches them in batches
         inotify.release(hub)
 
     def count(self) -> int:

@@ -27,13 +27,14 @@ Server-Sent Events of each status change live in :mod:`stalewatch.sse`.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
+from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from ..core.errors import StaleError
-from ..core.guard import Guard
-from ..core.restart import RestartState
+from ..core.phases import RestartState
+from ..guard.guard import Guard
 
 __all__ = [
     "CONFLICT",
@@ -178,8 +179,34 @@ RouteSpec = Routes | Iterable[str] | Callable[[str, str], bool]
 """Route prefixes, a ``(method, path)`` predicate, or a :class:`Routes`."""
 
 
+class _Counted:
+    """One guarded request's unit of work in flight (R8), ended once, whoever ends it first."""
+
+    __slots__ = ("_open", "_unit")
+
+    def __init__(self, unit: AbstractContextManager[None]) -> None:
+        unit.__enter__()
+        self._unit = unit
+        self._open = True
+
+    def end(self) -> None:
+        if self._open:
+            self._open = False
+            self._unit.__exit__(None, None, None)
+
+
+def _streams(headers: Iterable[tuple[Any, Any]]) -> bool:
+    """Whether a response is an event stream (Server-Sent Events): not work in flight."""
+    for name, value in headers:
+        key = name.decode("latin-1") if isinstance(name, bytes) else str(name)
+        if key.lower() == "content-type":
+            text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+            return text.split(";", 1)[0].strip().lower() == "text/event-stream"
+    return False
+
+
 class _Barrier(Generic[App]):
-    """What both barriers share: the routes, the check and the refusal body."""
+    """What both barriers share: the routes, the check, the refusal body, the counting."""
 
     def __init__(
         self,
@@ -196,22 +223,52 @@ class _Barrier(Generic[App]):
         self.routes = _routes(routes, methods)
         self.strict = strict
         self.kind = kind
+        # A guard counts the guarded requests as its work in flight (R8); a plain
+        # callable check has nothing to count them on.
+        self._unit = check.work() if isinstance(check, Guard) else None
 
-    def _refusal(self, method: str, path: str) -> tuple[bytes, list[tuple[str, str]]] | None:
-        """The 409's body and headers when this request is guarded and the code is stale."""
-        if not self.routes(method, path):
-            return None
+    def _refused(self) -> tuple[bytes, list[tuple[str, str]]] | None:
+        """The 409's body and headers when the code is stale, else ``None``."""
         exc = refusal(self.check, strict=self.strict)
         if exc is None:
             return None
         body = stale_body(exc, kind=self.kind)
         return body, _headers(body, retry_after(exc))
 
+    def _count(self) -> _Counted | None:
+        return None if self._unit is None else _Counted(self._unit)
+
+
+class _Response:
+    """An application's response iterable whose unit of work ends when the server closes it.
+
+    PEP 3333: the server calls ``close()`` once it is done with the response, also when
+    the client went away; that is when the request stops being work in flight.
+    """
+
+    def __init__(self, iterable: Iterable[bytes], counted: _Counted) -> None:
+        self._iterable = iterable
+        self._counted = counted
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._iterable)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._iterable, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._counted.end()
+
 
 class WSGIBarrier(_Barrier[WSGIApplication]):
     """WSGI middleware answering 409 for the named routes while the code is stale.
 
-    The path matched is ``PATH_INFO`` (the path inside the application).
+    The path matched is ``PATH_INFO`` (the path inside the application). With a guard
+    as ``check``, each guarded request is work in flight (``guard.work()``, R8) from
+    its arrival, before the check, until the server closes its response; a 409 counts
+    nothing once answered, and an event stream (``text/event-stream``) is not work.
 
     Args:
         app: the WSGI application to protect.
@@ -226,12 +283,39 @@ class WSGIBarrier(_Barrier[WSGIApplication]):
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         method = str(environ.get("REQUEST_METHOD") or "GET")
-        refused = self._refusal(method, str(environ.get("PATH_INFO") or "/"))
-        if refused is not None:
-            body, headers = refused
+        if not self.routes(method, str(environ.get("PATH_INFO") or "/")):
+            return self.app(environ, start_response)
+        # Counted before the check: a request that passes it is already counted when a
+        # restart coming after the commit asks how much is in flight (R8).
+        counted = self._count()
+        try:
+            refused = self._refused()
+            if refused is None:
+                if counted is None:
+                    return self.app(environ, start_response)
+                return _Response(self.app(environ, _starting(start_response, counted)), counted)
+        except BaseException:
+            if counted is not None:
+                counted.end()
+            raise
+        body, headers = refused
+        try:
             start_response(_CONFLICT_LINE, headers)
-            return [body]
-        return self.app(environ, start_response)
+        finally:
+            if counted is not None:
+                counted.end()  # a 409 counts nothing once answered
+        return [body]
+
+
+def _starting(start_response: StartResponse, counted: _Counted) -> StartResponse:
+    def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        if _streams(headers):
+            counted.end()  # an event stream stays open for good: not work a drain waits for
+        if exc_info is not None:
+            return start_response(status, headers, exc_info)
+        return start_response(status, headers)
+
+    return start
 
 
 class ASGIBarrier(_Barrier[ASGIApp]):
@@ -240,7 +324,10 @@ class ASGIBarrier(_Barrier[ASGIApp]):
     Only ``http`` requests are guarded; websocket and lifespan scopes pass through.
     The path matched is ``scope["path"]``. The check runs on the event loop (a guard's
     is sub-microsecond, or ~20 µs strict); a callable that spawns processes blocks it
-    for that long.
+    for that long. With a guard as ``check``, each guarded request is work in flight
+    (``guard.work()``, R8) from its arrival, before the check, until the application
+    returns; a 409 counts nothing once answered, and an event stream
+    (``text/event-stream``) stops counting when its response starts.
 
     Args:
         app: the ASGI application to protect.
@@ -254,12 +341,31 @@ class ASGIBarrier(_Barrier[ASGIApp]):
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            refused = self._refusal(str(scope.get("method", "GET")), str(scope.get("path", "/")))
+        guarded = scope["type"] == "http" and self.routes(
+            str(scope.get("method", "GET")), str(scope.get("path", "/"))
+        )
+        if not guarded:
+            await self.app(scope, receive, send)
+            return
+        counted = self._count()  # before the check (see WSGIBarrier)
+        try:
+            refused = self._refused()
             if refused is not None:
                 body, plain = refused
                 headers = [(k.lower().encode(), v.encode()) for k, v in plain]
                 await send({"type": "http.response.start", "status": CONFLICT, "headers": headers})
                 await send({"type": "http.response.body", "body": body})
                 return
-        await self.app(scope, receive, send)
+            await self.app(scope, receive, send if counted is None else _sending(send, counted))
+        finally:
+            if counted is not None:
+                counted.end()
+
+
+def _sending(send: Send, counted: _Counted) -> Send:
+    async def sending(message: Message) -> None:
+        if message.get("type") == "http.response.start" and _streams(message.get("headers") or ()):
+            counted.end()  # an event stream stays open for good: not work a drain waits for
+        await send(message)
+
+    return sending

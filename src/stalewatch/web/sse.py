@@ -40,15 +40,13 @@ import json
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+from wsgiref.types import StartResponse, WSGIEnvironment
 
-from ..core.guard import Guard
-from ..core.restart import RestartState
+from ..core.phases import RestartState
 from ..core.status import Event, Snapshot
+from ..guard.guard import Guard
 from .barrier import Receive, Scope, Send
-
-if TYPE_CHECKING:
-    from wsgiref.types import StartResponse, WSGIEnvironment
 
 __all__ = ["KEEPALIVE", "EventStream", "format_message"]
 

@@ -1,0 +1,18 @@
+"""The ``stalewatch`` command line (the console script ``stalewatch`` is :func:`main`).
+
+- :mod:`.run`: the parser and :func:`~.run.main`.
+- :mod:`.watch`: ``watch`` and ``status`` (a checkout watched from this process).
+- :mod:`.daemon`: ``daemon`` (the process, wired: configuration, log, socket, metrics).
+- :mod:`.events`: ``events`` and ``status --socket`` (reading a running daemon).
+- :mod:`.human_lines`: one human line per protocol message.
+- :mod:`.hermes`: ``hermes setup``.
+"""
+
+from ..core.exits import FAILED as EXIT_FAILED
+from ..core.exits import OK as EXIT_OK
+from ..core.exits import UNREACHABLE as EXIT_UNREACHABLE
+from ..core.exits import UNREADABLE as EXIT_UNREADABLE
+from ..core.exits import USAGE as EXIT_USAGE
+from .run import main
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_UNREADABLE", "EXIT_USAGE", "main"]

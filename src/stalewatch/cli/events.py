@@ -1,0 +1,102 @@
+"""``stalewatch events`` and ``stalewatch status --socket``: reading a running daemon."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+from ..client.connection import read_status
+from ..client.following import Follower
+from ..core import exits, signals
+from ..core.errors import DaemonUnavailableError, SocketPathError
+from ..core.escaping import printable
+from ..guard import Guard
+from ..protocol.socket_path import default_socket_path
+from .human_lines import human_line
+
+__all__ = ["add_commands", "cmd_events", "cmd_status"]
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``events`` to the CLI's subparsers (``status --socket`` is ``status``'s option)."""
+    events = sub.add_parser(
+        "events",
+        help="print a running daemon's snapshots and events as they come",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Follow a running daemon: where each checkout stands, then a line per change,\n"
+        "reconnecting (with backoff) when the daemon restarts, until SIGTERM or Ctrl-C.",
+        epilog="examples:\n"
+        "  stalewatch events --socket /tmp/sw.sock\n"
+        "  stalewatch events --socket /tmp/sw.sock --json | jq -c 'select(.type == \"event\")'",
+    )
+    events.add_argument("--socket", help="socket path (default: $RUNTIME_DIRECTORY/stalewatch.sock)")
+    events.add_argument("--json", action="store_true", help="print the protocol's JSON lines")
+
+
+def _fail(exc: Exception, code: int) -> int:
+    print(f"stalewatch: {exc}", file=sys.stderr)
+    return code
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    """Print a running daemon's messages until SIGTERM/SIGINT, across its restarts."""
+    try:
+        path = Path(args.socket) if args.socket else default_socket_path()
+    except SocketPathError as exc:
+        return _fail(exc, exits.USAGE)
+
+    def lost(exc: DaemonUnavailableError) -> None:
+        print(f"stalewatch: lost the daemon ({exc.reason}); reconnecting", file=sys.stderr, flush=True)
+
+    def back() -> None:
+        print(f"stalewatch: reconnected to the daemon at {path}", file=sys.stderr, flush=True)
+
+    follower = Follower(path, on_lost=lost, on_back=back)
+    try:
+        with signals.handling({signal.SIGTERM: follower.stop, signal.SIGINT: follower.stop}):
+            for message in follower.messages():
+                if message.get("type") in ("ping", "pong"):
+                    continue
+                line = json.dumps(message, separators=(",", ":")) if args.json else human_line(message)
+                if line is not None:
+                    print(line, flush=True)
+    except KeyboardInterrupt:  # off the main thread no handler is installed
+        return exits.OK
+    except DaemonUnavailableError as exc:
+        return _fail(exc, exits.UNREACHABLE)
+    finally:
+        follower.close()
+    return exits.OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print the daemon's snapshot of every checkout it watches (or of PATH's checkout).
+
+    Raises:
+        BindError: PATH is not in a git checkout (the command line exits 2).
+    """
+    wanted = None if args.path is None else str(Guard.for_path(args.path).checkout)
+    try:
+        _, snapshots = read_status(Path(args.socket))
+    except DaemonUnavailableError as exc:
+        return _fail(exc, exits.UNREACHABLE)
+    if wanted is not None:
+        watched = [str(s.get("checkout")) for s in snapshots]
+        snapshots = [s for s in snapshots if s.get("checkout") == wanted]
+        if not snapshots:
+            listed = ", ".join(printable(c) for c in watched) or "nothing"
+            print(
+                f"stalewatch: {printable(wanted)} is not watched by the daemon at {printable(args.socket)} "
+                f"(it watches {listed})",
+                file=sys.stderr,
+            )
+            return exits.USAGE
+    for snapshot in snapshots:
+        if args.json:
+            print(json.dumps(snapshot, separators=(",", ":")))
+        else:
+            print(human_line(snapshot))
+    return exits.OK

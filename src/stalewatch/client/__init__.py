@@ -1,0 +1,11 @@
+"""The client side of the daemon: a guard fed by a running daemon, and reading one.
+
+- :mod:`.daemon`: :class:`~.daemon.Daemon`, a :class:`~stalewatch.Source` fed by the
+  daemon's socket (one client thread per guard).
+- :mod:`.connection`: connecting, reading lines, ``read_status`` (``status --socket``).
+- :mod:`.following`: every line across the daemon's restarts (``events``).
+"""
+
+from .daemon import Daemon
+
+__all__ = ["Daemon"]

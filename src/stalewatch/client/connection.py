@@ -1,0 +1,114 @@
+"""Talking to a running daemon: connecting, reading its lines, asking for its status.
+
+What :class:`~.daemon.DaemonWatch`, :mod:`.following` and the ``status --socket``
+command share. A daemon must greet within a few seconds and then never stay silent for
+three keepalive intervals; anything else raises
+:class:`~stalewatch.core.errors.DaemonUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import DaemonUnavailableError, ProtocolError
+from ..protocol.codec import MAX_MESSAGE_LINE, LineReader, decode
+from ..protocol.messages import hello_problem
+
+__all__ = ["check_hello", "connect", "messages", "read_status", "receive"]
+
+
+def connect(path: Path, timeout: float = 2.0) -> socket.socket:
+    """Connect to the daemon at ``path`` (blocking socket with ``timeout``).
+
+    Raises:
+        DaemonUnavailableError: no such socket, refused, or timed out.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(os.fspath(path))
+    except OSError as exc:
+        sock.close()
+        raise DaemonUnavailableError(path, exc.strerror or str(exc) or type(exc).__name__) from None
+    return sock
+
+
+def receive(sock: socket.socket, reader: LineReader, path: Path) -> list[dict[str, Any]] | None:
+    """The messages one ``recv`` completes; ``None`` when the socket's timeout came first.
+
+    Raises:
+        DaemonUnavailableError: the connection failed or closed, or a line broke the protocol.
+    """
+    try:
+        data = sock.recv(65536)
+    except TimeoutError:
+        return None
+    except OSError as exc:
+        raise DaemonUnavailableError(path, exc.strerror or str(exc)) from None
+    if not data:
+        raise DaemonUnavailableError(path, "the daemon closed the connection")
+    try:
+        return [decode(line) for line in reader.feed(data)]
+    except ProtocolError as exc:
+        raise DaemonUnavailableError(path, str(exc)) from None
+
+
+def messages(sock: socket.socket, path: Path, deadline: float | None = None) -> Iterator[dict[str, Any]]:
+    """Every message read from ``sock``, until the socket's timeout or ``deadline`` passes.
+
+    Raises:
+        DaemonUnavailableError: the connection failed or closed, a line broke the
+            protocol, or nothing (complete) came in time.
+    """
+    reader = LineReader(MAX_MESSAGE_LINE)
+    while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DaemonUnavailableError(path, "no complete answer in time")
+            sock.settimeout(left)
+        received = receive(sock, reader, path)
+        if received is None:
+            raise DaemonUnavailableError(path, "no answer in time")
+        yield from received
+
+
+def check_hello(message: dict[str, Any], path: Path) -> None:
+    """Raise unless ``message`` is a hello in this protocol (an ``error`` line: why not).
+
+    Raises:
+        DaemonUnavailableError: naming the problem (:func:`~..protocol.messages.hello_problem`).
+    """
+    problem = hello_problem(message)
+    if problem is not None:
+        raise DaemonUnavailableError(path, problem)
+
+
+def read_status(path: Path, timeout: float = 5.0) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The daemon's ``hello`` and one ``snapshot`` per checkout, then disconnect.
+
+    The whole exchange takes at most ``timeout`` seconds: a peer that keeps talking
+    (pings) without ever sending its snapshots cannot hold the command for ever.
+
+    Raises:
+        DaemonUnavailableError: unreachable, silent, too slow, or not speaking this protocol.
+    """
+    deadline = time.monotonic() + timeout
+    with connect(path, timeout) as sock:
+        lines = messages(sock, path, deadline)
+        hello = next(lines)
+        check_hello(hello, path)
+        listed = hello.get("checkouts")
+        # Only names count: a daemon's odd list (numbers, objects) must not crash us.
+        expected = {c for c in listed if isinstance(c, str)} if isinstance(listed, list) else set()
+        snapshots: list[dict[str, Any]] = []
+        while len(snapshots) < len(expected):
+            message = next(lines)
+            if message.get("type") == "snapshot":
+                snapshots.append(message)
+        return hello, snapshots

@@ -1,0 +1,325 @@
+"""A guard fed by a running daemon instead of a watcher thread of its own.
+
+Example::
+
+    from stalewatch import Daemon, Guard
+
+    guard = Guard.for_module("run_agent", source=Daemon("/run/stalewatch/stalewatch.sock"))
+    with guard:
+        guard.check()
+
+The daemon's events only say "re-resolve now": the guard re-reads HEAD in-process and
+compares with its own loaded revision, so each worker process decides for itself.
+The flag is trusted only while subscribed to a daemon whose own watcher for this
+checkout is trusted (C9); disconnected, the barrier re-reads synchronously on every
+check, so a dead daemon never lets a stale process through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..core import settings
+from ..core.errors import DaemonUnavailableError
+from ..core.escaping import printable
+from ..core.phases import RestartState
+from ..core.status import WatchMode
+from ..git.refs import GitDirs
+from ..protocol.codec import MAX_MESSAGE_LINE, LineReader, encode
+from ..protocol.messages import HELLO_TIMEOUT, register_message, silence_limit
+from ..protocol.socket_path import default_socket_path
+from ..watching.source import OnChange, OnHealth, OnRestart, Workload
+from .connection import check_hello, connect, receive
+from .following import MAX_BACKOFF, Backoff
+from .inflight import InflightReport
+
+__all__ = ["Daemon", "DaemonWatch"]
+
+logger = logging.getLogger(__name__)
+
+
+class Daemon:
+    """A :class:`~stalewatch.watching.source.Source` fed by a stalewatch daemon's socket.
+
+    Args:
+        socket_path: the daemon's socket; default ``$RUNTIME_DIRECTORY/stalewatch.sock``
+            (else ``$XDG_RUNTIME_DIR``).
+        verify_interval: seconds between periodic in-process re-verifications while
+            connected (``STALEWATCH_VERIFY_INTERVAL``, default 2).
+        max_backoff: longest wait between reconnection attempts, in seconds.
+
+    Example: ``Guard.for_module("run_agent", source=Daemon("/run/stalewatch/stalewatch.sock"))``.
+    """
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str] | None = None,
+        *,
+        verify_interval: float | None = None,
+        max_backoff: float = MAX_BACKOFF,
+    ) -> None:
+        self.socket_path = Path(socket_path) if socket_path is not None else default_socket_path()
+        self.verify_interval = settings.verify_interval(verify_interval)
+        self.max_backoff = max_backoff
+
+    def watch(
+        self,
+        dirs: GitDirs,
+        on_change: OnChange,
+        on_health: OnHealth,
+        *,
+        loaded_revision: str | None = None,
+        on_restart: OnRestart | None = None,
+        work: Workload | None = None,
+    ) -> DaemonWatch:
+        """Follow the daemon for ``dirs``; register ``loaded_revision`` with it (R5) and
+        report ``work``'s work in flight (R8)."""
+        return DaemonWatch(
+            self,
+            dirs,
+            on_change,
+            on_health,
+            loaded_revision=loaded_revision,
+            on_restart=on_restart,
+            work=work,
+        )
+
+    def __repr__(self) -> str:
+        return f"Daemon({str(self.socket_path)!r})"
+
+
+class DaemonWatch:
+    """One subscription to the daemon for one checkout, on its own thread.
+
+    When the daemon offers it (``register`` in its hello's ``features``), the process
+    registers the revision it loaded, so a restart is confirmed only once the new
+    servers run the new code (R5); restart phases for the checkout go to ``on_restart``.
+    With ``inflight`` offered too, the registration carries ``work``'s work in flight
+    and ``inflight`` lines follow its changes while a restart is coming or the code is
+    stale (:mod:`.inflight`), so the restart drains it first (R8).
+    """
+
+    def __init__(
+        self,
+        daemon: Daemon,
+        dirs: GitDirs,
+        on_change: OnChange,
+        on_health: OnHealth,
+        *,
+        loaded_revision: str | None = None,
+        on_restart: OnRestart | None = None,
+        work: Workload | None = None,
+    ) -> None:
+        self._daemon = daemon
+        self._key = str(dirs.worktree)
+        self._on_change = on_change
+        self._on_health = on_health
+        self._loaded = loaded_revision
+        self._on_restart = on_restart
+        self._inflight = InflightReport(self._key, work)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._reported: bool | None = None
+        self._warned: set[str] = set()  # topics already warned about (once each)
+        self._thread = threading.Thread(
+            target=self._run, name=f"stalewatch-daemon-client:{dirs.worktree}", daemon=True
+        )
+        self._started = False
+
+    def start(self) -> None:
+        """Start the client thread (idempotent)."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Disconnect and join the thread within a second. Harmless to call twice."""
+        with self._lock:
+            self._stop.set()
+            sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed by the thread
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's recv at once
+        if self._started and self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
+
+    # -- the thread -------------------------------------------------------------------
+
+    def _report(self, trusted: bool, mode: WatchMode = WatchMode.DAEMON) -> None:
+        if trusted == self._reported:
+            return
+        self._reported = trusted
+        try:
+            self._on_health(trusted, mode)
+        except Exception:
+            logger.exception("stalewatch: health callback failed")
+
+    def _changed(self) -> None:
+        try:
+            self._on_change()
+        except Exception:
+            logger.exception("stalewatch: re-resolving %s failed", self._key)
+
+    def _restart(self, data: object) -> None:
+        state = RestartState.from_dict(data)
+        self._inflight.coming = state is not None and state.scheduled
+        if self._on_restart is None:
+            return
+        try:
+            self._on_restart(state)
+        except Exception:
+            logger.exception("stalewatch: restart callback failed")
+
+    def _warn_once(self, topic: str, message: str, *args: object) -> None:
+        if topic not in self._warned:
+            self._warned.add(topic)
+            logger.warning(message, *args)
+
+    def _run(self) -> None:
+        backoff = Backoff(self._daemon.max_backoff)
+        try:
+            while not self._stop.is_set():
+                try:
+                    if self._follow():
+                        backoff.reset()
+                except DaemonUnavailableError as exc:
+                    self._report(False)  # C9: from now on every check re-reads
+                    if not self._stop.is_set():
+                        self._warn_once(
+                            "lost",
+                            "stalewatch: no daemon at %s for %s (%s); checks re-read HEAD until it is back",
+                            self._daemon.socket_path,
+                            self._key,
+                            exc.reason,
+                        )
+                except Exception:  # never a dead client: distrust, log, reconnect after the backoff
+                    self._report(False)
+                    logger.exception("stalewatch: daemon client for %s failed; reconnecting", self._key)
+                self._report(False)
+                if backoff.wait(self._stop):
+                    break
+        finally:
+            self._report(False, WatchMode.NONE)
+
+    def _follow(self) -> bool:
+        """Connect and follow the daemon until the connection ends; True once greeted."""
+        sock = connect(self._daemon.socket_path, timeout=1.0)
+        with self._lock:
+            self._sock = sock  # from now on stop() wakes the thread by shutting it down
+            stopping = self._stop.is_set()
+        try:
+            return not stopping and self._session(sock)
+        finally:
+            with self._lock:
+                self._sock = None
+            sock.close()
+            self._inflight.lost()
+            self._restart(None)  # what a gone daemon said about restarts no longer holds
+
+    def _session(self, sock: socket.socket) -> bool:
+        """Follow one connection; True once it got as far as a hello."""
+        path = self._daemon.socket_path
+        reader = LineReader(MAX_MESSAGE_LINE)
+        interval = self._daemon.verify_interval
+        now = time.monotonic()
+        silent_limit = HELLO_TIMEOUT
+        last_line = now
+        next_verify = now + interval
+        greeted = False
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now - last_line >= silent_limit:
+                raise DaemonUnavailableError(path, f"the daemon sent nothing for {now - last_line:.1f} s")
+            if now >= next_verify:
+                next_verify = now + interval
+                self._changed()
+            if (line := self._inflight.look(now)) is not None:
+                self._send(sock, line, "report the work in flight")
+            deadline = min(next_verify, last_line + silent_limit)
+            if (due := self._inflight.due()) is not None:
+                deadline = min(deadline, due)
+            sock.settimeout(max(0.001, deadline - now))
+            messages = receive(sock, reader, path)
+            if messages is None:
+                continue
+            last_line = time.monotonic()
+            for message in messages:
+                kind = message["type"]
+                if kind in ("hello", "error"):
+                    check_hello(message, path)  # raises for an error line or another protocol
+                    silent_limit = self._hello(message, sock)
+                    greeted = True
+                elif message.get("checkout") != self._key:
+                    continue  # pings, pongs and other checkouts' lines
+                elif kind == "restart":
+                    self._restart(message)
+                elif kind in ("snapshot", "health"):
+                    if kind == "snapshot":
+                        self._restart(message.get("restart"))
+                    self._subscribed(message.get("trusted") is True, message.get("mode"))
+                elif kind == "event":
+                    self._changed()
+                elif kind == "refused" and message.get("request") == "register":
+                    self._inflight.refused()
+                    self._warn_once(
+                        "refused",
+                        "stalewatch: the daemon refused this process's registration for %s: %s",
+                        self._key,
+                        printable(str(message.get("reason"))),
+                    )
+                elif kind == "removed":
+                    self._inflight.lost()
+                    self._report(False)
+                    logger.warning("stalewatch: the daemon stopped watching %s", self._key)
+        return greeted
+
+    def _hello(self, message: dict[str, Any], sock: socket.socket) -> float:
+        """Note a (checked) hello, register if offered; return how long the daemon may stay silent."""
+        if "lost" in self._warned:
+            self._warned.discard("lost")
+            logger.info("stalewatch: reconnected to the daemon at %s", self._daemon.socket_path)
+        checkouts = message.get("checkouts")
+        if not isinstance(checkouts, list) or self._key not in checkouts:
+            self._warn_once(
+                "unwatched",
+                "stalewatch: the daemon at %s does not watch %s; checks re-read HEAD instead",
+                self._daemon.socket_path,
+                self._key,
+            )
+            self._report(False)
+        features = message.get("features")
+        watched = isinstance(checkouts, list) and self._key in checkouts
+        if watched and self._loaded is not None and isinstance(features, list) and "register" in features:
+            # An old daemon offers no registration (nor counts) and would close us for the line.
+            count = self._inflight.registering("inflight" in features)
+            line = register_message(self._key, self._loaded, count)
+            if not self._inflight.enabled:
+                del line["inflight"]
+            self._send(sock, line, "register")
+        return silence_limit(message)
+
+    def _send(self, sock: socket.socket, line: dict[str, Any], what: str) -> None:
+        try:
+            sock.sendall(encode(line))
+        except OSError as exc:
+            raise DaemonUnavailableError(self._daemon.socket_path, f"cannot {what}: {exc}") from None
+
+    def _subscribed(self, daemon_trusted: bool, mode: object) -> None:
+        if not daemon_trusted:
+            self._report(False)
+            logger.info("stalewatch: the daemon's watcher for %s is not trusted (mode %s)", self._key, mode)
+            return
+        # Subscribed and the daemon's watcher is sound: any later move produces an
+        # event; re-resolve once now for anything before it, then trust the flag.
+        self._changed()
+        self._report(True)

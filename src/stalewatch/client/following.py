@@ -1,0 +1,154 @@
+"""Following a daemon: every line it sends, across its restarts (``stalewatch events``).
+
+A :class:`Follower` reconnects with :class:`Backoff` after the first connection; a
+signal handler may stop it at any moment (:meth:`Follower.stop` sets a flag, shuts
+the connection down and wakes a backoff wait: nothing that takes a lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..core.errors import DaemonUnavailableError
+from ..core.signals import Wakeup
+from ..protocol.messages import HELLO_TIMEOUT, silence_limit
+from .connection import check_hello, connect, messages
+
+__all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "Backoff", "Follower"]
+
+FIRST_BACKOFF = 0.05
+MAX_BACKOFF = 2.0
+
+
+class Stop(Protocol):
+    """What a backoff waits on: a ``threading.Event`` or a :class:`~..core.signals.Wakeup`."""
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class Backoff:
+    """Exponential waits between reconnection attempts: 0.05 s, doubling up to ``limit``.
+
+    Example::
+
+        backoff = Backoff(2.0)
+        while not stop.is_set():
+            ...                    # try; on success: backoff.reset()
+            if backoff.wait(stop):
+                break              # stopped while waiting
+    """
+
+    def __init__(self, limit: float = MAX_BACKOFF) -> None:
+        self.limit = limit
+        self.delay = FIRST_BACKOFF
+
+    def reset(self) -> None:
+        self.delay = FIRST_BACKOFF
+
+    def wait(self, stop: Stop) -> bool:
+        """Wait the current delay (True if ``stop`` was set meanwhile), then double it."""
+        stopped = stop.wait(self.delay)
+        self.delay = min(self.delay * 2, self.limit)
+        return stopped
+
+
+class Follower:
+    """Every message a daemon sends, across its restarts, until :meth:`stop`.
+
+    Args:
+        path: the daemon's socket.
+        on_lost: called once with the error when a connection that was up is lost.
+        on_back: called when it is back (a fresh ``hello`` and snapshots follow).
+        max_backoff: longest wait between reconnection attempts, in seconds.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        on_lost: Callable[[DaemonUnavailableError], object],
+        on_back: Callable[[], object],
+        max_backoff: float = MAX_BACKOFF,
+    ) -> None:
+        self.path = path
+        self._on_lost = on_lost
+        self._on_back = on_back
+        self._backoff = Backoff(max_backoff)
+        self._stop = Wakeup()
+        self._sock: socket.socket | None = None
+
+    def stop(self) -> None:
+        """Stop following (signal-safe): the loop ends at once, without reporting a loss."""
+        self._stop.set()
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):  # closed meanwhile
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set
+
+    def close(self) -> None:
+        """Release the wake-up sockets (after the loop ended)."""
+        self._stop.close()
+
+    def messages(self) -> Iterator[dict[str, Any]]:
+        """Every message (``hello`` first on each connection) until stopped.
+
+        The first connection must succeed. After that a lost connection calls
+        ``on_lost(error)`` once and is retried with :class:`Backoff` until it is back
+        (``on_back()``) or the follower is stopped.
+
+        Raises:
+            DaemonUnavailableError: the first connection failed.
+        """
+        lost = False
+        first = True
+        while not self.stopped:
+            try:
+                for message in self._connection():
+                    if lost:
+                        lost = False
+                        self._on_back()
+                    first = False
+                    self._backoff.reset()
+                    yield message
+                error = DaemonUnavailableError(self.path, "the daemon closed the connection")
+            except DaemonUnavailableError as exc:
+                if first:
+                    raise  # the daemon is not there at all
+                error = exc
+            if self.stopped:
+                return
+            if not lost:
+                lost = True
+                self._on_lost(error)
+            if self._backoff.wait(self._stop):
+                return
+
+    def _connection(self) -> Iterator[dict[str, Any]]:
+        """One connection's messages, ``hello`` first; a daemon silent for three keepalive
+        intervals is taken as wedged, as by the library client.
+
+        Raises:
+            DaemonUnavailableError: unreachable, disconnected, silent, or not speaking
+                this protocol.
+        """
+        with connect(self.path, HELLO_TIMEOUT) as sock:
+            self._sock = sock
+            try:
+                if self.stopped:
+                    return
+                lines = messages(sock, self.path)
+                hello = next(lines)
+                check_hello(hello, self.path)
+                sock.settimeout(silence_limit(hello))
+                yield hello
+                yield from lines
+            finally:
+                self._sock = None

@@ -1,0 +1,167 @@
+"""Where an automatic restart of the servers of a checkout stands (R7): a value type.
+
+A daemon with a restart policy (see :mod:`stalewatch.server.restart`) publishes a
+:class:`RestartState` at every phase. A guard fed by that daemon keeps the latest one
+in its :class:`~stalewatch.Snapshot` and in the :class:`~stalewatch.StaleError` it
+raises, so a barrier can tell a client that a restart is coming and when to retry.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RestartPhase", "RestartState"]
+
+
+class RestartPhase(enum.StrEnum):
+    """A phase of one restart sequence.
+
+    ``SCHEDULED``: a newer revision was seen; ``WAITING``: for the update to settle or
+    finish, a lock, or the minimum interval (``reason`` says which); ``VERIFYING``: the
+    probe runs against the new code; ``RESTARTING``: the action ran and the new servers
+    are being confirmed; ``CONFIRMED``: every server runs the new revision;
+    ``REFUSED``: not restarted, on purpose (``reason``); ``FAILED``: tried and failed.
+    ``IDLE``: nothing to do (the servers run HEAD's code).
+    """
+
+    IDLE = "idle"
+    SCHEDULED = "scheduled"
+    WAITING = "waiting"
+    VERIFYING = "verifying"
+    RESTARTING = "restarting"
+    CONFIRMED = "confirmed"
+    REFUSED = "refused"
+    FAILED = "failed"
+
+    @property
+    def coming(self) -> bool:
+        """True while a restart is on its way (a client should retry later)."""
+        return self in (
+            RestartPhase.SCHEDULED,
+            RestartPhase.WAITING,
+            RestartPhase.VERIFYING,
+            RestartPhase.RESTARTING,
+        )
+
+
+@dataclass(frozen=True)
+class RestartState:
+    """One published phase of a checkout's restart sequence.
+
+    Attributes:
+        phase: the phase.
+        reason: why it waits, was refused or failed (``None`` otherwise).
+        revision: the revision the sequence restarts onto (``None`` when idle).
+        attempt: how many times the action ran for this revision.
+        retry_after: seconds until the new servers are expected to answer (an
+            estimate, while a restart is coming); ``None`` otherwise.
+        at: ``time.time()`` when the phase began.
+        inflight: the work in flight the sequence waits for (R8: while it drains),
+            summed over the servers; ``None`` when it is not draining.
+        estimate: seconds from a new commit to new servers answering when nothing else
+            waits (settle, probes, the restart itself, as last measured); published in
+            every phase by a daemon with a restart policy, so a server that sees a commit
+            before the daemon announces it can still tell a client when to retry (R7).
+        earliest: ``time.time()`` before which no action can run (the minimum interval
+            since the last one, R6), or ``None`` when nothing holds it back.
+    """
+
+    phase: RestartPhase
+    reason: str | None = None
+    revision: str | None = None
+    attempt: int = 0
+    retry_after: float | None = None
+    at: float = 0.0
+    inflight: int | None = None
+    estimate: float | None = None
+    earliest: float | None = None
+
+    @property
+    def scheduled(self) -> bool:
+        """True while a restart is coming (``restart_scheduled`` in a 409's payload)."""
+        return self.phase.coming
+
+    def retry_after_seconds(self) -> int | None:
+        """``retry_after`` as whole seconds for a ``Retry-After`` header (at least 1)."""
+        if self.retry_after is None or not self.scheduled:
+            return None
+        return max(1, math.ceil(self.retry_after))
+
+    def payload_fields(self) -> dict[str, Any]:
+        """What a refusal's JSON body says of this phase (R7): while a restart is coming,
+        ``restart_scheduled``, ``retry_after`` and ``restart_phase``, with what it waits
+        for (``restart_reason``: ``drain: 2 in flight``) and, while it drains, the work
+        left (``restart_inflight``, R8); else (not idle) ``restart_scheduled`` false,
+        ``restart_phase`` and ``restart_reason``."""
+        if self.scheduled:
+            fields: dict[str, Any] = {
+                "restart_scheduled": True,
+                "retry_after": self.retry_after_seconds(),
+                "restart_phase": self.phase.value,
+            }
+            if self.reason:
+                fields["restart_reason"] = self.reason
+            if self.inflight is not None:
+                fields["restart_inflight"] = self.inflight
+            return fields
+        if self.phase is RestartPhase.IDLE:
+            return {}
+        reason = self.reason or self.phase.value
+        return {"restart_scheduled": False, "restart_phase": self.phase.value, "restart_reason": reason}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (the protocol's ``restart`` fields)."""
+        return {
+            "phase": self.phase.value,
+            "reason": self.reason,
+            "revision": self.revision,
+            "attempt": self.attempt,
+            "retry_after": self.retry_after,
+            "at": self.at,
+            "inflight": self.inflight,
+            "estimate": self.estimate,
+            "earliest": self.earliest,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> RestartState | None:
+        """Parse what :meth:`to_dict` made (from a daemon); ``None`` when it is not one."""
+        if not isinstance(data, dict) or not isinstance(data.get("phase"), str):
+            return None
+        try:
+            phase = RestartPhase(data["phase"])
+        except ValueError:
+            return None
+        reason, revision = data.get("reason"), data.get("revision")
+        attempt, retry_after, at = data.get("attempt", 0), data.get("retry_after"), data.get("at", 0.0)
+        if not all(value is None or isinstance(value, str) for value in (reason, revision)):
+            return None
+        if isinstance(attempt, bool) or not isinstance(attempt, int):
+            return None
+        if retry_after is not None and not _finite(retry_after):
+            return None
+        if not _finite(at):
+            return None
+        inflight, estimate, earliest = data.get("inflight"), data.get("estimate"), data.get("earliest")
+        if inflight is not None and (isinstance(inflight, bool) or not isinstance(inflight, int)):
+            return None
+        if not all(value is None or _finite(value) for value in (estimate, earliest)):
+            return None
+        return cls(
+            phase,
+            reason[:500] if reason else reason,
+            revision[:64] if revision else revision,
+            max(0, attempt),
+            None if retry_after is None else max(0.0, float(retry_after)),
+            float(at),
+            None if inflight is None else max(0, inflight),
+            None if estimate is None else max(0.0, float(estimate)),
+            None if earliest is None else float(earliest),
+        )
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,13 @@
+"""The guard: the stale flag, the barrier, and what a guard is bound to.
+
+- :mod:`.guard`: :class:`~.guard.Guard`, the flag, the barrier, the lifecycle.
+- :mod:`.delivery`: ordered, exactly-once delivery of events to subscribers (C12).
+- :mod:`.head`: reading a guard's HEAD (grace for ``git branch -m``, first state).
+- :mod:`.identity`: which checkout a guard watches (C1, C2).
+
+A guard is fed by a :class:`~stalewatch.watching.source.Source`; it owns no thread.
+"""
+
+from .guard import Guard
+
+__all__ = ["Guard"]

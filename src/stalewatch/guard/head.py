@@ -1,0 +1,126 @@
+"""Reading a guard's HEAD: in-process, with git only where parsing cannot decide (C9, C10).
+
+Pure of guard state: the guard passes what it knows and applies what comes back; the
+grace for ``git branch -m``, and a new guard's first state.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..core.errors import BindError, HeadUnreadableError, RefError, ResourceExhaustedError
+from ..core.revisions import is_object_id
+from ..core.status import Status, decide
+from ..git.head import head_commit
+from .identity import Binding
+
+__all__ = ["EXHAUSTED", "MISSING_REF_GRACE", "checked_revision", "initial", "read_head", "read_settled"]
+
+MISSING_REF_GRACE = (0.001, 0.004, 0.016, 0.064)
+"""Seconds to look again when HEAD names a missing branch while a revision is known."""
+
+EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+"""Errors that say the reader is short of descriptors or memory, not that HEAD is bad."""
+
+
+def _exhausted(exc: BaseException) -> OSError | None:
+    """The ``OSError`` behind ``exc`` when it is :data:`EXHAUSTED` (``git/`` raises its
+    ``RefError`` from the ``OSError`` of the read that failed)."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a bounded walk: a cycle of causes is not ours to follow
+        if seen is None:
+            return None
+        if isinstance(seen, OSError) and seen.errno in EXHAUSTED:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
+    """HEAD's commit for ``binding`` (``None``: an unborn branch); see :func:`~..git.head.head_commit`.
+
+    Raises:
+        ResourceExhaustedError: this process is out of descriptors or memory: nothing
+            is known about HEAD (never a reason to call the checkout unreadable).
+        RefError: untracked, or HEAD cannot be resolved.
+    """
+    dirs = binding.dirs
+    if dirs is None:
+        raise RefError(binding.checkout, "untracked: nothing to resolve")
+    try:
+        return head_commit(dirs, chain)
+    except ResourceExhaustedError:
+        raise
+    except RefError as exc:
+        cause = _exhausted(exc)
+        if cause is None or cause.errno is None:
+            raise
+        raise ResourceExhaustedError(exc.path, exc.reason, cause.errno) from exc
+
+
+def _once(read: Callable[[list[Path]], str | None], chain: list[Path]) -> tuple[str | None, str | None]:
+    chain.clear()  # only the last attempt's chain counts
+    try:
+        return read(chain), None
+    except ResourceExhaustedError:
+        raise  # not a reading: the caller distrusts its flag and reads again later
+    except RefError as exc:
+        return None, str(exc)
+
+
+def read_settled(
+    read: Callable[[list[Path]], str | None], chain: list[Path], *, known: bool
+) -> tuple[str | None, str | None]:
+    """``(current, error)`` from ``read``; a missing branch is looked at again when ``known``.
+
+    Raises :class:`ResourceExhaustedError` rather than return it as an ``error``.
+
+    HEAD naming a branch without a commit while a revision is known: `git branch -m`
+    passes through that state (the ref is renamed before HEAD is rewritten), so look
+    again briefly before calling a known revision lost (C4), not to raise a false alarm.
+    """
+    current, error = _once(read, chain)
+    if current is None and error is None and known:
+        for delay in MISSING_REF_GRACE:
+            time.sleep(delay)  # waits for another process (git), not for a thread
+            current, error = _once(read, chain)
+            if current is not None or error is not None:
+                break
+    return current, error
+
+
+def checked_revision(revision: str) -> str:
+    """``revision`` if it is a full commit id.
+
+    Raises:
+        BindError: it is not (40 or 64 hex digits).
+    """
+    if not is_object_id(revision):
+        raise BindError(revision, "loaded_revision must be a full commit id (40 or 64 hex digits)")
+    return revision
+
+
+def initial(binding: Binding, loaded_revision: str | None) -> tuple[Status, str | None, str | None]:
+    """A new guard's ``(status, loaded, current)``: HEAD now, against what was loaded.
+
+    Raises:
+        HeadUnreadableError: HEAD cannot be resolved and no revision is known (C5), or
+            it cannot be read now for want of descriptors or memory (whatever is
+            known: a checkout that may be fine is not bound as unreadable).
+        BindError: ``loaded_revision`` is not a full commit id.
+    """
+    if binding.dirs is None:
+        return Status.UNTRACKED, None, None
+    try:
+        current = read_head(binding)
+    except ResourceExhaustedError as exc:
+        raise HeadUnreadableError(binding.checkout, f"cannot read HEAD now: {exc}") from None
+    except RefError as exc:
+        if loaded_revision is None:
+            raise HeadUnreadableError(binding.checkout, f"cannot resolve HEAD: {exc}") from None
+        return Status.UNREADABLE, checked_revision(loaded_revision), None  # C4: blocks
+    loaded = current if loaded_revision is None else checked_revision(loaded_revision)
+    return decide(loaded, current, readable=True), loaded, current

@@ -1,0 +1,123 @@
+"""A guard's work in flight (R8): what an automatic restart must let finish first.
+
+Two kinds add up. Units counted with ``with guard.work():`` (the WSGI and ASGI
+barriers count each guarded request this way), on the hot path: entering appends to
+a deque and leaving pops from it, both atomic, so the count is the deque's length and
+no lock is taken. And outside counts an application registers
+(``guard.count_work(fn)``: Hermes' active chat streams), read only when someone asks
+for the total: a daemon's client while a restart is coming or the code is stale.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from types import TracebackType
+
+__all__ = ["Counter", "Unit", "Work"]
+
+logger = logging.getLogger(__name__)
+
+Counter = Callable[[], "int | None"]
+"""An outside count of work in flight: a whole number, or ``None`` when it cannot tell now."""
+
+
+class Unit:
+    """The context manager :meth:`~stalewatch.Guard.work` returns: one unit while inside.
+
+    One object serves every caller and every thread at once (it holds no state of its
+    own), so ``guard.work()`` allocates nothing. ``__enter__`` and ``__exit__`` are
+    plain calls too: a barrier enters when a request arrives and exits when its
+    response is closed, on another call.
+    """
+
+    __slots__ = ("_units",)
+
+    def __init__(self, units: deque[None]) -> None:
+        self._units = units
+
+    def __enter__(self) -> None:
+        self._units.append(None)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Empty only when a fork() between enter and exit cleared the child's count
+        # (the units of the parent's other threads never end in the child). A
+        # try, not contextlib.suppress: this is the hot path, and that costs an object.
+        try:  # noqa: SIM105
+            self._units.pop()
+        except IndexError:
+            pass
+
+
+class Work:
+    """One guard's work in flight: its units and its outside counters."""
+
+    def __init__(self) -> None:
+        self._units: deque[None] = deque()
+        self.unit = Unit(self._units)
+        self._lock = threading.Lock()
+        self._counters: dict[int, Counter] = {}
+        self._ids = itertools.count()
+        self._failed: set[int] = set()  # counters already logged as failing (once each)
+
+    @property
+    def units(self) -> int:
+        """The units counted with :attr:`unit` now (no call, no lock)."""
+        return len(self._units)
+
+    def add(self, counter: Counter) -> Callable[[], None]:
+        """Add an outside counter; returns the function that removes it (harmless twice)."""
+        if not callable(counter):
+            raise TypeError(f"count_work needs a callable returning an int, not {counter!r}")
+        key = next(self._ids)
+        with self._lock:
+            self._counters[key] = counter
+
+        def remove() -> None:
+            with self._lock:
+                self._counters.pop(key, None)
+
+        return remove
+
+    def total(self) -> int:
+        """The units plus every outside counter's answer, read now.
+
+        A counter that raises, or answers anything but a whole number from 0 up, adds
+        nothing this time (logged once per counter); ``None`` (cannot tell) adds nothing.
+        Counters are called without the lock held, on the caller's thread.
+        """
+        with self._lock:
+            counters = list(self._counters.items())
+        total = len(self._units)
+        for key, counter in counters:
+            try:
+                value = counter()
+            except Exception:
+                self._failed_once(key, "stalewatch: work-in-flight counter %r raised", counter, exc_info=True)
+                continue
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                what = "stalewatch: work-in-flight counter %r answered %r, not a whole number"
+                self._failed_once(key, what, counter, value)
+                continue
+            total += value
+        return total
+
+    def _failed_once(self, key: int, message: str, *args: object, exc_info: bool = False) -> None:
+        if key not in self._failed:
+            self._failed.add(key)
+            logger.warning(message, *args, exc_info=exc_info)
+
+    def after_fork_in_child(self) -> None:
+        """Forget the parent's units (their threads are gone); the counters stay."""
+        self._lock = threading.Lock()
+        self._units.clear()

@@ -1,0 +1,138 @@
+"""The running Hermes WebUI, as the kernel shows it (Linux ``/proc``): who runs it, with what.
+
+``stalewatch hermes setup`` asks the running server rather than guessing: its
+environment is what the WebUI resolved (``bootstrap.py`` exports
+``HERMES_WEBUI_PORT``, ``HERMES_WEBUI_HOST`` and ``HERMES_WEBUI_AGENT_DIR`` before it
+executes ``server.py``), and its ancestors and control group say which supervisor
+runs it. Everything read here is outside input: bounded reads, and any error means
+"unknown", never an exception. Elsewhere than Linux nothing is found (the caller
+then reads the supervisors' definitions, or asks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .discovery import looks_like_webui
+
+__all__ = ["Process", "ancestors", "cgroup_unit", "webui_servers"]
+
+PROC = Path("/proc")
+_LIMIT = 256 * 1024
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        with path.open("rb") as file:
+            return file.read(_LIMIT)
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class Process:
+    """One process: pid, parent, command name, argv, environment (empty when unreadable)."""
+
+    pid: int
+    ppid: int
+    name: str
+    argv: tuple[str, ...]
+    environ: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+
+    @classmethod
+    def read(cls, pid: int, proc: Path = PROC) -> Process | None:
+        """The process ``pid`` now; ``None`` once it is gone or unreadable."""
+        base = proc / str(pid)
+        stat = _read(base / "stat")
+        if stat is None:
+            return None
+        try:
+            name = stat[stat.index(b"(") + 1 : stat.rindex(b")")].decode("utf-8", "replace")
+            ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        except (ValueError, IndexError):
+            return None
+        argv = tuple(a.decode("utf-8", "replace") for a in (_read(base / "cmdline") or b"").split(b"\0") if a)
+        environ: dict[str, str] = {}
+        for entry in (_read(base / "environ") or b"").split(b"\0"):
+            key, sep, value = entry.decode("utf-8", "replace").partition("=")
+            if sep and key:
+                environ[key] = value
+        cwd = None
+        with contextlib.suppress(OSError):
+            cwd = Path((base / "cwd").readlink())
+        return cls(pid, ppid, name, argv, environ, cwd)
+
+
+def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Process, Path]]:
+    """Every running Hermes WebUI server (a Python running ``server.py`` of a WebUI checkout).
+
+    Returns ``(process, checkout)`` pairs: the caller's own processes (``uid``, default
+    the caller's); as root, every user's (a system unit's WebUI runs as another user).
+    """
+    uid = os.getuid() if uid is None else uid
+    found: list[tuple[Process, Path]] = []
+    try:
+        entries = [int(e.name) for e in proc.iterdir() if e.name.isdigit()]
+    except OSError:
+        return found
+    for pid in entries:
+        try:
+            if uid != 0 and (proc / str(pid)).stat().st_uid != uid:
+                continue
+        except OSError:
+            continue
+        argv = tuple(a for a in (_read(proc / str(pid) / "cmdline") or b"").split(b"\0") if a)
+        scripts = [a.decode("utf-8", "replace") for a in argv[1:3] if a.endswith(b"server.py")]
+        if not scripts:
+            continue
+        process = Process.read(pid, proc)
+        if process is None:
+            continue
+        script = Path(scripts[0])
+        if not script.is_absolute() and process.cwd is not None:
+            script = process.cwd / script
+        if looks_like_webui(script.parent):
+            found.append((process, script.parent))
+    return found
+
+
+def ancestors(pid: int, proc: Path = PROC, limit: int = 64) -> list[Process]:
+    """The parents of ``pid``, nearest first, up to (not including) pid 1's parent."""
+    chain: list[Process] = []
+    current = Process.read(pid, proc)
+    while current is not None and current.ppid > 0 and len(chain) < limit:
+        parent = Process.read(current.ppid, proc)
+        if parent is None:
+            break
+        chain.append(parent)
+        current = parent
+    return chain
+
+
+def cgroup_unit(pid: int, proc: Path = PROC) -> tuple[str, bool] | None:
+    """The systemd service ``pid`` runs in: ``(unit, user)``; ``None`` outside one.
+
+    From the unified hierarchy's line of ``/proc/PID/cgroup``: the last ``*.service``
+    component; ``user`` when it is under a user manager (``user@UID.service``).
+    A session or terminal scope (``*.scope``) is not a service: ``None``.
+    """
+    raw = _read(proc / str(pid) / "cgroup")
+    if raw is None:
+        return None
+    for line in raw.decode("utf-8", "replace").splitlines():
+        hierarchy, _, path = line.partition("::")
+        if hierarchy != "0" or not path:
+            continue
+        parts = [p for p in path.split("/") if p]
+        if not parts or not parts[-1].endswith(".service"):
+            return None
+        unit = parts[-1]
+        user = any(p.startswith("user@") and p.endswith(".service") for p in parts[:-1])
+        if unit.startswith("user@"):
+            return None  # the user manager itself, not a unit of it
+        return unit, user
+    return None

@@ -1,0 +1,21 @@
+"""The daemon's wire protocol, shared by both sides: JSON lines over a Unix socket.
+
+- :mod:`.codec`: encoding, bounded decoding and line splitting (pure).
+- :mod:`.messages`: every line, built and (where a side parses it) read.
+- :mod:`.socket_path`: the default socket path.
+
+Every field: README, "Protocol (version 1)".
+"""
+
+from .codec import MAX_MESSAGE_LINE, MAX_REQUEST_LINE, PROTOCOL_VERSION, LineReader, decode, encode
+from .socket_path import default_socket_path
+
+__all__ = [
+    "MAX_MESSAGE_LINE",
+    "MAX_REQUEST_LINE",
+    "PROTOCOL_VERSION",
+    "LineReader",
+    "decode",
+    "default_socket_path",
+    "encode",
+]

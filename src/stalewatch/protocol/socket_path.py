@@ -1,0 +1,34 @@
+"""Where the daemon's socket is when no path is given (both sides use the same default)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..core.errors import SocketPathError
+
+__all__ = ["SOCKET_NAME", "default_socket_path"]
+
+SOCKET_NAME = "stalewatch.sock"
+
+
+def default_socket_path(environ: Mapping[str, str] | None = None) -> Path:
+    """``$RUNTIME_DIRECTORY/stalewatch.sock``, else ``$XDG_RUNTIME_DIR/stalewatch.sock``.
+
+    systemd sets ``RUNTIME_DIRECTORY`` (first entry of a colon-separated list) from the
+    unit's ``RuntimeDirectory=``; ``XDG_RUNTIME_DIR`` covers a developer's session.
+
+    Raises:
+        SocketPathError: neither variable is set.
+    """
+    env = os.environ if environ is None else environ
+    runtime = env.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    if runtime:
+        return Path(runtime) / SOCKET_NAME
+    xdg = env.get("XDG_RUNTIME_DIR", "")
+    if xdg:
+        return Path(xdg) / SOCKET_NAME
+    raise SocketPathError(
+        None, "no socket path: pass --socket PATH (neither RUNTIME_DIRECTORY nor XDG_RUNTIME_DIR is set)"
+    )

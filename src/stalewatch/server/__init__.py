@@ -1,0 +1,18 @@
+"""The daemon process: one process watching checkouts and pushing every change to whoever listens.
+
+- :mod:`.loop`: :class:`~.loop.DaemonServer`, the single-threaded socket loop.
+- :mod:`.inbox`: the typed messages watcher threads hand to the loop.
+- :mod:`.checkout`: one watched checkout (guard, heartbeat source, hooks, restarts).
+- :mod:`.connections`: socket clients with bounded queues and non-blocking writes.
+- :mod:`.publisher`: what subscribers are told, and when.
+- :mod:`.registry`: the server processes that registered the revision they loaded (R5).
+- :mod:`.config` and :mod:`.owned_file`: the configuration, and reading it safely.
+- :mod:`.reload`: a SIGHUP's plan, bound before anything changes.
+- :mod:`.hooks`, :mod:`.commands`, :mod:`.capture`, :mod:`.drain`: running commands.
+- :mod:`.supervision` and :mod:`.sdnotify`: systemd readiness, status and watchdog.
+- :mod:`.listening`: the listening socket, bound safely; :mod:`.journal`: the log.
+- :mod:`.observer`: what the daemon tells its metrics (the metrics package implements it).
+- :mod:`.restart`: automatic restart (R1-R7).
+
+The client side is :mod:`stalewatch.client`; the two share only :mod:`stalewatch.protocol`.
+"""

@@ -1,0 +1,245 @@
+"""One checkout the daemon watches: its guard, its watcher's heartbeat, hooks, restarts.
+
+The server owns a :class:`Checkout` per configured checkout. The guard's events and
+the watcher's health reports arrive on the watcher's thread; they are handed to the
+server's loop as typed messages through ``post`` (:class:`EventSeen`,
+:class:`HealthReported`, :class:`RestartTold`; never handled on the watcher's
+thread), to the hook runner and to the restart sequence, each of which starts a
+thread of its own only while it has work. What the loop learns of a checkout it
+records through its methods (:meth:`Checkout.note_health`,
+:meth:`Checkout.continue_from`), never by setting its fields.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..core.phases import RestartPhase, RestartState
+from ..core.status import Event, WatchMode
+from ..guard.guard import Guard
+from .config import CheckoutConfig
+from .drain import OutputDrain
+from .hooks import HookRunner
+from .registry import Registry
+from .restart.executor import Restarter
+from .restart.policy import RestartPolicy
+from .revisions import Revisions
+from .supervision import ObservedSource
+
+__all__ = ["Checkout", "EventSeen", "HealthReported", "Posted", "RestartTold", "bind_checkout"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EventSeen:
+    """The checkout's guard saw a change of status or revision."""
+
+    entry: Checkout
+    event: Event
+
+
+@dataclass(frozen=True)
+class HealthReported:
+    """The daemon's own watcher of the checkout became trusted or not, or changed mode."""
+
+    entry: Checkout
+    trusted: bool
+    mode: WatchMode
+
+
+@dataclass(frozen=True)
+class RestartTold:
+    """The checkout's restart sequence entered a new phase (R7)."""
+
+    entry: Checkout
+    state: RestartState
+
+
+Posted = EventSeen | HealthReported | RestartTold
+"""What a checkout hands the server's loop (from a watcher's or a restart's thread)."""
+Post = Callable[[Posted], None]
+
+
+def bind_checkout(checkout: CheckoutConfig, source: ObservedSource | None = None) -> Guard:
+    """A guard for one configured checkout (not started).
+
+    Raises:
+        BindError: the path does not exist, is not in a git checkout, or is a file no
+            repository tracks.
+    """
+    return Guard.for_path(checkout.path, loaded_revision=checkout.revision, source=source or ObservedSource())
+
+
+class Checkout:
+    """A watched checkout: guard, source, hooks, restarts, and the generation offset.
+
+    Args:
+        config: the checkout's configuration.
+        post: where events, health reports and restart phases go (the server's inbox).
+        base: added to the guard's generations, so they keep increasing for clients
+            across a reload (or a restart) that re-binds the checkout (a new guard
+            starts at 0).
+        drain: the daemon's drain for hook output held by background processes.
+        registry: the server processes registered with the daemon (restarts read it).
+        on_hook: called with ``(checkout, hook, outcome)`` after each hook run (metrics).
+
+    Raises:
+        BindError: as :func:`bind_checkout`.
+    """
+
+    def __init__(
+        self,
+        config: CheckoutConfig,
+        post: Post,
+        base: int = 0,
+        drain: OutputDrain | None = None,
+        registry: Registry | None = None,
+        *,
+        on_hook: Callable[[str, str, str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.source = ObservedSource()
+        self.guard = bind_checkout(config, self.source)
+        self.base = base
+        self.key = str(self.guard.checkout)
+        self._drain = drain
+        self._registry = registry or Registry()
+        self._on_hook = on_hook
+        self.hooks = self._hook_runner(config) if config.hooks.any else None
+        snap = self.guard.snapshot()
+        self.revisions = Revisions(self.guard.binding.dirs)  # what a server may register (R10)
+        self.revisions.saw(snap.loaded_revision, snap.current_revision)
+        self.restarter = self._restarter(config.restart) if config.restart is not None else None
+        self._was_trusted = False
+        self._health: tuple[bool, WatchMode] | None = None  # the last report the loop handled
+        self._post = post
+        self._unsubscribe: Callable[[], None] | None = None
+        self.source.on_report = lambda trusted, mode: post(HealthReported(self, trusted, mode))
+
+    def _hook_runner(self, config: CheckoutConfig) -> HookRunner:
+        on_hook = self._on_hook
+        outcome = None if on_hook is None else lambda hook, result: on_hook(self.key, hook, result)
+        return HookRunner(self.guard.checkout, config.hooks, self._drain, on_outcome=outcome)
+
+    def _restarter(self, policy: RestartPolicy) -> Restarter:
+        return Restarter(
+            self.key,
+            self.guard.checkout,
+            policy,
+            guard=self.guard,
+            publish=lambda state: self._post(RestartTold(self, state)),
+            drain=self._drain,
+            pinned=self.config.revision,
+        )
+
+    @property
+    def restart_state(self) -> RestartState | None:
+        """The restart sequence's latest phase (``None`` without a restart policy)."""
+        return self.restarter.state if self.restarter is not None else None
+
+    def generation(self) -> int:
+        """The daemon's generation for this checkout now."""
+        return self.base + self.guard.snapshot().generation
+
+    def continue_from(self, previous: Checkout) -> None:
+        """This checkout re-binds ``previous`` (a reload): its generations go on from there."""
+        self.base = previous.generation() + 1
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the watcher's last health report the loop handled was trusted."""
+        return self._health is not None and self._health[0]
+
+    def note_health(self, trusted: bool, mode: WatchMode) -> tuple[bool, bool]:
+        """Record a health report on the loop's thread: ``(new, lost)``.
+
+        ``new``: it differs from the last one handled; ``lost``: a watcher that was
+        trusted no longer is (worth a warning, where becoming trusted is not).
+        """
+        if (trusted, mode) == self._health:
+            return False, False
+        lost = self._was_trusted and not trusted
+        self._health = (trusted, mode)
+        self._was_trusted |= trusted
+        return True, lost
+
+    def start(self) -> None:
+        """Subscribe, let the hook runner take work, start the guard's watcher and the restarts."""
+        self._unsubscribe = self.guard.subscribe(self._on_event)
+        if self.hooks is not None:
+            self.hooks.start()
+        self.guard.start()
+        if self.restarter is not None:
+            self._start_restarts(self.restarter)
+
+    def _start_restarts(self, restarter: Restarter) -> None:
+        restarter.start()
+        restarter.servers(self._registry.processes(self.key))
+
+    def knows(self, revision: str) -> bool:
+        """Whether the checkout ever had ``revision`` (a registration of another is refused, R10)."""
+        snap = self.guard.snapshot()
+        return revision in (snap.loaded_revision, snap.current_revision) or self.revisions.knows(revision)
+
+    def _on_event(self, event: Event) -> None:
+        # On the watcher's thread: hand over, never block here. A restart phase first:
+        # a client that learns the code is stale learns in the same breath that a
+        # restart is coming (its 409s say so from the first one, R7).
+        self.revisions.saw(event.loaded_revision, event.current_revision)
+        restarter = self.restarter
+        if restarter is not None:
+            try:
+                restarter.notice(event)
+            except Exception:  # a bug there: the event must still go out
+                logger.exception("stalewatch: the restart machine of %s missed an event", self.key)
+        self._post(EventSeen(self, event))
+        hooks = self.hooks  # read each time: a reload may add the runner
+        if hooks is not None:
+            hooks.submit(event, self.base + event.generation)
+
+    def update(self, config: CheckoutConfig) -> None:
+        """Take a reloaded configuration with the same path and revision (hooks, restarts)."""
+        self.config = config
+        if self.hooks is not None:
+            self.hooks.update(config.hooks)  # dropping every hook leaves an idle runner
+        elif config.hooks.any:  # the first hooks of a checkout watched without any
+            self.hooks = self._hook_runner(config).start()
+        if config.restart is not None and self.restarter is not None:
+            self.restarter.update(config.restart)
+        elif config.restart is not None:
+            self.restarter = self._restarter(config.restart)
+            self._start_restarts(self.restarter)
+        elif self.restarter is not None:
+            restarter, self.restarter = self.restarter, None
+            restarter.stop()
+            self._post(
+                RestartTold(self, RestartState(RestartPhase.IDLE, "no restart policy", at=time.time()))
+            )
+
+    def processes_changed(self) -> None:
+        """A server process of this checkout registered, went away, or its work in flight
+        changed (the loop tells): the restart machine learns it (R5, R8)."""
+        if self.restarter is not None:
+            self.restarter.servers(self._registry.processes(self.key))
+
+    def request_stop(self) -> None:
+        """Begin ending a running hook or restart command without waiting for it."""
+        if self.hooks is not None:
+            self.hooks.request_stop()
+        if self.restarter is not None:
+            self.restarter.request_stop()
+
+    def stop(self) -> None:
+        """Unsubscribe and stop the hooks, the restarts and the watcher (harmless twice)."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self.hooks is not None:
+            self.hooks.stop()
+        if self.restarter is not None:
+            self.restarter.stop()
+        self.guard.stop()

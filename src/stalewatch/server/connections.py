@@ -1,0 +1,437 @@
+"""The daemon's socket clients: bounded queues, non-blocking writes, dropping.
+
+Every write is non-blocking. A line that does not fit in a client's socket buffer
+waits in that client's queue; a queue that grows past its bound means the client is
+not reading, so it is told (an ``error`` line, if it reads within a grace period) and
+dropped. Nothing here ever waits for a client, so one stuck subscriber cannot delay
+another, and nothing a client sends can hurt another: every client's handling runs
+under :meth:`ClientSet.isolated`, which drops that client (with a log line) on any
+unexpected exception instead of letting it reach the daemon's loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import logging
+import select
+import selectors
+import socket
+import struct
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+
+from ..core.errors import ProtocolError
+from ..protocol.codec import MAX_REQUEST_LINE, LineReader, encode
+from ..protocol.messages import Inflight, Register, error_message, parse_request, pong_message
+
+__all__ = ["Client", "ClientSet"]
+
+logger = logging.getLogger(__name__)
+
+DROP_GRACE = 5.0  # seconds a dropped client gets to read its error line
+ACCEPT_PAUSE = 0.5  # seconds the listener rests after running out of file descriptors
+_FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_LINES_PER_WRITE = 256  # lines one sendmsg() may carry (IOV_MAX is 1024)
+
+
+class Client:
+    """One subscriber connection."""
+
+    def __init__(self, sock: socket.socket, number: int) -> None:
+        self.sock = sock
+        self.number = number
+        self.out: deque[bytes] = deque()
+        self.offset = 0  # bytes of out[0] already sent
+        self.reader = LineReader(MAX_REQUEST_LINE)
+        self.gens: dict[str, int] = {}  # last generation sent per checkout (exactly once)
+        self.closing_at: float | None = None
+        self.mask = 0
+        # The client shut down its write side (SHUT_WR): it still reads, so keep
+        # sending; the socket is then watched only for the hang-up of the whole peer.
+        self.half_closed = False
+        self.pid = _peer_pid(sock)
+        self.registered: tuple[str, str] | None = None  # (checkout, revision): one per connection
+
+
+# macOS has no SO_PEERCRED: the peer's pid is LOCAL_PEERPID (<sys/un.h>) at level
+# SOL_LOCAL; Python's socket module names neither, so their values are spelled here.
+SOL_LOCAL = 0
+LOCAL_PEERPID = 2
+
+
+def _peer_pid(sock: socket.socket, platform: str = sys.platform) -> int:
+    """The connecting process's pid, from the kernel, not its word; 0 when unknown.
+
+    Linux: ``SO_PEERCRED`` (pid, uid, gid). macOS: ``LOCAL_PEERPID`` (an int).
+    Registration (R5) keys servers by this pid: without it, a restart is confirmed by
+    the ``confirm`` probe alone.
+    """
+    option = getattr(socket, "SO_PEERCRED", None)
+    try:
+        if option is not None:
+            pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+        elif platform == "darwin":
+            (pid,) = struct.unpack("i", sock.getsockopt(SOL_LOCAL, LOCAL_PEERPID, struct.calcsize("i")))
+        else:
+            return 0
+    except (OSError, struct.error):
+        return 0
+    return max(0, int(pid))
+
+
+class ClientSet:
+    """All connected clients of one daemon; used from the daemon's loop thread only.
+
+    Args:
+        selector: the loop's selector (clients register with themselves as data).
+        max_clients: connections past this are told and closed at once.
+        queue_limit: lines a client may have queued unread before it is dropped.
+        buffer: the kernel send buffer per client (``SO_SNDBUF``), in bytes.
+        on_register: a client registered a server process (checkout, revision, work
+            in flight).
+        on_inflight: a registered client's work in flight changed (checkout, count).
+        on_close: an admitted client's connection was closed.
+        on_drop: a client was dropped or refused, with the reason (``bad-request``,
+            ``slow-client``, ``too-many-clients``, or ``error``: a bug its input reached).
+    """
+
+    def __init__(
+        self,
+        selector: selectors.BaseSelector,
+        max_clients: int,
+        queue_limit: int,
+        buffer: int,
+        *,
+        on_register: Callable[[Client, str, str, int], None] | None = None,
+        on_inflight: Callable[[Client, str, int], None] | None = None,
+        on_close: Callable[[Client], None] | None = None,
+        on_drop: Callable[[str], None] | None = None,
+    ) -> None:
+        self._selector = selector
+        self._on_drop = on_drop
+        # A server process tells which revision it loaded (R5); the server owns that.
+        self._on_register = on_register
+        self._on_inflight = on_inflight
+        self._on_close = on_close
+        self.max_clients = max_clients
+        self.queue_limit = queue_limit
+        self.buffer = buffer
+        self._clients: dict[int, Client] = {}
+        self._unflushed: dict[int, Client] = {}  # sent to without a write yet (flush_pending)
+        self._numbers = 0
+        self.burst = 1  # lines of one greeting (hello + a snapshot per checkout)
+        self.accept_paused_until: float | None = None  # out of descriptors: listener rests
+        self._fd_warned = 0.0
+
+    def configure(self, max_clients: int, queue_limit: int, buffer: int) -> None:
+        """Take reloaded limits (for clients from now on; ``buffer`` for new ones)."""
+        self.max_clients, self.queue_limit, self.buffer = max_clients, queue_limit, buffer
+
+    def __len__(self) -> int:
+        """The clients being served (a dropped one no longer counts)."""
+        return sum(1 for c in self._clients.values() if c.closing_at is None)
+
+    def __iter__(self) -> Iterator[Client]:
+        """The clients still being served (not those closing after a drop)."""
+        return iter([c for c in self._clients.values() if c.closing_at is None])
+
+    @property
+    def limit(self) -> int:
+        """Lines a client may have queued: ``queue_limit`` beyond one greeting burst.
+
+        A greeting is 1 + one snapshot per checkout (a daemon may watch a thousand),
+        so a small ``client_queue`` must not count it, or every client is dropped
+        before it could read a line.
+        """
+        return self.queue_limit + self.burst
+
+    def accept(self, listener: socket.socket, greet: Callable[[Client], None], limit: int) -> bool:
+        """Accept up to ``limit`` pending connections; ``greet`` queues their first lines.
+
+        The rest wait in the backlog for the next turns (the listener stays readable):
+        a client that connects in a loop costs one turn ``limit`` accepts, never the
+        whole turn, so every other client is served between two of its batches.
+
+        Returns False when out of file descriptors (``EMFILE``): the pending
+        connection stays in the backlog and keeps the listener readable, so the
+        caller must stop watching the listener for :data:`ACCEPT_PAUSE` seconds
+        (else the loop spins and floods the log).
+        """
+        for _ in range(limit):
+            try:
+                sock, _ = listener.accept()
+            except BlockingIOError:
+                return True
+            except OSError as exc:
+                if exc.errno in _FD_EXHAUSTED:
+                    now = time.monotonic()
+                    if now - self._fd_warned >= 60.0:  # once a minute, not once a turn
+                        self._fd_warned = now
+                        logger.warning(
+                            "stalewatch: cannot accept clients: %s; pausing accepts for %.1f s",
+                            exc.strerror or exc,
+                            ACCEPT_PAUSE,
+                        )
+                    return False
+                logger.warning("stalewatch: cannot accept a client: %s", exc)
+                return True
+            with self.isolated(None, sock):
+                self._admit(sock, greet)
+        return True
+
+    def _admit(self, sock: socket.socket, greet: Callable[[Client], None]) -> None:
+        sock.setblocking(False)
+        # Lines the kernel holds for a client that does not read are invisible to
+        # the queue bound: keep that share small so a stuck client is noticed.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.buffer)
+        if len(self) >= self.max_clients:
+            logger.warning("stalewatch: refusing a client: %d clients already", len(self._clients))
+            detail = f"the daemon serves at most {self.max_clients} clients"
+            with contextlib.suppress(OSError):  # best effort: it is refused either way
+                sock.send(encode(error_message("too-many-clients", detail)))
+            sock.close()
+            self._dropped("too-many-clients")
+            return
+        self._numbers += 1
+        client = Client(sock, self._numbers)
+        self._selector.register(sock, selectors.EVENT_READ, client)
+        client.mask = selectors.EVENT_READ
+        self._clients[client.number] = client
+        logger.debug("stalewatch: client %d connected", client.number)
+        with self.isolated(client):
+            greet(client)
+            self.flush(client)
+
+    @contextlib.contextmanager
+    def isolated(self, client: Client | None, sock: socket.socket | None = None) -> Iterator[None]:
+        """Run one client's handling; an unexpected exception drops only that client.
+
+        Whatever a client sends is refused at decode time (:class:`ProtocolError`);
+        this is the second line: a bug triggered by one client's input must cost
+        that client its connection, never the daemon's loop or the other clients.
+        """
+        try:
+            yield
+        except Exception:
+            number = client.number if client is not None else "(new)"
+            logger.exception("stalewatch: dropping client %s after an unexpected error", number)
+            self._dropped("error")
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    self.close(client)
+            elif sock is not None:
+                sock.close()
+
+    def serve(self, client: Client, mask: int) -> None:
+        """Handle readiness reported by the selector (isolated: see :meth:`isolated`)."""
+        with self.isolated(client):
+            if mask & selectors.EVENT_WRITE:
+                self.flush(client)
+            if (
+                mask & selectors.EVENT_READ
+                and client.number in self._clients
+                and client.closing_at is None
+                and not client.half_closed
+            ):
+                self._read(client)
+
+    def _read(self, client: Client) -> None:
+        try:
+            data = client.sock.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            logger.debug("stalewatch: client %d disconnected", client.number)
+            self.close(client)
+            return
+        if not data:
+            # End of its input, not necessarily of the connection: `cmd <&-`, or a
+            # client that shuts down its write side, still reads. Keep sending; a
+            # write error or the peer's hang-up (see expire) ends it.
+            logger.debug("stalewatch: client %d closed its write side", client.number)
+            client.half_closed = True
+            self._update_mask(client)
+            return
+        try:
+            for line in client.reader.feed(data):
+                if not line.strip():
+                    continue
+                match parse_request(line):
+                    case Register(checkout, revision, inflight):
+                        self._register(client, line, checkout, revision, inflight)
+                    case Inflight(checkout, inflight):
+                        self._inflight(client, line, checkout, inflight)
+                    case ping:
+                        self.send(client, encode(pong_message(ping)), flush=False)
+        except ProtocolError as exc:
+            logger.warning("stalewatch: closing client %d: %s", client.number, exc)
+            self.drop(client, "bad-request", str(exc))
+            return
+        if client.number in self._clients:
+            self.flush(client)  # the pongs of one read together
+
+    def _register(self, client: Client, line: bytes, checkout: str, revision: str, inflight: int) -> None:
+        # One registration per connection: a process loads its code once. A repeat only
+        # reports its work in flight; another claim on the same connection is a client
+        # that floods the registry (each change wakes the restart sequence): refused.
+        if client.registered == (checkout, revision):
+            self._inflight(client, line, checkout, inflight)
+            return
+        if client.registered is not None:
+            raise ProtocolError(line, "this connection already registered another revision")
+        client.registered = (checkout, revision)
+        if self._on_register is not None:
+            self._on_register(client, checkout, revision, inflight)
+
+    def _inflight(self, client: Client, line: bytes, checkout: str, inflight: int) -> None:
+        # Only a registered server has work the daemon waits for (R8).
+        if client.registered is None or client.registered[0] != checkout:
+            raise ProtocolError(line, "an inflight request needs a registration for that checkout first")
+        if self._on_inflight is not None:
+            self._on_inflight(client, checkout, inflight)
+
+    def send(self, client: Client, line: bytes, *, flush: bool = True) -> None:
+        """Queue ``line`` for ``client`` and write what fits; drop it past the bound.
+
+        ``flush=False``: written by the next :meth:`flush_pending` (the loop's, in the
+        same turn): a turn's lines to one client cost one system call, not one each.
+        """
+        if client.closing_at is not None:
+            return
+        client.out.append(line)
+        if len(client.out) > self.limit:
+            logger.warning(
+                "stalewatch: dropping client %d: more than %d lines unread", client.number, self.limit
+            )
+            self.drop(client, "slow-client", f"more than {self.limit} lines queued unread")
+        elif flush:
+            self.flush(client)
+        else:
+            self._unflushed[client.number] = client
+
+    def flush_pending(self) -> None:
+        """Write what :meth:`send` queued without writing (each client once)."""
+        pending, self._unflushed = self._unflushed, {}
+        for number, client in pending.items():
+            if number in self._clients and client.out:
+                with self.isolated(client):
+                    self.flush(client)
+
+    def broadcast(self, line: bytes, *, flush: bool = True) -> None:
+        """Send ``line`` to every client being served (``flush``: as :meth:`send`)."""
+        for client in self:
+            with self.isolated(client):
+                self.send(client, line, flush=flush)
+
+    def drop(self, client: Client, reason: str, detail: str) -> None:
+        """Tell the client why (if it reads within the grace period), then close it."""
+        self._dropped(reason)
+        partial = client.out[0] if client.out and client.offset else None
+        client.out.clear()
+        if partial is not None:
+            client.out.append(partial)  # finish the line already started: keep it valid JSON
+        client.out.append(encode(error_message(reason, detail)))
+        client.closing_at = time.monotonic() + DROP_GRACE
+        self.flush(client)
+
+    def _dropped(self, reason: str) -> None:
+        if self._on_drop is not None:
+            with contextlib.suppress(Exception):  # counting a drop must not cost the loop
+                self._on_drop(reason)
+
+    def flush(self, client: Client) -> None:
+        """Write as much of the queue as the socket takes now, without blocking.
+
+        Lines go out many to a system call (``sendmsg``): a greeting of a thousand
+        snapshots is a few calls, not a thousand.
+        """
+        out = client.out
+        try:
+            while out:
+                chunk: list[bytes | memoryview] = [memoryview(out[0])[client.offset :]]
+                chunk += itertools.islice(out, 1, _LINES_PER_WRITE)
+                wanted = sum(len(part) for part in chunk)
+                sent = client.sock.sendmsg(chunk)
+                done = client.offset + sent
+                while out and done >= len(out[0]):
+                    done -= len(out.popleft())
+                client.offset = done  # bytes of the new head already sent
+                if sent < wanted:
+                    break  # the socket buffer is full: wait for EVENT_WRITE
+        except BlockingIOError:
+            pass
+        except OSError:
+            self.close(client)
+            return
+        if not client.out and client.closing_at is not None:
+            self.close(client)
+            return
+        self._update_mask(client)
+
+    def _update_mask(self, client: Client) -> None:
+        reading = client.closing_at is None and not client.half_closed
+        mask = selectors.EVENT_READ if reading else 0
+        if client.out:
+            mask |= selectors.EVENT_WRITE
+        if mask != client.mask and client.number in self._clients:
+            if mask and client.mask:
+                self._selector.modify(client.sock, mask, client)
+            elif mask:
+                self._selector.register(client.sock, mask, client)
+            else:
+                self._selector.unregister(client.sock)
+            client.mask = mask
+
+    def close(self, client: Client) -> None:
+        """Close one client (harmless twice)."""
+        if self._clients.pop(client.number, None) is None:
+            return
+        if self._on_close is not None:
+            try:
+                self._on_close(client)
+            except Exception:  # a closing client is closed whatever its bookkeeping does
+                logger.exception("stalewatch: while closing client %d", client.number)
+        if client.mask:
+            self._selector.unregister(client.sock)
+        # Closing with unread input makes the kernel reset the connection, and the
+        # client may then lose the error line it was sent: discard the input first.
+        with contextlib.suppress(OSError):
+            for _ in range(64):
+                if not client.sock.recv(65536):
+                    break
+        client.sock.close()
+
+    def next_deadline(self) -> float | None:
+        """When the earliest dropped client must be closed, if any."""
+        deadlines = [c.closing_at for c in self._clients.values() if c.closing_at is not None]
+        return min(deadlines) if deadlines else None
+
+    def expire(self, now: float) -> None:
+        """Close dropped clients whose grace period is over, and hung-up half-closed ones."""
+        half_closed: list[Client] = []
+        for client in list(self._clients.values()):
+            if client.closing_at is not None and now >= client.closing_at:
+                self.close(client)
+            elif client.half_closed:
+                half_closed.append(client)
+        if half_closed:
+            # The selector cannot watch a half-closed client for reading (its end of
+            # input is always "readable"); poll with an empty mask reports only
+            # POLLHUP/POLLERR: the peer closed the whole connection.
+            poller = select.poll()
+            for client in half_closed:
+                poller.register(client.sock, 0)
+            gone = {fd for fd, _ in poller.poll(0)}
+            for client in half_closed:
+                if client.sock.fileno() in gone:
+                    logger.debug("stalewatch: client %d disconnected", client.number)
+                    self.close(client)
+
+    def close_all(self) -> None:
+        """Close every client."""
+        for client in list(self._clients.values()):
+            self.close(client)

@@ -1,0 +1,319 @@
+"""Hook commands the daemon runs when a checkout's status changes.
+
+One :class:`HookRunner` per checkout runs at most one hook at a time, on a thread that
+exists only while a hook is pending, held or running (a daemon may watch a thousand
+checkouts). Events that arrive while a hook runs (or is held) are coalesced: only the
+latest is kept, so the hook for the final status always runs and a burst (a rebase)
+runs it once. Commands are argv lists, never a shell; each gets the event in
+``STALEWATCH_*`` environment variables, a timeout, no stdin, and its own process
+group so a timeout kills everything it started. A hook is done when its process
+exits (waited on with a pidfd where Linux has one), even if a background process it
+started still holds its output; that output is kept within a fixed number of bytes
+(:mod:`.capture`) and logged with the exit status.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..core.escaping import printable
+from ..core.status import Event, Status
+from . import descendants
+from .capture import BoundedOutput
+from .commands import KILL_GRACE, ProcessWait, environment
+from .config import HookConfig
+from .drain import OutputDrain
+
+__all__ = ["HookRunner", "hook_environment"]
+
+logger = logging.getLogger(__name__)
+
+_HOLD_POLL = 0.1  # seconds between checks of the hold_while marker
+_HOLD_REMIND = 60.0  # repeat the "held" log line this often
+
+
+def hook_environment(event: Event, generation: int, hook: str) -> dict[str, str]:
+    """The ``STALEWATCH_*`` variables a hook receives (empty string for "none").
+
+    ``STALEWATCH_CAUSE_*`` say what moved HEAD (from the reflog; all empty when unknown).
+    """
+    cause = event.cause.to_dict() if event.cause is not None else {}
+    causes = {
+        f"STALEWATCH_CAUSE_{key.upper()}": "" if cause.get(key) is None else str(cause[key])
+        for key in ("action", "detail", "message", "name", "email", "relation", "ahead", "behind", "summary")
+    }
+    causes["STALEWATCH_CAUSE_AT"] = f"{event.cause.at:.0f}" if event.cause is not None else ""
+    return causes | {
+        "STALEWATCH_HOOK": hook,
+        "STALEWATCH_CHECKOUT": str(event.checkout),
+        "STALEWATCH_STATUS": event.status.value,
+        "STALEWATCH_PREVIOUS_STATUS": event.previous_status.value,
+        "STALEWATCH_LOADED_REVISION": event.loaded_revision or "",
+        "STALEWATCH_CURRENT_REVISION": event.current_revision or "",
+        "STALEWATCH_GENERATION": str(generation),
+        "STALEWATCH_AT": f"{event.at:.6f}",
+        "STALEWATCH_ERROR": event.error or "",
+    }
+
+
+class HookRunner:
+    """Runs one checkout's hooks, one at a time, latest event wins.
+
+    Its thread (``stalewatch-hooks:<checkout>``) is started by :meth:`submit` and ends
+    when nothing is pending: an idle runner holds no thread.
+
+    Args:
+        checkout: the checkout (for thread names and logs).
+        config: which commands to run; replace with :meth:`update` on reload.
+        drain: where the pipes of hooks that left a background writer go (the
+            daemon shares one; default: the runner's own, stopped with it).
+        on_outcome: called with ``(hook, outcome)`` after each run, on the runner's
+            thread; ``outcome`` is ``success``, ``failure``, ``killed``, ``timeout``
+            or ``not_started`` (the daemon's metrics count them).
+    """
+
+    def __init__(
+        self,
+        checkout: Path,
+        config: HookConfig,
+        drain: OutputDrain | None = None,
+        *,
+        on_outcome: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.checkout = checkout
+        self._on_outcome = on_outcome
+        self._config = config
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._pending: tuple[Event, int] | None = None
+        self._state = "idle"
+        self._started = False
+        self._thread: threading.Thread | None = None
+        self._own_drain = drain is None
+        self._drain = drain if drain is not None else OutputDrain()
+
+    @property
+    def state(self) -> str:
+        """``idle``, ``held`` (waiting for the marker to go) or ``running``."""
+        return self._state
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The runner's thread while it has work, else ``None``."""
+        return self._thread
+
+    def start(self) -> HookRunner:
+        """Accept work: from now on a submitted event starts the thread."""
+        with self._cond:
+            self._started = True
+            self._spawn()
+        return self
+
+    def update(self, config: HookConfig) -> None:
+        """Use new commands from the next run on (a reload)."""
+        self._config = config
+
+    def submit(self, event: Event, generation: int) -> None:
+        """Queue ``event``, replacing any event still waiting (coalescing). Any thread."""
+        with self._cond:
+            self._pending = (event, generation)
+            self._cond.notify_all()
+            self._spawn()
+
+    def _spawn(self) -> None:
+        # Under _cond: the thread clears self._thread under _cond before it ends, so
+        # an event submitted meanwhile either is seen by it or starts a new one.
+        if self._started and self._pending is not None and self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(
+                target=self._run, name=f"stalewatch-hooks:{self.checkout}", daemon=True
+            )
+            self._thread.start()
+
+    def wait_until_idle(self, timeout: float) -> bool:
+        """Wait until nothing is pending or running; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._pending is None and self._state == "idle", timeout)
+
+    def wait_for_state(self, state: str, timeout: float) -> bool:
+        """Wait until the runner is in ``state``; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._state == state, timeout)
+
+    def request_stop(self) -> None:
+        """Begin stopping without waiting: a running hook's group gets SIGTERM now and
+        SIGKILL after a grace period, on the runner's own thread.
+
+        The daemon calls this on every runner before joining any, so the grace
+        periods of several hooks that ignore SIGTERM run side by side.
+        """
+        with self._cond:
+            self._stop.set()
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        """Stop: end a running hook's process group, join the thread. Harmless twice."""
+        self.request_stop()
+        with self._cond:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2 * KILL_GRACE + 1.0)
+        if self._own_drain:
+            self._drain.stop()
+
+    # -- the thread -----------------------------------------------------------------
+
+    def _set_state(self, state: str) -> None:
+        with self._cond:
+            self._state = state
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    if self._stop.is_set() or self._pending is None:
+                        # Decided and cleared under one lock: an event submitted after
+                        # this sees no thread and starts one (none is ever stranded).
+                        self._thread = None
+                        return
+                if not self._hold():
+                    return
+                with self._cond:
+                    pending, self._pending = self._pending, None
+                    if pending is None:
+                        self._state = "idle"
+                        continue
+                    self._state = "running"
+                try:
+                    self._execute(*pending)
+                except Exception:  # a broken hook must never stop later ones
+                    logger.exception("stalewatch: hook for %s failed", self.checkout)
+                finally:
+                    self._set_state("idle")
+        finally:
+            with self._cond:
+                if self._thread is threading.current_thread():  # stopped, or a bug
+                    self._thread = None
+                self._state = "idle"
+                self._cond.notify_all()
+
+    def _hold(self) -> bool:
+        """Wait while the hold_while marker exists; False when stopped meanwhile."""
+        marker = self._config.hold_while
+        # lexists: a marker that is a dangling symlink is still there (an updater may
+        # link it to a lock file of its own, gone or not).
+        if marker is None or not os.path.lexists(marker):
+            return True
+        self._set_state("held")
+        logger.info("stalewatch: hooks for %s held while %s exists", self.checkout, marker)
+        remind = time.monotonic() + _HOLD_REMIND
+        # A poll, because the marker may live anywhere (even where inotify cannot
+        # reach); stop_event.wait keeps stop() prompt. Re-read the config each time:
+        # a reload may move or drop the marker.
+        while marker is not None and os.path.lexists(marker):
+            if self._stop.wait(_HOLD_POLL):
+                return False
+            if time.monotonic() >= remind:
+                remind += _HOLD_REMIND
+                logger.warning("stalewatch: hooks for %s still held: %s exists", self.checkout, marker)
+            marker = self._config.hold_while
+        logger.info("stalewatch: hold released; running hooks for %s", self.checkout)
+        return True
+
+    def _execute(self, event: Event, generation: int) -> None:
+        config = self._config
+        name = {
+            Status.STALE: "on_stale",
+            Status.CURRENT: "on_current",
+            Status.UNREADABLE: "on_unreadable",
+        }.get(event.status)
+        argv = getattr(config, name) if name else None
+        if not argv or name is None:
+            return
+        env = environment(hook_environment(event, generation, name))
+        if self._stop.is_set():
+            return
+        started = time.monotonic()
+        try:
+            # A new session: the timeout kills the hook's whole process group.
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL in an argument
+            logger.warning(
+                "stalewatch: cannot run %s hook %s for %s: %s", name, _argv(argv), self.checkout, exc
+            )
+            self._outcome(name, "not_started")
+            return
+        output = BoundedOutput()
+        ending = ProcessWait(
+            proc, output, deadline=started + config.timeout, stop=self._stop, mark=env[descendants.MARK]
+        )
+        timed_out = ending.run()
+        if ending.pipe is not None:
+            logger.warning(
+                "stalewatch: %s hook for %s exited, but a process it started still holds its output;"
+                " draining it in the background",
+                name,
+                self.checkout,
+            )
+            self._drain.adopt(ending.pipe, f"{name} hook for {self.checkout}", BoundedOutput())
+        self._log(
+            name,
+            argv,
+            proc.returncode,
+            output,
+            elapsed=time.monotonic() - started,
+            timeout=config.timeout if timed_out else None,
+        )
+
+    def _log(
+        self,
+        name: str,
+        argv: tuple[str, ...],
+        code: int,
+        output: BoundedOutput,
+        *,
+        elapsed: float,
+        timeout: float | None,
+    ) -> None:
+        for line in output.lines():
+            logger.info("stalewatch: %s hook for %s: %s", name, self.checkout, line)
+        if timeout is not None:
+            self._outcome(name, "timeout")
+            logger.error(
+                "stalewatch: %s hook %s for %s timed out after %.1f s; killed",
+                name,
+                _argv(argv),
+                self.checkout,
+                timeout,
+            )
+        elif code == 0:
+            self._outcome(name, "success")
+            logger.info("stalewatch: %s hook for %s exited 0 in %.3f s", name, self.checkout, elapsed)
+        else:
+            self._outcome(name, "killed" if code < 0 else "failure")
+            what = f"was killed by signal {-code}" if code < 0 else f"exited {code}"
+            logger.warning("stalewatch: %s hook %s for %s %s", name, _argv(argv), self.checkout, what)
+
+    def _outcome(self, name: str, outcome: str) -> None:
+        if self._on_outcome is not None:
+            try:
+                self._on_outcome(name, outcome)
+            except Exception:  # counting a run must never cost the next one
+                logger.exception("stalewatch: recording the outcome of a hook failed")
+
+
+def _argv(argv: tuple[str, ...]) -> str:
+    return printable(repr(list(argv)))

@@ -1,0 +1,184 @@
+"""What the daemon tells its socket subscribers, and when (see :mod:`stalewatch.protocol`).
+
+Used on the loop's thread only. Each line is encoded once and queued for every client
+(:class:`~.connections.ClientSet` never blocks on one; the loop writes a turn's lines
+together, :meth:`~.connections.ClientSet.flush_pending`); one client's failure is its own.
+Generations make every event reach each client exactly once, after its snapshot (C12).
+
+A new client's greeting is ``hello`` and a ``snapshot`` line per checkout. The snapshot
+lines are encoded once and kept, joined, until something a snapshot shows changes:
+every such change reaches the loop as a message (an event, a health report, a restart
+phase, a process registered or gone, a reload), which drops what it touches. So a new
+client costs the loop its ``hello`` and one shared block of bytes, with a thousand
+checkouts as with one. A kept snapshot may be older than its guard's own state only
+until the loop handles that change's message, which then reaches the new client as
+its own line (its generation is above the snapshot's: C12).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from ..core.phases import RestartState
+from ..core.status import Event, WatchMode
+from ..core.version import __version__
+from ..protocol.codec import encode
+from ..protocol.messages import (
+    event_message,
+    health_message,
+    hello_message,
+    processes_message,
+    removed_message,
+    restart_message,
+    snapshot_message,
+)
+from .checkout import Checkout
+from .connections import Client, ClientSet
+from .registry import Registry
+
+__all__ = ["Publisher"]
+
+logger = logging.getLogger(__name__)
+
+_AT = "\x00at\x00"  # stands for hello's `at` in its kept encoding (no real value is a string)
+
+
+def _hello_around_at(keys: list[str], keepalive: float) -> tuple[bytes, bytes]:
+    """The encoded ``hello`` (a thousand checkouts make it long) split around its ``at``.
+
+    ``encode`` writes a float as ``repr`` does, so ``before + repr(t) + after`` is the
+    line ``encode`` would write for ``at = t``.
+    """
+    message = hello_message(keys, keepalive, __version__)
+    message["at"] = _AT
+    # `at` comes last in a hello: split at the last quoted _AT (a checkout may hold it too).
+    before, after = encode(message).rsplit(encode({"": _AT})[4:-2], 1)
+    return before, after
+
+
+class _Line:
+    """A checkout's encoded ``snapshot`` line, and what it was made from."""
+
+    __slots__ = ("entry", "generation", "line", "restart", "version")
+
+    def __init__(
+        self, entry: Checkout, version: tuple[object, ...], restart: object, generation: int, line: bytes
+    ):
+        self.entry, self.version, self.restart = entry, version, restart
+        self.generation, self.line = generation, line
+
+
+class Publisher:
+    """Builds and queues the protocol's lines for the daemon's clients."""
+
+    def __init__(self, clients: ClientSet, registry: Registry) -> None:
+        self._clients = clients
+        self._registry = registry
+        self._lines: dict[str, _Line] = {}  # by checkout: the snapshot line while it holds
+        # The greeting for one tuple of checkouts: (entries, hello split around its `at`,
+        # the snapshot lines joined, their generations).
+        self._greeting: tuple[Sequence[Checkout], tuple[bytes, bytes], bytes, dict[str, int]] | None = None
+        self.encoded = 0  # snapshot lines encoded (tests: greetings encode none)
+
+    def changed(self, entry: Checkout) -> None:
+        """Something a snapshot of ``entry`` shows may have changed: encode it afresh."""
+        self._lines.pop(entry.key, None)
+        self._greeting = None
+
+    def _line(self, entry: Checkout) -> _Line:
+        version, restart = entry.guard.version(), entry.restart_state
+        cached = self._lines.get(entry.key)
+        if (
+            cached is None
+            or cached.entry is not entry
+            or cached.version != version
+            or cached.restart is not restart
+        ):
+            snap = entry.guard.snapshot()
+            generation = entry.base + snap.generation
+            processes = [p.to_dict() for p in self._registry.processes(entry.key)]
+            line = encode(snapshot_message(snap, generation, restart=restart, processes=processes))
+            # The version read before the snapshot: a change in between only makes the
+            # next greeting encode again.
+            cached = self._lines[entry.key] = _Line(entry, version, restart, generation, line)
+            self.encoded += 1
+        return cached
+
+    def greet(self, client: Client, entries: Sequence[Checkout], keepalive: float) -> None:
+        """A new client: ``hello``, then one ``snapshot`` per checkout (not yet written).
+
+        ``entries`` is the daemon's tuple of checkouts, replaced whole when it changes:
+        the joined snapshot lines are kept for it.
+        """
+        greeting = self._greeting
+        if greeting is None or greeting[0] is not entries:
+            lines = [self._line(entry) for entry in entries]
+            gens = {entry.key: line.generation for entry, line in zip(entries, lines, strict=True)}
+            hello = _hello_around_at([entry.key for entry in entries], keepalive)
+            greeting = self._greeting = (entries, hello, b"".join(line.line for line in lines), gens)
+        _, (before, after), block, gens = greeting
+        # Each client's hello says when it was sent: only `at` is written per client.
+        self._clients.send(client, before + repr(time.time()).encode() + after, flush=False)
+        client.gens.update(gens)
+        if block:
+            self._clients.send(client, block, flush=False)
+
+    def _snapshot(self, client: Client, entry: Checkout) -> None:
+        cached = self._line(entry)
+        client.gens[entry.key] = cached.generation
+        self._clients.send(client, cached.line, flush=False)
+
+    def snapshots(self, entries: list[Checkout]) -> None:
+        """Every client learns where (new or re-bound) checkouts stand now."""
+        if not entries:
+            return
+        for client in self._clients:
+            with self._clients.isolated(client):
+                for entry in entries:
+                    self._snapshot(client, entry)  # written by the loop's flush_pending
+
+    def event(self, entry: Checkout, event: Event) -> None:
+        """A change of status: logged, then sent to every client that has not seen it."""
+        generation = entry.base + event.generation
+        level = logging.WARNING if event.status.blocks else logging.INFO
+        logger.log(
+            level,
+            "stalewatch: %s is %s (loaded %s, current %s, generation %d)",
+            entry.key,
+            event.status.value,
+            event.loaded_revision,
+            event.current_revision,
+            generation,
+        )
+        line = encode(event_message(event, generation))
+        for client in self._clients:
+            # A client that connected after the change already has it in its snapshot.
+            if client.gens.get(entry.key, -1) >= generation:
+                continue
+            client.gens[entry.key] = generation
+            with self._clients.isolated(client):
+                self._clients.send(client, line, flush=False)
+
+    def health(self, entry: Checkout, trusted: bool, mode: WatchMode) -> None:
+        """The daemon's own watcher for a checkout became trusted or not."""
+        self._clients.broadcast(encode(health_message(entry.key, trusted, mode)), flush=False)
+
+    def restart(self, entry: Checkout, state: RestartState) -> None:
+        """A new phase of a checkout's restart sequence (R7)."""
+        self._clients.broadcast(encode(restart_message(entry.key, state)), flush=False)
+
+    def processes(self, entry: Checkout) -> None:
+        """Who runs which revision of a checkout, after a process came or went (R5)."""
+        self.changed(entry)
+        processes = [p.to_dict() for p in self._registry.processes(entry.key)]
+        self._clients.broadcast(encode(processes_message(entry.key, processes)), flush=False)
+
+    def removed(self, key: str) -> None:
+        """A reload stopped watching ``key``."""
+        self._lines.pop(key, None)
+        self._greeting = None
+        self._clients.broadcast(encode(removed_message(key)), flush=False)
+        for client in self._clients:
+            client.gens.pop(key, None)

@@ -1,0 +1,16 @@
+"""Automatic restart (R1-R10): after an update, the servers come back on the new code.
+
+The sequence is a pure state machine; a thread only carries it out.
+
+- :mod:`.policy`: :class:`~.policy.RestartPolicy`, a checkout's ``[checkout.restart]``;
+  :mod:`.rules`: what the machine reads of it.
+- :mod:`.machine`: ``step(state, input) -> (state, effects)``, the whole sequence
+  (:mod:`.stages`, :mod:`.run`; values in :mod:`.state`, :mod:`.inputs`,
+  :mod:`.effects`; pure decisions in :mod:`.drain` (R8), :mod:`.confirming` (R5, R9),
+  :mod:`.running` (R10), :mod:`.waits` (R7)).
+- :mod:`.executor`: :class:`~.executor.Restarter`, which feeds the machine under one
+  lock and carries out its effects on one worker thread (:mod:`.work`).
+- What it carries out with: :mod:`.markers` (R1), :mod:`.lock` (R3), :mod:`.pidfile`
+  (a pid signalled only while it is the file's process, R10), :mod:`.handoff` (the
+  gunicorn ``USR2`` handoff, R9), :mod:`.loaded` and :mod:`.procs` (what runs, R10).
+"""

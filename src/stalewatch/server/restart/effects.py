@@ -1,0 +1,185 @@
+"""What the restart machine asks for: the effects of one step (see :mod:`.machine`).
+
+An executor carries them out in the order given. Requests carry a ``ticket``: the
+answer (an input of :mod:`.inputs`) must carry it back. At most one request is awaited
+at a time; ``ReadHead`` during confirmation is the only one asked without waiting.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ...core.phases import RestartState
+
+__all__ = [
+    "Abort",
+    "Act",
+    "CheckMarkers",
+    "Effect",
+    "ProbeConfirm",
+    "ProbeDrain",
+    "Publish",
+    "ReadHead",
+    "Rebind",
+    "ReleaseLock",
+    "Retire",
+    "Stage",
+    "TakeLock",
+    "Verify",
+    "Wake",
+]
+
+
+class Stage(enum.IntEnum):
+    """Where one run of the sequence for a target stands, in the order it moves (R7).
+
+    Within a run the stage only grows; a run starts at ``SCHEDULED`` (a new target, a
+    retry, or a start over after a re-check under the lock); ``DONE`` ends it.
+    """
+
+    IDLE = 0
+    SCHEDULED = 1
+    SETTLE = 2
+    INTERVAL = 3
+    MARKERS = 4
+    VERIFY = 5
+    DRAIN = 6
+    LOCK = 7
+    LOCKED_HEAD = 8
+    LOCKED_MARKERS = 9
+    LOCKED_DRAIN = 10
+    LOCKED_VERIFY = 11
+    FINAL_HEAD = 12
+    ACT = 13
+    CONFIRM = 14
+    CONFIRM_VERIFY = 15
+    DONE = 16
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Tell this phase (R7): the executor stamps ``at`` (``time.time()``) and publishes it.
+
+    ``stage``: where the sequence stood when it was decided (for ordering checks).
+    ``earliest``: when the next action may run at the earliest, on the machine's clock
+    (``None``: nothing holds it back); the executor turns it into ``state.earliest``,
+    a ``time.time()``.
+    """
+
+    state: RestartState
+    stage: Stage
+    earliest: float | None = None
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Feed a ``Tick`` at or after ``at`` (monotonic); replaces the previous one. ``None``: no timer."""
+
+    at: float | None
+
+
+@dataclass(frozen=True)
+class ReadHead:
+    """Read HEAD now (``Guard.refresh()``) and answer with ``Head(now, revision, ticket)``."""
+
+    ticket: int
+
+
+@dataclass(frozen=True)
+class CheckMarkers:
+    """Judge the markers (``markers.assess``) and answer with ``Markers``."""
+
+    ticket: int
+
+
+@dataclass(frozen=True)
+class Verify:
+    """Run the verify probe against ``revision`` in the worktree; answer with ``Verified``."""
+
+    ticket: int
+    revision: str
+
+
+@dataclass(frozen=True)
+class ProbeDrain:
+    """Run the drain probe; answer with ``Drain`` (its whole number, or ``None`` and why)."""
+
+    ticket: int
+
+
+@dataclass(frozen=True)
+class TakeLock:
+    """Try the handoff lock without blocking; answer with ``Lock``. Held until ``ReleaseLock``."""
+
+    ticket: int
+
+
+@dataclass(frozen=True)
+class ReleaseLock:
+    """Release the handoff lock (harmless when not held)."""
+
+
+@dataclass(frozen=True)
+class Act:
+    """Restart through the supervisor onto ``revision`` (R4); answer with ``Acted``.
+
+    ``handoff``: the action starts new servers beside the old (gunicorn ``USR2``).
+    """
+
+    ticket: int
+    revision: str
+    handoff: bool = False
+
+
+@dataclass(frozen=True)
+class ProbeConfirm:
+    """Run the confirm probe once; answer with ``ConfirmProbed``."""
+
+    ticket: int
+    revision: str
+
+
+@dataclass(frozen=True)
+class Retire:
+    """Handoff confirmed: stop the old servers (gunicorn: ``TERM`` the old master).
+
+    ``pids``: the servers registered before the action (the ones to go).
+    """
+
+    pids: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Handoff failed: stop the new servers (gunicorn: ``TERM`` the new master); the old serve on.
+
+    ``pids``: the servers registered since the action, not among the old ones (maybe none).
+    """
+
+    pids: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Rebind:
+    """The servers run ``revision`` now: the daemon's guard adopts it as loaded (R5)."""
+
+    revision: str
+
+
+Effect = (
+    Publish
+    | Wake
+    | ReadHead
+    | CheckMarkers
+    | Verify
+    | ProbeDrain
+    | TakeLock
+    | ReleaseLock
+    | Act
+    | ProbeConfirm
+    | Retire
+    | Abort
+    | Rebind
+)
+"""One effect of :func:`~.machine.step`."""

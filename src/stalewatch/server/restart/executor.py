@@ -1,0 +1,326 @@
+"""The executor of one checkout's restart machine: inputs fed under one lock, effects carried out.
+
+The machine (:mod:`.machine`) decides; :class:`Restarter` only carries out:
+
+- every input (the watcher's events as ``Head``, registry changes as ``Servers``, a
+  reload as ``Reload``, what the process tells as ``Loaded``, the answers of requests,
+  the timer's ``Tick``) is fed under one lock, whichever thread has it, stamped with
+  ``time.monotonic()``;
+- ``Publish`` is carried out at once, under that lock: stamped with ``at`` (and
+  ``earliest`` turned into a Unix time) and handed to ``publish`` (the daemon's inbox),
+  so phases reach clients in the order decided, and a phase before the event that
+  caused it (R7: :meth:`notice` runs before the checkout posts the event);
+- ``Wake`` sets the single timer; everything slow (probes, the lock, the action,
+  signals, re-binding the daemon's guard) goes to one worker thread
+  (``stalewatch-restart:<checkout>``), which exists only while there is work or a
+  timer, and feeds each answer back with its ticket (:mod:`.work`).
+
+``Rebind`` runs on the worker, outside the lock: the guard's ``adopt`` delivers its
+event through :meth:`notice`, which feeds again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ...core.phases import RestartPhase, RestartState
+from ...core.status import Event
+from ...guard.guard import Guard
+from ..drain import OutputDrain
+from ..registry import Process
+from . import loaded
+from .effects import (
+    Abort,
+    Act,
+    CheckMarkers,
+    Effect,
+    ProbeConfirm,
+    ProbeDrain,
+    Publish,
+    ReadHead,
+    Rebind,
+    ReleaseLock,
+    Retire,
+    TakeLock,
+    Verify,
+    Wake,
+)
+from .inputs import Head, Input, Loaded, Reload, Server, Servers, Tick
+from .machine import State, step
+from .policy import RestartPolicy
+from .rules import Rules
+from .waits import estimate
+from .work import Answer, Work
+
+__all__ = ["Restarter"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Learn:
+    """The worker's own job: ask what the servers run (R10, :mod:`.loaded`)."""
+
+
+_LEARN = _Learn()
+Job = Effect | _Learn
+
+
+class Restarter:
+    """Carries out the restart machine of one checkout. See the module doc.
+
+    Args:
+        key: the checkout as the daemon names it.
+        worktree: where probes run.
+        policy: the checkout's restart policy (replace with :meth:`update`).
+        guard: the daemon's guard for the checkout (read; re-bound once confirmed).
+        publish: called with each new :class:`RestartState`, under the feed lock (it
+            must not block: the daemon posts it to its loop's inbox).
+        drain: where an action's output goes while its background child holds it.
+        pinned: the revision the configuration says the servers loaded, if it does.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        worktree: Path,
+        policy: RestartPolicy,
+        *,
+        guard: Guard,
+        publish: Callable[[RestartState], None],
+        drain: OutputDrain | None = None,
+        pinned: str | None = None,
+    ) -> None:
+        self.key = key
+        self._guard = guard
+        self._publish = publish
+        self._policy = policy
+        self._pinned = pinned
+        self._stop = threading.Event()
+        self._cond = threading.Condition()
+        self._state = State(Rules.of(policy))
+        s = self._state
+        guess = estimate(s.rules.settle, s.rules.verify, s.verify_seconds, s.restart_seconds)
+        self._told = RestartState(RestartPhase.IDLE, estimate=guess, at=time.time())
+        self._jobs: deque[Job] = deque()
+        self._timer: float | None = None
+        self._thread: threading.Thread | None = None
+        self._head: str | None = None  # HEAD as last noticed (to learn again when it moves)
+        self._learnt = ""  # the last thing learnt, logged when it changes
+        self._work = Work(
+            key, worktree, policy, loaded=lambda: guard.loaded_revision, drain=drain, stop=self._stop
+        )
+
+    # -- inputs (any thread) ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin: what the configuration pins, HEAD now, then ask what the servers run."""
+        if self._pinned is not None:
+            self.feed(Loaded(time.monotonic(), revision=self._pinned))
+        self._head = self._guard.snapshot().current_revision
+        self.feed(Head(time.monotonic(), self._head))
+        self._learn_later()
+
+    def _learn_later(self) -> None:
+        if self._policy.pidfile is not None or self._policy.pid_command is not None:
+            self._queue(_LEARN)
+        elif self._pinned is None:
+            logger.info(
+                "stalewatch: restart of %s: until servers register, what they run is presumed to be"
+                " HEAD when the daemon started (%s): no pidfile nor pid_command tells",
+                self.key,
+                (self._head or "-")[:7],
+            )
+
+    def notice(self, event: Event) -> None:
+        """A status change (the watcher's thread), fed before the event is posted (R7)."""
+        revision = event.current_revision
+        self.feed(Head(time.monotonic(), revision))
+        if revision != self._head:
+            self._head = revision
+            if self._policy.pidfile is not None or self._policy.pid_command is not None:
+                self._queue(_LEARN)  # a server may have been restarted meanwhile
+
+    def servers(self, processes: Sequence[Process]) -> None:
+        """The registrations of the checkout now (after any change, work in flight included)."""
+        found = tuple(Server(p.pid, p.revision, p.inflight, p.registered_at) for p in processes)
+        self.feed(Servers(time.monotonic(), found))
+
+    def update(self, policy: RestartPolicy) -> None:
+        """A reload: the new policy; give-ups and counts forgotten (the operator's "try again")."""
+        with self._cond:
+            self._policy = policy
+            self._work.policy = policy
+        self.feed(Reload(time.monotonic(), Rules.of(policy)))
+        self._learn_later()
+
+    def feed(self, event: Input) -> None:
+        """One input in; its effects carried out (publishes at once, the rest queued)."""
+        with self._cond:
+            if self._stop.is_set():
+                return  # stopping: a cut-off command's failure is not a verdict
+            try:
+                self._state, effects = step(self._state, event)
+            except Exception:  # the machine never raises (property-tested): a bug
+                logger.exception("stalewatch: the restart machine of %s failed on %s", self.key, event)
+                return
+            for effect in effects:
+                if isinstance(effect, Publish):
+                    self._tell(effect)
+                elif isinstance(effect, Wake):
+                    self._timer = effect.at
+                else:
+                    self._jobs.append(effect)
+            self._spawn()
+            self._cond.notify_all()
+
+    def _queue(self, job: Job) -> None:
+        with self._cond:
+            if self._stop.is_set():
+                return
+            self._jobs.append(job)
+            self._spawn()
+            self._cond.notify_all()
+
+    # -- publishing --------------------------------------------------------------------------
+
+    @property
+    def state(self) -> RestartState:
+        """The last phase told."""
+        return self._told
+
+    def _tell(self, effect: Publish) -> None:
+        """Stamp and publish a phase (under the lock: in the order decided, R7)."""
+        now, mono = time.time(), time.monotonic()
+        earliest = None if effect.earliest is None else now + (effect.earliest - mono)
+        state = replace(effect.state, at=now, earliest=earliest)
+        self._told = state
+        try:
+            self._publish(state)
+        except Exception:
+            logger.exception("stalewatch: publishing a restart phase of %s failed", self.key)
+        level = (
+            logging.WARNING if state.phase in (RestartPhase.REFUSED, RestartPhase.FAILED) else logging.INFO
+        )
+        logger.log(
+            level,
+            "stalewatch: restart of %s onto %s: %s%s",
+            self.key,
+            (state.revision or "")[:7] or "-",
+            state.phase.value,
+            f" ({state.reason})" if state.reason else "",
+        )
+
+    # -- the worker thread ------------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        # Under _cond: the thread clears self._thread under _cond before it ends, so work
+        # queued meanwhile is either seen by it or starts a new one.
+        if self._thread is not None or self._stop.is_set() or not (self._jobs or self._timer is not None):
+            return
+        thread = threading.Thread(target=self._run, name=f"stalewatch-restart:{self.key}", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread left: the next input tries again
+            logger.exception("stalewatch: cannot start the restart thread of %s", self.key)
+            return
+        self._thread = thread
+
+    def _next(self) -> Job | Tick | None:
+        """Under _cond: the next job, the timer's tick, or ``None`` (nothing left: end)."""
+        while not self._stop.is_set():
+            if self._jobs:
+                return self._jobs.popleft()
+            if self._timer is None:
+                return None
+            left = self._timer - time.monotonic()
+            if left <= 0:
+                self._timer = None
+                return Tick(time.monotonic())
+            self._cond.wait(left)
+        return None
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    job = self._next()
+                    if job is None:
+                        self._thread = None
+                        return
+                if isinstance(job, Tick):
+                    self.feed(job)
+                else:
+                    self._carry(job)
+        except Exception:
+            logger.exception("stalewatch: the restart thread of %s failed", self.key)
+            with self._cond:
+                self._thread = None
+                self._spawn()  # what is left is carried out by a new thread
+        finally:
+            if self._stop.is_set():
+                self._work.release_lock()
+
+    def _carry(self, job: Job) -> None:
+        answer: Answer | Head | None = None
+        work = self._work
+        if isinstance(job, CheckMarkers):
+            answer = work.markers(job)
+        elif isinstance(job, Verify):
+            answer = work.verify(job)
+        elif isinstance(job, ProbeDrain):
+            attempt = self._state.attempt
+            answer = work.drain_probe(job, attempt.target if attempt is not None else "")
+        elif isinstance(job, TakeLock):
+            answer = work.take_lock(job)
+        elif isinstance(job, ReleaseLock):
+            work.release_lock()
+        elif isinstance(job, ReadHead):
+            answer = Head(time.monotonic(), self._guard.refresh().current_revision, job.ticket)
+        elif isinstance(job, Act):
+            answer = work.act(job)
+        elif isinstance(job, ProbeConfirm):
+            answer = work.confirm_probe(job)
+        elif isinstance(job, Retire):
+            work.retire()
+        elif isinstance(job, Abort):
+            work.abort()
+        elif isinstance(job, Rebind):
+            self._guard.adopt(job.revision)  # its event comes back through notice()
+        else:
+            self._learn()
+        if answer is not None:
+            self.feed(answer)
+
+    def _learn(self) -> None:
+        """What the servers run, when they do not register (R10): tell the machine."""
+        snap = self._guard.snapshot()
+        told = loaded.learn(self._policy, self._guard.binding.dirs, snap.current_revision, self._stop)
+        line = loaded.describe(told)
+        if line != self._learnt:
+            self._learnt = line
+            logger.info("stalewatch: restart of %s: %s", self.key, line)
+        self.feed(Loaded(time.monotonic(), told.revision, told.not_revision, told.stopped, line))
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Begin stopping: a running command is killed; :meth:`stop` waits for it."""
+        with self._cond:
+            self._stop.set()
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        """Stop (a running command is killed), join the thread, release the lock. Harmless twice."""
+        self.request_stop()
+        with self._cond:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+        if thread is None or not thread.is_alive():
+            self._work.release_lock()

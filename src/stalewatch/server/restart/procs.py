@@ -1,0 +1,117 @@
+"""What Linux tells of a process (R10): its parent, its start time, its owner, its children.
+
+Read from ``/proc`` and nothing else: every file is outside input (a process may exit
+between two reads, a ``comm`` may hold spaces and parentheses), so each reader returns
+``None`` rather than raising. The start time is the kernel's (clock ticks since boot in
+``/proc/PID/stat``), turned into a Unix time through ``CLOCK_BOOTTIME``: precise to a
+tick (10 ms), not to the second ``/proc/stat``'s ``btime`` would give.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Proc", "children", "parse_stat", "parse_status_uids", "read_proc"]
+
+PROC = Path("/proc")
+_MAX_READ = 4096  # /proc/PID/stat and status are far shorter
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process as ``/proc`` tells it.
+
+    Attributes:
+        pid: its pid.
+        ppid: its parent's pid.
+        start: ``time.time()`` when it started (to a clock tick).
+        uids: its real and effective user ids.
+    """
+
+    pid: int
+    ppid: int
+    start: float
+    uids: tuple[int, int]
+
+
+def parse_stat(data: bytes) -> tuple[int, int] | None:
+    """``(ppid, starttime in clock ticks since boot)`` from ``/proc/PID/stat``; ``None`` if odd.
+
+    The command name (field 2) is in parentheses and may hold anything, ``)`` and
+    spaces included: the fields that follow are found after the *last* ``)``.
+    """
+    close = data.rfind(b")")
+    if close < 0:
+        return None
+    fields = data[close + 1 :].split()
+    if len(fields) < 20:
+        return None
+    ppid, start = fields[1], fields[19]  # fields 4 and 22 of proc(5)
+    if not (ppid.isdigit() and start.isdigit()) or len(ppid) > 10 or len(start) > 20:
+        return None
+    return int(ppid), int(start)
+
+
+def parse_status_uids(data: bytes) -> tuple[int, int] | None:
+    """The real and effective uids from ``/proc/PID/status`` (its ``Uid:`` line)."""
+    for line in data.splitlines():
+        if line.startswith(b"Uid:"):
+            ids = line[4:].split()
+            if len(ids) >= 2 and all(part.isdigit() and len(part) <= 10 for part in ids[:2]):
+                return int(ids[0]), int(ids[1])
+            return None
+    return None
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, _MAX_READ)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _boot_time() -> float:
+    """``time.time()`` of the boot, from the two clocks read together."""
+    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def read_proc(pid: int) -> Proc | None:
+    """What ``/proc`` says of ``pid`` now; ``None`` when it does not run (or cannot be read)."""
+    if pid <= 0:
+        return None
+    base = PROC / str(pid)
+    stat, status = _read(base / "stat"), _read(base / "status")
+    parsed = None if stat is None else parse_stat(stat)
+    uids = None if status is None else parse_status_uids(status)
+    if parsed is None or uids is None:
+        return None
+    ppid, ticks = parsed
+    return Proc(pid, ppid, _boot_time() + ticks / os.sysconf("SC_CLK_TCK"), uids)
+
+
+def children(pid: int) -> list[Proc]:
+    """The processes whose parent is ``pid`` now (a scan of ``/proc``)."""
+    found = []
+    try:
+        names = [entry.name for entry in PROC.iterdir()]
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        stat = _read(PROC / name / "stat")  # the parent first: most processes are not ours
+        parsed = None if stat is None else parse_stat(stat)
+        if parsed is not None and parsed[0] == pid:
+            proc = read_proc(int(name))
+            if proc is not None and proc.ppid == pid:
+                found.append(proc)
+    return found

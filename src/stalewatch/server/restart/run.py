@@ -1,0 +1,162 @@
+"""One step of the restart machine: the state it builds and the effects it asks for.
+
+:class:`Run` is the bookkeeping shared by the machine's transitions (:mod:`.stages`,
+:mod:`.machine`): changing the run under way, giving tickets to requests, telling a
+phase once with a truthful ``retry_after`` (R7), asking for the next wake-up. It is
+created for one step and thrown away; only its :class:`~.state.State` survives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from ...core.phases import RestartPhase, RestartState
+from . import drain
+from .effects import Effect, Publish, ReleaseLock, Stage, Wake
+from .inputs import Server
+from .state import MARKER_POLL, Attempt, State, interval_left
+from .waits import Waits, estimate, retry_after
+
+__all__ = ["Run"]
+
+
+class Run:
+    """The state being built by one step (``s``) and the effects asked so far."""
+
+    def __init__(self, state: State, now: float) -> None:
+        self.now = max(now, state.clock)  # time never runs back, whatever the executor feeds
+        self.s = replace(state, clock=self.now)
+        self.effects: list[Effect] = []
+
+    def update(self, **changes: Any) -> None:
+        """Change the run under way (nothing when there is none)."""
+        a = self.s.attempt
+        if a is not None:
+            self.s = replace(self.s, attempt=replace(a, **changes))
+
+    def enter(self, stage: Stage, **changes: Any) -> None:
+        """The run under way enters ``stage``, fresh: no timer unless ``changes`` sets one."""
+        self.update(**{"stage": stage, "deadline": None, **changes})
+
+    def ticket(self) -> int:
+        """A new ticket for a request."""
+        self.s = replace(self.s, tickets=self.s.tickets + 1)
+        return self.s.tickets
+
+    def ask(self, request: Callable[[int], Effect]) -> None:
+        """Ask for something whose answer the run now awaits (one at a time)."""
+        ticket = self.ticket()
+        self.update(ask=ticket, asked_at=self.now)
+        self.effects.append(request(ticket))
+
+    def drop(self) -> None:
+        """End the run under way, releasing the lock it holds."""
+        a = self.s.attempt
+        if a is not None and a.lock_held:
+            self.effects.append(ReleaseLock())
+        self.s = replace(self.s, attempt=None)
+
+    def again(self) -> None:
+        """A new run for the same target, without settling again (HEAD did not move)."""
+        a = self.s.attempt
+        if a is None:
+            return
+        self.drop()
+        self.s = replace(self.s, attempt=Attempt(a.target, Stage.SCHEDULED, None))
+
+    def serving(self) -> tuple[Server, ...]:
+        """The registered servers that say what runs: not the old ones a handoff is retiring."""
+        s = self.s
+        if s.retire_until is None or self.now >= s.retire_until:
+            return s.servers
+        return tuple(x for x in s.servers if x.pid not in s.retiring)
+
+    def in_flight(self) -> int | None:
+        """The work in flight as last told (``None``: the drain probe cannot tell)."""
+        return drain.in_flight(self.s.servers, self.s.rules, self.s.probed)
+
+    def publish(
+        self,
+        phase: RestartPhase,
+        reason: str | None,
+        stage: Stage,
+        revision: str | None = None,
+        attempt: int | None = None,
+        *,
+        inflight: int | None = None,
+    ) -> None:
+        """Tell a phase, unless it is the one told last (same phase, reason and revision).
+
+        Every phase carries the ``estimate`` and, on the machine's clock, ``earliest``
+        (R7): a server that sees a commit before this machine does can tell its clients
+        when to retry from the last phase it heard. ``inflight``: the drain's count (R8).
+        """
+        s = self.s
+        if revision is None and s.attempt is not None and phase is not RestartPhase.IDLE:
+            revision = s.attempt.target
+        old = s.published
+        if (phase, reason, revision) == (old.phase, old.reason, old.revision):
+            return
+        if attempt is None:
+            attempt = s.actions if revision else 0
+        wait = retry_after(self.waits(stage), s.verify_seconds, s.restart_seconds) if phase.coming else None
+        guess = estimate(s.rules.settle, s.rules.verify, s.verify_seconds, s.restart_seconds)
+        state = RestartState(phase, reason, revision, attempt, wait, inflight=inflight, estimate=guess)
+        self.s = replace(s, published=state, published_at=self.now)
+        self.effects.append(Publish(state, stage, self.earliest()))
+
+    def earliest(self) -> float | None:
+        """When the next action may run at the earliest (``min_interval``), if later than now."""
+        s = self.s
+        if s.last_action is None or s.last_action + s.rules.min_interval <= self.now:
+            return None
+        return s.last_action + s.rules.min_interval
+
+    def waits(self, stage: Stage) -> Waits:
+        """The waits ahead of a phase told at ``stage`` (R7: all of them, issue 15 item 3)."""
+        s, a, now = self.s, self.s.attempt, self.now
+        if a is None:
+            return Waits()  # no run: nothing is coming
+        rules = s.rules
+        settle = 0.0
+        if a.began is not None and stage <= Stage.SETTLE:
+            settle = a.began + rules.settle - now
+        verifies = 0
+        if rules.verify and stage <= Stage.VERIFY:
+            verifies = 2  # fail fast, then under the lock (R9)
+        elif rules.verify and stage <= Stage.LOCKED_VERIFY:
+            verifies = 1
+        flowing = 0.0
+        if stage <= Stage.DRAIN and self.in_flight() != 0:
+            flowing = rules.drain_poll  # ahead or under way; unknown length: at least the next look (R8)
+        poll = 0.0
+        if stage == Stage.MARKERS:
+            poll = MARKER_POLL
+        elif stage == Stage.LOCK:
+            poll = a.lock_delay
+        return Waits(
+            settle=settle,
+            interval=interval_left(s, now) if stage < Stage.ACT else 0.0,
+            poll=poll,
+            drain=flowing,
+            verifies=verifies,
+        )
+
+    def wake(self) -> None:
+        """Ask for the next tick the run needs (none while an answer is awaited)."""
+        s, a = self.s, self.s.attempt
+        at: float | None = None
+        if a is not None and a.ask is None:
+            times = [a.deadline]
+            if a.stage is Stage.DRAIN and s.drain_since is not None:
+                times.append(s.drain_since + s.rules.drain_timeout)
+            if a.stage is Stage.CONFIRM:
+                times.append(a.confirm_until)
+            at = min((t for t in times if t is not None), default=None)
+        elif a is None and s.retire_until is not None and self.now < s.retire_until:
+            at = s.retire_until  # old servers still registered then count again
+        if at != s.timer:
+            self.s = replace(s, timer=at)
+            self.effects.append(Wake(at))

@@ -1,0 +1,184 @@
+"""The daemon under systemd: READY/RELOADING/STATUS/STOPPING, and the watchdog's proof.
+
+``WATCHDOG=1`` is a promise that the daemon still works, so it is sent only on proof:
+the socket loop turned recently (:meth:`Supervisor.beat`) and every checkout's watcher
+re-verified it recently (:class:`ObservedSource` records each periodic verification,
+which the process's shared workers run). A wedged loop, or workers wedged in some
+checkout's callbacks, stop the pings and systemd restarts the unit. Outside systemd
+every notification is a no-op (see :mod:`.sdnotify`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from ..core.status import Status, WatchMode
+from ..git.refs import GitDirs
+from ..watching.local import LocalSource
+from ..watching.source import OnChange, OnHealth, OnRestart, Watch
+from ..watching.watcher import Watcher
+from . import sdnotify
+
+__all__ = ["ObservedSource", "Supervisor", "status_text"]
+
+logger = logging.getLogger(__name__)
+
+
+class ObservedSource:
+    """A :class:`LocalSource` that records the watcher's heartbeat and health reports.
+
+    The watcher beats on every periodic verification (and restart), run by the
+    process's shared workers; a recent beat proves they still turn for this checkout:
+    the systemd watchdog pings only on that proof. Verifications are spread and
+    stretched with the number of checkouts (``verify_interval`` is the period now).
+    """
+
+    def __init__(self) -> None:
+        self._inner = LocalSource()
+        self._watcher: Watcher | None = None
+        self.beat: float | None = None
+        self.since: float | None = None  # when its watcher was made (before its first turn)
+        self.on_report: Callable[[bool, WatchMode], None] | None = None  # set by the checkout
+
+    @property
+    def verify_interval(self) -> float:
+        """Seconds between the watcher's verifications now (more checkouts: longer)."""
+        watcher = self._watcher
+        return watcher.verify_period if watcher is not None else self._inner.verify_interval
+
+    def _beat(self) -> None:
+        self.beat = time.monotonic()
+
+    def watch(
+        self,
+        dirs: GitDirs,
+        on_change: OnChange,
+        on_health: OnHealth,
+        *,
+        loaded_revision: str | None = None,
+        on_restart: OnRestart | None = None,
+    ) -> Watch:
+        def changed() -> Sequence[Path] | None:
+            self._beat()
+            return on_change()
+
+        def health(trusted: bool, mode: WatchMode) -> None:
+            on_health(trusted, mode)
+            if self.on_report is not None:
+                self.on_report(trusted, mode)
+
+        watcher = self._inner.watch(dirs, changed, health)
+        watcher.on_verified = self._beat
+        self.since = time.monotonic()
+        self._watcher = watcher
+        return watcher
+
+
+def status_text(states: Iterable[tuple[Status, bool]], clients: int) -> str:
+    """systemd's one-line ``STATUS=``: checkouts by status, clients, untrusted watchers.
+
+    ``states``: each checkout's ``(status, trusted)``.
+    """
+    counts = dict.fromkeys(Status, 0)
+    checkouts = untrusted = 0
+    for status, trusted in states:
+        checkouts += 1
+        counts[status] += 1
+        untrusted += not trusted
+    parts = [f"{counts[s]} {s.value}" for s in Status if counts[s]]
+    text = f"{checkouts} checkouts ({', '.join(parts) or 'none'}); {clients} clients"
+    return text + (f"; {untrusted} watchers untrusted" if untrusted else "")
+
+
+class Supervisor:
+    """Tells systemd how the daemon is doing; pings its watchdog only on proof of life.
+
+    The daemon's loop thread calls every method but :meth:`alive`; the watchdog thread
+    reads only the loop's last beat and the tuple :meth:`watching` publishes, never
+    the daemon's own tables.
+
+    Args:
+        loop_tick: the longest the daemon's loop sleeps between turns, in seconds.
+    """
+
+    def __init__(self, loop_tick: float) -> None:
+        self._loop_tick = loop_tick
+        self._loop_beat = time.monotonic()
+        self._watchers: tuple[tuple[str, ObservedSource], ...] = ()
+        self._status = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the loop thread --------------------------------------------------------------------
+
+    def watching(self, watchers: Iterable[tuple[str, ObservedSource]]) -> None:
+        """The (checkout, source) pairs whose heartbeats :meth:`alive` requires."""
+        self._watchers = tuple(watchers)
+
+    def beat(self) -> None:
+        """The loop completed a turn."""
+        self._loop_beat = time.monotonic()
+
+    def ready(self, status: str) -> None:
+        """Serving: ``READY=1`` with the status and our pid, then the watchdog thread."""
+        sdnotify.notify(f"READY=1\nSTATUS={status}\nMAINPID={os.getpid()}")
+        self._start_watchdog()
+
+    def reloading(self) -> None:
+        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={sdnotify.monotonic_usec()}")
+
+    def reloaded(self, status: str) -> None:
+        sdnotify.notify(f"READY=1\nSTATUS={status}")
+
+    def status(self, text: str) -> None:
+        """Send ``STATUS=`` when it changed."""
+        if text != self._status:
+            self._status = text
+            sdnotify.notify(f"STATUS={text}")
+
+    def stopping(self) -> None:
+        """``STOPPING=1``, and the watchdog thread ends (joined)."""
+        self._stop.set()
+        sdnotify.notify("STOPPING=1")
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+
+    # -- the watchdog thread ----------------------------------------------------------------
+
+    def alive(self) -> str | None:
+        """``None`` when the loop and every checkout's watcher beat recently, else why not."""
+        now = time.monotonic()
+        if now - self._loop_beat > 3 * self._loop_tick:
+            return f"the socket loop has not run for {now - self._loop_beat:.1f} s"
+        for key, source in self._watchers:
+            # A watcher a reload just added has the same time for its first turn as
+            # any other for its next (a thousand new ones queue behind wake-ups).
+            beat = source.beat if source.beat is not None else source.since
+            interval = source.verify_interval
+            if beat is None or now - beat > 3 * interval + 1:
+                return f"the watcher for {key} has not re-verified for {3 * interval + 1:.0f} s"
+        return None
+
+    def _start_watchdog(self) -> None:
+        interval = sdnotify.watchdog_interval()
+        if interval is None or self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._watchdog_loop, args=(interval,), name="stalewatch-sd-watchdog", daemon=True
+        )
+        self._thread.start()
+
+    def _watchdog_loop(self, interval: float) -> None:
+        problem: str | None = None
+        while not self._stop.wait(interval):
+            now_problem = self.alive()
+            if now_problem is None:
+                sdnotify.notify("WATCHDOG=1")
+            elif now_problem != problem:
+                logger.error("stalewatch: not pinging the systemd watchdog: %s", now_problem)
+            problem = now_problem

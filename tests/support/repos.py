@@ -1,0 +1,79 @@
+"""Real git repositories for tests: :class:`Repo` runs real git commands in a directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+__all__ = ["GIT_ENV", "Repo", "make_agent", "make_repo"]
+
+# Commits must not depend on the machine's git identity or config.
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "stalewatch tests",
+    "GIT_AUTHOR_EMAIL": "tests@stalewatch.invalid",
+    "GIT_COMMITTER_NAME": "stalewatch tests",
+    "GIT_COMMITTER_EMAIL": "tests@stalewatch.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+
+class Repo:
+    """A real git repository for a test, with helpers that run real git commands."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def git(self, *args: str, check: bool = True) -> str:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=self.path,
+            env={**os.environ, **GIT_ENV},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"git {' '.join(args)} failed: {done.stderr}")
+        return done.stdout.strip()
+
+    def write(self, name: str, text: str) -> Path:
+        path = self.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    def commit(self, message: str = "change", name: str = "module.py") -> str:
+        """Append a line to ``name``, commit it, return the new HEAD."""
+        path = self.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(f"# {message}\n")
+        self.git("add", name)
+        self.git("commit", "-q", "-m", message)
+        return self.head()
+
+    def head(self) -> str:
+        return self.git("rev-parse", "HEAD")
+
+
+def make_repo(path: Path, *, initial: bool = True) -> Repo:
+    path.mkdir(parents=True, exist_ok=True)
+    repo = Repo(path)
+    repo.git("init", "-q", "-b", "main")
+    if initial:
+        repo.write("module.py", "VALUE = 1\n")
+        repo.git("add", "module.py")
+        repo.git("commit", "-q", "-m", "initial")
+    return repo
+
+
+def make_agent(path: Path, source: str = "class AIAgent:\n    pass\n") -> Repo:
+    """A Hermes Agent checkout: a real repository whose one commit tracks ``run_agent.py``."""
+    repo = make_repo(path, initial=False)
+    repo.write("run_agent.py", source)
+    repo.git("add", "run_agent.py")
+    repo.git("commit", "-q", "-m", "agent")
+    return repo
