@@ -80,8 +80,18 @@ class Target:
         return self.module.removesuffix(".py").replace("/", ".")
 
 
-# The pure decision modules and the tests that cover each. Extend here (protocol,
-# restart markers, restart policy, the restart state machine) and nowhere else.
+_PROTOCOL_TESTS = (
+    "tests/protocol/test_codec.py",
+    "tests/protocol/test_messages.py",
+    "tests/protocol/test_properties.py",
+)
+_MACHINE_TESTS = (
+    "tests/server/test_restart_machine.py",
+    "tests/server/test_restart_machine_properties.py",
+)
+_MACHINE_MODULES = ("machine", "stages", "run", "state", "drain", "confirming", "running", "waits", "rules")
+
+# The pure decision modules and the tests that cover each: extend here and nowhere else.
 TARGETS: tuple[Target, ...] = (
     Target("core/status.py", ("tests/core/test_status.py", "tests/guard/test_guard.py")),
     Target(
@@ -107,7 +117,24 @@ TARGETS: tuple[Target, ...] = (
             "tests/git/test_reflog.py::test_parsing_only_the_relevant_lines_gives_the_same_cause",
         ),
     ),
+    Target(
+        "core/cause.py",
+        ("tests/git/test_reflog.py",),
+        deselect=(
+            "tests/git/test_reflog.py::test_any_bytes_give_a_cause_or_none",
+            "tests/git/test_reflog.py::test_parsing_only_the_relevant_lines_gives_the_same_cause",
+        ),
+    ),
     Target("watching/plan.py", ("tests/watching/test_plan.py",)),
+    Target("protocol/codec.py", _PROTOCOL_TESTS),
+    Target("protocol/messages.py", _PROTOCOL_TESTS),
+    Target("server/restart/markers.py", ("tests/server/test_restart_markers.py",)),
+    Target(
+        "server/restart/policy.py",
+        ("tests/server/test_restart_config.py", "tests/server/test_restart_parsers.py"),
+    ),
+    # The restart state machine: machine.py and the pure modules it steps through.
+    *(Target(f"server/restart/{name}.py", _MACHINE_TESTS) for name in _MACHINE_MODULES),
 )
 
 _COLUMNS = ("total", "killed", "survived", "timeout", "no tests", "other")
