@@ -243,3 +243,49 @@ def test_a_handoff_false_is_no_handoff_and_a_pidfile_with_usr2_alone_is_a_signal
 
 def test_a_lock_in_an_existing_directory_is_taken(tmp_path: Path) -> None:
     assert _load_restart(tmp_path, 'action = ["x"]\nlock = "u.lock"\n').lock == tmp_path / "u.lock"
+
+
+@pytest.mark.parametrize(
+    ("restart", "key", "value", "reason"),
+    [
+        ('action = ["x"]\ndrain_poll = 0\n', "drain_poll", 0, "expected more than 0"),
+        ('pidfile = "/p"\nsignal = "USR2"\nhandoff = 1\n', "handoff", 1, "expected true or false"),
+        ('pidfile = "/p"\nsignal = 9\n', "signal", 9, "expected a signal name"),
+        (
+            'action = ["x"]\nsignal = "HUP"\n',
+            "signal",
+            "HUP",
+            "a signal is sent only without an action (to the pidfile's pid)",
+        ),
+        (
+            'action = ["x"]\npidfile = "/p"\npid_command = ["y"]\n',
+            "pid_command",
+            ["y"],
+            "give one way to find the server's pid: pidfile or pid_command",
+        ),
+        (
+            'pidfile = "/p"\nhandoff = true\n',
+            "handoff",
+            True,
+            'a handoff needs pidfile with signal = "USR2" and no action (gunicorn\'s re-exec)',
+        ),
+        ('pidfile = ""\n', "pidfile", "", "expected a non-empty path string (without NUL)"),
+        (
+            'action = ["x"]\nupdate_marker = 3\n',
+            "update_marker",
+            3,
+            "expected a non-empty path string (without NUL)",
+        ),
+        ('action = ["x"]\nlock = ""\n', "lock", "", "expected a non-empty path string (without NUL)"),
+        ('action = ["x"]\nlock = "/no/such/dir/u.lock"\n', "lock", "/no/such/dir/u.lock", None),
+    ],
+)
+def test_each_refusal_names_its_key_value_and_reason_exactly(
+    tmp_path: Path, restart: str, key: str, value: object, reason: str | None
+) -> None:
+    with pytest.raises(DaemonConfigError) as caught:
+        _load_restart(tmp_path, restart)
+    assert (caught.value.name, caught.value.value) == (f"checkout[1].restart.{key}", value)
+    assert caught.value.reason == (reason or "its directory /no/such/dir does not exist")
+    line = 5 + restart.splitlines().index(next(x for x in restart.splitlines() if x.startswith(f"{key} =")))
+    assert caught.value.line == line
