@@ -88,6 +88,7 @@ _PROTOCOL_TESTS = (
 _MACHINE_TESTS = (
     "tests/server/test_restart_machine.py",
     "tests/server/test_restart_machine_properties.py",
+    "tests/server/test_restart_decisions.py",
 )
 _MACHINE_MODULES = ("machine", "stages", "run", "state", "drain", "confirming", "running", "waits", "rules")
 
