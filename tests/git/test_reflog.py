@@ -8,6 +8,7 @@ exception or a hang.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import subprocess
@@ -912,3 +913,33 @@ def test_names_and_messages_that_are_not_utf8_are_replaced_not_refused() -> None
     entry = reflog.parse_entry(line)
     assert entry is not None
     assert (entry.name, entry.message) == ("J\ufffdrg", "commit: caf\ufffd")
+
+
+def test_a_time_right_after_the_email_and_the_longest_time_are_read() -> None:
+    a, b = "a" * 40, "b" * 40
+    entry = reflog.parse_entry(f"{a} {b} A <a@x>1700000000 +0000\tm".encode())
+    assert entry == reflog.Entry(a, b, "A", "a@x", 1700000000, "+0000", "m")
+    entry = reflog.parse_entry(f"{a} {b} A <a@x> {'9' * 12} +0000\tm".encode())
+    assert entry is not None and entry.at == 999_999_999_999
+    assert reflog.parse_entry(f"{a} {b} A <a@x> {'9' * 13} +0000\tm".encode()) is None
+
+
+def test_head_log_reads_where_head_was_and_says_whether_it_is_all(git_repo: Repo, tmp_path: Path) -> None:
+    second = commit(git_repo, "second")
+    dirs = find_git_dirs(git_repo.path)
+    assert dirs is not None
+    entries, whole = reflog.head_log(dirs)
+    assert whole is True and [e.new for e in entries][-1] == second
+    assert entries[-1].message == "commit: second"
+    (dirs.git_dir / "logs/HEAD").unlink()
+    assert reflog.head_log(dirs) == ([], True)  # no log: nothing, never an error
+    assert reflog.head_log(dataclasses.replace(dirs, reftable=True)) == ([], False)
+
+
+def test_a_tail_is_empty_and_whole_for_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    assert reflog._read_tail(tmp_path / "fifo", 100) == (b"", True)  # never blocks on a FIFO
+    assert reflog._read_tail(tmp_path / "none", 100) == (b"", True)
+    (tmp_path / "log").write_bytes(b"0123456789")
+    assert reflog._read_tail(tmp_path / "log", 10) == (b"0123456789", True)
+    assert reflog._read_tail(tmp_path / "log", 4) == (b"6789", False)
