@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import resource
 import subprocess
 from collections.abc import Iterator
@@ -303,9 +304,14 @@ def test_a_line_longer_than_any_ref_is_malformed_wherever_the_search_meets_it(tm
     lines = path.read_text().splitlines(keepends=True)
     lines.insert(100, f"{oid(5)} refs/tags/{'x' * 70000}\n")
     path.write_text("".join(lines))
-    with pytest.raises(RefError, match="a line longer than 65536 bytes"):
+    with pytest.raises(RefError) as info:
         for name in refs:
             packed.lookup(path, name)
+    assert info.value.path == path
+    assert re.fullmatch(
+        r"malformed line 101 \(a line longer than 65536 bytes\): b'[0-9a-f]{40} refs/tags/x+'",
+        info.value.reason,
+    )
 
 
 @pytest.mark.parametrize(
@@ -424,6 +430,11 @@ def test_a_record_of_64_kib_is_read_and_one_byte_more_is_malformed(tmp_path: Pat
     for ref, value in refs.items():
         assert packed.lookup(path, ref) == value
     write_packed(path, {k: v for k, v in refs.items() if k != name} | {name + "x": oid(1)}, peel=False)
-    with pytest.raises(RefError, match="a line longer than 65536 bytes"):
+    with pytest.raises(RefError) as info:
         for ref in [name + "x", *refs]:
             packed.lookup(path, ref)
+    assert info.value.path == path
+    assert re.fullmatch(
+        r"malformed line \d+ \(a line longer than 65536 bytes\): b'[0-9a-f]{40} refs/tags/x+'",
+        info.value.reason,
+    )
