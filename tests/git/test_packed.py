@@ -438,3 +438,35 @@ def test_a_record_of_64_kib_is_read_and_one_byte_more_is_malformed(tmp_path: Pat
         r"malformed line \d+ \(a line longer than 65536 bytes\): b'[0-9a-f]{40} refs/tags/x+'",
         info.value.reason,
     )
+
+
+def test_a_file_is_settled_from_exactly_the_racy_window_after_its_last_change() -> None:
+    changed = 5_000_000_000
+    assert packed._settled((1, 2, 3, changed, changed - 9), changed + packed.RACY_NS)
+    assert not packed._settled((1, 2, 3, changed, changed - 9), changed + packed.RACY_NS - 1)
+    assert not packed._settled((1, 2, 3, 0, changed), changed + packed.RACY_NS - 1)  # ctime counts too
+
+
+def test_a_malformed_line_past_the_counting_bound_is_named_by_its_byte(tmp_path: Path) -> None:
+    path = tmp_path / "packed-refs"
+    data = b"x\n" * 10
+    at_bound = packed._malformed(path, data, packed._MAX_FILE, "why")
+    assert (at_bound.path, at_bound.reason) == (path, "malformed line 11 (why): b''")
+    past = packed._malformed(path, data, packed._MAX_FILE + 1, "why")
+    assert (past.path, past.reason) == (path, f"malformed line at byte {packed._MAX_FILE + 1} (why): b''")
+    assert packed._malformed(path, b"ab\ncd\nef", 3, "w").reason == "malformed line 2 (w): b'cd'"
+
+
+def test_pages_count_newlines_across_chunks_as_the_bytes_do(tmp_path: Path) -> None:
+    data = (b"a" * 1000 + b"\n") * (3 * packed._CHUNK // 1001 + 7)
+    path = tmp_path / "packed-refs"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pages = packed._Pages(fd, len(data))
+        for start, end in ((0, len(data)), (5, len(data) - 3), (packed._CHUNK - 2, 2 * packed._CHUNK + 9)):
+            assert pages.count(b"\n", start, end) == data.count(b"\n", start, end)
+        assert pages.count(b"\n", 0, len(data) + 100) == data.count(b"\n")
+        assert pages.count(b"\n", 10, 10) == 0
+    finally:
+        os.close(fd)
