@@ -470,3 +470,28 @@ def test_pages_count_newlines_across_chunks_as_the_bytes_do(tmp_path: Path) -> N
         assert pages.count(b"\n", 10, 10) == 0
     finally:
         os.close(fd)
+
+
+def test_an_unsorted_file_past_the_bound_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "packed-refs"
+    with path.open("wb") as f:  # sparse: 256 MiB and one byte, none of it on disk
+        f.write(UNSORTED.encode() + f"{oid(1)} refs/heads/main\n".encode())
+        f.truncate(packed._MAX_FILE + 1)
+    with pytest.raises(RefError) as info:
+        packed.lookup(path, "refs/heads/main")
+    assert (info.value.path, info.value.reason) == (
+        path,
+        f"larger than {packed._MAX_FILE} bytes and not sorted",
+    )
+
+
+def test_a_header_longer_than_a_page_is_malformed_and_one_within_it_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "packed-refs"
+    path.write_bytes(b"# pack-refs with: peeled " + b"x" * packed._PAGE + b"\n")
+    with pytest.raises(RefError) as info:
+        packed.lookup(path, "refs/heads/main")
+    assert (info.value.path, info.value.reason) == (path, "malformed line 1 (a header longer than a page)")
+    path.write_bytes(b"# pack-refs with: peeled sorted")  # a header alone, no newline: an empty file
+    assert packed.lookup(path, "refs/heads/main") is None
+    path.write_bytes(SORTED.encode() + f"{oid(1)} refs/heads/main\n".encode())
+    assert packed.lookup(path, "refs/heads/main") == oid(1)
