@@ -8,15 +8,18 @@ exception or a hang.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import subprocess
 import tracemalloc
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
+from stalewatch.core import cause as cause_module
 from stalewatch.git import reflog
 from stalewatch.git.refs import find_git_dirs, resolve_head
 from tests.support.properties import budget
@@ -36,7 +39,7 @@ _ENV = {
 
 
 def git(repo: Repo | Path, *args: str, **env: str) -> str:
-    path = repo.path if isinstance(repo, Repo) else repo
+    path = repo if isinstance(repo, Path) else repo.path
     done = subprocess.run(
         ["git", *args],
         cwd=path,
@@ -439,12 +442,16 @@ def reflog_lines(draw: st.DrawFn) -> bytes:
     """Mostly well-formed entries over a few commits, mixed with arbitrary bytes."""
     parts = []
     for _ in range(draw(st.integers(0, 30))):
-        if draw(st.booleans()):
+        kind = draw(st.sampled_from(["entry", "entry", "torn", "bytes"]))
+        if kind == "entry":
             old, new = draw(st.sampled_from(_OIDS)), draw(st.sampled_from(_OIDS))
             msg = draw(st.one_of(st.sampled_from(_MESSAGES), st.text(max_size=40)))
             tz = draw(st.sampled_from(["+0000", "-0930", "+9999", "-0000"]))
             when = draw(st.integers(0, 10**12 - 1))
             parts.append(f"{old} {new} N <e> {when} {tz}\t{msg}".encode("utf-8", "surrogatepass"))
+        elif kind == "torn":  # its ids where an entry's are, the rest broken
+            old, new = draw(st.sampled_from(_OIDS)), draw(st.sampled_from(_OIDS))
+            parts.append(f"{old} {new} ".encode() + draw(st.binary(max_size=20)))
         else:
             parts.append(draw(st.binary(max_size=120)))
     return b"\n".join(parts) + draw(st.sampled_from([b"", b"\n"]))
@@ -470,8 +477,16 @@ def test_any_bytes_give_a_cause_or_none(data: bytes, whole: bool) -> None:
             assert len(cause.message) <= 200
 
 
+def _entry(old: str, new: str, message: str = "commit: x") -> str:
+    return f"{old} {new} N <e> 1700000000 +0000\t{message}\n"
+
+
 @budget(300)
 @given(data=st.one_of(st.binary(max_size=2000), reflog_lines()), whole=st.booleans())
+@example(  # a torn newest line naming the current commit: the one before it is the cause
+    data=(_entry(_OIDS[3], _OIDS[2]) + _entry(_OIDS[2], _OIDS[1]) + f"{_OIDS[1]} {_OIDS[2]} torn\n").encode(),
+    whole=True,
+)
 def test_parsing_only_the_relevant_lines_gives_the_same_cause(data: bytes, whole: bool) -> None:
     for loaded in (_OIDS[1], _OIDS[2], None):
         for current in _OIDS[1:4]:
@@ -568,3 +583,363 @@ def test_derived_relations_are_true_or_unknown(ops: list[tuple[str, int]]) -> No
             assert cause.ahead == ahead
         if cause.behind is not None:
             assert cause.behind == behind
+
+
+@budget(300)
+@given(
+    ops=st.lists(st.tuples(st.sampled_from(["commit", "amend", "reset"]), st.integers(0, 50)), max_size=30)
+)
+def test_commits_amends_and_resets_are_always_related_exactly(ops: list[tuple[str, int]]) -> None:
+    # Each of these moves says exactly how its new commit relates to its old one: composed
+    # from any commit HEAD was at, the relation is never unknown, and it is the truth.
+    history = History()
+    heads = [history.head]
+    for op, n in ops:
+        if op == "commit":
+            history.move(history._new(history.head), f"commit: c{n}")
+        elif op == "amend" and history.parent[history.head] is not None:
+            history.move(history._new(history.parent[history.head]), f"commit (amend): a{n}")
+        elif op == "reset":
+            chain = history.ancestors(history.head)
+            k = n % len(chain)
+            if k:
+                history.move(chain[k], f"reset: moving to HEAD~{k}")
+        heads.append(history.head)
+    entries = reflog.parse_log(b"\n".join(history.lines) + b"\n", whole=True)
+    for loaded in set(heads):
+        cause = reflog.explain_entries(entries, loaded, history.head)
+        assert cause is not None
+        kind, ahead, behind = history.truth(loaded, history.head)
+        expected = (
+            kind,
+            ahead if kind in ("ahead", "diverged") else None,
+            behind if kind in ("behind", "diverged") else None,
+        )
+        assert (cause.relation, cause.ahead, cause.behind) == expected, (loaded, history.head)
+
+
+# -- what a cause says ----------------------------------------------------------------------
+
+
+def a_cause(
+    relation: str, ahead: int | None = None, behind: int | None = None, **fields: object
+) -> reflog.Cause:
+    values: dict[str, object] = {
+        "action": "commit",
+        "detail": None,
+        "message": "commit: x",
+        "name": "alice",
+        "email": "a@x",
+        "at": 1700000000.0,
+        "tz": "+0000",
+        "relation": relation,
+        "ahead": ahead,
+        "behind": behind,
+    }
+    return reflog.Cause(**{**values, **fields})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("cause", "phrase"),
+    [
+        (a_cause("same"), "commit (back to the loaded commit) by alice at 22:13"),
+        (a_cause("unknown"), "commit (ahead/behind unknown) by alice at 22:13"),
+        (a_cause("diverged", 1, 1), "commit (diverged: 1 ahead, 1 behind) by alice at 22:13"),
+        (a_cause("diverged", 2, None), "commit (diverged: 2 ahead) by alice at 22:13"),
+        (a_cause("diverged", None, 3), "commit (diverged: 3 behind) by alice at 22:13"),
+        (a_cause("diverged"), "commit (diverged) by alice at 22:13"),
+        (a_cause("ahead", 1, 0), "commit (1 commit ahead) by alice at 22:13"),
+        (a_cause("ahead", 3), "commit (3 commits ahead) by alice at 22:13"),
+        (a_cause("ahead"), "commit (ahead) by alice at 22:13"),
+        (a_cause("behind", None, 1), "commit (1 commit behind) by alice at 22:13"),
+        (a_cause("behind", None, 2), "commit (2 commits behind) by alice at 22:13"),
+        (a_cause("behind"), "commit (behind) by alice at 22:13"),
+        (
+            a_cause("ahead", 1, detail="fast-forward"),
+            "commit (fast-forward, 1 commit ahead) by alice at 22:13",
+        ),
+        (a_cause("same", name="", email=""), "commit (back to the loaded commit) at 22:13"),
+        (a_cause("same", name="", email="e@x"), "commit (back to the loaded commit) by e@x at 22:13"),
+        (a_cause("same", tz="-0530"), "commit (back to the loaded commit) by alice at 16:43"),
+        (a_cause("same", tz="+0130"), "commit (back to the loaded commit) by alice at 23:43"),
+        (a_cause("same", tz="+1400"), "commit (back to the loaded commit) by alice at 12:13"),
+        (a_cause("same", at=1699990000.0), "commit (back to the loaded commit) by alice at 19:26"),
+        (a_cause("same", at=1600000000.0), "commit (back to the loaded commit) by alice at 2020-09-13 12:26"),
+        (a_cause("same", tz="x"), "commit (back to the loaded commit) by alice at @1700000000"),
+        (a_cause("same", tz="+99"), "commit (back to the loaded commit) by alice at @1700000000"),
+        (a_cause("same", at=1e20), "commit (back to the loaded commit) by alice at @100000000000000000000"),
+    ],
+)
+def test_a_cause_says_what_moved_head_in_one_phrase(cause: reflog.Cause, phrase: str) -> None:
+    assert cause.describe(now=1700000000) == phrase
+
+
+def test_a_cause_is_dated_in_its_own_offset_relative_to_today_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    cause = a_cause("same", tz="-0500", at=1700000000.0)  # 17:13 on 2023-11-14 at -05:00
+    assert cause.describe(now=1700000000 + 6 * 3600) == "commit (back to the loaded commit) by alice at 17:13"
+    assert cause.describe(now=1700000000 + 7 * 3600) == (  # already the 15th at -05:00
+        "commit (back to the loaded commit) by alice at 2023-11-14 17:13"
+    )
+    monkeypatch.setattr(cause_module.time, "time", lambda: 1700000000.0)
+    assert cause.describe() == "commit (back to the loaded commit) by alice at 17:13"
+
+
+def test_a_cause_as_a_dict_carries_every_field_and_its_phrase() -> None:
+    cause = a_cause("diverged", 2, 1, detail="merge", tz="+0200")
+    assert cause.to_dict() == {
+        "action": "commit",
+        "detail": "merge",
+        "message": "commit: x",
+        "name": "alice",
+        "email": "a@x",
+        "at": 1700000000.0,
+        "tz": "+0200",
+        "relation": "diverged",
+        "ahead": 2,
+        "behind": 1,
+        "summary": cause.describe(),
+    }
+
+
+def test_a_reflog_line_is_parsed_into_its_fields() -> None:
+    a, b = "a" * 40, "b" * 40
+    entry = reflog.parse_entry(f"{a} {b} Alice Smith <alice@x> 1700000000 -0130\tcommit: fix: a bug".encode())
+    assert entry == reflog.Entry(a, b, "Alice Smith", "alice@x", 1700000000, "-0130", "commit: fix: a bug")
+    entry = reflog.parse_entry(f"{a} {b} <> 0 +0000\t".encode())
+    assert entry == reflog.Entry(a, b, "", "", 0, "+0000", "")
+    entry = reflog.parse_entry(f"{a} {b} A <x> <a@x> 1700000000 +0000\tno tab\there".encode())
+    assert entry == reflog.Entry(a, b, "A <x>", "a@x", 1700000000, "+0000", "no tab\ufffdhere")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "{a} {b}",
+        "{a} {b} A <a@x> 1700000000\tx",
+        "{a} {b} A <a@x> 1700000000 +0000 extra\tx",
+        "{a} {b} A a@x> 1700000000 +0000\tx",
+        "{a} {b} A <a@x 1700000000 +0000\tx",
+        "{a} {b} A <a@x> 1700000000000 +0000\tx",
+        "{a} {b} A <a@x> -1 +0000\tx",
+        "{a} {b} A <a@x> 1700000000 +000\tx",
+        "{a} {b} A <a@x> 1700000000 ~0000\tx",
+        "{a}x {b} A <a@x> 1700000000 +0000\tx",
+        "{a} {B} A <a@x> 1700000000 +0000\tx",
+        "{a}{b} A <a@x> 1700000000 +0000\tx",
+        "{a}  {b} A <a@x> 1700000000 +0000\tx",  # git reads one space between fields, as here
+        "{a}\v{b} A <a@x> 1700000000 +0000\tx",
+        "{e} {b} A <a@x> 1700000000 +0000\tx",
+        "{a} {e} A <a@x> 1700000000 +0000\tx",
+    ],
+)
+def test_a_line_that_is_not_a_reflog_entry_is_none(line: str) -> None:
+    text = line.format(a="a" * 40, b="b" * 40, B="B" * 40, e="é" * 20)
+    assert reflog.parse_entry(text.encode()) is None
+
+
+def test_names_and_messages_are_bounded_in_characters() -> None:
+    a, b = "a" * 40, "b" * 40
+    name, email, message = "n" * 150, "e" * 150, "é" * 300
+    entry = reflog.parse_entry(f"{a} {b} {name} <{email}> 1700000000 +0000\t{message}".encode())
+    assert entry is not None
+    assert (entry.name, entry.email, entry.message) == ("n" * 100, "e" * 100, "é" * 200)
+    entry = reflog.parse_entry(f"{a} {b} A <a@x> 1700000000 +0000\t  {'x' * 199}  ".encode())
+    assert entry is not None and entry.message == "x" * 198  # cut to 200, then trimmed
+
+
+def test_a_bug_in_reading_the_reflog_costs_the_cause_only(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The last guard of a diagnostic: whatever explain() raises, the watcher goes on.
+    loaded = git_repo.head()
+    commit(git_repo, "two")
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None
+    chain: list[Path] = []
+    current = resolve_head(dirs, chain)
+    assert current is not None
+    assert reflog.explain_move(dirs, chain, loaded, current) == reflog.explain(dirs, chain, loaded, current)
+
+    def broken(*args: object) -> reflog.Cause | None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(reflog, "explain", broken)
+    with caplog.at_level(logging.ERROR, logger="stalewatch.git.reflog"):
+        assert reflog.explain_move(dirs, chain, loaded, current) is None
+    [record] = caplog.records
+    assert record.getMessage() == f"stalewatch: could not read the reflog of {dirs.worktree}; no cause"
+    assert record.exc_info is not None and str(record.exc_info[1]) == "a bug"
+
+
+def test_the_relevant_entries_run_from_the_first_naming_the_loaded_commit_to_the_move() -> None:
+    a, b, c, d = (x * 40 for x in "abcd")
+    lines = [
+        _entry(d, a),
+        _entry(a, b),
+        _entry(b, c, "commit: y"),
+        _entry(c, d),
+        _entry(d, b, "reset: moving to b"),
+    ]
+    data = "".join(lines).encode()
+    entries = reflog.relevant_entries(data, whole=True, loaded=b, current=c)
+    assert [(e.old, e.new) for e in entries] == [(a, b), (b, c)]  # nothing before b, nothing after c
+    assert [(e.old, e.new) for e in reflog.relevant_entries(data, whole=False, loaded=a, current=b)] == [
+        (a, b),
+        (b, c),
+        (c, d),
+        (d, b),
+    ]  # not whole: the first line may be torn, and is never read
+    assert reflog.relevant_entries(data, whole=True, loaded=None, current=b) == [
+        reflog.parse_entry(lines[4][:-1].encode())
+    ]
+    assert reflog.relevant_entries(data, whole=True, loaded=a, current="e" * 40) == []
+
+
+def test_a_fresh_clones_only_entry_is_its_cause(pair: tuple[Repo, Repo]) -> None:
+    _, clone = pair
+    log = clone.path / ".git/logs/HEAD"
+    assert len(log.read_bytes().splitlines()) == 1
+    cause = cause_of(clone.path, "f" * 40)
+    assert cause is not None
+    assert (cause.action, cause.relation) == ("clone", "unknown")
+
+
+class Reads:
+    """Counts the tails read (still reading them)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.limits: list[int] = []
+        real = reflog._read_tail
+
+        def counting(path: Path, limit: int) -> tuple[bytes, bool]:
+            self.limits.append(limit)
+            return real(path, limit)
+
+        monkeypatch.setattr(reflog, "_read_tail", counting)
+
+
+def test_a_log_is_read_once_when_its_first_tail_tells(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = git_repo.head()
+    commit(git_repo, "two")
+    reads = Reads(monkeypatch)
+    cause = cause_of(git_repo.path, loaded)  # a small log: read whole at once
+    assert cause is not None and cause.relation == "ahead"
+    assert reads.limits == [16 * 1024]
+    log = git_repo.path / ".git/logs/HEAD"
+    log.write_bytes(b"x" * 40000 + b"\n" + log.read_bytes())  # larger than the first read
+    reads.limits.clear()
+    cause = cause_of(git_repo.path, loaded)
+    assert cause is not None and cause.relation == "ahead"
+    assert reads.limits == [16 * 1024]  # the relation is known from the newest 16 KiB
+    reads.limits.clear()
+    assert cause_of(git_repo.path, "f" * 40) is not None  # the loaded commit is in no log
+    assert reads.limits == [16 * 1024, 256 * 1024, 16 * 1024]  # HEAD's log twice, the branch's whole
+
+
+def test_the_branchs_log_can_tell_how_far_behind(git_repo: Repo) -> None:
+    commit(git_repo, "one")
+    loaded = commit(git_repo, "two")
+    git(git_repo, "reset", "-q", "--hard", "HEAD~2")
+    # HEAD's log knows the move, not the loaded commit: the branch's log tells the rest.
+    (git_repo.path / ".git/logs/HEAD").write_text(
+        _entry("d" * 40, git_repo.head(), "reset: moving to HEAD~2")
+    )
+    cause = cause_of(git_repo.path, loaded)
+    assert cause is not None
+    assert (cause.action, cause.relation, cause.ahead, cause.behind) == ("reset", "behind", None, 2)
+
+
+def test_a_cause_without_relation_stands_when_the_branch_has_no_log(git_repo: Repo) -> None:
+    commit(git_repo, "one")
+    (git_repo.path / ".git/logs/refs/heads/main").unlink()
+    cause = cause_of(git_repo.path, "f" * 40)
+    assert cause is not None
+    assert (cause.action, cause.relation) == ("commit", "unknown")
+
+
+def test_every_log_on_the_chain_is_asked_until_one_tells(git_repo: Repo) -> None:
+    # HEAD -> refs/heads/alias -> refs/heads/main: HEAD's log, then main's, then alias's.
+    loaded = git_repo.head()
+    current = commit(git_repo, "two")
+    git(git_repo, "symbolic-ref", "refs/heads/alias", "refs/heads/main")
+    git(git_repo, "symbolic-ref", "HEAD", "refs/heads/alias")
+    logs = git_repo.path / ".git/logs"
+    told = _entry(loaded, current).encode()
+    (logs / "HEAD").write_bytes(_entry("c" * 40, current, "pull: Fast-forward").encode())
+    (logs / "refs/heads/main").write_bytes(_entry("d" * 40, current).encode())
+    (logs / "refs/heads/alias").write_bytes(told)
+    cause = cause_of(git_repo.path, loaded)
+    assert cause is not None
+    assert (cause.action, cause.detail) == ("pull", "fast-forward")  # HEAD's newest move names the action
+    assert (cause.relation, cause.ahead) == ("ahead", 1)  # the last log on the chain knew the loaded commit
+
+
+def test_a_ref_deleted_and_created_again_relates_to_nothing_through_the_zero_id() -> None:
+    zero, x, y = "0" * 40, "a" * 40, "b" * 40
+    data = (
+        _entry(zero, x, "commit: x") + _entry(x, zero, "branch: deleted") + _entry(zero, y, "commit: y")
+    ).encode()
+    entries = reflog.parse_log(data, whole=True)
+    cause = reflog.explain_entries(entries, x, y)
+    assert cause is not None
+    assert (cause.action, cause.relation, cause.ahead, cause.behind) == ("commit", "unknown", None, None)
+    assert reflog.explain_entries(entries, zero, y) == reflog.explain_entries(
+        entries, None, y
+    )  # unborn: unknown
+
+
+def test_a_reflog_that_contradicts_itself_teaches_nothing() -> None:
+    # A reset one back from a commit one ahead must land on the loaded commit itself:
+    # landing elsewhere (an edited log) makes that commit unknown, and what follows it.
+    loaded, ahead, elsewhere, later = "a" * 40, "b" * 40, "c" * 40, "d" * 40
+    data = (
+        _entry(loaded, ahead, "commit: one")
+        + _entry(ahead, elsewhere, "reset: moving to HEAD~1")
+        + _entry(elsewhere, later, "commit: two")
+    ).encode()
+    entries = reflog.parse_log(data, whole=True)
+    for current in (elsewhere, later):
+        cause = reflog.explain_entries(entries, loaded, current)
+        assert cause is not None and (cause.relation, cause.ahead, cause.behind) == ("unknown", None, None)
+    cause = reflog.explain_entries(entries, loaded, ahead)
+    assert cause is not None and (cause.relation, cause.ahead) == ("ahead", 1)
+
+
+def test_names_and_messages_that_are_not_utf8_are_replaced_not_refused() -> None:
+    a, b = "a" * 40, "b" * 40
+    line = f"{a} {b} J".encode() + b"\xf6rg <j@x> 1700000000 +0000\tcommit: caf" + b"\xe9"
+    entry = reflog.parse_entry(line)
+    assert entry is not None
+    assert (entry.name, entry.message) == ("J\ufffdrg", "commit: caf\ufffd")
+
+
+def test_a_time_right_after_the_email_and_the_longest_time_are_read() -> None:
+    a, b = "a" * 40, "b" * 40
+    entry = reflog.parse_entry(f"{a} {b} A <a@x>1700000000 +0000\tm".encode())
+    assert entry == reflog.Entry(a, b, "A", "a@x", 1700000000, "+0000", "m")
+    entry = reflog.parse_entry(f"{a} {b} A <a@x> {'9' * 12} +0000\tm".encode())
+    assert entry is not None and entry.at == 999_999_999_999
+    assert reflog.parse_entry(f"{a} {b} A <a@x> {'9' * 13} +0000\tm".encode()) is None
+
+
+def test_head_log_reads_where_head_was_and_says_whether_it_is_all(git_repo: Repo, tmp_path: Path) -> None:
+    second = commit(git_repo, "second")
+    dirs = find_git_dirs(git_repo.path)
+    assert dirs is not None
+    entries, whole = reflog.head_log(dirs)
+    assert whole is True and [e.new for e in entries][-1] == second
+    assert entries[-1].message == "commit: second"
+    (dirs.git_dir / "logs/HEAD").unlink()
+    assert reflog.head_log(dirs) == ([], True)  # no log: nothing, never an error
+    assert reflog.head_log(dataclasses.replace(dirs, reftable=True)) == ([], False)
+
+
+def test_a_tail_is_empty_and_whole_for_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    assert reflog._read_tail(tmp_path / "fifo", 100) == (b"", True)  # never blocks on a FIFO
+    assert reflog._read_tail(tmp_path / "none", 100) == (b"", True)
+    (tmp_path / "log").write_bytes(b"0123456789")
+    assert reflog._read_tail(tmp_path / "log", 10) == (b"0123456789", True)
+    assert reflog._read_tail(tmp_path / "log", 4) == (b"6789", False)

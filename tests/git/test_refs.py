@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch.core.errors import NeedsGitError, RefError
-from stalewatch.git.refs import find_git_dirs, head_chain, resolve_head
+from stalewatch.git.refs import GitDirs, find_git_dirs, head_chain, resolve_head
 from tests.support.repos import Repo, make_repo
 
 
@@ -63,6 +64,7 @@ def test_c11_linked_worktree_uses_its_own_head_and_common_refs(git_repo: Repo, t
     assert dirs is not None
     assert dirs.git_dir != dirs.common_dir
     assert dirs.common_dir == (git_repo.path / ".git").resolve()
+    assert dirs.worktree == (tmp_path / "wt").resolve()
     wt = Repo(tmp_path / "wt")
     new = wt.commit("in worktree")
     assert resolve_head(dirs) == new
@@ -75,19 +77,29 @@ def test_c11_submodule_gitfile(git_repo: Repo, tmp_path: Path) -> None:
     sub = git_repo.path / "sub"
     assert (sub / ".git").is_file()
     assert resolve(sub) == inner.head()
+    dirs = find_git_dirs((sub / "inner-file").resolve())  # a path that need not exist
+    assert dirs is not None
+    assert dirs.worktree == sub.resolve()
+    assert dirs.git_dir == dirs.common_dir == (git_repo.path / ".git/modules/sub").resolve()
 
 
 def test_c11_checkout_through_symlink(git_repo: Repo, tmp_path: Path) -> None:
     link = tmp_path / "link"
     link.symlink_to(git_repo.path)
     assert resolve(link / "module.py") == git_repo.head()
+    dirs = find_git_dirs((link / "module.py").resolve())
+    assert dirs == GitDirs(
+        git_repo.path.resolve(), git_repo.path.resolve() / ".git", git_repo.path.resolve() / ".git"
+    )
 
 
 def test_c11_reftable_asks_git(git_repo: Repo) -> None:
     # git 2.39 cannot create reftable repositories; the layout marker is what we detect.
     (git_repo.path / ".git/reftable").mkdir()
-    with pytest.raises(NeedsGitError):
+    with pytest.raises(NeedsGitError) as info:
         resolve(git_repo.path)
+    reftable = git_repo.path.resolve() / ".git/reftable"
+    assert (info.value.path, info.value.reason) == (reftable, "reftable refs are resolved by git")
 
 
 def test_no_repository_gives_none(tmp_path: Path) -> None:
@@ -125,8 +137,31 @@ def test_malformed_packed_refs_is_a_clear_error(git_repo: Repo) -> None:
 
 def test_missing_head_is_a_clear_error(git_repo: Repo) -> None:
     (git_repo.path / ".git/HEAD").unlink()
-    with pytest.raises(RefError, match="does not exist"):
+    with pytest.raises(RefError) as info:
         resolve(git_repo.path)
+    assert (info.value.path, info.value.reason) == (
+        git_repo.path.resolve() / ".git/HEAD",
+        "HEAD does not exist",
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (
+            "ref: refs/heads/" + "~" * 100,
+            "symbolic ref names an invalid ref " + repr(("refs/heads/" + "~" * 100)[:80]),
+        ),
+        ("g" * 100, "not a commit id or symbolic ref: " + repr("g" * 80)),
+    ],
+)
+def test_a_corrupt_heads_error_quotes_at_most_80_characters_of_it(
+    git_repo: Repo, content: str, reason: str
+) -> None:
+    (git_repo.path / ".git/HEAD").write_text(content + "\n")
+    with pytest.raises(RefError) as info:
+        resolve(git_repo.path)
+    assert (info.value.path, info.value.reason) == (git_repo.path.resolve() / ".git/HEAD", reason)
 
 
 def test_fifo_in_place_of_a_ref_does_not_hang(git_repo: Repo) -> None:
@@ -142,14 +177,21 @@ def test_symref_loop_is_a_clear_error(git_repo: Repo) -> None:
     (heads / "a").write_text("ref: refs/heads/b\n")
     (heads / "b").write_text("ref: refs/heads/a\n")
     (git_repo.path / ".git/HEAD").write_text("ref: refs/heads/a\n")
-    with pytest.raises(RefError, match="nested deeper"):
+    with pytest.raises(RefError) as info:
         resolve(git_repo.path)
+    head = git_repo.path.resolve() / ".git/HEAD"
+    assert (info.value.path, info.value.reason) == (head, "symbolic refs nested deeper than 5")
 
 
-def test_gitfile_without_gitdir_line_is_a_clear_error(tmp_path: Path) -> None:
-    (tmp_path / ".git").write_text("nonsense\n")
-    with pytest.raises(RefError, match="gitdir"):
+@pytest.mark.parametrize("content", ["nonsense\n", ""])
+def test_gitfile_without_gitdir_line_is_a_clear_error(tmp_path: Path, content: str) -> None:
+    (tmp_path / ".git").write_text(content)
+    with pytest.raises(RefError) as info:
         find_git_dirs(tmp_path.resolve())
+    assert (info.value.path, info.value.reason) == (
+        tmp_path.resolve() / ".git",
+        "a .git file must start with 'gitdir:'",
+    )
 
 
 def test_deleted_git_dir_is_unreadable(git_repo: Repo) -> None:
@@ -211,3 +253,237 @@ def test_symlink_loop_at_head_is_a_clear_error(git_repo: Repo) -> None:
     head.symlink_to("HEAD")
     with pytest.raises(RefError, match="cannot read"):
         resolve(git_repo.path)
+
+
+# -- per-worktree refs, reftable detection, SHA-256 ------------------------------------------
+
+
+def linked_worktree(repo: Repo, path: Path) -> tuple[Repo, GitDirs]:
+    repo.git("worktree", "add", "-q", "-b", "wt", str(path))
+    dirs = find_git_dirs(path.resolve())
+    assert dirs is not None and dirs.git_dir != dirs.common_dir
+    return Repo(path), dirs
+
+
+@pytest.mark.parametrize("name", ["refs/worktree/mine", "refs/bisect/bad", "refs/rewritten/onto"])
+def test_c11_head_on_a_per_worktree_ref_reads_the_worktrees_own_ref(
+    git_repo: Repo, tmp_path: Path, name: str
+) -> None:
+    first = git_repo.head()
+    second = git_repo.commit("second")
+    git_repo.git("update-ref", name, second)  # the main worktree's own ref of that name
+    wt, dirs = linked_worktree(git_repo, tmp_path / "wt")
+    wt.git("update-ref", name, first)
+    wt.git("symbolic-ref", "HEAD", name)
+    assert wt.git("rev-parse", "HEAD") == first  # git reads the worktree's ref, not the main one's
+    chain: list[Path] = []
+    assert resolve_head(dirs, chain) == first
+    assert chain == [dirs.git_dir / name]
+    assert head_chain(dirs) == chain
+    main = find_git_dirs(git_repo.path.resolve())
+    assert main is not None
+    git_repo.git("symbolic-ref", "HEAD", name)
+    assert resolve_head(main) == second == git_repo.git("rev-parse", "HEAD")
+
+
+def test_c11_a_per_worktree_ref_found_only_in_packed_refs_reads_as_git_reads_it(
+    git_repo: Repo, tmp_path: Path
+) -> None:
+    # git never packs per-worktree refs, but reads packed-refs for any ref not found loose.
+    commit = git_repo.head()
+    wt, dirs = linked_worktree(git_repo, tmp_path / "wt")
+    packed = dirs.common_dir / "packed-refs"
+    git_repo.git("pack-refs", "--all")
+    packed.write_text(packed.read_text() + f"{commit} refs/worktree/packed\n")
+    wt.git("symbolic-ref", "HEAD", "refs/worktree/packed")
+    assert wt.git("rev-parse", "HEAD") == commit
+    assert resolve_head(dirs) == commit
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        "[extensions]\n\trefstorage = reftable\n",
+        "[extensions]\n\trefStorage = reftable\n",
+        "[EXTENSIONS]\n\tREFSTORAGE=REFTABLE\n",
+    ],
+)
+def test_c11_reftable_is_known_from_the_repository_config(git_repo: Repo, config: str) -> None:
+    config_file = git_repo.path / ".git/config"
+    config_file.write_text(config_file.read_text() + config)
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None and dirs.reftable
+    with pytest.raises(NeedsGitError):
+        resolve_head(dirs)
+    assert head_chain(dirs) == []
+
+
+def test_c11_a_linked_worktree_of_a_reftable_repository_asks_git(git_repo: Repo, tmp_path: Path) -> None:
+    _, dirs = linked_worktree(git_repo, tmp_path / "wt")
+    assert not dirs.reftable
+    config_file = dirs.common_dir / "config"  # the shared config, not the worktree's git dir
+    config_file.write_text(config_file.read_text() + "[extensions]\n\trefstorage = reftable\n")
+    dirs = find_git_dirs((tmp_path / "wt").resolve())
+    assert dirs is not None and dirs.reftable
+
+
+@pytest.mark.parametrize("config", ["[extensions]\n\trefstorage = files\n", "[core]\n\tbare = false\n"])
+def test_the_files_backend_is_read_in_process(git_repo: Repo, config: str) -> None:
+    (git_repo.path / ".git/config").write_text(config)
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None and not dirs.reftable
+    assert resolve_head(dirs) == git_repo.head()
+
+
+def test_a_repository_without_config_is_not_reftable(git_repo: Repo) -> None:
+    (git_repo.path / ".git/config").unlink()
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None and not dirs.reftable
+
+
+def test_c11_sha256_repository_resolves_loose_and_packed(tmp_path: Path) -> None:
+    repo = Repo(tmp_path / "sha256")
+    repo.path.mkdir()
+    repo.git("init", "-q", "--object-format=sha256", "-b", "main")
+    repo.commit("one")
+    commit = repo.head()
+    assert len(commit) == 64
+    assert resolve(repo.path) == commit
+    repo.git("pack-refs", "--all")
+    assert not (repo.path / ".git/refs/heads/main").exists()
+    assert resolve(repo.path) == commit
+    repo.git("checkout", "-q", "--detach")
+    assert resolve(repo.path) == commit
+
+
+def test_a_config_that_is_not_utf8_is_still_read(git_repo: Repo) -> None:
+    config_file = git_repo.path / ".git/config"
+    config_file.write_bytes(config_file.read_bytes() + b"[user]\n\tname = J\xf6rg\n")
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None and not dirs.reftable
+    config_file.write_bytes(config_file.read_bytes() + b"[extensions]\n\trefstorage = reftable\n")
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None and dirs.reftable
+
+
+def test_the_chain_read_before_a_broken_ref_is_still_known(git_repo: Repo) -> None:
+    # What to watch: the files resolution went through, even when one of them is corrupt.
+    heads = git_repo.path / ".git/refs/heads"
+    (heads / "a").write_text("ref: refs/heads/b\n")
+    (heads / "b").write_text("garbage\n")
+    (git_repo.path / ".git/HEAD").write_text("ref: refs/heads/a\n")
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None
+    assert head_chain(dirs) == [dirs.common_dir / "refs/heads/a", dirs.common_dir / "refs/heads/b"]
+    with pytest.raises(RefError, match="not a commit id"):
+        resolve_head(dirs)
+
+
+# -- every way a ref can fail to be read: the file and the reason, exactly -----------------
+
+
+def head_names(repo: Repo, target: str) -> GitDirs:
+    (repo.path / ".git/HEAD").write_text(f"ref: {target}\n")
+    dirs = find_git_dirs(repo.path.resolve())
+    assert dirs is not None
+    return dirs
+
+
+def refused(dirs: GitDirs) -> tuple[Path, str]:
+    with pytest.raises(RefError) as info:
+        resolve_head(dirs)
+    return Path(info.value.path), info.value.reason
+
+
+def test_a_ref_that_is_a_fifo_is_refused_by_name(git_repo: Repo) -> None:
+    ref = git_repo.path / ".git/refs/heads/main"
+    ref.unlink()
+    os.mkfifo(ref)
+    assert refused(head_names(git_repo, "refs/heads/main")) == (ref.resolve(), "not a regular file")
+
+
+def test_a_ref_of_4096_bytes_is_read_whole_and_a_larger_one_refused(git_repo: Repo) -> None:
+    commit = git_repo.head()
+    ref = git_repo.path / ".git/refs/heads/main"
+    ref.write_text(" " * (4096 - 40) + commit)  # its last byte still matters
+    dirs = head_names(git_repo, "refs/heads/main")
+    assert resolve_head(dirs) == commit
+    ref.write_text(" " * (4097 - 41) + commit + "\n")
+    assert refused(dirs) == (ref.resolve(), "larger than 4096 bytes; not a ref")
+
+
+def test_a_ref_that_cannot_be_opened_is_refused_with_the_systems_reason(git_repo: Repo) -> None:
+    dirs = head_names(git_repo, "refs/heads/" + "n" * 300)  # a valid name no filesystem holds
+    path, reason = refused(dirs)
+    assert path == dirs.common_dir / "refs/heads" / ("n" * 300)
+    assert reason == f"cannot read: {os.strerror(errno.ENAMETOOLONG)}"
+
+
+def test_a_ref_that_cannot_be_read_is_refused_with_the_systems_reason(git_repo: Repo) -> None:
+    if not Path("/proc/self/mem").exists():
+        pytest.skip("needs Linux's /proc")
+    ref = git_repo.path / ".git/refs/heads/main"
+    ref.unlink()
+    ref.symlink_to("/proc/self/mem")  # opens as a regular file; reading it fails (EIO)
+    assert refused(head_names(git_repo, "refs/heads/main")) == (ref, f"cannot read: {os.strerror(errno.EIO)}")
+
+
+def test_a_git_dir_behind_a_symlink_loop_is_refused_by_its_head(tmp_path: Path) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    git_dir = loop / ".git"
+    dirs = GitDirs(tmp_path, git_dir, git_dir)
+    assert refused(dirs) == (git_dir / "HEAD", f"cannot read: {os.strerror(errno.ELOOP)}")
+
+
+def test_a_symlinked_ref_replaced_by_a_file_while_read_is_read_as_that_file(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race: the ref is a symlink when opened, a regular file when its link is read.
+    first = git_repo.head()
+    second = git_repo.commit("second")
+    ref = git_repo.path / ".git/refs/heads/main"
+    ref.unlink()
+    ref.symlink_to("elsewhere")
+    real_readlink = os.readlink
+
+    def replaced_meanwhile(path: str | os.PathLike[str]) -> str:
+        ref.unlink()
+        ref.write_text(first + "\n")  # what a concurrent `git update-ref` leaves
+        return real_readlink(path)
+
+    monkeypatch.setattr(os, "readlink", replaced_meanwhile)
+    assert resolve_head(head_names(git_repo, "refs/heads/main")) == first != second
+
+
+@pytest.mark.parametrize("space", [" ", "\t", "\r", "\x0b", "\x0c", "\x1f", "\xa0"])
+def test_only_the_spaces_git_trims_around_a_ref_are_trimmed(git_repo: Repo, space: str) -> None:
+    commit = git_repo.head()
+    trims = space in " \t\r"
+    head = git_repo.path / ".git/HEAD"
+    head.write_bytes(f"ref: refs/heads/main{space}\n".encode())
+    git_resolves = git_repo.git("rev-parse", "-q", "--verify", "HEAD", check=False) == commit
+    assert git_resolves == trims
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None
+    try:
+        ours = resolve_head(dirs)
+    except RefError:
+        ours = None
+    assert (ours == commit) == trims
+    head.write_text("ref: refs/heads/main\n")
+    (git_repo.path / ".git/refs/heads/main").write_bytes(f"{commit}{space}\n".encode())
+    assert (git_repo.git("rev-parse", "-q", "--verify", "HEAD", check=False) == commit) == trims
+    try:
+        ours = resolve_head(dirs)
+    except RefError:
+        ours = None
+    assert (ours == commit) == trims
+
+
+@pytest.mark.parametrize("content", ["", "\n", " \t\r\n"])
+def test_an_empty_ref_is_refused_by_name_as_git_refuses_it(git_repo: Repo, content: str) -> None:
+    ref = git_repo.path / ".git/refs/heads/main"
+    ref.write_text(content)
+    assert git_repo.git("rev-parse", "-q", "--verify", "HEAD", check=False) == ""
+    assert refused(head_names(git_repo, "refs/heads/main")) == (ref.resolve(), "empty ref file")

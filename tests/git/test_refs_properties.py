@@ -189,7 +189,8 @@ def test_the_paged_file_reads_like_its_bytes(data: bytes, a: int, b: int) -> Non
             lo, hi = min(a, b), max(a, b)
             assert len(pages) == len(data)
             assert pages[lo:hi] == data[lo:hi]
-            assert pages.find(b"\n", lo) == data.find(b"\n", lo)
+            assert pages.find(b"\n", lo, hi) == data.find(b"\n", lo, hi)
+            assert pages.find(b"\n", lo, len(data) + 10) == data.find(b"\n", lo)
             assert pages.rfind(b"\n", lo, hi) == data.rfind(b"\n", lo, hi)
             assert pages.startswith(b"^", lo) == data.startswith(b"^", lo)
             assert pages.count(b"\n", lo, hi) == data.count(b"\n", lo, hi)

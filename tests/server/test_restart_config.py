@@ -8,7 +8,7 @@ import pytest
 
 from stalewatch.core.errors import DaemonConfigError
 from stalewatch.server.config import load
-from stalewatch.server.restart.policy import RestartPolicy
+from stalewatch.server.restart.policy import KEYS, RestartPolicy
 from stalewatch.server.restart.rules import DrainOutcome
 
 pytestmark = pytest.mark.unit
@@ -122,6 +122,17 @@ def test_no_restart_table_means_no_policy(tmp_path: Path) -> None:
         ('action = ["x"]\nmax_attempts = 2.0\n', "checkout[1].restart.max_attempts", 6, "whole number"),
         ('pidfile = "/p"\nsignal = "NOPE"\n', "checkout[1].restart.signal", 6, "signal"),
         ('action = ["x"]\nmax_attempts = 0\n', "checkout[1].restart.max_attempts", 6, "whole number"),
+        ('action = ["x"]\nmax_attempts = 2.5\n', "checkout[1].restart.max_attempts", 6, "between 1 and 100"),
+        ('action = ["x"]\nmax_attempts = "3"\n', "checkout[1].restart.max_attempts", 6, "between 1 and 100"),
+        ('action = ["x"]\nmax_attempts = 101\n', "checkout[1].restart.max_attempts", 6, "between 1 and 100"),
+        ('pidfile = "/p"\nsignal = 1\n', "checkout[1].restart.signal", 6, "expected a signal name"),
+        ('pidfile = "/p"\nsignal = ["HUP"]\n', "checkout[1].restart.signal", 6, "expected a signal name"),
+        (
+            'action = ["x"]\non_drain_timeout = 1\n',
+            "checkout[1].restart.on_drain_timeout",
+            6,
+            "refuse, restart",
+        ),
         ('action = ["x"]\nhold_while = [1]\n', "checkout[1].restart.hold_while", 6, "path"),
         ('action = ["x"]\nverify = []\n', "checkout[1].restart.verify", 6, "list of strings"),
     ],
@@ -146,3 +157,135 @@ def test_an_inline_restart_table_is_located_on_its_line(tmp_path: Path) -> None:
     with pytest.raises(DaemonConfigError) as caught:
         load(file)
     assert (caught.value.name, caught.value.line) == ("checkout[2].restart.settle", 6)
+
+
+def _load_restart(tmp_path: Path, restart: str) -> RestartPolicy:
+    policy = load(write(tmp_path, restart)).checkouts[0].restart
+    assert policy is not None
+    return policy
+
+
+def test_a_restart_that_is_not_a_table_is_a_config_error_on_its_line(tmp_path: Path) -> None:
+    file = tmp_path / "c.toml"
+    file.write_text('[[checkout]]\npath = "/a"\nrestart = "x"\n')
+    with pytest.raises(DaemonConfigError) as caught:
+        load(file)
+    assert (caught.value.name, caught.value.value, caught.value.line) == ("checkout[1].restart", "x", 3)
+    assert caught.value.reason == "expected a [checkout.restart] table"
+
+
+@pytest.mark.parametrize("count", [1, 100])
+def test_max_attempts_takes_its_bounds(tmp_path: Path, count: int) -> None:
+    policy = _load_restart(tmp_path, f'action = ["x"]\nmax_attempts = {count}\n')
+    assert policy.max_attempts == count and type(policy.max_attempts) is int
+
+
+@pytest.mark.parametrize(
+    ("key", "low", "high"),
+    [
+        ("settle", 0.0, 3600.0),
+        ("update_marker_max_age", 1.0, 7 * 86400.0),
+        ("verify_timeout", 0.1, 3600.0),
+        ("confirm_timeout", 0.1, 3600.0),
+        ("action_timeout", 0.1, 3600.0),
+        ("min_interval", 0.0, 86400.0),
+        ("drain_timeout", 0.0, 86400.0),
+        ("drain_probe_timeout", 0.1, 3600.0),
+        ("drain_poll", 0.0, 3600.0),
+    ],
+)
+def test_every_duration_takes_its_bounds_and_refuses_past_them(
+    tmp_path: Path, key: str, low: float, high: float
+) -> None:
+    assert getattr(_load_restart(tmp_path, f'action = ["x"]\n{key} = {high}\n'), key) == high
+    if key != "drain_poll":  # a poll of 0 is a busy loop: refused on its own
+        policy = _load_restart(tmp_path, f'action = ["x"]\n{key} = {low}\n')
+        assert getattr(policy, key) == low and type(getattr(policy, key)) is float
+    for wrong in (low - 0.05, high + 0.05):
+        with pytest.raises(DaemonConfigError) as caught:
+            _load_restart(tmp_path, f'action = ["x"]\n{key} = {wrong}\n')
+        assert caught.value.name == f"checkout[1].restart.{key}"
+        assert caught.value.reason == f"expected between {low:g} and {high:g}"
+    whole = _load_restart(tmp_path, f'action = ["x"]\n{key} = {int(high)}\n')
+    assert getattr(whole, key) == high and type(getattr(whole, key)) is float
+
+
+@pytest.mark.parametrize(
+    ("written", "name"), [("usr2", "USR2"), ("SIGTERM", "TERM"), ("Hup", "HUP"), ("INT", "INT")]
+)
+def test_a_signal_is_named_in_any_case_with_or_without_sig(tmp_path: Path, written: str, name: str) -> None:
+    assert _load_restart(tmp_path, f'pidfile = "/p"\nsignal = "{written}"\n').signal == name
+
+
+def test_each_unknown_key_is_named_with_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(DaemonConfigError) as caught:
+        _load_restart(tmp_path, 'action = ["x"]\nretries = 3\n')
+    assert caught.value.name == "checkout[1].restart.retries"
+    assert caught.value.reason == f"unknown key (known: {', '.join(sorted(KEYS))})"
+    assert caught.value.value == 3
+
+
+def test_without_action_or_pidfile_the_table_says_what_to_give(tmp_path: Path) -> None:
+    with pytest.raises(DaemonConfigError) as caught:
+        _load_restart(tmp_path, "settle = 1\n")
+    assert (caught.value.name, caught.value.reason) == (
+        "checkout[1].restart",
+        "give action (an argv), or pidfile (with signal)",
+    )
+
+
+def test_a_handoff_false_is_no_handoff_and_a_pidfile_with_usr2_alone_is_a_signal(tmp_path: Path) -> None:
+    policy = _load_restart(tmp_path, 'pidfile = "/p"\nsignal = "USR2"\nhandoff = false\n')
+    assert (policy.handoff, policy.signal, policy.action) == (False, "USR2", None)
+    policy = _load_restart(tmp_path, 'pidfile = "/p"\nsignal = "USR2"\n')
+    assert policy.handoff is False
+
+
+def test_a_lock_in_an_existing_directory_is_taken(tmp_path: Path) -> None:
+    assert _load_restart(tmp_path, 'action = ["x"]\nlock = "u.lock"\n').lock == tmp_path / "u.lock"
+
+
+@pytest.mark.parametrize(
+    ("restart", "key", "value", "reason"),
+    [
+        ('action = ["x"]\ndrain_poll = 0\n', "drain_poll", 0, "expected more than 0"),
+        ('pidfile = "/p"\nsignal = "USR2"\nhandoff = 1\n', "handoff", 1, "expected true or false"),
+        ('pidfile = "/p"\nsignal = 9\n', "signal", 9, "expected a signal name"),
+        (
+            'action = ["x"]\nsignal = "HUP"\n',
+            "signal",
+            "HUP",
+            "a signal is sent only without an action (to the pidfile's pid)",
+        ),
+        (
+            'action = ["x"]\npidfile = "/p"\npid_command = ["y"]\n',
+            "pid_command",
+            ["y"],
+            "give one way to find the server's pid: pidfile or pid_command",
+        ),
+        (
+            'pidfile = "/p"\nhandoff = true\n',
+            "handoff",
+            True,
+            'a handoff needs pidfile with signal = "USR2" and no action (gunicorn\'s re-exec)',
+        ),
+        ('pidfile = ""\n', "pidfile", "", "expected a non-empty path string (without NUL)"),
+        (
+            'action = ["x"]\nupdate_marker = 3\n',
+            "update_marker",
+            3,
+            "expected a non-empty path string (without NUL)",
+        ),
+        ('action = ["x"]\nlock = ""\n', "lock", "", "expected a non-empty path string (without NUL)"),
+        ('action = ["x"]\nlock = "/no/such/dir/u.lock"\n', "lock", "/no/such/dir/u.lock", None),
+    ],
+)
+def test_each_refusal_names_its_key_value_and_reason_exactly(
+    tmp_path: Path, restart: str, key: str, value: object, reason: str | None
+) -> None:
+    with pytest.raises(DaemonConfigError) as caught:
+        _load_restart(tmp_path, restart)
+    assert (caught.value.name, caught.value.value) == (f"checkout[1].restart.{key}", value)
+    assert caught.value.reason == (reason or "its directory /no/such/dir does not exist")
+    line = 5 + restart.splitlines().index(next(x for x in restart.splitlines() if x.startswith(f"{key} =")))
+    assert caught.value.line == line

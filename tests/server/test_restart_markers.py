@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from stalewatch.core.errors import LockError
+from stalewatch.server.restart import markers
 from stalewatch.server.restart.lock import HandoffLock
-from stalewatch.server.restart.markers import MAX_MARKER, assess, read_pid_marker
+from stalewatch.server.restart.markers import GO, MAX_MARKER, Verdict, assess, exists, read_pid_marker
 from stalewatch.server.restart.policy import RestartPolicy
+from tests.support.forks import report_from_fork
 
 DAY = 86400.0
 
@@ -137,3 +142,251 @@ def test_r3_lock_is_exclusive_with_flock_1_and_not_followed_through_a_symlink(tm
     with pytest.raises(LockError):
         HandoffLock(link).try_acquire()
     assert not (tmp_path / "elsewhere").exists()  # never created through the link
+
+
+# -- issue 20: what the mutation run found unchecked ---------------------------------------
+
+
+def _as_nobody_judging(path: Path, pid: int) -> str:
+    """In a forked child run as ``nobody``: the verdict on a marker naming ``pid`` (root's)."""
+
+    def body() -> str:
+        os.setgid(65534)
+        os.setuid(65534)
+        try:
+            os.kill(pid, 0)
+        except PermissionError:
+            pass
+        else:
+            return "kill(pid, 0) did not answer EPERM"
+        verdict = read_pid_marker(path, DAY)
+        return f"{verdict.action}|{verdict.reason}"
+
+    code, report = report_from_fork(body, timeout=20)
+    assert code == 0, report
+    return report
+
+
+def test_r1_an_updater_run_by_another_user_is_alive_and_waited_for(tmp_path: Path) -> None:
+    # kill(pid, 0) answers EPERM for a live process of another user: the update runs.
+    if os.geteuid() == 0:
+        shared = Path(tempfile.mkdtemp(prefix="sw-marker-"))
+        try:
+            shared.chmod(0o755)
+            path = marker(shared / "m", os.getpid(), time.time() - 5)  # root's process, to nobody
+            path.chmod(0o644)
+            report = _as_nobody_judging(path, os.getpid())
+        finally:
+            shutil.rmtree(shared)
+        assert report == f"wait|update-running: pid {os.getpid()} since 5 s", report
+        return
+    try:
+        os.kill(1, 0)
+    except PermissionError:
+        pass
+    else:
+        pytest.skip("pid 1 is this user's here and we are not root: no process of another user to name")
+    verdict = read_pid_marker(marker(tmp_path / "m", 1, time.time() - 5), DAY)
+    assert (verdict.action, verdict.reason) == ("wait", "update-running: pid 1 since 5 s")
+
+
+@pytest.mark.parametrize(
+    ("error", "alive"),
+    [
+        (PermissionError(errno.EPERM, "Operation not permitted"), True),
+        (ProcessLookupError(errno.ESRCH, "No such process"), False),
+        (OSError(errno.EINVAL, "Invalid argument"), True),  # not known dead: never refuse on doubt
+    ],
+)
+def test_r1_only_no_such_process_is_dead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: OSError, alive: bool
+) -> None:
+    def kill(pid: int, sig: int) -> None:
+        assert (pid, sig) == (4242, 0)
+        raise error
+
+    path = marker(tmp_path / "m", 4242, time.time())
+    monkeypatch.setattr(markers.os, "kill", kill)
+    verdict = read_pid_marker(path, DAY)
+    assert verdict.action == ("wait" if alive else "refuse")
+    if not alive:
+        assert verdict.reason == f"update-marker: pid 4242 in {path} is not running: the update did not end"
+
+
+def test_r1_assess_judges_the_marker_at_the_time_it_is_given(tmp_path: Path) -> None:
+    started = 1_000_000.0
+    path = marker(tmp_path / "m", os.getpid(), started)
+    policy = RestartPolicy(action=("true",), update_marker=path, update_marker_max_age=600)
+    assert assess(policy, now=started + 10) == Verdict(
+        "wait", f"update-running: pid {os.getpid()} since 10 s"
+    )
+    assert assess(policy, now=started + 601) == Verdict(
+        "refuse", f"update-marker: {path} is 601 s old (over 600 s): the update did not end"
+    )
+    assert assess(policy).action == "refuse"  # now: decades after it started
+
+
+def test_r1_the_maximum_age_and_the_clock_skew_are_inclusive(tmp_path: Path) -> None:
+    started = 1_000_000.0
+    path = marker(tmp_path / "m", os.getpid(), started)
+    assert read_pid_marker(path, 600, now=started + 600).action == "wait"
+    assert read_pid_marker(path, 600, now=started + 600.5).action == "refuse"
+    # Up to a minute in the future is the updater's clock, not a forged date.
+    assert read_pid_marker(path, 600, now=started - 60) == Verdict(
+        "wait", f"update-running: pid {os.getpid()} since 0 s"
+    )
+    assert read_pid_marker(path, 600, now=started - 61) == Verdict(
+        "refuse", f"update-marker: {path} is dated 61 s in the future"
+    )
+
+
+def test_r1_a_marker_with_trailing_lines_and_blanks_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "m"
+    path.write_bytes(f"  {os.getpid()} \n 1000000.5 \nextra\n".encode())
+    assert read_pid_marker(path, DAY, now=1_000_010.0) == Verdict(
+        "wait", f"update-running: pid {os.getpid()} since 10 s"
+    )
+
+
+@pytest.mark.parametrize("content", [b"", b"12\n", b"12\nnan\n", b"x\n1\n"])
+def test_r1_a_malformed_marker_is_named(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "m"
+    path.write_bytes(content)
+    assert read_pid_marker(path, DAY) == Verdict(
+        "refuse", f"update-marker: {path} is malformed (expected PID and UNIX time)"
+    )
+
+
+def test_r1_what_cannot_be_told_is_named(tmp_path: Path) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")  # any path through it: ELOOP, neither there nor absent
+    beside_a_file = tmp_path / "file"
+    beside_a_file.touch()
+    assert read_pid_marker(beside_a_file / "m", DAY) == GO  # ENOTDIR: absent
+    reason = os.strerror(errno.ELOOP)
+    assert read_pid_marker(loop / "m", DAY) == Verdict(
+        "wait", f"update-marker: cannot read {loop / 'm'}: {reason}"
+    )
+    unknown = RestartPolicy(action=("true",), incomplete_markers=(tmp_path / "none", loop / "x"))
+    assert assess(unknown) == Verdict("refuse", f"incomplete: cannot tell whether {loop / 'x'} exists")
+    held = RestartPolicy(action=("true",), hold_while=(tmp_path / "none", loop / "h"))
+    assert assess(held) == Verdict("wait", f"hold: {loop / 'h'} cannot be checked")
+    present = tmp_path / "incomplete"
+    present.touch()
+    first = RestartPolicy(action=("true",), incomplete_markers=(present, loop / "x"), hold_while=(present,))
+    assert assess(first) == Verdict("refuse", f"incomplete: {present} exists; the update did not finish")
+    assert assess(RestartPolicy(action=("true",), hold_while=(tmp_path / "none", present))) == Verdict(
+        "wait", f"hold: {present} exists"
+    )
+    assert assess(RestartPolicy(action=("true",), hold_while=(tmp_path / "none",))) == GO
+    assert (exists(present), exists(tmp_path / "none"), exists(loop / "x"), exists(beside_a_file / "m")) == (
+        True,
+        False,
+        None,
+        False,
+    )
+
+
+class _Between:
+    """``os.lstat`` as markers calls it, changing the file right after (a real race, made certain)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, change: Callable[[Path], None]) -> None:
+        self._real = os.lstat
+        self._change = change
+        monkeypatch.setattr(markers.os, "lstat", self)
+
+    def __call__(self, path: Path) -> os.stat_result:
+        info = self._real(path)
+        self._change(Path(path))
+        return info
+
+
+def test_r1_a_marker_removed_after_its_stat_lets_the_restart_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = marker(tmp_path / "m", os.getpid(), time.time())
+    _Between(monkeypatch, Path.unlink)
+    assert read_pid_marker(path, DAY) == GO
+
+
+def test_r1_a_marker_replaced_by_a_symlink_after_its_stat_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = marker(tmp_path / "real", os.getpid(), time.time())
+    path = marker(tmp_path / "m", os.getpid(), time.time())
+
+    def swap(p: Path) -> None:
+        p.unlink()
+        p.symlink_to(real)
+
+    _Between(monkeypatch, swap)
+    assert read_pid_marker(path, DAY) == Verdict(
+        "refuse", f"update-marker: {path} is a symlink; the update did not end cleanly"
+    )
+
+
+@pytest.mark.timeout(10)
+def test_r1_a_marker_replaced_by_a_fifo_after_its_stat_is_refused_without_blocking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = marker(tmp_path / "m", os.getpid(), time.time())
+
+    def swap(p: Path) -> None:
+        p.unlink()
+        os.mkfifo(p)
+
+    _Between(monkeypatch, swap)
+    assert read_pid_marker(path, DAY) == Verdict("refuse", f"update-marker: {path} is not a regular file")
+
+
+def test_r1_a_marker_grown_after_its_stat_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = marker(tmp_path / "m", os.getpid(), time.time())
+    _Between(monkeypatch, lambda p: p.write_bytes(p.read_bytes() + b"#" * MAX_MARKER))
+    assert read_pid_marker(path, DAY) == Verdict(
+        "refuse", f"update-marker: {path} is larger than {MAX_MARKER} bytes"
+    )
+
+
+def test_r1_a_marker_of_exactly_the_bound_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "m"
+    head = f"{os.getpid()}\n1000000\n".encode()
+    path.write_bytes(head + b"#" * (MAX_MARKER - len(head)))
+    assert path.stat().st_size == MAX_MARKER == 4096
+    assert read_pid_marker(path, DAY, now=1_000_001.0).action == "wait"
+    path.write_bytes(head + b"#" * (MAX_MARKER + 1 - len(head)))
+    assert read_pid_marker(path, DAY, now=1_000_001.0) == Verdict(
+        "refuse", f"update-marker: {path} is larger than {MAX_MARKER} bytes"
+    )
+
+
+@pytest.mark.parametrize("call", ["open", "read"])
+def test_r1_a_marker_that_cannot_be_opened_or_read_means_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    # Out of descriptors, or an I/O error: nothing is known, so nothing is restarted yet.
+    path = marker(tmp_path / "m", os.getpid(), time.time())
+    error = errno.EMFILE if call == "open" else errno.EIO
+
+    def failing(*args: object) -> object:
+        raise OSError(error, os.strerror(error))
+
+    opened: list[int] = []
+    real_close = os.close
+    monkeypatch.setattr(markers.os, call, failing)
+    monkeypatch.setattr(markers.os, "close", lambda fd: (opened.append(fd), real_close(fd)))
+    assert read_pid_marker(path, DAY) == Verdict(
+        "wait", f"update-marker: cannot read {path}: {os.strerror(error)}"
+    )
+    assert len(opened) == (1 if call == "read" else 0)  # the descriptor opened is closed
+
+
+def test_r1_a_symlink_or_special_file_is_named_at_its_stat(tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    assert read_pid_marker(link, DAY) == Verdict(
+        "refuse", f"update-marker: {link} is a symlink; the update did not end cleanly"
+    )
+    assert read_pid_marker(tmp_path, DAY) == Verdict(
+        "refuse", f"update-marker: {tmp_path} is not a regular file"
+    )
+    assert Verdict("go").go and not Verdict("wait").go and not Verdict("refuse").go

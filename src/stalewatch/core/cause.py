@@ -45,7 +45,7 @@ class Cause:
     def describe(self, now: float | None = None) -> str:
         """One phrase: ``pull (fast-forward, 3 commits ahead) by alice at 12:03``."""
         inside = [part for part in (self.detail, self._relation_words()) if part]
-        text = self.action + (f" ({', '.join(inside)})" if inside else "")
+        text = f"{self.action} ({', '.join(inside)})"  # the relation's words are never empty
         who = self.name or self.email
         return f"{text}{f' by {who}' if who else ''} at {self._when(now)}"
 

@@ -115,11 +115,9 @@ def step(rel: Rel, kind_of_move: str, steps_back: int) -> Rel:
         return UNKNOWN
     if steps_back:
         return back(rel, steps_back)
-    one = 1 if kind_of_move == CHILD else None
-    if kind_of_move in (CHILD, MERGE):
-        if kind in ("same", "ahead"):
-            return ("ahead", _plus(ahead, one), 0)
-        return ("diverged", _plus(ahead, one) if kind == "diverged" else one, behind)
+    if kind_of_move in (CHILD, MERGE):  # on top: ahead one more (a merge: by some count)
+        one = 1 if kind_of_move == CHILD else None
+        return ("ahead" if kind in ("same", "ahead") else "diverged", _plus(ahead, one), behind)
     if kind_of_move == FORWARD:
         return ("ahead", None, 0) if kind in ("same", "ahead") else UNKNOWN
     if kind_of_move == SIBLING:  # an amended commit keeps its parents: only the tip is replaced
@@ -134,14 +132,9 @@ def step(rel: Rel, kind_of_move: str, steps_back: int) -> Rel:
 def back(rel: Rel, k: int) -> Rel:
     """``reset HEAD~k``: k first-parent steps back from the old commit."""
     kind, ahead, behind = rel
-    if kind == "same":
-        return ("behind", 0, k)
-    if kind == "behind":
-        return ("behind", 0, _plus(behind, k))
     if ahead is None:
         return UNKNOWN
     if k < ahead:
         return (kind, ahead - k, behind)
-    base = 0 if kind == "ahead" else behind
-    total = _plus(base, k - ahead)
+    total = _plus(behind, k - ahead)  # past the commits ahead: behind from where they fork
     return SAME if total == 0 else ("behind", 0, total)

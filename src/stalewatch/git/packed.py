@@ -39,6 +39,10 @@ RACY_NS = 3_000_000_000
 """A file changed less than this long ago (ns) may change again without its stat data
 changing: coarse filesystem timestamps tick at up to 2 s (FAT), 1 s (ext3, HFS+)."""
 _MAX_FILE = 256 * 1024 * 1024  # an unsorted file is read whole: never more than this
+# A record longer than this is malformed (git's ref names stay under PATH_MAX): a search
+# reads at most this far for a line's ends, so a file with no line ends costs a few pages.
+_MAX_LINE = 64 * 1024
+_CHUNK = 1024 * 1024
 _PAGE = 4096
 _CACHE_ENTRIES = 4096
 _MAX_ANSWERS = 64  # remembered per snapshot (a guard asks about one branch)
@@ -72,7 +76,7 @@ class _Bytes(Protocol):
 
     def __getitem__(self, index: slice, /) -> bytes: ...
 
-    def find(self, sub: bytes, start: int, /) -> int: ...
+    def find(self, sub: bytes, start: int, end: int, /) -> int: ...
 
     def rfind(self, sub: bytes, start: int, end: int, /) -> int: ...
 
@@ -107,13 +111,15 @@ class _Pages:
         joined = b"".join(self._page(n) for n in range(first, last + 1))
         return joined[start - first * _PAGE : stop - first * _PAGE]
 
-    def find(self, sub: bytes, start: int, /) -> int:
+    def find(self, sub: bytes, start: int, end: int, /) -> int:
+        end = min(end, self._size)  # a file grown since it was sized is not read further
         number = start // _PAGE
-        while number * _PAGE < self._size:
+        while number * _PAGE < end:
+            base = number * _PAGE
             page = self._page(number)
-            found = page.find(sub, max(start - number * _PAGE, 0))
+            found = page.find(sub, max(start - base, 0), end - base)
             if found >= 0:
-                return number * _PAGE + found if number * _PAGE + found < self._size else -1
+                return base + found
             if len(page) < _PAGE:  # the file ended (or shrank) here
                 return -1
             number += 1
@@ -135,7 +141,16 @@ class _Pages:
         return self[start : start + len(prefix)] == prefix
 
     def count(self, sub: bytes, start: int, end: int, /) -> int:  # the error path only
-        return self[start:end].count(sub)
+        """Occurrences of the one byte ``sub``: read in chunks that are not kept."""
+        total = 0
+        end = min(end, self._size)
+        while start < end:
+            chunk = _pread(self._fd, min(_CHUNK, end - start), start)
+            if not chunk:
+                break
+            total += chunk.count(sub)
+            start += len(chunk)
+        return total
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,21 +216,17 @@ def _bisect(path: Path, data: _Bytes, body: int, wanted: bytes) -> bytes | None:
     # Each probe moves lo past a record or hi down to one: at most ~log2(n) probes.
     while lo < hi:
         mid = lo + (hi - lo) // 2
-        newline = data.rfind(b"\n", lo, mid)
-        start = lo if newline < 0 else newline + 1
+        start = _line_start(path, data, lo, mid)
         if data.startswith(b"^", start):  # a peeled line belongs to the record above
             if start <= lo:
                 raise _malformed(path, data, start, "peeled line without a ref")
-            following = data.find(b"\n", start)
-            if not _is_oid(data[start + 1 : len(data) if following < 0 else following]):
+            if not _is_oid(data[start + 1 : _line_end(path, data, start)]):
                 raise _malformed(path, data, start, "malformed peeled line")
-            newline = data.rfind(b"\n", lo, start - 1)
-            above = lo if newline < 0 else newline + 1
+            above = _line_start(path, data, lo, start - 1)
             if data.startswith(b"^", above):
                 raise _malformed(path, data, start, "two peeled lines in a row")
             start = above
-        end = data.find(b"\n", start)
-        end = len(data) if end < 0 else end
+        end = _line_end(path, data, start)
         oid, _, ref = data[start:end].partition(b" ")
         if not _is_oid(oid) or not ref:
             raise _malformed(path, data, start, "expected '<object id> <ref>'")
@@ -224,8 +235,7 @@ def _bisect(path: Path, data: _Bytes, body: int, wanted: bytes) -> bytes | None:
         if ref < wanted:
             lo = end + 1
             while data.startswith(b"^", lo):  # skip this record's peeled line
-                following = data.find(b"\n", lo)
-                following = len(data) if following < 0 else following
+                following = _line_end(path, data, lo)
                 if not _is_oid(data[lo + 1 : following]):
                     raise _malformed(path, data, lo, "malformed peeled line")
                 lo = following + 1
@@ -235,9 +245,29 @@ def _bisect(path: Path, data: _Bytes, body: int, wanted: bytes) -> bytes | None:
     return None
 
 
+def _line_start(path: Path, data: _Bytes, lo: int, at: int) -> int:
+    """Where the line holding the byte before ``at`` starts (``lo`` at the earliest)."""
+    floor = max(lo, at - _MAX_LINE - 1)
+    newline = data.rfind(b"\n", floor, at)
+    if newline >= 0:
+        return newline + 1
+    if floor > lo:
+        raise _malformed(path, data, at, f"a line longer than {_MAX_LINE} bytes")
+    return lo
+
+
+def _line_end(path: Path, data: _Bytes, start: int) -> int:
+    """Where the line at ``start`` ends: its newline, or the end of the file."""
+    end = data.find(b"\n", start, start + _MAX_LINE + 1)
+    if end >= 0:
+        return end
+    if start + _MAX_LINE < len(data):
+        raise _malformed(path, data, start, f"a line longer than {_MAX_LINE} bytes")
+    return len(data)
+
+
 def _malformed(path: Path, data: _Bytes, offset: int, what: str) -> RefError:
-    end = data.find(b"\n", offset)
-    line = data[offset : min(len(data) if end < 0 else end, offset + 80)]
+    line = data[offset : offset + 80].split(b"\n", 1)[0]
     if offset > _MAX_FILE:  # counting lines would read that much
         return RefError(path, f"malformed line at byte {offset} ({what}): {line!r}")
     number = data.count(b"\n", 0, offset) + 1

@@ -148,9 +148,9 @@ def _relation(entries: Sequence[Entry], target: int, loaded: str) -> moves.Rel:
             learnt, commit = moves.back(new, 1), entry.old  # a commit's old value is its first parent
         else:
             continue
-        # Only the loaded commit itself is "same": a reflog that says otherwise (edited,
-        # or not git's) contradicts itself, and teaches nothing.
-        known[commit] = moves.UNKNOWN if learnt[0] == "same" and commit != loaded else learnt
+        # Only the loaded commit itself is "same" (known from the start, never learnt): a
+        # reflog that says so of another (edited, or not git's) contradicts itself.
+        known[commit] = moves.UNKNOWN if learnt[0] == "same" else learnt
     return known.get(entries[target].new, moves.UNKNOWN)
 
 

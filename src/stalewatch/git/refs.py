@@ -27,6 +27,7 @@ __all__ = ["GitDirs", "find_git_dirs", "head_chain", "is_object_id", "resolve_he
 
 _MAX_SMALL_FILE = 4096  # HEAD and loose refs are one line; never read a corrupt giant
 _MAX_SYMREF_DEPTH = 5  # git's own limit for chains of symbolic refs
+_SPACE = " \t\n\r"  # what git trims around a ref's value (its isspace): not "\v", "\f", U+00A0
 # Refs that live in a worktree's own git dir rather than the common dir (git-worktree(1)).
 _PER_WORKTREE_PREFIXES = ("refs/bisect/", "refs/worktree/", "refs/rewritten/")
 
@@ -163,7 +164,7 @@ def _read_config(path: Path) -> str:
 
 
 def _ref_path(dirs: GitDirs, name: str) -> Path:
-    if name == "HEAD" or name.startswith(_PER_WORKTREE_PREFIXES):
+    if name.startswith(_PER_WORKTREE_PREFIXES):
         return dirs.git_dir / name
     return dirs.common_dir / name
 
@@ -189,12 +190,11 @@ def read_ref(dirs: GitDirs, name: str) -> str | None:
     """
     loose = _read_small(_ref_path(dirs, name), ref=True)
     if loose is not None:
-        value = loose.strip()
+        value = loose.strip(_SPACE)
         if not value:
             raise RefError(_ref_path(dirs, name), "empty ref file")
         return value
-    if name.startswith(_PER_WORKTREE_PREFIXES):
-        return None
+    # Per-worktree refs too: git never packs them, but reads packed-refs for any ref.
     return packed.lookup(dirs.packed_refs, name)
 
 
@@ -221,10 +221,10 @@ def resolve_head(dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
     head = _read_small(dirs.head_file, ref=True)
     if head is None:
         raise RefError(dirs.head_file, "HEAD does not exist")
-    value = head.strip()
+    value = head.strip(_SPACE)
     for _ in range(_MAX_SYMREF_DEPTH):
         if value.startswith("ref:"):
-            name = value[len("ref:") :].strip()
+            name = value[len("ref:") :].strip(_SPACE)
             if not _valid_ref_name(name):
                 raise RefError(dirs.head_file, f"symbolic ref names an invalid ref {name[:80]!r}")
             if chain is not None:

@@ -46,7 +46,7 @@ class Plan:
         anchors: the worktree, its git dirs and its ``.git``: identity checked on
             every health tick, and a write *at* one of these paths means "re-watch".
         files: files whose writes can move HEAD's commit.
-        parents: directories on the way from ``refs/`` to a chain ref; created or
+        parents: directories from ``refs/`` (included) to a chain ref; created or
             deleted (``git checkout -b a/b``, ``pack-refs``), they change the plan.
         narrow: watched directories that matter only as the home of an anchor (the
             worktree and its parent): watched for renames, creations, deletions and
@@ -170,7 +170,9 @@ class Planner:
             watch.add(home)
             wide.add(home)
             base = dirs.git_dir if ref.is_relative_to(dirs.git_dir / "refs") else dirs.common_dir
-            parents.update(p for p in ref.parents if p.is_relative_to(base / "refs") and p != base / "refs")
+            # refs/ itself too: a linked worktree's git dir has none until its first
+            # per-worktree ref (refs/worktree/, refs/bisect/) is written.
+            parents.update(p for p in ref.parents if p.is_relative_to(base / "refs"))
         marks = anchors(dirs)
         interest: dict[Path, set[str]] = {directory: set() for directory in watch}
         for path in (*files, *parents, *(Path(a) for a in marks)):

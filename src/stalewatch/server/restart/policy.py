@@ -177,7 +177,9 @@ def parse_policy(reader: TableReader, data: object, table: int) -> RestartPolicy
         policy["handoff"] = data["handoff"]
     if "signal" in data:
         name = data["signal"]
-        name = name.upper().removeprefix("SIG") if isinstance(name, str) else name
+        # Not a string (a number, a list, a table): refused before the set lookup, which
+        # would raise TypeError for an unhashable value instead of naming the key.
+        name = name.upper().removeprefix("SIG") if isinstance(name, str) else None
         if name not in _SIGNALS:
             reader.refuse(data, "signal", "expected a signal name", table, sub)
         policy["signal"] = name
