@@ -8,7 +8,7 @@ A mutant the tests fail on is killed; one they pass is a survivor: a change of
 behaviour nothing checks, or an equivalent mutant (one that cannot change behaviour).
 
 Usage:
-    .venv/bin/pip install 'mutmut==3.8.*'
+    .venv/bin/pip install -e '.[mutation]'
     .venv/bin/python scripts/mutation.py                  # every module in TARGETS
     .venv/bin/python scripts/mutation.py git/moves.py     # some of them
     .venv/bin/python scripts/mutation.py --list           # the modules and their test files
@@ -380,7 +380,7 @@ def check_mutmut() -> str:
 
         found = version("mutmut")
     except Exception:
-        raise SystemExit("mutmut is not installed: .venv/bin/pip install 'mutmut==3.8.*'") from None
+        raise SystemExit("mutmut is not installed: .venv/bin/pip install -e '.[mutation]'") from None
     if not found.startswith(MUTMUT_SERIES):
         print(f"note: mutmut {found}; this script was written for {MUTMUT_SERIES}x", file=sys.stderr)
     return found
