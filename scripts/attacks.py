@@ -281,7 +281,15 @@ class Honest:
 
 class Committer:
     """Moves ``refs/heads/main`` of one checkout between two commits (a rename, as git
-    does) every ``interval`` seconds; each move's time, to time the events."""
+    does) every ``interval`` seconds; each move's time, to time the events.
+
+    Every move changes the ref: the first goes to whichever of the two commits the ref
+    does not hold now. An event is a change of status (a ref rewritten with the commit
+    it already held changes nothing, and the daemon rightly says nothing), and a
+    checkout that an earlier attack's committer moved an odd number of times starts
+    on the second commit: starting there with "the second commit" counted an event
+    that was never due as lost.
+    """
 
     def __init__(self, repo: Path, revisions: tuple[str, str], honest: Honest, interval: float = 0.1) -> None:
         self.ref = repo / ".git/refs/heads/main"
@@ -292,7 +300,8 @@ class Committer:
         self.lost = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="attacks-committer", daemon=True)
-        self._n = 0
+        # revisions[self._n % 2] after the increment: the commit the ref does not hold.
+        self._n = 1 if self.ref.read_text().strip() == revisions[1] else 0
 
     def start(self) -> Committer:
         self._thread.start()
