@@ -74,6 +74,18 @@ def test_r9_a_handoff_loses_no_request_and_a_request_in_flight_finishes_on_the_o
     assert {o.status for o in outcomes} <= {200, 409}
 
 
+def _wait_gone(pid: int) -> None:
+    """Until ``pid`` (a gunicorn master the daemon stopped) has exited (its pidfd, never a sleep)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # gone already
+    try:
+        assert select.select([fd], [], [], WAIT)[0], f"the new master {pid} did not stop"
+    finally:
+        os.close(fd)
+
+
 def test_r9_a_commit_that_breaks_the_import_during_the_handoff_leaves_the_old_master_serving() -> None:
     policy = f"settle = 0.2\nconfirm_timeout = 5\nmax_attempts = 1\nverify = {PARSE}\n"
     with Lab("gunicorn-handoff", workers=2, policy=policy) as lab, Load(lab.port, ["/api/work"]) as load:
@@ -88,6 +100,10 @@ def test_r9_a_commit_that_breaks_the_import_during_the_handoff_leaves_the_old_ma
         assert failed.message["reason"].endswith("the old servers still serve (attempt 1 of 1)")
         refused = lab.wait_for_phase("refused", "restarting")  # the broken commit: never acted on
         assert (refused.message["revision"], refused.message["reason"][:13]) == (broken, "verify-failed")
+        new_master = lab.master(".2")
+        if new_master is not None:  # told failed; its stop is carried out just after
+            assert new_master != old_master
+            _wait_gone(new_master)
         assert lab.master() == old_master and lab.master(".2") is None
         after = load.wait_for(lambda o: o.start > refused.at)
         assert after.status == 409 and after.payload["restart_scheduled"] is False  # fail closed
@@ -108,15 +124,7 @@ def test_r9_new_servers_that_never_register_are_stopped_and_the_old_master_serve
         assert "sent SIGTERM to pid" in stopping, stopping
         new_master = int(stopping.split("sent SIGTERM to pid ")[1].split(";")[0])
         assert new_master != old_master
-        try:
-            fd = os.pidfd_open(new_master)
-        except ProcessLookupError:
-            pass  # gone already
-        else:
-            try:
-                assert select.select([fd], [], [], WAIT)[0], "the new master did not stop"
-            finally:
-                os.close(fd)
+        _wait_gone(new_master)
         assert lab.master() == old_master
         since = time.time()
         after = load.wait_for(lambda o: o.start > since)
