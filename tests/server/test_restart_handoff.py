@@ -103,8 +103,9 @@ def test_r9_a_commit_that_breaks_the_import_during_the_handoff_leaves_the_old_ma
         new_master = lab.master(".2")
         if new_master is not None:  # told failed; its stop is carried out just after
             assert new_master != old_master
-            _wait_gone(new_master)
-        assert lab.master() == old_master and lab.master(".2") is None
+            _wait_gone(new_master)  # a master killed before its workers booted may leave
+            # its <pidfile>.2 behind: the daemon ignores one naming no running process
+        assert lab.master() == old_master
 
         # Fail closed: from the refusal on, only 409s, and once the workers heard it
         # (a line after the daemon's `at`), they say no restart is coming.
