@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from stalewatch.client.following import MAX_BACKOFF
 from stalewatch.core.errors import DaemonConfigError
 from stalewatch.server.config import load
 from stalewatch.server.restart.policy import KEYS, RestartPolicy
@@ -43,6 +44,7 @@ def test_every_key_is_read_with_paths_relative_to_the_file(tmp_path: Path) -> No
         'drain_probe = ["/srv/app/venv/bin/python", "-m", "app.inflight"]\n'
         "drain_probe_timeout = 3\n"
         "drain_poll = 0.5\n"
+        "reconnect_grace = 0\n"
         'pid_command = ["supervisorctl", "pid", "web"]\n',
     )
     policy = load(file).checkouts[0].restart
@@ -66,6 +68,7 @@ def test_every_key_is_read_with_paths_relative_to_the_file(tmp_path: Path) -> No
         drain_probe=("/srv/app/venv/bin/python", "-m", "app.inflight"),
         drain_probe_timeout=3.0,
         drain_poll=0.5,
+        reconnect_grace=0.0,
         pid_command=("supervisorctl", "pid", "web"),
     )
 
@@ -74,6 +77,7 @@ def test_defaults_and_the_pidfile_form(tmp_path: Path) -> None:
     policy = load(write(tmp_path, 'pidfile = "/run/gunicorn.pid"\nsignal = "sighup"\n')).checkouts[0].restart
     assert policy == RestartPolicy(pidfile=Path("/run/gunicorn.pid"), signal="HUP")
     assert (policy.settle, policy.max_attempts, policy.min_interval) == (2.0, 3, 30.0)
+    assert policy.reconnect_grace == 3.0 > MAX_BACKOFF  # servers reconnect within it
 
 
 def test_the_gunicorn_handoff_form(tmp_path: Path) -> None:
@@ -192,6 +196,7 @@ def test_max_attempts_takes_its_bounds(tmp_path: Path, count: int) -> None:
         ("drain_timeout", 0.0, 86400.0),
         ("drain_probe_timeout", 0.1, 3600.0),
         ("drain_poll", 0.0, 3600.0),
+        ("reconnect_grace", 0.0, 60.0),
     ],
 )
 def test_every_duration_takes_its_bounds_and_refuses_past_them(

@@ -119,6 +119,32 @@ def test_r8_the_drain_bound_refuses_by_default_and_the_refusal_stands(workdir: P
         assert runs(workdir) == 0
 
 
+def test_r8_a_daemon_just_started_waits_for_its_servers_to_register_again(
+    workdir: Path, git_repo: Repo
+) -> None:
+    """A daemon restarted by its supervisor has no registration yet: its servers are
+    reconnecting (backing off up to 2 s). A commit meanwhile must not take that silence
+    for nothing in flight, or it cuts off the chat turn of a server a moment late."""
+    old_revision = git_repo.head()
+    cfg = config(workdir, git_repo, reconnect_grace=4, drain_poll=0.2)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        new = git_repo.commit()
+        silence = restart_lines(sub, lambda m: (m["reason"] or "").startswith("drain"))[-1]
+        assert silence["reason"] == "drain: 0 in flight (the daemon just started: servers may still register)"
+        assert silence["revision"] == new and runs(workdir) == 0
+        with RawServer(daemon.socket, git_repo.path) as late:  # reconnected, a turn in flight
+            late.register(old_revision, inflight=1)
+            held = restart_lines(sub, lambda m: m["inflight"] == 1)[-1]
+            assert held["reason"] == "drain: 1 in flight" and runs(workdir) == 0
+            late.inflight(0)
+            assert phases(sub, "restarting")[-1]["revision"] == new
+        with RawServer(daemon.socket, git_repo.path) as fresh:  # the supervisor's new server
+            fresh.register(new)
+            assert phases(sub, "confirmed", "failed")[-1]["phase"] == "confirmed"
+        assert runs(workdir) == 1
+
+
 # -- no client can loop it (R6, R10) --------------------------------------------------------
 
 

@@ -10,7 +10,6 @@ import pytest
 
 from stalewatch.client.following import MAX_BACKOFF
 from stalewatch.core.phases import RestartPhase
-from stalewatch.server.restart.drain import RECONNECT_GRACE
 from stalewatch.server.restart.effects import (
     Abort,
     Act,
@@ -39,7 +38,7 @@ from stalewatch.server.restart.inputs import (
     Verified,
 )
 from stalewatch.server.restart.machine import State, interval_left, step
-from stalewatch.server.restart.rules import ANSWER_MARGIN, DrainOutcome, Rules
+from stalewatch.server.restart.rules import ANSWER_MARGIN, RECONNECT_GRACE, DrainOutcome, Rules
 from tests.support.machine import A, B, C, D, Driver, names, phase
 
 pytestmark = pytest.mark.unit

@@ -28,11 +28,16 @@ def _toml(value: object) -> str:
 
 
 def config(workdir: Path, repo: Repo, **restart: object) -> Path:
-    """A configuration watching ``repo`` with a ``[checkout.restart]`` table (``None``: no such key)."""
+    """A configuration watching ``repo`` with a ``[checkout.restart]`` table (``None``: no such key).
+
+    Quick by default: a short settle, no min-interval, and no reconnect grace (each test's
+    servers connect to the daemon it started; a test of the grace sets it).
+    """
     runs = workdir / "runs"
     restart.setdefault("action", [sys.executable, "-c", RECORD, str(runs)])
     restart.setdefault("settle", 0.05)
     restart.setdefault("min_interval", 0)
+    restart.setdefault("reconnect_grace", 0)
     lines = [f"{key} = {_toml(value)}" for key, value in restart.items() if value is not None]
     file = workdir / "stalewatch.toml"
     file.write_text(

@@ -11,7 +11,7 @@ with it, not its work: the work may still run. It stays counted (:class:`Departe
 until it registers again (its new count rules) or its process is gone (the executor
 looks, by the pid the kernel gave, at each look of the drain): while the process runs,
 the drain waits for it, bounded by ``drain_timeout`` as any work in flight. Without a
-pid, for :data:`RECONNECT_GRACE`. The action ends them all (what it stops is what the
+pid, for the policy's ``reconnect_grace``. The action ends them all (what it stops is what the
 drain was for); at most :data:`DEPARTED` are kept.
 """
 
@@ -24,14 +24,10 @@ from dataclasses import dataclass
 from .inputs import Server
 from .rules import DrainOutcome, Rules
 
-__all__ = ["DEPARTED", "RECONNECT_GRACE", "Departed", "Next", "decide", "describe", "held", "in_flight"]
+__all__ = ["DEPARTED", "Departed", "Next", "decide", "describe", "grace", "held", "in_flight"]
 
 DEPARTED = 64
 """Departed servers kept at most (the newest): memory bounded whatever clients do."""
-
-RECONNECT_GRACE = 3.0
-"""Seconds a server may take to register again: the client's longest reconnect backoff
-(``client.following.MAX_BACKOFF``, 2 s) and a margin (a test holds them together)."""
 
 
 @dataclass(frozen=True)
@@ -43,10 +39,15 @@ class Departed:
     left: float
 
 
+def grace(rules: Rules) -> float:
+    """Seconds silence is not taken for nothing in flight after the daemon starts, or a
+    pid-less server leaves: the servers may be reconnecting (never past the drain's bound)."""
+    return min(rules.reconnect_grace, rules.drain_timeout)
+
+
 def held(departed: Sequence[Departed], now: float, rules: Rules) -> tuple[Departed, ...]:
     """The departed servers whose work still counts (see the module doc)."""
-    grace = min(RECONNECT_GRACE, rules.drain_timeout)
-    return tuple(d for d in departed if d.pid > 0 or now < d.left + grace)[-DEPARTED:]
+    return tuple(d for d in departed if d.pid > 0 or now < d.left + grace(rules))[-DEPARTED:]
 
 
 class Next(enum.Enum):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.tables import TableReader
-from .rules import DrainOutcome
+from .rules import RECONNECT_GRACE, DrainOutcome
 
 __all__ = ["RestartPolicy", "parse_policy"]
 
@@ -50,6 +50,7 @@ KEYS = {
     "drain_probe",
     "drain_probe_timeout",
     "drain_poll",
+    "reconnect_grace",
     "handoff",
     "pid_command",
 }
@@ -87,6 +88,9 @@ class RestartPolicy:
         drain_probe: an argv printing the work in flight of servers that do not register.
         drain_probe_timeout: seconds one run of the drain probe may take.
         drain_poll: seconds between two looks at the drain (the probe; telling its count).
+        reconnect_grace: seconds after the daemon starts during which no registration
+            does not mean nothing in flight (the servers may be reconnecting); 0 when no
+            server registers (a pidfile or a probe tells what runs).
         handoff: ``USR2`` starts a new gunicorn master beside the old, retired only once
             new workers registered on the new code (R9); needs ``pidfile``,
             ``signal = "USR2"`` and no ``action``.
@@ -113,6 +117,7 @@ class RestartPolicy:
     drain_probe: tuple[str, ...] | None = None
     drain_probe_timeout: float = 10.0
     drain_poll: float = 1.0
+    reconnect_grace: float = RECONNECT_GRACE
     handoff: bool = False
     pid_command: tuple[str, ...] | None = None
 
@@ -157,6 +162,7 @@ def parse_policy(reader: TableReader, data: object, table: int) -> RestartPolicy
         "drain_timeout": (0.0, 86400.0),
         "drain_probe_timeout": (0.1, 3600.0),
         "drain_poll": (0.0, 3600.0),
+        "reconnect_grace": (0.0, 60.0),
     }
     for key, (low, high) in limits.items():
         if key in data:

@@ -11,11 +11,16 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["ANSWER_MARGIN", "DrainOutcome", "PolicyView", "Rules", "patience"]
+__all__ = ["ANSWER_MARGIN", "RECONNECT_GRACE", "DrainOutcome", "PolicyView", "Rules", "patience"]
 
 ANSWER_MARGIN = 15.0
 """Seconds an answer may take beyond its commands' timeouts: the quick requests (markers,
 the lock, HEAD), the handoff's wait for a promoted master (5 s), a loaded machine."""
+
+RECONNECT_GRACE = 3.0
+"""The default ``reconnect_grace``: seconds a server may take to register again, the
+client's longest reconnect backoff (``client.following.MAX_BACKOFF``, 2 s) and a margin
+(a test holds them together)."""
 
 
 def patience(verify: float, action: float, drain_probe: float, confirm: float) -> float:
@@ -72,6 +77,8 @@ class PolicyView(Protocol):
     @property
     def drain_poll(self) -> float: ...
     @property
+    def reconnect_grace(self) -> float: ...
+    @property
     def handoff(self) -> bool: ...
     @property
     def verify_timeout(self) -> float: ...
@@ -100,6 +107,9 @@ class Rules:
         drain_probe: the policy has a drain probe (asks servers that do not register).
         drain_poll: seconds between two looks at the drain: the probe, and telling its
             count (at most one drain phase per poll, whatever the servers report).
+        reconnect_grace: seconds after the daemon's start (or a server's connection
+            dropping without a pid) during which silence is not "nothing in flight": the
+            servers may still be reconnecting (R8).
         handoff: the action starts the new servers beside the old (gunicorn ``USR2``); the
             old are retired only once as many new ones registered on the target, and the
             new are aborted if they do not (R9; needs servers that register).
@@ -120,6 +130,7 @@ class Rules:
     on_drain_timeout: DrainOutcome = DrainOutcome.REFUSE
     drain_probe: bool = False
     drain_poll: float = 1.0
+    reconnect_grace: float = RECONNECT_GRACE
     handoff: bool = False
     patience: float = patience(60.0, 30.0, 10.0, 60.0)  # with the policy's default timeouts
 
@@ -144,6 +155,7 @@ class Rules:
             on_drain_timeout=policy.on_drain_timeout,
             drain_probe=policy.drain_probe is not None,
             drain_poll=policy.drain_poll,
+            reconnect_grace=policy.reconnect_grace,
             handoff=policy.handoff,
             patience=patience(
                 policy.verify_timeout,

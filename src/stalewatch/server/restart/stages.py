@@ -120,7 +120,7 @@ class Stages(Run):
             self.drained(verdict, total, Stage.LOCK)
             return
         told, reason = s.published, f"drain: {drain.describe(total, s.probe_detail)}"
-        if total == 0 and s.started is not None and self.now < s.started + drain.RECONNECT_GRACE:
+        if total == 0 and s.started is not None and self.now < s.started + drain.grace(s.rules):
             reason += " (the daemon just started: servers may still register)"
         draining = told.phase is RestartPhase.WAITING and (told.reason or "").startswith("drain:")
         due_at = s.published_at + s.rules.drain_poll
@@ -153,7 +153,7 @@ class Stages(Run):
         if a is not None and a.announced is not None and s.servers:
             times.append(a.announced + s.rules.drain_poll)
         if s.started is not None:
-            times.append(s.started + min(drain.RECONNECT_GRACE, s.rules.drain_timeout))
+            times.append(s.started + drain.grace(s.rules))
         at = max(times)
         return at if self.now < at else None
 

@@ -116,7 +116,7 @@ class State:
             master, all that serves besides them (R9).
         verify_seconds, restart_seconds: the last measured probe and restart times.
         started: when the daemon started (``None``: not known): its servers register
-            again within ``drain.RECONNECT_GRACE`` of it, and until then a drain does not
+            again within the policy's ``reconnect_grace`` of it, and until then a drain does not
             take their silence for nothing in flight (R8).
     """
 
