@@ -272,3 +272,38 @@ def test_a_wake_up_goes_before_first_turns_and_timers_queued_earlier() -> None:
         assert order[21] == "earlier-update"
     finally:
         sched.close()
+
+
+def test_halted_tasks_run_no_more_turns_and_halting_never_waits_for_one_under_way() -> None:
+    """A daemon's exit halts thousands of watchers in one pass before stopping each: the
+    workers must not go on turning the ones not stopped yet (issue 17: SIGTERM 9-15 s)."""
+    sched = Scheduler(max_workers=1)  # one worker: the queue's order decides
+    try:
+        entered, release = threading.Event(), threading.Event()
+
+        def block() -> float:
+            entered.set()
+            release.wait(5)
+            return time.monotonic()  # asks for another turn at once
+
+        busy, queued, sentinel = Task(block), [Task() for _ in range(100)], Task()
+        busy_slot = sched.add(busy)
+        slots = [sched.add(task) for task in queued]
+        sentinel_slot = sched.add(sentinel)
+        sched.wake(busy_slot)
+        assert entered.wait(5)  # the only worker is in busy's turn
+        for slot in slots:
+            sched.wake(slot, urgent=False)  # first turns, queued behind it
+        sched.halt([busy_slot, *slots])  # returns while busy's turn is under way
+        sched.halt([busy_slot, *slots])  # and twice is harmless
+        assert sched.slots == 1  # only the sentinel counts
+        release.set()
+        sched.wake(sentinel_slot)
+        sentinel.wait_turns(1)  # the worker went round the queue since
+        sched.wake(busy_slot)
+        sched.wake(sentinel_slot)
+        sentinel.wait_turns(1)
+        assert busy.turns == 1 and all(task.turns == 0 for task in queued)
+        assert sched.remove(busy_slot, wait=1) and sched.slots == 1  # remove still follows
+    finally:
+        sched.close()

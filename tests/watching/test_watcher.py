@@ -17,6 +17,7 @@ from stalewatch.git.refs import GitDirs, find_git_dirs
 from stalewatch.watching import inotify as inotify_module
 from stalewatch.watching import local as watcher_module
 from stalewatch.watching.plan import Relevance
+from stalewatch.watching.watcher import halt
 from tests.support.forks import report_from_fork
 from tests.support.recorder import Recorder
 from tests.support.repos import Repo, make_repo
@@ -627,3 +628,22 @@ def test_c4_head_deleted_for_good_is_unreadable_after_the_grace(git_repo: Repo) 
         (git_repo.path / ".git/HEAD").unlink()
         event = rec.wait_for("unreadable", timeout=5)
         assert "HEAD does not exist" in (event.error or "")  # type: ignore[attr-defined]
+
+
+def test_a_halted_watcher_takes_no_more_turns_and_still_stops(git_repo: Repo) -> None:
+    """Halted (a daemon's exit halts all its watchers first), a watcher is turned no more
+    though its watches still fire; stop() then removes them as usual."""
+    source = LocalSource(verify_interval=3600)
+    with (
+        started(Guard.for_checkout(git_repo.path, source=source)) as halted,
+        started(Guard.for_checkout(git_repo.path, source=source)) as witness,
+    ):
+        watcher = watcher_of(halted)
+        halt([watcher])
+        turns = watcher.turns
+        rec = Recorder(witness)
+        new = git_repo.commit("after the halt")
+        rec.wait_for("stale", new)  # the same kernel event reached both watchers
+        assert watcher.turns == turns
+        halted.stop()
+        assert halted.snapshot().trusted is False

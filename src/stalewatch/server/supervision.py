@@ -51,6 +51,11 @@ class ObservedSource:
         watcher = self._watcher
         return watcher.verify_period if watcher is not None else self._inner.verify_interval
 
+    @property
+    def watcher(self) -> Watcher | None:
+        """The watcher it made (``None``: not watching yet)."""
+        return self._watcher
+
     def _beat(self) -> None:
         self.beat = time.monotonic()
 

@@ -32,7 +32,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ..core.errors import ResourceExhaustedError
@@ -47,7 +47,7 @@ from .source import OnChange, OnHealth
 from .stamp import Stamp, take
 from .watches import Watches, identity_of
 
-__all__ = ["READ_EVERY", "VERIFY_RATE", "Watcher"]
+__all__ = ["READ_EVERY", "VERIFY_RATE", "Watcher", "halt"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,26 @@ _SHORT_WARN_EVERY = 60.0  # seconds between two warnings of it in the log
 _NEVER = float("inf")
 
 _Identity = tuple[int, int] | None
+
+
+def halt(watchers: Iterable[Watcher]) -> None:
+    """Stop running the turns of ``watchers``, at once, without waiting for turns under
+    way; each one's :meth:`Watcher.stop` still removes its watches and leaves the
+    workers. Harmless at any time, and twice.
+
+    For stopping thousands together (a daemon's exit): halted first, in one pass, the
+    shared workers stop spending their turns on the watchers not stopped yet (issue 17:
+    SIGTERM took 9-15 s right after 10,001 checkouts started, their stops one by one
+    racing the workers' first turns of the rest for the GIL and the scheduler's lock).
+    """
+    by_scheduler: dict[int, tuple[scheduler.Scheduler, list[scheduler.Slot]]] = {}
+    for watcher in watchers:
+        watcher._stopped = True  # a turn under way ends at its next step
+        slot, sched = watcher._slot, watcher._scheduler
+        if slot is not None and sched is not None:
+            by_scheduler.setdefault(id(sched), (sched, []))[1].append(slot)
+    for sched, slots in by_scheduler.values():
+        sched.halt(slots)
 
 
 class Watcher:
@@ -118,6 +138,10 @@ class Watcher:
         self._scheduler, self._slot = scheduler.acquire(self)
         # Behind wake-ups: a reload's thousand new watchers never delay another's event.
         self._scheduler.wake(self._slot, urgent=False)
+
+    def halt(self) -> None:
+        """Run no more turns, at once, without waiting for one under way (see :func:`halt`)."""
+        halt([self])
 
     def stop(self) -> None:
         """Remove the watches and leave the workers. Harmless to call twice.
