@@ -106,7 +106,12 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         "git/packed.py",
-        ("tests/git/test_packed.py", "tests/git/test_refs_properties.py", "tests/git/test_refs.py"),
+        (
+            "tests/git/test_packed.py",
+            "tests/git/test_packed_edges.py",
+            "tests/git/test_refs_properties.py",
+            "tests/git/test_refs.py",
+        ),
     ),
     Target("git/reflog.py", ("tests/git/test_reflog.py", "tests/core/test_cause.py")),
     Target(
