@@ -16,6 +16,8 @@ starts ``stalewatch daemon --config`` on them, and prints:
   same less the time the daemon's threads and this client spent runnable but waiting
   for a CPU during each update (``/proc/PID/task/*/schedstat``; summed over threads,
   so an estimate): on a busy machine, what is the daemon's and what is the scheduler's;
+  and the hypervisor's steal meanwhile (``/proc/stat``, all CPUs: time this VM's CPUs
+  did not run, which run-queue waits cannot see);
 - idle CPU over ``--idle`` seconds in the steady state (one client connected,
   receiving pings).
 
@@ -156,6 +158,17 @@ class Figures:
     idle_wall: float
     detect: list[float]
     waited: list[float]
+    steal: float  # seconds the hypervisor ran others on this VM's CPUs during the updates
+
+
+def steal_seconds() -> float:
+    """The machine's CPU time stolen by the hypervisor so far (``/proc/stat``, all CPUs):
+    a thread the VM does not run looks running to the guest, so run-queue waits miss it."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def measure(
@@ -206,6 +219,7 @@ def measure(
         ref = target / ".git/refs/heads/main"
         lock = ref.with_name("main.lock")
         detect, waited = [], []
+        stolen = steal_seconds()
         for i in range(args.updates):
             lock.write_text(revisions[(i + 1) % 2] + "\n")
             before = runqueue_wait(daemon.pid, os.getpid())
@@ -215,6 +229,7 @@ def measure(
             detect.append(time.perf_counter() - t0)
             waited.append(runqueue_wait(daemon.pid, os.getpid()) - before)
             _receive_pings(client, time.perf_counter() + args.spacing)
+        stolen = steal_seconds() - stolen
 
         cpu0, wall0 = cpu_seconds(daemon.pid), time.monotonic()
         _receive_pings(client, time.perf_counter() + args.idle)  # one client receiving pings
@@ -234,6 +249,7 @@ def measure(
             idle_wall,
             detect,
             waited,
+            stolen,
         )
     finally:
         daemon.send_signal(signal.SIGTERM)
@@ -347,7 +363,8 @@ def show(f: Figures) -> None:
         f"        less run-queue waits: median {statistics.median(left):6.3f} ms "
         f"p99 {left[min(len(left) - 1, int(0.99 * len(left)))]:6.3f} ms max {left[-1]:6.3f} ms;  "
         f"updates over 5 ms: {len(slow)}, of which over 5 ms without the waits: "
-        f"{sum(1 for d, w in slow if d - w > 0.005)}",
+        f"{sum(1 for d, w in slow if d - w > 0.005)};  hypervisor steal meanwhile "
+        f"{f.steal * 1000:.0f} ms (all CPUs)",
         flush=True,
     )
 
