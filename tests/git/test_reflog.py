@@ -457,7 +457,7 @@ def reflog_lines(draw: st.DrawFn) -> bytes:
     return b"\n".join(parts) + draw(st.sampled_from([b"", b"\n"]))
 
 
-@budget(1000)
+@budget(500)
 @given(data=st.one_of(st.binary(max_size=2000), reflog_lines()), whole=st.booleans())
 def test_any_bytes_give_a_cause_or_none(data: bytes, whole: bool) -> None:
     entries = reflog.parse_log(data, whole=whole)

@@ -30,14 +30,16 @@ def _toml(value: object) -> str:
 def config(workdir: Path, repo: Repo, **restart: object) -> Path:
     """A configuration watching ``repo`` with a ``[checkout.restart]`` table (``None``: no such key).
 
-    Quick by default: a short settle, no min-interval, and no reconnect grace (each test's
-    servers connect to the daemon it started; a test of the grace sets it).
+    Quick by default: a short settle and drain poll (the drain waits one poll for the
+    servers' counts after announcing), no min-interval, and no reconnect grace (each
+    test's servers connect to the daemon it started; a test of the grace sets it).
     """
     runs = workdir / "runs"
     restart.setdefault("action", [sys.executable, "-c", RECORD, str(runs)])
     restart.setdefault("settle", 0.05)
     restart.setdefault("min_interval", 0)
     restart.setdefault("reconnect_grace", 0)
+    restart.setdefault("drain_poll", 0.2)
     lines = [f"{key} = {_toml(value)}" for key, value in restart.items() if value is not None]
     file = workdir / "stalewatch.toml"
     file.write_text(
