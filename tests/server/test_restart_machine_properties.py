@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stalewatch.core.phases import RestartPhase
@@ -498,9 +498,23 @@ def play(world: MachineWorld, plan: list[tuple[tuple[Any, ...], list[Outcome]]])
         world.invariants()
 
 
+_GO = Outcome(good=True, verdict=Verdict.GO, inflight=None, delay=0.0, follow=True, bump=None)
+
+
 @pytest.mark.timeout(300)  # mutation testing runs it slowly
 @budget(100)
 @given(rules=RULES, loaded=st.none() | REVISIONS, told=st.booleans(), plan=PLAN)
+@example(  # found by a mutation run's own seed: a drain waiting only for the servers'
+    # counts (a poll after the announcement) told a retry_after short of that wait (R7)
+    rules=Rules(settle=0.0, max_attempts=1, min_interval=0.0, confirm_timeout=1.0, drain_timeout=1.0),
+    loaded=None,
+    told=False,
+    plan=[
+        (("move", "b" * 40, False), []),
+        (("move", "a" * 40, False), [_GO] * 10),
+        (("move", "b" * 40, False), []),
+    ],
+)
 def test_r1_r10_hold_in_any_world(
     rules: Rules, loaded: str | None, told: bool, plan: list[tuple[tuple[Any, ...], list[Outcome]]]
 ) -> None:

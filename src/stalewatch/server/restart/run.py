@@ -8,6 +8,7 @@ created for one step and thrown away; only its :class:`~.state.State` survives.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -125,6 +126,25 @@ class Run:
             return None
         return s.last_action + s.rules.min_interval
 
+    def heard_at(self) -> float | None:
+        """When the servers' counts are in, if that is still ahead (R8): one ``drain_poll``
+        after this run's announcement (they report at once), and after the daemon's start
+        the clients' reconnect grace.
+
+        A count from a registration made long before is not one: servers report only
+        while a restart is coming (with ``settle = 0`` the drain would be judged in the
+        step that announces it). No registration just after the daemon started is not
+        nothing in flight: the servers are still reconnecting (backing off up to 2 s).
+        """
+        a, s = self.s.attempt, self.s
+        times = [-math.inf]
+        if a is not None and a.announced is not None and s.servers:
+            times.append(a.announced + s.rules.drain_poll)
+        if s.started is not None:
+            times.append(s.started + drain.grace(s.rules))
+        at = max(times)
+        return at if self.now < at else None
+
     def waits(self, stage: Stage) -> Waits:
         """The waits ahead of a phase told at ``stage`` (R7: all of them, issue 15 item 3)."""
         s, a, now = self.s, self.s.attempt, self.now
@@ -139,9 +159,13 @@ class Run:
             verifies = 2  # fail fast, then under the lock (R9)
         elif rules.verify and stage <= Stage.LOCKED_VERIFY:
             verifies = 1
-        flowing = 0.0
+        flowing = counts = 0.0
         if stage <= Stage.DRAIN and self.in_flight() != 0:
             flowing = rules.drain_poll  # ahead or under way; unknown length: at least the next look (R8)
+        elif stage <= Stage.DRAIN and (heard := self.heard_at()) is not None:
+            # Nothing in flight yet is no drain: the counts are still coming (R8: a poll
+            # after the announcement, the reconnect grace after the daemon's start).
+            counts = heard - now
         poll = 0.0
         if stage == Stage.MARKERS:
             poll = MARKER_POLL
@@ -150,6 +174,7 @@ class Run:
         return Waits(
             settle=settle,
             interval=interval_left(s, now) if stage < Stage.ACT else 0.0,
+            counts=counts,
             poll=poll,
             drain=flowing,
             verifies=verifies,

@@ -138,25 +138,6 @@ class Stages(Run):
             self.update(deadline=heard)
         self.publish(RestartPhase.WAITING, reason, Stage.DRAIN, inflight=total)
 
-    def heard_at(self) -> float | None:
-        """When the servers' counts are in, if that is still ahead (R8): one ``drain_poll``
-        after this run's announcement (they report at once), and after the daemon's start
-        the clients' reconnect grace.
-
-        A count from a registration made long before is not one: servers report only
-        while a restart is coming (with ``settle = 0`` the drain would be judged in the
-        step that announces it). No registration just after the daemon started is not
-        nothing in flight: the servers are still reconnecting (backing off up to 2 s).
-        """
-        a, s = self.s.attempt, self.s
-        times = [-math.inf]
-        if a is not None and a.announced is not None and s.servers:
-            times.append(a.announced + s.rules.drain_poll)
-        if s.started is not None:
-            times.append(s.started + drain.grace(s.rules))
-        at = max(times)
-        return at if self.now < at else None
-
     def drain_under_lock(self) -> None:
         """The work in flight once more, under the lock: more came in, drain again (R8)."""
         a = self.s.attempt

@@ -1,7 +1,8 @@
 """A truthful ``retry_after`` (R7): every wait the restart machine knows of, added up.
 
 Until the new servers answer, a client waits for: what is left of settle and of the
-minimum interval (their clocks run at once, so the longer of the two), the stage's own
+minimum interval and of the wait for the servers' counts (their clocks run at once, so
+the longest of them), the stage's own
 wait of unknown length (markers, a held lock: at least until the next look), a drain
 (unknown length: at least the next re-check), the verify probes still to run, and the
 restart itself. Probe and restart times are the last measured ones (defaults until
@@ -25,6 +26,7 @@ class Waits:
     Attributes:
         settle: what is left of settle.
         interval: what is left of the minimum interval before the next action.
+        counts: what is left until the servers' counts of work in flight are in (R8).
         poll: the stage's own wait of unknown length, until its next look.
         drain: a drain ahead or under way (at least its next re-check).
         verifies: verify probe runs still ahead (the one running included).
@@ -33,6 +35,7 @@ class Waits:
 
     settle: float = 0.0
     interval: float = 0.0
+    counts: float = 0.0
     poll: float = 0.0
     drain: float = 0.0
     verifies: int = 0
@@ -41,7 +44,7 @@ class Waits:
 
 def retry_after(waits: Waits, verify_seconds: float, restart_seconds: float) -> float:
     """Seconds until the new servers should answer: never less than any single wait."""
-    start = max(0.0, waits.settle, waits.interval)
+    start = max(0.0, waits.settle, waits.interval, waits.counts)
     restart = restart_seconds if waits.restart else 0.0
     return start + waits.poll + waits.drain + waits.verifies * verify_seconds + restart
 
