@@ -1496,12 +1496,15 @@ def test_r3_an_answer_that_never_comes_fails_the_run_and_releases_the_lock(stage
         assert [a.ticket for a in d.of(Abort)] == [d.of(Act)[-1].ticket]
 
 
-def test_the_backstop_follows_from_the_policys_timeouts() -> None:
+TIMEOUTS = ("verify_timeout", "action_timeout", "drain_probe_timeout", "confirm_timeout")
+
+
+@pytest.mark.parametrize("longest", TIMEOUTS)
+def test_the_backstop_follows_from_the_policys_longest_timeout(longest: str) -> None:
     from stalewatch.server.restart.policy import RestartPolicy
 
-    policy = RestartPolicy(
-        action=("x",), verify_timeout=100.0, action_timeout=20.0, drain_probe_timeout=5.0, confirm_timeout=9.0
-    )
+    timeouts = dict.fromkeys(TIMEOUTS, 9.0)
+    policy = RestartPolicy(action=("x",), **{**timeouts, longest: 100.0})  # type: ignore[arg-type]
     assert Rules.of(policy).patience == 2 * 100.0 + ANSWER_MARGIN
 
 
@@ -1559,6 +1562,7 @@ def test_the_rules_of_a_policy_say_which_parts_it_has() -> None:
             on_drain_timeout=DrainOutcome.RESTART,
             drain_probe=("p",),
             drain_poll=0.25,
+            reconnect_grace=0.0,
             handoff=True,
             pidfile=Path("/p"),
             signal="USR2",
@@ -1578,6 +1582,7 @@ def test_the_rules_of_a_policy_say_which_parts_it_has() -> None:
         on_drain_timeout=DrainOutcome.RESTART,
         drain_probe=True,
         drain_poll=0.25,
+        reconnect_grace=0.0,
         handoff=True,
     )
     for markers in (
