@@ -619,16 +619,17 @@ def test_r8_a_run_after_a_failed_one_drains_afresh() -> None:
     assert d.state.drain_since == d.now
 
 
-def test_r8_a_server_whose_connection_drops_mid_drain_is_waited_for_while_its_process_runs() -> None:
+@pytest.mark.parametrize("pid", [1, 4242])  # 1: a container's server may be its init
+def test_r8_a_server_whose_connection_drops_mid_drain_is_waited_for_while_its_process_runs(pid: int) -> None:
     """Review of issue 15: its registration and its count vanished together; the drain
     passed and the action cut off the work it still had in flight."""
     d = Driver(rules(drain_poll=1.0))
-    d.register(1, A, inflight=0)
-    d.register(2, A, inflight=3)
+    d.register(7, A, inflight=0)
+    d.register(pid, A, inflight=3)
     settled(d)
     assert d.stage == "DRAIN"
-    d.leave(2)  # its connection closed; the process and its 3 requests live on
-    assert d.request == ProbeDrain(d.request.ticket, frozenset({2}))  # type: ignore[union-attr]
+    d.leave(pid)  # its connection closed; the process and its 3 requests live on
+    assert d.request == ProbeDrain(d.request.ticket, frozenset({pid}))  # type: ignore[union-attr]
     d.reply()  # pid 2 still runs
     assert phase(d.last) == (RestartPhase.WAITING, "drain: 3 in flight", B)
     for _ in range(5):
@@ -636,7 +637,7 @@ def test_r8_a_server_whose_connection_drops_mid_drain_is_waited_for_while_its_pr
         d.reply()  # still runs
         assert d.stage == "DRAIN" and not d.of(Act)
     d.until_timer()
-    d.reply(gone=frozenset({2}))  # its process exited: its work with it
+    d.reply(gone=frozenset({pid}))  # its process exited: its work with it
     assert d.state.departed == () and isinstance(d.request, ReadHead)
 
 
@@ -849,6 +850,19 @@ def test_r7_every_phase_carries_the_estimate_and_the_earliest_next_action() -> N
     d.later(31.0)
     d.move(C)
     assert d.of(Publish)[-1].earliest is None  # the interval has passed
+
+
+def test_r7_retry_after_while_the_counts_are_coming_is_what_is_left_of_that_wait() -> None:
+    """Nothing in flight yet: the drain waits a poll after the announcement for the
+    servers' counts, and retry_after says what is left of it (a mutation run's seed
+    found it left out)."""
+    d = Driver(rules(drain_poll=3.0))
+    d.register(1, A, inflight=0)
+    d.move(B)
+    assert d.told[0].retry_after == pytest.approx(3.0 + 5.0)  # the counts' wait, longer than settle's
+    d.later(SETTLE)
+    assert d.last.reason == "drain: 0 in flight"
+    assert d.last.retry_after == pytest.approx(3.0 - SETTLE + 5.0)
 
 
 def test_r7_retry_after_while_draining_is_at_least_the_next_look() -> None:
