@@ -164,22 +164,17 @@ def test_a_lookup_reads_a_few_pages_of_a_large_sorted_file_and_each_once(
 # --- the search's error paths: the probe meets the bad line, the error names it
 
 
-def test_a_peeled_line_longer_than_a_line_may_be_where_the_probe_lands(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "probe",
+    [
+        pytest.param(1, id="the-probe-lands-on-it"),
+        # The probe reads record a, moves past it, and meets its peeled line while skipping it.
+        pytest.param(0, id="it-follows-the-record-the-probe-lands-on"),
+    ],
+)
+def test_a_long_peeled_line_is_named_where_the_probe_meets_it(tmp_path: Path, probe: int) -> None:
     lines = [record(1, "refs/heads/a"), b"^" + b"f" * 70_000 + b"\n", record(3, "refs/heads/c")]
-    data = probing(lines, 1)
-    path = tmp_path / "packed-refs"
-    path.write_bytes(data)
-    at = data.index(b"^")
-    assert refused(path, "refs/heads/b") == (
-        path,
-        f"malformed line {line_number(data, at)} ({LONG}): {data[at : at + 80]!r}",
-    )
-
-
-def test_a_peeled_line_longer_than_a_line_may_follow_the_record_the_probe_lands_on(tmp_path: Path) -> None:
-    # The probe reads record a, moves past it, and meets its peeled line while skipping it.
-    lines = [record(1, "refs/heads/a"), b"^" + b"f" * 70_000 + b"\n", record(3, "refs/heads/c")]
-    data = probing(lines, 0)
+    data = probing(lines, probe)
     path = tmp_path / "packed-refs"
     path.write_bytes(data)
     at = data.index(b"^")
