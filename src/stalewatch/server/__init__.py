@@ -1,13 +1,15 @@
 """The daemon process: one process watching checkouts and pushing every change to whoever listens.
 
 - :mod:`.loop`: :class:`~.loop.DaemonServer`, the single-threaded socket loop.
-- :mod:`.inbox`: the typed messages watcher threads hand to the loop.
+- :mod:`.inbox`: how other threads hand the loop typed messages, one wake-up per batch.
 - :mod:`.checkout`: one watched checkout (guard, heartbeat source, hooks, restarts).
 - :mod:`.connections`: socket clients with bounded queues and non-blocking writes.
 - :mod:`.publisher`: what subscribers are told, and when.
 - :mod:`.registry`: the server processes that registered the revision they loaded (R5).
+- :mod:`.registrations`: what a server process's registration does (R5, R8, R10).
 - :mod:`.config` and :mod:`.owned_file`: the configuration, and reading it safely.
 - :mod:`.reload`: a SIGHUP's plan, bound before anything changes.
+- :mod:`.reloader`: a reload's course on the loop, from the request to ``READY=1``.
 - :mod:`.hooks`, :mod:`.commands`, :mod:`.capture`, :mod:`.drain`: running commands.
 - :mod:`.supervision` and :mod:`.sdnotify`: systemd readiness, status and watchdog.
 - :mod:`.listening`: the listening socket, bound safely; :mod:`.journal`: the log.

@@ -1,5 +1,10 @@
 """The daemon under systemd: READY/RELOADING/STATUS/STOPPING, and the watchdog's proof.
 
+``READY=1`` waits, inside the loop so signals stay prompt, until every watcher runs
+(trusted, or polling: a mode that is never trusted) or :data:`READY_WAIT` seconds
+passed; the daemon serves meanwhile. ``STATUS=`` costs a pass over every checkout: it
+is made only after a change, on a quiet turn, or at the latest a second after.
+
 ``WATCHDOG=1`` is a promise that the daemon still works, so it is sent only on proof:
 the socket loop turned recently (:meth:`Supervisor.beat`) and every checkout's watcher
 re-verified it recently (:class:`ObservedSource` records each periodic verification,
@@ -11,6 +16,7 @@ every notification is a no-op (see :mod:`.sdnotify`).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -24,9 +30,15 @@ from ..watching.source import OnChange, OnHealth, OnRestart, Watch
 from ..watching.watcher import Watcher
 from . import sdnotify
 
-__all__ = ["ObservedSource", "Supervisor", "status_text"]
+__all__ = ["READY_WAIT", "ObservedSource", "Supervisor", "status_text"]
 
 logger = logging.getLogger(__name__)
+
+READY_WAIT = 5.0
+"""The longest ``READY=1`` waits for the watchers to run, in seconds (serving meanwhile)."""
+# STATUS= costs a snapshot per checkout (milliseconds for a thousand): it is made only
+# after a change, on a quiet turn (never between an event and the next), or after this.
+_STATUS_QUIET, _STATUS_LATEST = 0.05, 1.0
 
 
 class ObservedSource:
@@ -105,46 +117,100 @@ class Supervisor:
 
     The daemon's loop thread calls every method but :meth:`alive`; the watchdog thread
     reads only the loop's last beat and the tuple :meth:`watching` publishes, never
-    the daemon's own tables.
+    the daemon's own tables (``status`` and ``watchers`` are called on the loop's thread).
 
     Args:
         loop_tick: the longest the daemon's loop sleeps between turns, in seconds.
+        status: systemd's one-line ``STATUS=`` now (see :func:`status_text`).
+        watchers: the (checkout, source) pairs whose heartbeats :meth:`alive` requires now.
     """
 
-    def __init__(self, loop_tick: float) -> None:
+    def __init__(
+        self,
+        loop_tick: float,
+        status: Callable[[], str],
+        watchers: Callable[[], Iterable[tuple[str, ObservedSource]]],
+    ) -> None:
         self._loop_tick = loop_tick
+        self._text = status
+        self._watching = watchers
         self._loop_beat = time.monotonic()
         self._watchers: tuple[tuple[str, ObservedSource], ...] = ()
         self._status = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._unready: set[str] = set()  # checkouts whose watcher is not running yet
+        self._ready_by = 0.0
+        self._ready_sent = False
+        self._changes = 0  # events and health reports handled, and reloads: STATUS= may differ
+        self._shown: tuple[int, int] | None = None  # (changes, clients) STATUS= was made for
+        self._status_by = 0.0
+        self._pending = False  # at the turn's start: STATUS= not made for what it shows
+        self._turn_changes = 0  # changes at the turn's start
 
     # -- the loop thread --------------------------------------------------------------------
 
-    def watching(self, watchers: Iterable[tuple[str, ObservedSource]]) -> None:
-        """The (checkout, source) pairs whose heartbeats :meth:`alive` requires."""
-        self._watchers = tuple(watchers)
+    def watching(self) -> None:
+        """Require the heartbeats of the watchers there are now (see :meth:`alive`)."""
+        self._watchers = tuple(self._watching())
 
     def beat(self) -> None:
         """The loop completed a turn."""
         self._loop_beat = time.monotonic()
 
-    def ready(self, status: str) -> None:
-        """Serving: ``READY=1`` with the status and our pid, then the watchdog thread."""
-        sdnotify.notify(f"READY=1\nSTATUS={status}\nMAINPID={os.getpid()}")
+    def serving(self, keys: Iterable[str]) -> None:
+        """Serving from now: ``READY=1`` waits for these checkouts' watchers to run."""
+        self._unready = set(keys)
+        self._ready_by = time.monotonic() + READY_WAIT
+
+    def running(self, key: str) -> None:
+        """The watcher of ``key`` runs (trusted, or polling: a mode never trusted)."""
+        self._unready.discard(key)
+
+    def changed(self) -> None:
+        """What ``STATUS=`` shows may have changed (an event, a health report, a reload)."""
+        self._changes += 1
+
+    def wait(self, now: float, clients: int) -> float:
+        """How long the loop may wait for I/O before a notification is due (``inf``: none).
+
+        Called once at the start of each turn, before the wait: :meth:`status_when_due`
+        at its end compares with what it saw here.
+        """
+        self._turn_changes = self._changes
+        self._pending = self._shown != (self._changes, clients)
+        wait = math.inf if self._ready_sent else self._ready_by - now
+        return min(wait, _STATUS_QUIET) if self._pending else wait
+
+    def ready_when_due(self, now: float) -> None:
+        """Send ``READY=1`` once every watcher runs, or once the wait is over."""
+        if self._ready_sent or (self._unready and now < self._ready_by):
+            return
+        for key in sorted(self._unready):
+            logger.warning("stalewatch: watcher for %s not running yet; ready anyway", key)
+        self._unready.clear()
+        self._ready_sent = True
+        sdnotify.notify(f"READY=1\nSTATUS={self._text()}\nMAINPID={os.getpid()}")
         self._start_watchdog()
+
+    def status_when_due(self, now: float, clients: int, *, woken: bool) -> None:
+        """At the turn's end: ``STATUS=``, if due (``woken``: the wait ended on I/O)."""
+        wanted = (self._changes, clients)
+        if not self._pending and wanted != self._shown:
+            self._status_by = now + _STATUS_LATEST
+        quiet = not woken and self._turn_changes == self._changes
+        if wanted != self._shown and (quiet or now >= self._status_by):
+            self._shown = wanted
+            text = self._text()
+            if text != self._status:
+                self._status = text
+                sdnotify.notify(f"STATUS={text}")
 
     def reloading(self) -> None:
         sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={sdnotify.monotonic_usec()}")
 
-    def reloaded(self, status: str) -> None:
-        sdnotify.notify(f"READY=1\nSTATUS={status}")
-
-    def status(self, text: str) -> None:
-        """Send ``STATUS=`` when it changed."""
-        if text != self._status:
-            self._status = text
-            sdnotify.notify(f"STATUS={text}")
+    def reloaded(self) -> None:
+        sdnotify.notify(f"READY=1\nSTATUS={self._text()}")
 
     def stopping(self) -> None:
         """``STOPPING=1``, and the watchdog thread ends (joined)."""
