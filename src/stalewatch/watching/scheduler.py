@@ -9,9 +9,14 @@ live in one heap the idle workers wait on, so no thread exists per checkout.
 Wake-ups (a ref changed: someone waits for the event) come first, in the order they
 came, and get an idle worker at once; a watcher's first turn (:meth:`Scheduler.wake`
 with ``urgent=False``: a thousand start together after a reload) and timers' turns
-(periodic verifications, retries) queue behind them. So a verification pass or a
-reload's thousand new watchers hold a worker for one turn at most while an update
-waits.
+(periodic verifications, retries) queue behind them, and wait while a wake-up's turn
+runs and for :data:`QUIET` after it: the update's path goes on past the turn (the
+daemon's loop publishes it), and a turn beside it costs it more than its own time,
+since the two take the GIL in turns at every system call (issue 17: the updates that
+met a verification pass took 5 to 9 ms, against 2 ms). Held back for at most
+:data:`MAX_HOLD`, so a checkout written without pause cannot starve the others'
+verifications. So a verification pass or a reload's thousand new watchers hold a
+worker for one turn at most while an update waits.
 
 Workers start on demand, up to :data:`MAX_WORKERS` (one for a single guard), so a
 subscriber that blocks one worker delays only its own checkout. One idle worker keeps
@@ -34,11 +39,13 @@ from typing import Protocol
 
 from ..core.shared import Shared
 
-__all__ = ["MAX_WORKERS", "Scheduler", "Slot", "Task", "acquire", "release"]
+__all__ = ["MAX_HOLD", "MAX_WORKERS", "QUIET", "Scheduler", "Slot", "Task", "acquire", "release"]
 
 logger = logging.getLogger(__name__)
 
 MAX_WORKERS = 4
+QUIET = 0.005  # seconds after a wake-up's turn before a timer's or first turn starts
+MAX_HOLD = 0.5  # seconds at most such a turn is held back while wake-ups keep coming
 _NEVER = float("inf")
 
 
@@ -98,6 +105,9 @@ class Scheduler:
         self._names = itertools.count(1)
         self._idle = 0  # workers waiting on _cond
         self._keeper = False  # a worker waits on _clock
+        self._urgent_running = 0  # wake-ups' turns under way: the others are held back
+        self._quiet_at = 0.0  # and start no earlier than this (the last one's end + QUIET)
+        self._held_since = _NEVER  # since when a turn has been held back (MAX_HOLD)
         self._max = max_workers
         self._closed = False
         self.slots = 0  # tasks added and not removed
@@ -227,8 +237,8 @@ class Scheduler:
                 self._clock.notify()
             elif self._idle:
                 self._cond.notify()  # it becomes the keeper
-            elif not self._workers:
-                self._spawn()
+            elif len(self._workers) < self._max:
+                self._spawn()  # every worker is in a turn: a slow one must not hold the timers
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -261,8 +271,9 @@ class Scheduler:
         self._workers.append(worker)
         worker.start()
 
-    def _next(self) -> Slot | None:
-        """The next slot to run, waiting for one or for a timer; ``None`` once closed."""
+    def _next(self) -> tuple[Slot, bool] | None:
+        """The next slot to run and whether it was woken urgently, waiting for one or for
+        a timer; ``None`` once closed."""
         # Under _cond.
         while not self._closed:
             now = time.monotonic()
@@ -271,18 +282,21 @@ class Scheduler:
                 if slot.deadline == when:  # else replaced by a later at()
                     slot.deadline = _NEVER
                     self._due(slot)
-            for queue in (self._urgent, self._ready):
-                while queue:
-                    slot = queue.popleft()
-                    if not slot.queued:
-                        continue  # taken from the other queue already
-                    if slot.active:
-                        return slot
-                    slot.queued = False  # removed while queued: never run again
+            taken = self._take(self._urgent)
+            if taken is not None:
+                return taken, True
+            wait = self._timers[0][0] - now if self._timers else None
+            hold = self._hold(now)
+            if hold <= 0.0:
+                taken = self._take(self._ready)
+                if taken is not None:
+                    return taken, False
+            else:
+                wait = hold if wait is None else min(wait, hold)
             if not self._keeper:
                 self._keeper = True
                 try:
-                    self._clock.wait(self._timers[0][0] - now if self._timers else None)
+                    self._clock.wait(wait)
                 finally:
                     self._keeper = False
             else:
@@ -293,16 +307,44 @@ class Scheduler:
                     self._idle -= 1
         return None
 
+    @staticmethod
+    def _take(queue: deque[Slot]) -> Slot | None:
+        # Under _cond.
+        while queue:
+            slot = queue.popleft()
+            if not slot.queued:
+                continue  # taken from the other queue already
+            if slot.active:
+                return slot
+            slot.queued = False  # removed while queued: never run again
+        return None
+
+    def _hold(self, now: float) -> float:
+        """Under _cond: seconds before a turn of ``_ready`` may start (0: now). While a
+        wake-up's turn runs, the wait is up to the bound: its end wakes the time keeper."""
+        if not self._ready or (not self._urgent_running and now >= self._quiet_at):
+            self._held_since = _NEVER
+            return 0.0
+        if self._held_since == _NEVER:
+            self._held_since = now
+        until = self._held_since + MAX_HOLD  # then they run, wake-ups or not
+        if not self._urgent_running:
+            until = min(until, self._quiet_at)
+        return max(0.0, until - now)
+
     def _work(self) -> None:
         me = threading.current_thread()
         slot: Slot | None = None
+        urgent = False
         cause: BaseException | None = None
         try:
             while True:
                 with self._cond:
-                    slot = self._next()
-                    if slot is None:
+                    taken = self._next()
+                    if taken is None:
                         return
+                    slot, urgent = taken
+                    self._urgent_running += urgent
                     slot.queued = slot.urgent = False
                     slot.again = False  # cleared before the turn: a later wake-up runs again
                     slot.running = me
@@ -314,15 +356,21 @@ class Scheduler:
                     logger.exception("stalewatch: a watcher's turn failed")
                     when = time.monotonic() + 1.0
                 with self._cond:
-                    self._finish(slot, when)
+                    self._finish(slot, when, urgent)
                 slot = None
         except BaseException as exc:  # SystemExit from a callback, a bug here: report, replace
             cause = exc
         finally:
-            self._exit(me, slot, cause)
+            self._exit(me, slot, urgent, cause)
 
-    def _finish(self, slot: Slot, when: float) -> None:
+    def _finish(self, slot: Slot, when: float, urgent: bool) -> None:
         # Under _cond.
+        if urgent:
+            self._urgent_running -= 1
+            if not self._urgent_running:
+                self._quiet_at = time.monotonic() + QUIET
+                if self._ready and self._keeper:
+                    self._clock.notify()  # it waits for this end: now it waits for the quiet
         slot.running = None
         when, slot.asked = min(when, slot.asked), _NEVER
         self._set_timer(slot, when)
@@ -331,7 +379,9 @@ class Scheduler:
             self._wake(slot)
         self._done.notify_all()  # remove() may be waiting for this turn to end
 
-    def _exit(self, me: threading.Thread, slot: Slot | None, cause: BaseException | None) -> None:
+    def _exit(
+        self, me: threading.Thread, slot: Slot | None, urgent: bool, cause: BaseException | None
+    ) -> None:
         with self._cond:
             self._workers.remove(me)
             if self._closed and cause is None:
@@ -340,7 +390,7 @@ class Scheduler:
             if self._closed:
                 return
             if slot is not None:
-                self._finish(slot, time.monotonic())
+                self._finish(slot, time.monotonic(), urgent)
             if ((self._urgent or self._ready) and self._idle == 0) or (not self._workers and self._timers):
                 self._spawn()
         if slot is not None and slot.active:
