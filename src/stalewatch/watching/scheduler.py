@@ -237,8 +237,10 @@ class Scheduler:
                 self._clock.notify()
             elif self._idle:
                 self._cond.notify()  # it becomes the keeper
-            elif len(self._workers) < self._max:
-                self._spawn()  # every worker is in a turn: a slow one must not hold the timers
+            elif len(self._workers) < self._max and threading.current_thread() not in self._workers:
+                # Every worker is in a turn (a worker asking keeps time once its own
+                # turn ends): a slow turn must not hold back the timers.
+                self._spawn()
 
     # -- lifecycle ----------------------------------------------------------------------
 
