@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.daemons import (
     WAIT,
     LineReader,
@@ -123,6 +125,7 @@ def _attempt(work: Path, repos: list[Repo], notes: Notifications) -> None:
                 holder.stdin.close()
 
 
+@pytest.mark.serial  # every other process of the user would fall back to polling meanwhile
 def test_daemon_polls_while_every_instance_is_taken_says_so_and_returns_to_native(tmp_path: Path) -> None:
     repos = [make_repo(tmp_path / "a"), make_repo(tmp_path / "b")]
     for attempt in range(3):
