@@ -347,6 +347,54 @@ def test_r6_a_failed_attempt_waits_out_the_interval_without_holding_the_lock(
             fcntl.flock(updater, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the daemon held it
 
 
+def test_r3_the_lock_is_free_when_a_failed_attempt_is_told(workdir: Path, git_repo: Repo) -> None:
+    """The phase is told once the lock is released, not before: an updater that takes it
+    on `failed` (or on `waiting` for the next attempt) finds it free. The release was a
+    job queued behind the phases, and under load a client could win that race."""
+    loaded = git_repo.head()
+    target = git_repo.commit()
+    lock = workdir / "update.lock"
+    policy = RestartPolicy(
+        action=(sys.executable, "-c", "raise SystemExit(3)"),
+        settle=0.0,
+        min_interval=60.0,
+        lock=lock,
+        max_attempts=2,
+    )
+    told: queue.SimpleQueue[tuple[RestartState, bool]] = queue.SimpleQueue()
+
+    def publish(state: RestartState) -> None:
+        # On the restart's own thread, as the phase is told: is the lock free right now?
+        free = True
+        if state.phase in (RestartPhase.FAILED, RestartPhase.WAITING):
+            with lock.open("a") as updater:
+                try:
+                    fcntl.flock(updater, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    free = False
+                else:
+                    fcntl.flock(updater, fcntl.LOCK_UN)
+        told.put((state, free))
+
+    guard = Guard.for_path(git_repo.path, loaded_revision=loaded)
+    restarter = Restarter("checkout", git_repo.path, policy, guard=guard, publish=publish, pinned=loaded)
+    try:
+        restarter.start()
+        restarter.feed(Head(time.monotonic(), target))
+        seen = [told.get(timeout=WAIT)]
+        while seen[-1][0].phase is not RestartPhase.WAITING or "min-interval" not in (
+            seen[-1][0].reason or ""
+        ):
+            seen.append(told.get(timeout=WAIT))
+        phases_told = [(state.phase.value, state.reason) for state, _ in seen]
+        assert RestartPhase.RESTARTING in [state.phase for state, _ in seen], phases_told
+        failed = [free for state, free in seen if state.phase is RestartPhase.FAILED]
+        assert failed == [True], phases_told
+        assert seen[-1][1], phases_told  # waiting for the next attempt: free
+    finally:
+        restarter.stop()
+
+
 def test_r5_servers_that_loaded_a_newer_commit_during_the_restart_are_verified_too(
     workdir: Path, git_repo: Repo
 ) -> None:

@@ -14,7 +14,7 @@
 - :mod:`.supervision` and :mod:`.sdnotify`: systemd readiness, status and watchdog.
 - :mod:`.listening`: the listening socket, bound safely; :mod:`.journal`: the log.
 - :mod:`.observer`: what the daemon tells its metrics (the metrics package implements it).
-- :mod:`.restart`: automatic restart (R1-R7).
+- :mod:`.restart`: automatic restart (R1-R10).
 
 The client side is :mod:`stalewatch.client`; the two share only :mod:`stalewatch.protocol`.
 """

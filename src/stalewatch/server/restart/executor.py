@@ -126,6 +126,7 @@ class Restarter:
         self._jobs: deque[Job] = deque()
         self._timer: float | None = None
         self._thread: threading.Thread | None = None
+        self._busy = False  # the thread carries out a job or a tick now (outside _cond)
         self._head: str | None = None  # HEAD as last noticed (to learn again when it moves)
         self._learnt = ""  # the last thing learnt, logged when it changes
         self._drain = drain
@@ -186,15 +187,28 @@ class Restarter:
             except Exception:  # the machine never raises (property-tested): a bug
                 logger.exception("stalewatch: the restart machine of %s failed on %s", self.key, event)
                 return
+            told = []
             for effect in effects:
                 if isinstance(effect, Publish):
-                    self._tell(effect)
+                    told.append(effect)  # in order, once this step's lock is released
                 elif isinstance(effect, Wake):
                     self._timer = effect.at
+                elif isinstance(effect, ReleaseLock) and self._next_in_order():
+                    # At once (a non-blocking flock(LOCK_UN)), before the step's phases
+                    # are told: an updater that reacts to `failed` or `waiting` finds the
+                    # lock free (R3). Queued, it came after them: a race lost under load.
+                    self._work.release_lock()
                 else:
                     self._jobs.append(effect)
+            for effect in told:
+                self._tell(effect)
             self._spawn()
             self._cond.notify_all()
+
+    def _next_in_order(self) -> bool:
+        """Under _cond: a job carried out now is carried out in order: none is queued, and
+        none is under way but on this very thread (which feeds its answer)."""
+        return not self._jobs and (not self._busy or threading.current_thread() is self._thread)
 
     def _queue(self, job: Job) -> None:
         with self._cond:
@@ -270,10 +284,15 @@ class Restarter:
                     if job is None:
                         self._thread = None
                         return
-                if isinstance(job, Tick):
-                    self.feed(job)
-                else:
-                    self._carry(job)
+                    self._busy = True
+                try:
+                    if isinstance(job, Tick):
+                        self.feed(job)
+                    else:
+                        self._carry(job)
+                finally:
+                    with self._cond:
+                        self._busy = False
         except Exception:
             logger.exception("stalewatch: the restart thread of %s failed", self.key)
             with self._cond:
