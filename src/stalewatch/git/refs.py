@@ -23,7 +23,10 @@ from ..core.errors import NeedsGitError, RefError
 from ..core.revisions import is_object_id
 from . import packed
 
-__all__ = ["GitDirs", "find_git_dirs", "head_chain", "is_object_id", "resolve_head"]
+__all__ = ["HEAD_MISSING", "GitDirs", "find_git_dirs", "head_chain", "is_object_id", "resolve_head"]
+
+HEAD_MISSING = "HEAD does not exist"
+"""The :class:`RefError` reason when there is no HEAD file (nor symlink) at all."""
 
 _MAX_SMALL_FILE = 4096  # HEAD and loose refs are one line; never read a corrupt giant
 _MAX_SYMREF_DEPTH = 5  # git's own limit for chains of symbolic refs
@@ -220,7 +223,7 @@ def resolve_head(dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
         raise NeedsGitError(dirs.common_dir / "reftable", "reftable refs are resolved by git")
     head = _read_small(dirs.head_file, ref=True)
     if head is None:
-        raise RefError(dirs.head_file, "HEAD does not exist")
+        raise RefError(dirs.head_file, HEAD_MISSING)
     value = head.strip(_SPACE)
     for _ in range(_MAX_SYMREF_DEPTH):
         if value.startswith("ref:"):

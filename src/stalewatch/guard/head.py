@@ -15,12 +15,14 @@ from ..core.errors import BindError, HeadUnreadableError, RefError, ResourceExha
 from ..core.revisions import is_object_id
 from ..core.status import Status, decide
 from ..git.head import head_commit
+from ..git.refs import HEAD_MISSING
 from .identity import Binding
 
 __all__ = ["EXHAUSTED", "MISSING_REF_GRACE", "checked_revision", "initial", "read_head", "read_settled"]
 
 MISSING_REF_GRACE = (0.001, 0.004, 0.016, 0.064)
-"""Seconds to look again when HEAD names a missing branch while a revision is known."""
+"""Seconds to look again when HEAD names a missing branch, or is missing, while a
+revision is known."""
 
 EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 """Errors that say the reader is short of descriptors or memory, not that HEAD is bad."""
@@ -61,33 +63,39 @@ def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
         raise ResourceExhaustedError(exc.path, exc.reason, cause.errno) from exc
 
 
-def _once(read: Callable[[list[Path]], str | None], chain: list[Path]) -> tuple[str | None, str | None]:
+def _once(read: Callable[[list[Path]], str | None], chain: list[Path]) -> tuple[str | None, str | None, bool]:
+    """``(current, error, passing)``: ``passing`` when the reading may be a state git
+    passes through (a missing branch, a missing HEAD), worth a second look."""
     chain.clear()  # only the last attempt's chain counts
     try:
-        return read(chain), None
+        current = read(chain)
     except ResourceExhaustedError:
         raise  # not a reading: the caller distrusts its flag and reads again later
     except RefError as exc:
-        return None, str(exc)
+        return None, str(exc), exc.reason == HEAD_MISSING
+    return current, None, current is None
 
 
 def read_settled(
     read: Callable[[list[Path]], str | None], chain: list[Path], *, known: bool
 ) -> tuple[str | None, str | None]:
-    """``(current, error)`` from ``read``; a missing branch is looked at again when ``known``.
+    """``(current, error)`` from ``read``; a missing branch or HEAD is looked at again when ``known``.
 
     Raises :class:`ResourceExhaustedError` rather than return it as an ``error``.
 
-    HEAD naming a branch without a commit while a revision is known: `git branch -m`
-    passes through that state (the ref is renamed before HEAD is rewritten), so look
-    again briefly before calling a known revision lost (C4), not to raise a false alarm.
+    Git passes through two such states while a revision is known, so look again briefly
+    before calling it lost or unreadable (C4), not to raise a false alarm: HEAD naming a
+    branch without a commit (`git branch -m` renames the ref before it rewrites HEAD),
+    and no HEAD at all (with ``core.preferSymlinkRefs`` a switch unlinks HEAD, then
+    makes the new symlink; a turn already under way may read in between, which the
+    watcher's own grace for HEAD's deletion does not cover).
     """
-    current, error = _once(read, chain)
-    if current is None and error is None and known:
+    current, error, passing = _once(read, chain)
+    if passing and known:
         for delay in MISSING_REF_GRACE:
             time.sleep(delay)  # waits for another process (git), not for a thread
-            current, error = _once(read, chain)
-            if current is not None or error is not None:
+            current, error, passing = _once(read, chain)
+            if not passing:
                 break
     return current, error
 
