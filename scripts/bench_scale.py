@@ -10,14 +10,18 @@ starts ``stalewatch daemon --config`` on them, and prints:
 - burst: seconds from a new client's connect to its last snapshot line;
 - detection: ref rename (as git does) in one of the N checkouts -> the event line at
   a subscriber, median, p99 and max over ``--updates`` updates, ``--spacing`` seconds
-  apart, in the steady state: once every watcher made its first periodic
-  verification (two periods after the start: 40 s at N = 1,000), so the updates meet
-  the periodic verification passes (50 checkouts a second at N = 1,000); then the
+  apart (twice: the floor's update comes between two), in the steady state: once
+  every watcher made its first periodic verification (two periods after the start:
+  40 s at N = 1,000), so the updates meet the periodic verification passes (50
+  checkouts a second at N = 1,000); then the
   same less the time the daemon's threads and this client spent runnable but waiting
   for a CPU during each update (``/proc/PID/task/*/schedstat``; summed over threads,
   so an estimate): on a busy machine, what is the daemon's and what is the scheduler's;
   and the hypervisor's steal meanwhile (``/proc/stat``, all CPUs: time this VM's CPUs
-  did not run, which run-queue waits cannot see);
+  did not run, which run-queue waits cannot see); and the floor: the same updates,
+  taking turns with the daemon's, to a copy watched by ``scripts/floor.py`` (one
+  thread: inotify, read the ref, one line to the client): what the machine makes any
+  watcher pay, so a detection's time splits into the machine's and the daemon's;
 - idle CPU over ``--idle`` seconds in the steady state (one client connected,
   receiving pings).
 
@@ -47,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,6 +164,44 @@ class Figures:
     detect: list[float]
     waited: list[float]
     steal: float  # seconds the hypervisor ran others on this VM's CPUs during the updates
+    floor: list[float]  # the same updates to scripts/floor.py, alternating with the daemon's
+
+
+class Floor(Client):
+    """``scripts/floor.py`` watching ``ref``, and this process its client."""
+
+    def __init__(self, path: Path, ref: Path) -> None:
+        script = Path(__file__).with_name("floor.py")
+        self.process = subprocess.Popen(
+            [sys.executable, str(script), str(path), str(ref)], stdout=subprocess.PIPE, text=True
+        )
+        assert self.process.stdout is not None
+        if self.process.stdout.readline().strip() != "ready":
+            self.process.kill()
+            self.process.wait()
+            raise SystemExit("scripts/floor.py did not start")
+        super().__init__(path)
+
+    def __enter__(self) -> Floor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        self.process.terminate()  # our own child, by its Popen handle
+        self.process.wait(timeout=30)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def update(ref: Path, revision: str, seen: Callable[[], object]) -> float:
+    """Move ``ref`` to ``revision`` as git does (a lock file renamed over it); seconds
+    until ``seen()`` returns (the line that tells of it)."""
+    lock = ref.with_name(ref.name + ".lock")
+    lock.write_text(revision + "\n")
+    t0 = time.perf_counter()
+    lock.replace(ref)
+    seen()
+    return time.perf_counter() - t0
 
 
 def steal_seconds() -> float:
@@ -218,19 +261,21 @@ def measure(
         _receive_pings(client, settled if not args.quick else 0.0)
         target = paths[len(paths) // 2]
         ref = target / ".git/refs/heads/main"
-        lock = ref.with_name("main.lock")
-        detect, waited = [], []
-        stolen = steal_seconds()
-        for i in range(args.updates):
-            lock.write_text(revisions[(i + 1) % 2] + "\n")
-            before = runqueue_wait(daemon.pid, os.getpid())
-            t0 = time.perf_counter()
-            lock.replace(ref)  # what git does
-            client.next("event", timeout=10)
-            detect.append(time.perf_counter() - t0)
-            waited.append(runqueue_wait(daemon.pid, os.getpid()) - before)
-            _receive_pings(client, time.perf_counter() + args.spacing)
-        stolen = steal_seconds() - stolen
+        detect, waited, floor = [], [], []
+        floor_ref = work / f"floor{n}" / ".git/refs/heads/main"
+        shutil.copytree(source, floor_ref.parents[3], symlinks=True)
+        with Floor(work / f"floor{n}.sock", floor_ref) as lowest:
+            stolen = steal_seconds()
+            for i in range(args.updates):
+                revision = revisions[(i + 1) % 2]
+                before = runqueue_wait(daemon.pid, os.getpid())
+                detect.append(update(ref, revision, lambda: client.next("event", timeout=10)))
+                waited.append(runqueue_wait(daemon.pid, os.getpid()) - before)
+                _receive_pings(client, time.perf_counter() + args.spacing)
+                # The same update to the floor's copy, between two of the daemon's.
+                floor.append(update(floor_ref, revision, lambda: lowest.line(timeout=10)))
+                _receive_pings(client, time.perf_counter() + args.spacing)
+            stolen = steal_seconds() - stolen
 
         cpu0, wall0 = cpu_seconds(daemon.pid), time.monotonic()
         _receive_pings(client, time.perf_counter() + args.idle)  # one client receiving pings
@@ -251,6 +296,7 @@ def measure(
             detect,
             waited,
             stolen,
+            floor,
         )
     finally:
         daemon.send_signal(signal.SIGTERM)
@@ -366,6 +412,14 @@ def show(f: Figures) -> None:
         f"updates over 5 ms: {len(slow)}, of which over 5 ms without the waits: "
         f"{sum(1 for d, w in slow if d - w > 0.005)};  hypervisor steal meanwhile "
         f"{f.steal * 1000:.0f} ms (all CPUs)",
+        flush=True,
+    )
+    low = sorted(v * 1000 for v in f.floor)
+    print(
+        f"        floor (scripts/floor.py, the same updates in turn): "
+        f"median {statistics.median(low):6.3f} ms "
+        f"p99 {low[min(len(low) - 1, int(0.99 * len(low)))]:6.3f} ms max {low[-1]:6.3f} ms;  "
+        f"updates over 5 ms: {sum(1 for v in low if v > 5.0)}",
         flush=True,
     )
 

@@ -95,5 +95,7 @@ def test_bench_scale_quick_prints_every_figure() -> None:
         assert label in out
     for label in ("polling 0", "burst", "idle CPU", "detection median", "large repository"):
         assert label in out
+    for label in ("less run-queue waits", "hypervisor steal", "floor (scripts/floor.py"):
+        assert label in out
     for label in ("check(strict=True)", "loose ref update -> event", "packed-refs rewrite -> event"):
         assert label in out

@@ -51,6 +51,28 @@ def test_event_reaches_subscriber_after_commit(workdir: Path, git_repo: Repo) ->
         assert back["generation"] == event["generation"] + 1
 
 
+def test_each_event_is_journaled_once_its_subscribers_are_sent_it(workdir: Path, git_repo: Repo) -> None:
+    """The journal line comes after the clients' flush (issue 17), and is never lost."""
+    loaded = git_repo.head()
+    with start_daemon(workdir, str(git_repo.path)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        new = git_repo.commit("moved")
+        stale = sub.next("event")
+        git_repo.git("reset", "-q", "--hard", loaded)
+        current = sub.next("event")
+        daemon.stop()
+    log = daemon.log_text()
+    key = str(git_repo.path.resolve())
+    assert (
+        f"WARNING stalewatch: {key} is stale (loaded {loaded}, current {new}, "
+        f"generation {stale['generation']})" in log
+    ), log
+    assert (
+        f"INFO stalewatch: {key} is current (loaded {loaded}, current {loaded}, "
+        f"generation {current['generation']})" in log
+    ), log
+
+
 def test_each_subscriber_gets_each_event_once(workdir: Path, git_repo: Repo) -> None:
     """C12 over the socket: two subscribers, three commits, no gaps, no duplicates."""
     with (

@@ -19,7 +19,6 @@ along the first-parent line; anything the chain cannot tell is ``unknown``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -242,15 +241,6 @@ def _explain_log(path: Path, loaded: str | None, current: str) -> Cause | None:
         limit = _MAX_READ  # the loaded commit is further back: one larger read, bounded
 
 
-def _log_of(dirs: GitDirs, ref: Path) -> Path | None:
-    # Per-worktree refs live under the worktree's git dir, which may itself sit inside
-    # the common dir (.git/worktrees/x): look there first.
-    for base in (dirs.git_dir, dirs.common_dir):
-        with contextlib.suppress(ValueError):
-            return base / "logs" / ref.relative_to(base)
-    return None
-
-
 def explain(dirs: GitDirs, chain: Sequence[Path], loaded: str | None, current: str) -> Cause | None:
     """Why HEAD is at ``current``: ``logs/HEAD`` first, then the branch's own log.
 
@@ -262,8 +252,8 @@ def explain(dirs: GitDirs, chain: Sequence[Path], loaded: str | None, current: s
     """
     if dirs.reftable:
         return None
-    logs = [dirs.git_dir / "logs" / "HEAD"]
-    logs += [log for log in (_log_of(dirs, ref) for ref in reversed(chain)) if log is not None]
+    logs = [dirs.head_log]
+    logs += [log for log in map(dirs.log_path, reversed(chain)) if log is not None]
     found = None
     for log in logs:
         cause = _explain_log(log, loaded, current)
@@ -285,7 +275,7 @@ def head_log(dirs: GitDirs) -> tuple[list[Entry], bool]:
     """
     if dirs.reftable:
         return [], False
-    data, whole = _read_tail(dirs.git_dir / "logs" / "HEAD", _MAX_READ)
+    data, whole = _read_tail(dirs.head_log, _MAX_READ)
     return parse_log(data, whole=whole), whole
 
 

@@ -17,6 +17,7 @@ import errno
 import os
 import stat
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from ..core.errors import NeedsGitError, RefError
@@ -52,13 +53,57 @@ class GitDirs:
     common_dir: Path
     reftable: bool = False
 
-    @property
+    # Paths built once per checkout: a pathlib join costs about 5 µs, and a turn of the
+    # watcher would otherwise build seven (issue 17: every microsecond of an update's
+    # path is paid again, several times slower, on a CPU just woken).
+
+    @cached_property
     def head_file(self) -> Path:
         return self.git_dir / "HEAD"
 
-    @property
+    @cached_property
     def packed_refs(self) -> Path:
         return self.common_dir / "packed-refs"
+
+    @cached_property
+    def head_log(self) -> Path:
+        """``logs/HEAD``: HEAD's reflog."""
+        return self.git_dir / "logs" / "HEAD"
+
+    def ref_path(self, name: str) -> Path:
+        """The loose file of ref ``name`` (per-worktree refs in the worktree's git dir)."""
+        paths = self._ref_paths
+        path = paths.get(name)
+        if path is None:
+            if len(paths) >= 256:  # a long life of branch switches: start over
+                paths.clear()
+            base = self.git_dir if name.startswith(_PER_WORKTREE_PREFIXES) else self.common_dir
+            path = paths[name] = base / name
+        return path
+
+    def log_path(self, ref: Path) -> Path | None:
+        """The reflog of the loose ref file ``ref`` (``None``: not under either git dir)."""
+        paths = self._log_paths
+        if ref not in paths:
+            if len(paths) >= 256:
+                paths.clear()
+            found = None
+            # Per-worktree refs live under the worktree's git dir, which may itself sit
+            # inside the common dir (.git/worktrees/x): look there first.
+            for base in (self.git_dir, self.common_dir):
+                if ref.is_relative_to(base):
+                    found = base / "logs" / ref.relative_to(base)
+                    break
+            paths[ref] = found
+        return paths[ref]
+
+    @cached_property
+    def _ref_paths(self) -> dict[str, Path]:
+        return {}
+
+    @cached_property
+    def _log_paths(self) -> dict[Path, Path | None]:
+        return {}
 
 
 _OPEN = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
@@ -166,12 +211,6 @@ def _read_config(path: Path) -> str:
         return ""
 
 
-def _ref_path(dirs: GitDirs, name: str) -> Path:
-    if name.startswith(_PER_WORKTREE_PREFIXES):
-        return dirs.git_dir / name
-    return dirs.common_dir / name
-
-
 def _valid_ref_name(name: str) -> bool:
     parts = name.split("/")
     return (
@@ -191,11 +230,11 @@ def read_ref(dirs: GitDirs, name: str) -> str | None:
 
     A loose ref file wins over ``packed-refs``, as in git.
     """
-    loose = _read_small(_ref_path(dirs, name), ref=True)
+    loose = _read_small(dirs.ref_path(name), ref=True)
     if loose is not None:
         value = loose.strip(_SPACE)
         if not value:
-            raise RefError(_ref_path(dirs, name), "empty ref file")
+            raise RefError(dirs.ref_path(name), "empty ref file")
         return value
     # Per-worktree refs too: git never packs them, but reads packed-refs for any ref.
     return packed.lookup(dirs.packed_refs, name)
@@ -231,7 +270,7 @@ def resolve_head(dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
             if not _valid_ref_name(name):
                 raise RefError(dirs.head_file, f"symbolic ref names an invalid ref {name[:80]!r}")
             if chain is not None:
-                chain.append(_ref_path(dirs, name))
+                chain.append(dirs.ref_path(name))
             target = read_ref(dirs, name)
             if target is None:
                 return None

@@ -250,6 +250,7 @@ class DaemonServer:
             # Events first, then newcomers: a burst of connections never delays an event.
             self._guarded("processing events", self._process_inbox)
             self._clients.flush_pending()
+            self._guarded("logging events", self._publisher.log_events)  # clients first
             if accepting:
                 self._accept(listener)
             self._guarded("reloading", self._reloader.turn)

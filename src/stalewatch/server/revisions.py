@@ -55,7 +55,7 @@ class Revisions:
                 return True
             if self._dirs is None or self._dirs.reftable:
                 return False
-            log = self._dirs.git_dir / "logs" / "HEAD"
+            log = self._dirs.head_log
             try:
                 info = log.stat()
             except OSError:
