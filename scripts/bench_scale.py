@@ -176,19 +176,32 @@ class Floor(Client):
             [sys.executable, str(script), str(path), str(ref)], stdout=subprocess.PIPE, text=True
         )
         assert self.process.stdout is not None
-        if self.process.stdout.readline().strip() != "ready":
-            self.process.kill()
-            self.process.wait()
+        started = False
+        try:
+            if self.process.stdout.readline().strip() == "ready":
+                super().__init__(path)
+                started = True
+        finally:
+            if not started:
+                self._stop()
+        if not started:
             raise SystemExit("scripts/floor.py did not start")
-        super().__init__(path)
 
     def __enter__(self) -> Floor:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-        self.process.terminate()  # our own child, by its Popen handle
-        self.process.wait(timeout=30)
+        self._stop()
+
+    def _stop(self) -> None:
+        # Our own child, by its Popen handle: never by name.
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
 
