@@ -931,6 +931,9 @@ def test_head_log_reads_where_head_was_and_says_whether_it_is_all(git_repo: Repo
     entries, whole = reflog.head_log(dirs)
     assert whole is True and [e.new for e in entries][-1] == second
     assert entries[-1].message == "commit: second"
+    # Read from the file's start: its first line counts too (HEAD born from nothing).
+    assert len(entries) == len((dirs.git_dir / "logs/HEAD").read_bytes().splitlines())
+    assert set(entries[0].old) == {"0"}
     (dirs.git_dir / "logs/HEAD").unlink()
     assert reflog.head_log(dirs) == ([], True)  # no log: nothing, never an error
     assert reflog.head_log(dataclasses.replace(dirs, reftable=True)) == ([], False)

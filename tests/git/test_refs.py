@@ -487,3 +487,39 @@ def test_an_empty_ref_is_refused_by_name_as_git_refuses_it(git_repo: Repo, conte
     ref.write_text(content)
     assert git_repo.git("rev-parse", "-q", "--verify", "HEAD", check=False) == ""
     assert refused(head_names(git_repo, "refs/heads/main")) == (ref.resolve(), "empty ref file")
+
+
+def test_a_checkouts_paths_are_where_git_keeps_them_and_built_once() -> None:
+    dirs = GitDirs(Path("/w"), Path("/w/.git/worktrees/x"), Path("/w/.git"))
+    assert dirs.head_file == Path("/w/.git/worktrees/x/HEAD")
+    assert dirs.packed_refs == Path("/w/.git/packed-refs")
+    assert dirs.head_log == Path("/w/.git/worktrees/x/logs/HEAD")
+    assert dirs.head_file is dirs.head_file  # kept, not joined anew
+    # Branches in the common dir; per-worktree refs (bisect, worktree) in the worktree's own.
+    assert dirs.ref_path("refs/heads/main") == Path("/w/.git/refs/heads/main")
+    assert dirs.ref_path("refs/bisect/bad") == Path("/w/.git/worktrees/x/refs/bisect/bad")
+    assert dirs.ref_path("refs/heads/main") is dirs.ref_path("refs/heads/main")
+    # A ref's log under the git dir it lives in: the worktree's own first (it sits
+    # inside the common dir); nothing for a file under neither.
+    assert dirs.log_path(Path("/w/.git/worktrees/x/refs/bisect/bad")) == Path(
+        "/w/.git/worktrees/x/logs/refs/bisect/bad"
+    )
+    assert dirs.log_path(Path("/w/.git/refs/heads/main")) == Path("/w/.git/logs/refs/heads/main")
+    branch = Path("/w/.git/refs/heads/main")
+    assert dirs.log_path(branch) is dirs.log_path(branch)  # kept, not joined anew
+    assert dirs.log_path(Path("/elsewhere/refs/heads/main")) is None
+    assert dirs.log_path(Path("/elsewhere/refs/heads/main")) is None  # the cached answer too
+    # Equality and hashing are the fields' alone: what was cached does not count.
+    twin = GitDirs(Path("/w"), Path("/w/.git/worktrees/x"), Path("/w/.git"))
+    assert twin == dirs and hash(twin) == hash(dirs)
+
+
+def test_the_path_caches_stay_bounded_over_a_long_life_of_branch_switches() -> None:
+    dirs = GitDirs(Path("/w"), Path("/w/.git"), Path("/w/.git"))
+    most = [0, 0]
+    for i in range(1000):
+        name = f"refs/heads/b{i}"
+        assert dirs.ref_path(name) == Path("/w/.git") / name
+        assert dirs.log_path(Path("/w/.git") / name) == Path("/w/.git/logs") / name
+        most = [max(most[0], len(dirs._ref_paths)), max(most[1], len(dirs._log_paths))]
+    assert most == [256, 256]
