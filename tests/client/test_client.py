@@ -285,3 +285,32 @@ def test_an_unexpected_client_error_is_survived(
         source.wait_health(True)
         assert guard.snapshot().trusted
     assert "failed; reconnecting" in caplog.text
+
+
+def test_r7_a_process_registers_only_once_it_applied_what_the_daemon_said_of_its_checkout(
+    fake: FakeDaemon, git_repo: Repo
+) -> None:
+    """Whoever hears the daemon announce this process (its `processes` line) can count
+    on the process knowing the restart state its snapshot carried."""
+    key = str(git_repo.path.resolve())
+    guard = Guard.for_checkout(git_repo.path, loaded_revision=git_repo.head(), source=Daemon(fake.path))
+    conn: list[socket.socket] = []
+    pending: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+
+    def told(state: object) -> None:
+        # What the process had sent by the time it applied the snapshot's restart state.
+        try:
+            pending.put(conn[0].recv(4096, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except BlockingIOError:
+            pending.put(b"")
+
+    guard.subscribe_restart(told)
+    with guard:
+        conn.append(fake.accept())
+        hello = {**_hello(key), "features": ["register"]}
+        idle = {"phase": "idle", "attempt": 0, "at": 0.0}
+        _send(conn[0], hello, {**_snapshot(key, True), "restart": idle})
+        assert pending.get(timeout=WAIT) == b""  # nothing yet: not registered before
+        conn[0].settimeout(WAIT)
+        line = json.loads(conn[0].recv(4096).split(b"\n")[0])
+        assert (line["type"], line["checkout"], line["revision"]) == ("register", key, git_repo.head())

@@ -129,6 +129,7 @@ class DaemonWatch:
         self._sock: socket.socket | None = None
         self._reported: bool | None = None
         self._warned: set[str] = set()  # topics already warned about (once each)
+        self._offer: bool | None = None  # the hello offered registration (with counts: True)
         self._thread = threading.Thread(
             target=self._run, name=f"stalewatch-daemon-client:{dirs.worktree}", daemon=True
         )
@@ -267,6 +268,8 @@ class DaemonWatch:
                     if kind == "snapshot":
                         self._restart(message.get("restart"))
                     self._subscribed(message.get("trusted") is True, message.get("mode"))
+                    if kind == "snapshot":
+                        self._register(sock)
                 elif kind == "event":
                     self._changed()
                 elif kind == "refused" and message.get("request") == "register":
@@ -299,14 +302,24 @@ class DaemonWatch:
             self._report(False)
         features = message.get("features")
         watched = isinstance(checkouts, list) and self._key in checkouts
+        self._offer = None
         if watched and self._loaded is not None and isinstance(features, list) and "register" in features:
             # An old daemon offers no registration (nor counts) and would close us for the line.
-            count = self._inflight.registering("inflight" in features)
-            line = register_message(self._key, self._loaded, count)
-            if not self._inflight.enabled:
-                del line["inflight"]
-            self._send(sock, line, "register")
+            # Sent once this checkout's snapshot is applied (it follows the hello): whoever
+            # hears the daemon announce this process knows what the daemon told it (R7).
+            self._offer = "inflight" in features
         return silence_limit(message)
+
+    def _register(self, sock: socket.socket) -> None:
+        """Register the loaded revision (R5), if the hello offered it and not yet done."""
+        offer, self._offer = self._offer, None
+        if offer is None or self._loaded is None:
+            return
+        count = self._inflight.registering(offer)
+        line = register_message(self._key, self._loaded, count)
+        if not self._inflight.enabled:
+            del line["inflight"]
+        self._send(sock, line, "register")
 
     def _send(self, sock: socket.socket, line: dict[str, Any], what: str) -> None:
         try:
