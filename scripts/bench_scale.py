@@ -381,13 +381,18 @@ def large_repository(work: Path, refs: int, updates: int, src: str | None) -> No
             new.replace(packed)
             repacked.append(events.get(timeout=10) - t0)
     print(f"\nlarge repository: {refs:,} packed refs ({size:.1f} MB), HEAD's branch packed, in-process guard")
-    median, p99 = strict[len(strict) // 2], strict[int(0.99 * len(strict))]
+    median, p99 = strict[len(strict) // 2], _p99(strict)
     print(f"  {'check(strict=True)':<35} median {_us(median)}  p99 {_us(p99)}")
     for label, values in (("loose ref update -> event", loose), ("packed-refs rewrite -> event", repacked)):
         ordered = sorted(values)
         median, worst = statistics.median(ordered), ordered[-1]
-        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        p99 = _p99(ordered)
         print(f"  {label:<35} median {_us(median)}  p99 {_us(p99)}  max {_us(worst)}  (n={len(ordered)})")
+
+
+def _p99(ordered: list[float]) -> float:
+    """The 99th percentile of sorted values (the largest below 100 values)."""
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
 def _us(seconds: float) -> str:
@@ -412,7 +417,7 @@ def show(f: Figures) -> None:
     print(
         f"        burst {f.burst * 1000:8.1f} ms   idle CPU {f.idle_cpu:5.2f} s over {f.idle_wall:4.1f} s "
         f"({100 * f.idle_cpu / f.idle_wall:.2f} %)   detection median {statistics.median(ms):6.3f} ms "
-        f"p99 {ms[min(len(ms) - 1, int(0.99 * len(ms)))]:6.3f} ms max {ms[-1]:6.3f} ms (n={len(ms)})",
+        f"p99 {_p99(ms):6.3f} ms max {ms[-1]:6.3f} ms (n={len(ms)})",
         flush=True,
     )
     # What is left of each detection once the time the daemon's threads and this client
@@ -421,7 +426,7 @@ def show(f: Figures) -> None:
     slow = [(d, w) for d, w in zip(f.detect, f.waited, strict=True) if d > 0.005]
     print(
         f"        less run-queue waits: median {statistics.median(left):6.3f} ms "
-        f"p99 {left[min(len(left) - 1, int(0.99 * len(left)))]:6.3f} ms max {left[-1]:6.3f} ms;  "
+        f"p99 {_p99(left):6.3f} ms max {left[-1]:6.3f} ms;  "
         f"updates over 5 ms: {len(slow)}, of which over 5 ms without the waits: "
         f"{sum(1 for d, w in slow if d - w > 0.005)};  hypervisor steal meanwhile "
         f"{f.steal * 1000:.0f} ms (all CPUs)",
@@ -431,7 +436,7 @@ def show(f: Figures) -> None:
     print(
         f"        floor (scripts/floor.py, the same updates in turn): "
         f"median {statistics.median(low):6.3f} ms "
-        f"p99 {low[min(len(low) - 1, int(0.99 * len(low)))]:6.3f} ms max {low[-1]:6.3f} ms;  "
+        f"p99 {_p99(low):6.3f} ms max {low[-1]:6.3f} ms;  "
         f"updates over 5 ms: {sum(1 for v in low if v > 5.0)}",
         flush=True,
     )
