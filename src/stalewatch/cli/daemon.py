@@ -13,19 +13,16 @@ import contextlib
 import gc
 import logging
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from ..core import exits
-from ..core import settings as core_settings
-from ..core.errors import DaemonConfigError, StalewatchError
-from ..protocol.socket_path import default_socket_path
-from ..server import journal
+from ..core.errors import StalewatchError
+from ..server import journal, startup
 from ..server.config import DaemonConfig, load, with_checkouts
 from ..server.listening import listen, release, unlink_if_ours
 from ..server.loop import DaemonServer, ObserverFactory
 
-__all__ = ["add_commands", "cmd_daemon"]
+__all__ = ["add_commands", "cmd_daemon", "observer", "starting"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +46,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     daemon.add_argument("--socket", help="socket path (default: $RUNTIME_DIRECTORY/stalewatch.sock)")
     daemon.add_argument("--config", help="a TOML configuration file (reloaded on SIGHUP)")
+    daemon.add_argument(
+        "--check",
+        action="store_true",
+        help="read and check the configuration as a start would, print what would run, and exit "
+        "(0: valid, 2: the error a start would print); opens no socket, starts no watcher",
+    )
 
 
 def _load(args: argparse.Namespace) -> DaemonConfig:
@@ -56,7 +59,16 @@ def _load(args: argparse.Namespace) -> DaemonConfig:
     return with_checkouts(settings, args.checkouts)
 
 
-def _observer(settings: DaemonConfig) -> ObserverFactory | None:
+def starting(args: argparse.Namespace) -> startup.Startup:
+    """The configuration and socket a start reads from its arguments (``--check`` too)."""
+    return startup.read(
+        Path(args.config) if args.config else None,
+        args.checkouts,
+        Path(args.socket) if args.socket else None,
+    )
+
+
+def observer(settings: DaemonConfig) -> ObserverFactory | None:
     """Metrics, only when the configuration asks for them (the only import of the package)."""
     if not settings.metrics:
         return None
@@ -74,21 +86,12 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground until SIGTERM/SIGINT."""
     with contextlib.ExitStack() as cleanup:  # undone in reverse, on every way out
         try:
-            settings = _load(args)
-            if not settings.checkouts:
-                raise DaemonConfigError(
-                    "checkout",
-                    None,
-                    "nothing to watch: name a CHECKOUT or add [[checkout]] tables",
-                    file=settings.file,
-                )
-            path = Path(args.socket) if args.socket else settings.socket or default_socket_path()
-            name = core_settings.metrics_daemon(settings.metrics_daemon, str(path))
-            settings = replace(settings, metrics_daemon=name)
+            start = starting(args)
+            settings, path = start.settings, start.socket
             handler = journal.install(settings.log_level)
             cleanup.callback(logging.getLogger().removeHandler, handler)
             reload = (lambda: _load(args)) if args.config else None
-            server = DaemonServer(settings, reload, observe=_observer(settings))
+            server = DaemonServer(settings, reload, observe=observer(settings))
             cleanup.callback(server.close)
             sock, lock = listen(path)
         except StalewatchError as exc:

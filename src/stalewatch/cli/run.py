@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from ..core import exits
 from ..core.errors import HeadUnreadableError, StalewatchError
 from ..core.version import __version__
-from . import daemon, events, hermes, watch
+from . import check, daemon, events, hermes, watch
 
 __all__ = ["main", "parser"]
 
@@ -45,6 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return events.cmd_status(args)
             case "status":
                 return watch.cmd_status(args)
+            case "daemon" if args.check:
+                return check.cmd_check(args)
             case "daemon":
                 return daemon.cmd_daemon(args)
             case "events":

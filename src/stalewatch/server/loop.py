@@ -38,7 +38,7 @@ from ..core.version import __version__
 from ..protocol.codec import encode
 from ..protocol.messages import ping_message
 from ..watching.watcher import halt
-from . import memory
+from . import memory, startup
 from .checkout import Checkout, EventSeen, HealthReported, RestartTold
 from .config import CheckoutConfig, DaemonConfig
 from .connections import ACCEPT_PAUSE, Client, ClientSet
@@ -48,7 +48,7 @@ from .observer import DaemonObserver
 from .publisher import Publisher
 from .registrations import Registrations
 from .registry import Registry
-from .reload import Bound, plan_reload
+from .reload import Bound
 from .reloader import Reloader
 from .supervision import ObservedSource, Supervisor, status_text
 
@@ -105,7 +105,7 @@ class DaemonServer:
         # Late-bound: the wake-up is opened below, once every checkout is bound.
         self._inbox = Inbox(lambda: self._wakeup.poke())  # noqa: PLW0108
         # Bind every checkout first: a bad one fails before anything is opened.
-        self._entries = plan_reload({}, settings, settings, self._make_entry).fresh
+        self._entries = startup.bind(settings, self._make_entry)
         self._view = tuple(self._entries.values())
         for entry in self._view:
             self._observer.track(entry)
