@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -213,6 +214,31 @@ def test_a_daemon_running_on_the_socket_is_unaffected(workdir: Path, git_repo: R
         assert daemon.proc.poll() is None and daemon.log_text() == log_before
         # A start in its place is refused, as it always was: the check is not a start.
         assert _run("--socket", str(daemon.socket), str(git_repo.path)).returncode == 2
+
+
+def test_check_before_you_reload(workdir: Path, git_repo: Repo, tmp_path: Path) -> None:
+    """What --check says of a file is what a SIGHUP then does with it."""
+    other = make_repo(tmp_path / "other")
+    config = _write(workdir / "c.toml", f'[[checkout]]\npath = "{git_repo.path}"\n')
+    with start_daemon(workdir, "--config", str(config)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        argv = ("--socket", str(daemon.socket), "--config", str(config), "--check")
+        for bad in (
+            f'[[checkout]]\npath = "{git_repo.path}"\nhook_timout = 5\n',
+            '[[checkout]]\npath = "nope"\n',
+        ):
+            _write(config, bad)
+            refused = _run(*argv)
+            assert refused.returncode == 2
+            daemon.signal(signal.SIGHUP)
+            daemon.notes.wait_for(lambda m: m.startswith("READY=1"))
+            reason = refused.stderr.removeprefix("stalewatch: ").strip()
+            assert f"reload failed, keeping the running configuration: {reason}" in daemon.log_text()
+        _write(config, f'[[checkout]]\npath = "{git_repo.path}"\n[[checkout]]\npath = "{other.path}"\n')
+        accepted = _run(*argv)
+        assert accepted.returncode == 0 and f'path = "{other.path}"' in accepted.stdout
+        daemon.signal(signal.SIGHUP)
+        assert sub.next("snapshot")["checkout"] == str(other.path.resolve())
 
 
 def test_in_process_the_check_starts_no_thread(

@@ -3,6 +3,7 @@
 - :mod:`.run`: the parser and :func:`~.run.main`.
 - :mod:`.watch`: ``watch`` and ``status`` (a checkout watched from this process).
 - :mod:`.daemon`: ``daemon`` (the process, wired: configuration, log, socket, metrics).
+- :mod:`.check`: ``daemon --check`` (what a start would run, printed; nothing opened).
 - :mod:`.events`: ``events`` and ``status --socket`` (reading a running daemon).
 - :mod:`.human_lines`: one human line per protocol message.
 - :mod:`.hermes`: ``hermes setup``.

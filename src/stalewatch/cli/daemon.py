@@ -39,6 +39,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         epilog="examples:\n"
         "  stalewatch daemon --socket /tmp/sw.sock /srv/app        # one checkout, as you\n"
         "  stalewatch daemon --config /etc/stalewatch/daemon.toml  # under systemd\n"
+        "  stalewatch daemon --config /etc/stalewatch/daemon.toml --check  # before a reload\n"
         "  kill -HUP PID                                            # reload its configuration",
     )
     daemon.add_argument(
