@@ -72,6 +72,7 @@ VALID = """\
 socket = "{socket}"
 log_level = "warning"
 metrics_address = "127.0.0.1:{port}"
+metrics_textfile = "{socket}.prom"
 
 [[checkout]]
 path = "{repo}"
@@ -110,6 +111,7 @@ def test_a_valid_configuration_prints_what_would_run_and_touches_nothing(
     assert out.startswith(f"# {config}: valid\n")
     assert f'socket = "{sock}"  # read at start only' in out
     assert f'metrics_address = "127.0.0.1:{port}"  # read at start only' in out
+    assert f'metrics_textfile = "{sock}.prom"  # read at start only' in out
     assert 'log_level = "warning"\n' in out and "keepalive = 5.0  # default" in out
     # Each checkout with what it resolved to: its git dir and the revision HEAD is at.
     assert f"# worktree {git_repo.path}, git dir {git_repo.path / '.git'}\n" in out
@@ -195,6 +197,29 @@ def test_a_group_writable_file_is_refused_as_at_start(workdir: Path, git_repo: R
     started = _run("--socket", str(workdir / "s.sock"), "--config", str(file))
     assert checked.returncode == 2 and "writable by group" in checked.stderr
     assert checked.stderr == started.stderr
+
+
+def test_metrics_without_the_extra_are_refused_as_at_start(workdir: Path, git_repo: Repo) -> None:
+    """In an environment without prometheus_client (the test's has it: hidden here)."""
+    file = _write(workdir / "c.toml", f'metrics_textfile = "{workdir}/s.prom"\n')
+    hidden = "import sys; sys.modules['prometheus_client'] = None; from stalewatch.cli import main; "
+    outcomes = []
+    for flag in (["--check"], []):
+        argv = ["daemon", "--socket", str(workdir / "s.sock"), "--config", str(file), str(git_repo.path)]
+        code = f"sys.exit(main({argv + flag!r}))"
+        outcomes.append(
+            subprocess.run(
+                [sys.executable, "-c", hidden + code],
+                capture_output=True,
+                text=True,
+                timeout=WAIT * 3,
+                check=False,
+            )
+        )
+    checked, started = outcomes
+    assert (checked.returncode, started.returncode) == (2, 2)
+    assert "metrics_textfile: needs the prometheus_client library" in checked.stderr
+    assert checked.stderr == started.stderr and checked.stdout == ""
 
 
 def test_a_daemon_running_on_the_socket_is_unaffected(workdir: Path, git_repo: Repo) -> None:
