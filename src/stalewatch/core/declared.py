@@ -99,7 +99,9 @@ def seconds(low: float, high: float) -> Kind:
 
 def integer(low: int, high: int) -> Kind:
     """A whole number within ``[low, high]`` (a bool or a float is a mistake)."""
-    return Kind(lambda r, d, k, t, s: r.integer(d, k, t, low, high, sub=s), f"whole number, {low} to {high}")
+    return Kind(
+        lambda r, d, k, t, s: r.integer(d, k, t, low, high, sub=s), f"whole number, {low:,} to {high:,}"
+    )
 
 
 def choice(options: Iterable[str], into: Callable[[str], object] = str) -> Kind:

@@ -43,7 +43,7 @@ from typing import Any
 from ..core.declared import ARGV, PATH, Kind, choice, declared, integer, read, seconds, setting
 from ..core.errors import DaemonConfigError
 from ..core.revisions import is_object_id
-from ..core.settings import MAX_DAEMON_NAME
+from ..core.settings import METRICS_DAEMON, NAME, is_name
 from ..core.tables import TableReader, parse
 from .owned_file import read_checked
 from .restart.policy import RestartPolicy, parse_policy
@@ -88,11 +88,9 @@ def _daemon_name(
     reader: TableReader, data: dict[str, Any], key: str, table: int | None, sub: str | None
 ) -> str:
     """A name for the ``daemon`` label: printable, 1 to 200 characters."""
-    value = data[key]
-    if not isinstance(value, str) or not value or len(value) > MAX_DAEMON_NAME or not value.isprintable():
-        reason = f"expected a name of 1 to {MAX_DAEMON_NAME} printable characters"
-        reader.refuse(data, key, reason, table, sub)
-    return value
+    if not is_name(data[key]):
+        reader.refuse(data, key, NAME, table, sub)
+    return str(data[key])
 
 
 def _revision(reader: TableReader, data: dict[str, Any], key: str, table: int | None, sub: str | None) -> str:
@@ -157,7 +155,9 @@ class CheckoutConfig:
 class DaemonConfig:
     """Everything the daemon reads from its file (defaults when there is none)."""
 
-    socket: Path | None = setting(None, PATH, "the socket's path (`--socket` wins)", shown="see below")
+    socket: Path | None = setting(
+        None, PATH, "the socket's path (`--socket` wins)", shown="see [Running it](#running-it)"
+    )
     keepalive: float = setting(
         5.0, seconds(0.05, 3600.0), "seconds between ping lines (clients call a daemon wedged after 3)"
     )
@@ -168,7 +168,7 @@ class DaemonConfig:
     client_buffer: int = setting(65536, integer(1024, 64 << 20), "kernel send buffer per client, bytes")
     log_level: str = setting("info", choice(("debug", "info", "warning", "error")), "the daemon's log level")
     checkouts: tuple[CheckoutConfig, ...] = setting(
-        (), Kind(_checkouts, "[[checkout]] tables"), "the checkouts to watch (below)", key="checkout"
+        (), Kind(_checkouts, "`[[checkout]]` tables"), "the checkouts to watch (below)", key="checkout"
     )
     file: Path | None = None
     metrics_address: tuple[str, int] | None = setting(
@@ -186,7 +186,7 @@ class DaemonConfig:
     )
     metrics_daemon: str | None = setting(
         None,
-        Kind(_daemon_name, f"name, 1 to {MAX_DAEMON_NAME} printable characters"),
+        Kind(_daemon_name, METRICS_DAEMON.shows),
         "the `daemon` label of every series (default: `STALEWATCH_METRICS_DAEMON`, else the socket path)",
     )
 
