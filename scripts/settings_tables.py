@@ -42,6 +42,12 @@ def _shown(value: object) -> str:
     return "`[]`" if value == () else f"`{value}`"
 
 
+def _row(*cells: str) -> str:
+    if any("\n" in cell or "|" in cell for cell in cells):  # it would break the table
+        raise SystemExit(f"a newline or a | in a declaration: {cells}")
+    return f"| {' | '.join(cells)} |"
+
+
 def _since(version: str) -> str:
     return "" if version == FIRST else f" (since {version})"
 
@@ -62,7 +68,7 @@ def _environment() -> list[str]:
     rows = ["| variable | value | default | meaning |", "|---|---|---|---|"]
     for v in VARIABLES:
         default = f"`{v.default}`" if v.default[:1].isalnum() and " " not in v.default else v.default
-        rows.append(f"| `{v.name}` | {v.shows} | {default} | {v.doc}{_since(v.since)} |")
+        rows.append(_row(f"`{v.name}`", v.shows, default, v.doc + _since(v.since)))
     return rows
 
 

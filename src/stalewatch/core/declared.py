@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from .tables import TableReader
 
@@ -23,24 +24,31 @@ __all__ = [
     "PATH",
     "PATHS",
     "Kind",
-    "Setting",
+    "Refused",
     "choice",
     "declared",
-    "integer",
+    "known",
     "read",
-    "seconds",
     "setting",
 ]
 
 T = TypeVar("T")
-Read = Callable[[TableReader, dict[str, Any], str, int | None, str | None], Any]
+
+
+class Refused(Exception):
+    """A value a kind refuses: why, and the value to name when not the one written."""
+
+    def __init__(self, reason: str, value: object = None) -> None:
+        super().__init__(reason)
+        self.reason, self.value = reason, value
 
 
 @dataclass(frozen=True)
-class Kind:
-    """How a key's value is read (its checks and bounds), and how the docs name it."""
+class Kind(Generic[T]):
+    """How a key's value is read (``read(value, table)``, raising :class:`Refused`),
+    and how the docs name it."""
 
-    read: Read
+    read: Callable[[Any, TableReader], T]
     shows: str
 
 
@@ -49,7 +57,7 @@ class Setting:
     """A key's declaration: its :class:`Kind`, doc, version, and its TOML name when the
     field's differs; ``shown`` replaces the default in the docs (``required``)."""
 
-    kind: Kind
+    kind: Kind[Any]
     doc: str
     since: str
     key: str | None
@@ -58,7 +66,7 @@ class Setting:
 
 def setting(
     default: T,
-    kind: Kind,
+    kind: Kind[Any],
     doc: str,
     *,
     since: str = "0.1.0",
@@ -66,8 +74,7 @@ def setting(
     shown: str | None = None,
 ) -> T:
     """The default of a field a TOML key sets (typed as the default, for mypy)."""
-    metadata = {"setting": Setting(kind, doc, since, key, shown)}
-    return dataclasses.field(default=default, metadata=metadata)
+    return dataclasses.field(default=default, metadata={"setting": Setting(kind, doc, since, key, shown)})
 
 
 def declared(cls: type) -> dict[str, tuple[dataclasses.Field[Any], Setting]]:
@@ -76,50 +83,109 @@ def declared(cls: type) -> dict[str, tuple[dataclasses.Field[Any], Setting]]:
     return {f.metadata["setting"].key or f.name: (f, f.metadata["setting"]) for f in fields}
 
 
-def read(
-    reader: TableReader, data: dict[str, Any], table: int | None, sub: str | None, *classes: type
-) -> list[dict[str, Any]]:
+def known(table: TableReader, data: dict[str, Any], *classes: type) -> None:
+    """Refuse a key none of ``classes`` declares: a typo must not pass for a default."""
+    keys = sorted(key for cls in classes for key in declared(cls))
+    for key, value in data.items():
+        if key not in keys:
+            table.fail(key, value, f"unknown key (known: {', '.join(keys)})")
+
+
+def read(table: TableReader, data: dict[str, Any], *classes: type) -> list[dict[str, Any]]:
     """For each class, its fields read from ``data`` (those present), by field name.
 
     Raises:
         DaemonConfigError: a key none of ``classes`` declares, or a value its kind refuses.
     """
-    keys = [declared(cls) for cls in classes]
-    reader.known_keys(data, {key for each in keys for key in each}, table, sub)
+    known(table, data, *classes)
     return [
-        {f.name: s.kind.read(reader, data, key, table, sub) for key, (f, s) in each.items() if key in data}
-        for each in keys
+        {f.name: _value(table, data, key, s.kind) for key, (f, s) in declared(cls).items() if key in data}
+        for cls in classes
     ]
 
 
-def seconds(low: float, high: float) -> Kind:
+def _value(table: TableReader, data: dict[str, Any], key: str, kind: Kind[T]) -> T:
+    try:
+        return kind.read(data[key], table)
+    except Refused as refused:
+        table.fail(key, data[key] if refused.value is None else refused.value, refused.reason)
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Refused("expected a number")
+    return float(value)
+
+
+def seconds(low: float, high: float) -> Kind[float]:
     """A number of seconds within ``[low, high]`` (an int or a float, not a bool)."""
-    return Kind(lambda r, d, k, t, s: r.number(d, k, t, low, high, sub=s), f"seconds, {low:g} to {high:g}")
+
+    def read(value: object, _: TableReader) -> float:
+        if not low <= _number(value) <= high:
+            raise Refused(f"expected between {low:g} and {high:g}")
+        return _number(value)
+
+    return Kind(read, f"seconds, {low:g} to {high:g}")
 
 
-def integer(low: int, high: int) -> Kind:
-    """A whole number within ``[low, high]`` (a bool or a float is a mistake)."""
-    return Kind(
-        lambda r, d, k, t, s: r.integer(d, k, t, low, high, sub=s), f"whole number, {low:,} to {high:,}"
-    )
+def integer(low: int, high: int) -> Kind[int]:
+    """A whole number within ``[low, high]`` (a bool or a float is a mistake: 2.5 attempts)."""
+
+    def read(value: object, _: TableReader) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise Refused(f"expected a whole number between {low} and {high}")
+        return value
+
+    return Kind(read, f"whole number, {low:,} to {high:,}")
 
 
-def choice(options: Iterable[str], into: Callable[[str], object] = str) -> Kind:
-    """One of ``options`` in any case, made into ``into`` (an enum)."""
+def choice(options: Iterable[str]) -> Kind[Any]:
+    """One of ``options`` in any case (of an enum: made into its member)."""
     names = tuple(options)
-    shows = " or ".join(f"`{name}`" for name in names)
-    return Kind(lambda r, d, k, t, s: into(r.choice(d, k, t, names, sub=s)), shows)
+    into: Callable[[str], Any] = options if isinstance(options, type) else str
+
+    def read(value: object, _: TableReader) -> object:
+        if not isinstance(value, str) or value.lower() not in names:
+            raise Refused(f"expected one of {', '.join(names)}")
+        return into(value.lower())
+
+    return Kind(read, " or ".join(f"`{name}`" for name in names))
 
 
-PATH = Kind(lambda r, d, k, t, s: r.path(d, k, t, s), "path")
-PATHS = Kind(lambda r, d, k, t, s: r.paths(d, k, t, s), "path or list of paths")
-ARGV = Kind(lambda r, d, k, t, s: r.argv(d, k, t, s), "argv")
+def _path(value: object, table: TableReader) -> Path:
+    """A path (``~`` expanded; relative to the file's directory)."""
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise Refused("expected a non-empty path string (without NUL)")
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else table.file.parent / path
 
 
-def _flag(reader: TableReader, data: dict[str, Any], key: str, table: int | None, sub: str | None) -> bool:
-    if not isinstance(data[key], bool):
-        reader.refuse(data, key, "expected true or false", table, sub)
-    return bool(data[key])
+def _paths(value: object, table: TableReader) -> tuple[Path, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(item, str) and item for item in items):
+        raise Refused("expected a path or a list of paths")
+    return tuple(_path(item, table) for item in items)
 
 
+def _argv(value: object, _: TableReader) -> tuple[str, ...]:
+    """A command: a non-empty list of strings without NUL (never run through a shell)."""
+    if not (isinstance(value, list) and value and isinstance(value[0], str) and value[0]) or not all(
+        isinstance(part, str) and "\0" not in part for part in value
+    ):
+        raise Refused(
+            'expected a non-empty list of strings without NUL, e.g. ["systemctl", "restart", "web"] '
+            "(a command is never run through a shell)"
+        )
+    return tuple(value)
+
+
+def _flag(value: object, _: TableReader) -> bool:
+    if not isinstance(value, bool):
+        raise Refused("expected true or false")
+    return value
+
+
+PATH = Kind(_path, "path")
+PATHS = Kind(_paths, "path or list of paths")
+ARGV = Kind(_argv, "argv")
 FLAG = Kind(_flag, "true or false")

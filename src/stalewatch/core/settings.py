@@ -14,26 +14,18 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 
-__all__ = [
-    "VARIABLES",
-    "Variable",
-    "WatchSettings",
-    "git_executable",
-    "metrics_daemon",
-    "poll",
-    "poll_interval",
-    "verify_interval",
-]
+__all__ = ["WatchSettings", "git_executable", "metrics_daemon", "poll", "poll_interval", "verify_interval"]
 
 MAX_DAEMON_NAME = 200
 """Characters of a daemon's name (the ``daemon`` label of its metrics) at most."""
 NAME = f"expected a name of 1 to {MAX_DAEMON_NAME} printable characters"
 LOW, HIGH = 0.01, 3600.0
+SECONDS = f"seconds, {LOW:g} to {HIGH:g}"
 
 
 @dataclass(frozen=True)
 class Variable:
-    """An environment setting: its name, its default as written, what it is, its doc."""
+    """An environment setting: its name, its default as written, what it holds, its doc."""
 
     name: str
     default: str
@@ -42,24 +34,21 @@ class Variable:
     since: str = "0.1.0"
 
 
-SECONDS = f"seconds, {LOW:g} to {HIGH:g}"
 VERIFY_INTERVAL = Variable(
     "STALEWATCH_VERIFY_INTERVAL",
     "2.0",
     SECONDS,
-    "between in-process re-verifications (at least: a process verifies at most 50 checkouts a second); "
-    "keyword `verify_interval`",
+    "between in-process re-verifications (keyword `verify_interval`)",
 )
 POLL = Variable(
-    "STALEWATCH_POLL", "0", "`1` or `0`", "`1`: poll instead of kernel notifications; keyword `poll`"
+    "STALEWATCH_POLL", "0", "`1` or `0`", "`1`: poll instead of kernel notifications (keyword `poll`)"
 )
-POLL_INTERVAL = Variable("STALEWATCH_POLL_INTERVAL", "1.0", SECONDS, "between polls; keyword `poll_interval`")
+POLL_INTERVAL = Variable(
+    "STALEWATCH_POLL_INTERVAL", "1.0", SECONDS, "between polls (keyword `poll_interval`)"
+)
 GIT = Variable("STALEWATCH_GIT", "git", "command", "the git executable (binding, reftable)")
 METRICS_DAEMON = Variable(
-    "STALEWATCH_METRICS_DAEMON",
-    "the socket's path",
-    f"name, 1 to {MAX_DAEMON_NAME} printable characters",
-    "the `daemon` label of a daemon's metrics, when its configuration has no `metrics_daemon`",
+    "STALEWATCH_METRICS_DAEMON", "the socket's path", "name", "the `daemon` label of the daemon's metrics"
 )
 VARIABLES = (VERIFY_INTERVAL, POLL, POLL_INTERVAL, GIT, METRICS_DAEMON)
 

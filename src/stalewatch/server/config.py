@@ -38,10 +38,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from ..core.declared import ARGV, PATH, Kind, choice, declared, integer, read, seconds, setting
-from ..core.errors import DaemonConfigError
+from ..core.declared import ARGV, PATH, Kind, Refused, choice, integer, known, read, seconds, setting
 from ..core.revisions import is_object_id
 from ..core.settings import METRICS_DAEMON, NAME, is_name
 from ..core.tables import TableReader, parse
@@ -53,66 +51,51 @@ __all__ = ["CheckoutConfig", "DaemonConfig", "HookConfig", "load", "with_checkou
 _ADDRESS = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>[0-9]{1,5})$")
 
 
-def _address(
-    reader: TableReader, data: dict[str, Any], key: str, table: int | None, sub: str | None
-) -> tuple[str, int]:
+def _address(value: object, _: TableReader) -> tuple[str, int]:
     """``HOST:PORT`` with an IP address (``[...]`` for IPv6): no name lookups at load."""
-    value = data[key]
     found = _ADDRESS.match(value) if isinstance(value, str) else None
     host = None
     if found is not None:
         with contextlib.suppress(ValueError):
             host = str(ipaddress.ip_address(found.group("v6") or found.group("v4")))
     if found is None or host is None or int(found.group("port")) > 65535:
-        reason = 'expected "IP:PORT", e.g. "127.0.0.1:9840" or "[::1]:9840" (port 0: any free port)'
-        reader.refuse(data, key, reason, table, sub)
+        raise Refused('expected "IP:PORT", e.g. "127.0.0.1:9840" or "[::1]:9840" (port 0: any free port)')
     if (":" in host) != (found.group("v6") is not None):
-        reader.refuse(data, key, 'brackets hold an IPv6 address only, e.g. "[::1]:9840"', table, sub)
+        raise Refused('brackets hold an IPv6 address only, e.g. "[::1]:9840"')
     return host, int(found.group("port"))
 
 
-def _textfile(
-    reader: TableReader, data: dict[str, Any], key: str, table: int | None, sub: str | None
-) -> Path:
+def _textfile(value: object, table: TableReader) -> Path:
     """A ``.prom`` file in an existing directory (node_exporter reads only ``*.prom``)."""
-    path = reader.path(data, key, table, sub)
+    path = PATH.read(value, table)
     if path.suffix != ".prom":
-        reason = "expected a file name ending in .prom (node_exporter reads only those)"
-        reader.fail(key, str(path), reason, table, key)
+        raise Refused("expected a file name ending in .prom (node_exporter reads only those)", str(path))
     if not path.parent.is_dir():
-        reader.fail(key, str(path), f"its directory {path.parent} does not exist", table, key)
+        raise Refused(f"its directory {path.parent} does not exist", str(path))
     return path
 
 
-def _daemon_name(
-    reader: TableReader, data: dict[str, Any], key: str, table: int | None, sub: str | None
-) -> str:
+def _daemon_name(value: object, _: TableReader) -> str:
     """A name for the ``daemon`` label: printable, 1 to 200 characters."""
-    if not is_name(data[key]):
-        reader.refuse(data, key, NAME, table, sub)
-    return str(data[key])
+    if not is_name(value):
+        raise Refused(NAME)
+    return str(value)
 
 
-def _revision(reader: TableReader, data: dict[str, Any], key: str, table: int | None, sub: str | None) -> str:
-    value = data[key]
+def _revision(value: object, _: TableReader) -> str:
     if not isinstance(value, str) or not is_object_id(value):
-        reader.refuse(data, key, "expected a full commit id (40 or 64 lower-case hex digits)", table, sub)
+        raise Refused("expected a full commit id (40 or 64 lower-case hex digits)")
     return value
 
 
-def _restart(
-    reader: TableReader, data: dict[str, Any], key: str, table: int | None, sub: str | None
-) -> RestartPolicy:
-    return parse_policy(reader, data[key], table or 0)
+def _restart(value: object, table: TableReader) -> RestartPolicy:
+    return parse_policy(table, value, table.table or 0)
 
 
-def _checkouts(
-    reader: TableReader, data: dict[str, Any], key: str, table: int | None, sub: str | None
-) -> tuple[CheckoutConfig, ...]:
-    tables = data[key]
-    if not isinstance(tables, list):
-        reader.fail(key, tables, "expected [[checkout]] tables", None, key)
-    return tuple(_checkout(reader, each, index) for index, each in enumerate(tables))
+def _checkouts(value: object, top: TableReader) -> tuple[CheckoutConfig, ...]:
+    if not isinstance(value, list) or not all(isinstance(each, dict) for each in value):
+        raise Refused("expected [[checkout]] tables")
+    return tuple(_checkout(top.at(index), each) for index, each in enumerate(value))
 
 
 @dataclass(frozen=True)
@@ -121,13 +104,13 @@ class HookConfig:
 
     on_stale: tuple[str, ...] | None = setting(None, ARGV, "run when the checkout becomes `stale`")
     on_current: tuple[str, ...] | None = setting(
-        None, ARGV, "run when it is `current` again (e.g. after a rollback)"
+        None, ARGV, "run when it is `current` again (after a rollback)"
     )
     on_unreadable: tuple[str, ...] | None = setting(None, ARGV, "run when its HEAD cannot be read")
     timeout: float = setting(
         60.0,
         seconds(0.1, 86400.0),
-        "seconds a hook may run; then its process group is killed",
+        "a hook may run this long; then its process group is killed",
         key="hook_timeout",
     )
     hold_while: Path | None = setting(None, PATH, "run hooks only once nothing exists at this path")
@@ -155,11 +138,9 @@ class CheckoutConfig:
 class DaemonConfig:
     """Everything the daemon reads from its file (defaults when there is none)."""
 
-    socket: Path | None = setting(
-        None, PATH, "the socket's path (`--socket` wins)", shown="see [Running it](#running-it)"
-    )
+    socket: Path | None = setting(None, PATH, "`--socket` wins", shown="see [Running it](#running-it)")
     keepalive: float = setting(
-        5.0, seconds(0.05, 3600.0), "seconds between ping lines (clients call a daemon wedged after 3)"
+        5.0, seconds(0.05, 3600.0), "between ping lines (clients call a daemon wedged after 3)"
     )
     max_clients: int = setting(256, integer(1, 100_000), "clients connected at once")
     client_queue: int = setting(
@@ -172,22 +153,18 @@ class DaemonConfig:
     )
     file: Path | None = None
     metrics_address: tuple[str, int] | None = setting(
-        None,
-        Kind(_address, '"IP:PORT"'),
-        'serve `GET /metrics` over HTTP (`"[::1]:9840"` for IPv6; port 0: any free port, logged)',
+        None, Kind(_address, '"IP:PORT"'), "serve `GET /metrics` over HTTP (port 0: any free port, logged)"
     )
     metrics_textfile: Path | None = setting(
-        None,
-        Kind(_textfile, "path"),
-        "a `.prom` file for node_exporter's textfile collector, in an existing directory",
+        None, Kind(_textfile, "path"), "a `.prom` file for node_exporter's textfile collector"
     )
     metrics_interval: float = setting(
-        15.0, seconds(1.0, 3600.0), "seconds between textfile writes when nothing changes"
+        15.0, seconds(1.0, 3600.0), "between textfile writes when nothing changes"
     )
     metrics_daemon: str | None = setting(
         None,
         Kind(_daemon_name, METRICS_DAEMON.shows),
-        "the `daemon` label of every series (default: `STALEWATCH_METRICS_DAEMON`, else the socket path)",
+        "the `daemon` label (else `STALEWATCH_METRICS_DAEMON`)",
     )
 
     @property
@@ -196,19 +173,11 @@ class DaemonConfig:
         return self.metrics_address is not None or self.metrics_textfile is not None
 
 
-def _checkout(reader: TableReader, data: object, table: int) -> CheckoutConfig:
-    if not isinstance(data, dict):
-        raise DaemonConfigError(
-            f"checkout[{table + 1}]",
-            data,
-            "expected a [[checkout]] table",
-            file=reader.file,
-            line=reader.locate(None, "checkout"),
-        )
+def _checkout(table: TableReader, data: dict[str, object]) -> CheckoutConfig:
     if "path" not in data:
-        reader.known_keys(data, {*declared(CheckoutConfig), *declared(HookConfig)}, table)
-        reader.fail(reader.name(table, "path"), None, "missing: every [[checkout]] needs a path", table, None)
-    checkout, hooks = read(reader, data, table, None, CheckoutConfig, HookConfig)
+        known(table, data, CheckoutConfig, HookConfig)
+        table.fail("path", None, "missing: every [[checkout]] needs a path")
+    checkout, hooks = read(table, data, CheckoutConfig, HookConfig)
     return CheckoutConfig(**checkout, hooks=HookConfig(**hooks))
 
 
@@ -224,8 +193,7 @@ def load(file: Path) -> DaemonConfig:
             exception it raises.
     """
     text = read_checked(file)
-    reader = TableReader(file, text, array="checkout")
-    (config,) = read(reader, parse(file, text), None, None, DaemonConfig)
+    (config,) = read(TableReader(file, text, array="checkout"), parse(file, text), DaemonConfig)
     return DaemonConfig(**config, file=file)
 
 

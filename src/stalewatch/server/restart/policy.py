@@ -22,9 +22,8 @@ import enum
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ...core.declared import ARGV, FLAG, PATH, PATHS, Kind, choice, integer, read, seconds, setting
+from ...core.declared import ARGV, FLAG, PATH, PATHS, Kind, Refused, choice, integer, read, seconds, setting
 from ...core.tables import TableReader
 
 __all__ = ["RECONNECT_GRACE", "DrainOutcome", "RestartPolicy", "parse_policy"]
@@ -49,27 +48,19 @@ class DrainOutcome(enum.StrEnum):
     RESTART = "restart"
 
 
-def _signal(reader: TableReader, data: dict[str, Any], key: str, table: int | None, sub: str | None) -> str:
-    name = data[key]
+def _signal(value: object, _: TableReader) -> str:
     # Not a string (a number, a list, a table): refused before the set lookup, which
     # would raise TypeError for an unhashable value instead of naming the key.
-    name = name.upper().removeprefix("SIG") if isinstance(name, str) else None
+    name = value.upper().removeprefix("SIG") if isinstance(value, str) else None
     if name not in _SIGNALS:
-        reader.refuse(data, key, "expected a signal name", table, sub)
+        raise Refused("expected a signal name")
     return str(name)
 
 
-def _lock(reader: TableReader, data: dict[str, Any], key: str, table: int | None, sub: str | None) -> Path:
-    lock = reader.path(data, key, table, sub)
+def _lock(value: object, table: TableReader) -> Path:
+    lock = PATH.read(value, table)
     if not lock.parent.is_dir():
-        reader.fail(
-            reader.name(table, key, sub),
-            str(lock),
-            f"its directory {lock.parent} does not exist",
-            table,
-            key,
-            sub=sub,
-        )
+        raise Refused(f"its directory {lock.parent} does not exist", str(lock))
     return lock
 
 
@@ -81,92 +72,88 @@ class RestartPolicy:
     action: tuple[str, ...] | None = setting(
         None,
         ARGV,
-        "argv run to restart the servers through their supervisor",
+        "run to restart the servers through their supervisor",
         shown="(one of `action`, `pidfile`)",
     )
     pidfile: Path | None = setting(
         None,
         PATH,
-        "instead of `action`: a file holding the server's pid (gunicorn's master), sent `signal`; "
-        "beside an `action`, it only tells what runs",
+        "instead of `action`: the server's pid (gunicorn's master), sent `signal`; beside an "
+        "`action`, it only tells what runs",
         shown="(one of `action`, `pidfile`)",
     )
     signal: str = setting(
-        "HUP",
-        Kind(_signal, "signal name"),
-        "the signal sent to the pid in `pidfile` (gunicorn: graceful reload)",
+        "HUP", Kind(_signal, "signal name"), "sent to the pid in `pidfile` (gunicorn: reload)"
     )
     settle: float = setting(
-        2.0, seconds(0.0, 3600.0), "seconds HEAD must not move before anything else happens"
+        2.0, seconds(0.0, 3600.0), "HEAD must not move this long before anything else happens"
     )
     hold_while: tuple[Path, ...] = setting((), PATHS, "the restart waits while any of these exists")
     update_marker: Path | None = setting(
         None, PATH, "an updater's `PID\\nUNIX_TIME\\n` file (Hermes: `~/.hermes/.hermes-update-in-progress`)"
     )
     update_marker_max_age: float = setting(
-        1200.0, seconds(1.0, 7 * 86400.0), "seconds after which that marker is stale (the update did not end)"
+        1200.0, seconds(1.0, 7 * 86400.0), "after this long, that marker is stale (the update did not end)"
     )
     incomplete_markers: tuple[Path, ...] = setting(
-        (), PATHS, "paths whose presence means an update failed: `refused: incomplete`"
+        (), PATHS, "their presence means an update failed (`refused: incomplete`)"
     )
     verify: tuple[str, ...] | None = setting(
-        None, ARGV, "argv run in the checkout; must exit 0 for the restart to go on"
+        None, ARGV, "run in the checkout; must exit 0 for the restart to go on"
     )
-    verify_timeout: float = setting(60.0, seconds(0.1, 3600.0), "seconds the probe may take")
+    verify_timeout: float = setting(60.0, seconds(0.1, 3600.0), "what the probe may take")
     lock: Path | None = setting(
         None,
         Kind(_lock, "path"),
-        "a lock file shared with the updater (`flock LOCK update`); its directory must exist",
+        "a lock file shared with the updater (`flock LOCK update`), in an existing directory",
     )
     confirm: tuple[str, ...] | None = setting(
-        None, ARGV, "argv (a health check) that must pass, with no registered server on other code"
+        None, ARGV, "a health check that must pass, with no registered server on other code"
     )
-    confirm_timeout: float = setting(60.0, seconds(0.1, 3600.0), "seconds for the restart to be confirmed")
+    confirm_timeout: float = setting(60.0, seconds(0.1, 3600.0), "for the restart to be confirmed")
     action_timeout: float = setting(
         30.0,
         seconds(0.1, 3600.0),
-        "seconds the action may take (then its process group is killed, and what it started that "
-        "left the group: see [Hooks](daemon.md#hooks))",
+        "what the action may take (then its process group is killed, and what it "
+        "started that left the group: see [Hooks](daemon.md#hooks))",
     )
     max_attempts: int = setting(3, integer(1, 100), "actions per `HEAD` revision")
-    min_interval: float = setting(30.0, seconds(0.0, 86400.0), "seconds between two actions")
+    min_interval: float = setting(30.0, seconds(0.0, 86400.0), "between two actions")
     drain_timeout: float = setting(
-        600.0, seconds(0.0, 86400.0), "seconds the drain of work in flight may take ([R8](contract.md#r8))"
+        600.0, seconds(0.0, 86400.0), "what the drain of work in flight may take ([R8](contract.md#r8))"
     )
     on_drain_timeout: DrainOutcome = setting(
         DrainOutcome.REFUSE,
-        choice(DrainOutcome, DrainOutcome),
-        "then: `refuse` (give this revision up, cut nothing off) or `restart` anyway",
+        choice(DrainOutcome),
+        "then: give this revision up (cut nothing off) or restart anyway",
     )
     drain_probe: tuple[str, ...] | None = setting(
-        None, ARGV, "argv printing the work in flight of servers that do not register (a whole number)"
+        None, ARGV, "prints the work in flight of servers that do not register (a whole number)"
     )
     drain_probe_timeout: float = setting(
-        10.0, seconds(0.1, 3600.0), "seconds one run of the drain probe may take"
+        10.0, seconds(0.1, 3600.0), "what one run of the drain probe may take"
     )
     drain_poll: float = setting(
         1.0,
         seconds(0.0, 3600.0),
-        "seconds between two runs of the drain probe, and between two tellings of a changed count "
-        "(more than 0)",
+        "more than 0: between two runs of the drain probe, and two tellings of its count",
     )
     reconnect_grace: float = setting(
         RECONNECT_GRACE,
         seconds(0.0, 60.0),
-        "seconds after the daemon starts in which no registration is not taken for nothing in flight "
-        "(servers reconnect within 2 s); `0` if no server registers",
+        "after the daemon starts, no registration is not taken for nothing "
+        "in flight (servers reconnect within 2 s); `0` if no server registers",
     )
     handoff: bool = setting(
         False,
         FLAG,
-        'gunicorn\'s `USR2` handoff (with `pidfile` and `signal = "USR2"`): '
-        "see [Recipe: gunicorn](#recipe-gunicorn)",
+        'gunicorn\'s `USR2` handoff (with `pidfile`, `signal = "USR2"`): [Recipe](#recipe-gunicorn)',
     )
     pid_command: tuple[str, ...] | None = setting(
         None,
         ARGV,
-        "instead of `pidfile`: argv printing the server's pid (`supervisorctl pid web`), "
-        "to tell what runs when no server registers",
+        "instead of `pidfile`: prints the server's pid (`supervisorctl pid web`), to tell what runs "
+        "when no server registers",
     )
 
 
@@ -176,26 +163,22 @@ def parse_policy(reader: TableReader, data: object, table: int) -> RestartPolicy
     Raises:
         DaemonConfigError: through ``reader.fail``, naming the file, line and key.
     """
-    sub = "restart"
+    place = reader.at(table, "restart")
     if not isinstance(data, dict):
-        reader.fail(
-            reader.name(table, sub), data, "expected a [checkout.restart] table", table, None, sub=sub
-        )
-    (policy,) = read(reader, data, table, sub, RestartPolicy)
+        place.fail(None, data, "expected a [checkout.restart] table")
+    (policy,) = read(place, data, RestartPolicy)
     if "action" not in data and "pidfile" not in data:
-        reason = "give action (an argv), or pidfile (with signal)"
-        reader.fail(reader.name(table, sub), None, reason, table, None, sub=sub)
+        place.fail(None, None, "give action (an argv), or pidfile (with signal)")
     if policy.get("drain_poll", 1.0) <= 0:  # a poll of 0 is a busy loop
-        reader.refuse(data, "drain_poll", "expected more than 0", table, sub)
+        place.fail("drain_poll", data["drain_poll"], "expected more than 0")
     if "signal" in data and "action" in data:
-        reason = "a signal is sent only without an action (to the pidfile's pid)"
-        reader.refuse(data, "signal", reason, table, sub)
+        place.fail("signal", data["signal"], "a signal is sent only without an action (to the pidfile's pid)")
     if "pid_command" in data and "pidfile" in data:
         reason = "give one way to find the server's pid: pidfile or pid_command"
-        reader.refuse(data, "pid_command", reason, table, sub)
+        place.fail("pid_command", data["pid_command"], reason)
     gunicorn = "action" not in data and "pidfile" in data and policy.get("signal") == "USR2"
     if policy.get("handoff") and not gunicorn:
         # The handoff knows one protocol: gunicorn's USR2 re-exec beside the old master.
         reason = 'a handoff needs pidfile with signal = "USR2" and no action (gunicorn\'s re-exec)'
-        reader.refuse(data, "handoff", reason, table, sub)
+        place.fail("handoff", data["handoff"], reason)
     return RestartPolicy(**policy)
