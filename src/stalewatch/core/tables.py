@@ -4,9 +4,10 @@ The daemon's configuration is the one TOML file stalewatch reads: top-level keys
 array of tables (``[[checkout]]``) and, in each, sub-tables (``[checkout.restart]``).
 A :class:`TableReader` names a bad value's key as ``checkout[2].restart.settle`` in a
 :class:`~.errors.DaemonConfigError`, with the file and the line where that key is
-written (values are read through their declarations, :mod:`.declared`). :func:`parse`
-turns the text into tables with the same kind of error, so nothing else ever escapes (``tomllib``'s own
-errors, a nesting that exhausts its stack, an integer past Python's digit limit).
+written (values are read through their declarations, :mod:`.declared`).
+:func:`parse` turns the text into tables with the same kind of error, so nothing else
+ever escapes (``tomllib``'s own errors, a nesting that exhausts its stack, an integer
+past Python's digit limit).
 """
 
 from __future__ import annotations

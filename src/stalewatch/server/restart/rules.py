@@ -18,14 +18,20 @@ ANSWER_MARGIN = 15.0
 the lock, HEAD), the handoff's wait for a promoted master (5 s), a loaded machine."""
 
 
-def patience(verify: float, action: float, drain_probe: float, confirm: float) -> float:
+def patience(policy: RestartPolicy) -> float:
     """Seconds after which an answer awaited is lost (R2-R5: never a hang with the lock held).
 
     Every command the executor runs has its timeout, and a request may wait on the one
     worker thread behind another that is still running (a dropped run's probe): twice
     the longest, and the margin.
     """
-    return 2 * max(verify, action, drain_probe, confirm) + ANSWER_MARGIN
+    timeouts = (
+        policy.verify_timeout,
+        policy.action_timeout,
+        policy.drain_probe_timeout,
+        policy.confirm_timeout,
+    )
+    return 2 * max(timeouts) + ANSWER_MARGIN
 
 
 _DEFAULT = RestartPolicy()  # the declared defaults, which the rules' own follow
@@ -75,12 +81,7 @@ class Rules:
     drain_poll: float = _DEFAULT.drain_poll
     reconnect_grace: float = _DEFAULT.reconnect_grace
     handoff: bool = _DEFAULT.handoff
-    patience: float = patience(
-        _DEFAULT.verify_timeout,
-        _DEFAULT.action_timeout,
-        _DEFAULT.drain_probe_timeout,
-        _DEFAULT.confirm_timeout,
-    )
+    patience: float = patience(_DEFAULT)
 
     @classmethod
     def of(cls, policy: RestartPolicy) -> Rules:
@@ -91,10 +92,9 @@ class Rules:
             min_interval=policy.min_interval,
             # A handoff's pidfile is looked at with the markers: a previous handoff whose
             # old master still finishes its requests is waited for (R9).
-            markers=policy.update_marker is not None
-            or bool(policy.incomplete_markers)
-            or bool(policy.hold_while)
-            or policy.handoff,
+            markers=bool(
+                policy.update_marker or policy.incomplete_markers or policy.hold_while or policy.handoff
+            ),
             verify=policy.verify is not None,
             lock=policy.lock is not None,
             confirm_probe=policy.confirm is not None,
@@ -105,10 +105,5 @@ class Rules:
             drain_poll=policy.drain_poll,
             reconnect_grace=policy.reconnect_grace,
             handoff=policy.handoff,
-            patience=patience(
-                policy.verify_timeout,
-                policy.action_timeout,
-                policy.drain_probe_timeout,
-                policy.confirm_timeout,
-            ),
+            patience=patience(policy),
         )
