@@ -34,18 +34,9 @@ class Variable:
     since: str = "0.1.0"
 
 
-VERIFY_INTERVAL = Variable(
-    "STALEWATCH_VERIFY_INTERVAL",
-    "2.0",
-    SECONDS,
-    "between in-process re-verifications (keyword `verify_interval`)",
-)
-POLL = Variable(
-    "STALEWATCH_POLL", "0", "`1` or `0`", "`1`: poll instead of kernel notifications (keyword `poll`)"
-)
-POLL_INTERVAL = Variable(
-    "STALEWATCH_POLL_INTERVAL", "1.0", SECONDS, "between polls (keyword `poll_interval`)"
-)
+VERIFY_INTERVAL = Variable("STALEWATCH_VERIFY_INTERVAL", "2.0", SECONDS, "between in-process verifications")
+POLL = Variable("STALEWATCH_POLL", "0", "`1` or `0`", "`1`: poll instead of kernel notifications")
+POLL_INTERVAL = Variable("STALEWATCH_POLL_INTERVAL", "1.0", SECONDS, "between polls")
 GIT = Variable("STALEWATCH_GIT", "git", "command", "the git executable (binding, reftable)")
 METRICS_DAEMON = Variable(
     "STALEWATCH_METRICS_DAEMON", "the socket's path", "name", "the `daemon` label of the daemon's metrics"
