@@ -20,9 +20,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stalewatch.core.declared import declared
 from stalewatch.core.errors import DaemonConfigError
 from stalewatch.server.commands import MAX_PID, parse_pid
-from stalewatch.server.config import DaemonConfig, load
+from stalewatch.server.config import CheckoutConfig, DaemonConfig, HookConfig, load
 from stalewatch.server.restart import markers
 from tests.support.properties import budget
 
@@ -32,19 +33,9 @@ BUDGET = budget(300)
 
 # -- the configuration loader -----------------------------------------------------------------
 
-_KEYS = [
-    "socket",
-    "keepalive",
-    "max_clients",
-    "client_queue",
-    "client_buffer",
-    "log_level",
-    "metrics_address",
-    "metrics_textfile",
-    "metrics_interval",
-    "x",
-]
-_CHECKOUT_KEYS = ["path", "revision", "on_stale", "on_current", "on_unreadable", "hook_timeout", "hold_while"]
+# Every key declared (a new one is covered at once), and a typo.
+_KEYS = [*(key for key in declared(DaemonConfig) if key != "checkout"), "x"]
+_CHECKOUT_KEYS = sorted({*declared(CheckoutConfig), *declared(HookConfig)} - {"restart"})
 
 toml_scalars = st.one_of(
     st.text(max_size=12),

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from stalewatch.client.following import MAX_BACKOFF
+from stalewatch.core.declared import declared
 from stalewatch.core.errors import DaemonConfigError
 from stalewatch.server.config import load
-from stalewatch.server.restart.policy import KEYS, RestartPolicy
+from stalewatch.server.restart.policy import RestartPolicy
 from stalewatch.server.restart.rules import DrainOutcome
 
 pytestmark = pytest.mark.unit
@@ -226,7 +227,7 @@ def test_each_unknown_key_is_named_with_the_known_ones(tmp_path: Path) -> None:
     with pytest.raises(DaemonConfigError) as caught:
         _load_restart(tmp_path, 'action = ["x"]\nretries = 3\n')
     assert caught.value.name == "checkout[1].restart.retries"
-    assert caught.value.reason == f"unknown key (known: {', '.join(sorted(KEYS))})"
+    assert caught.value.reason == f"unknown key (known: {', '.join(sorted(declared(RestartPolicy)))})"
     assert caught.value.value == 3
 
 

@@ -16,12 +16,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stalewatch.core.declared import declared
 from stalewatch.core.errors import DaemonConfigError
 from stalewatch.git.reflog import Entry
 from stalewatch.protocol.messages import MAX_INFLIGHT
 from stalewatch.server.config import load
 from stalewatch.server.restart.loaded import told_at
-from stalewatch.server.restart.policy import KEYS
+from stalewatch.server.restart.policy import RestartPolicy
 from stalewatch.server.restart.procs import parse_stat, parse_status_uids
 from stalewatch.server.restart.rules import DrainOutcome
 from stalewatch.server.restart.work import parse_count
@@ -138,7 +139,7 @@ values = st.one_of(
     st.sampled_from(["USR2", "HUP", "refuse", "restart", "/tmp/x.pid", "rel/p"]),
     st.lists(st.text(max_size=6), max_size=3),
 )
-tables = st.dictionaries(st.sampled_from([*sorted(KEYS), "bogus"]), values, max_size=6)
+tables = st.dictionaries(st.sampled_from([*sorted(declared(RestartPolicy)), "bogus"]), values, max_size=6)
 
 
 def _toml(value: Any) -> str:

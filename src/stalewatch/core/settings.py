@@ -1,17 +1,10 @@
 """Defaults, resolved in one place: keyword argument first, then ``STALEWATCH_*``.
 
-==============================  =======  ===============================================
-variable                        default  meaning
-==============================  =======  ===============================================
-``STALEWATCH_VERIFY_INTERVAL``  ``2.0``  seconds between in-process re-verifications
-``STALEWATCH_POLL``             ``0``    ``1``: poll instead of kernel notifications
-``STALEWATCH_POLL_INTERVAL``    ``1.0``  seconds between polls when polling
-``STALEWATCH_GIT``              ``git``  the git executable for binding and reftable
-``STALEWATCH_METRICS_DAEMON``   socket   the ``daemon`` label of a daemon's metrics
-==============================  =======  ===============================================
-
-``STALEWATCH_METRICS_DAEMON`` defaults to the daemon's socket path (unique on a host);
-the template unit ``stalewatch@.service`` sets it to the instance name.
+Each variable is declared once (:data:`VARIABLES`: name, default, doc, version); the
+functions below read them, and docs/library.md's table is written from them
+(``scripts/settings_tables.py``). ``STALEWATCH_METRICS_DAEMON`` defaults to the
+daemon's socket path (unique on a host); the template unit ``stalewatch@.service``
+sets it to the instance name.
 """
 
 from __future__ import annotations
@@ -25,6 +18,30 @@ __all__ = ["WatchSettings", "git_executable", "metrics_daemon", "poll", "poll_in
 
 MAX_DAEMON_NAME = 200
 """Characters of a daemon's name (the ``daemon`` label of its metrics) at most."""
+NAME = f"expected a name of 1 to {MAX_DAEMON_NAME} printable characters"
+LOW, HIGH = 0.01, 3600.0
+SECONDS = f"seconds, {LOW:g} to {HIGH:g}"
+
+
+@dataclass(frozen=True)
+class Variable:
+    """An environment setting: its name, its default as written, what it holds, its doc."""
+
+    name: str
+    default: str
+    shows: str
+    doc: str
+    since: str = "0.1.0"
+
+
+VERIFY_INTERVAL = Variable("STALEWATCH_VERIFY_INTERVAL", "2.0", SECONDS, "between in-process verifications")
+POLL = Variable("STALEWATCH_POLL", "0", "`1` or `0`", "`1`: poll instead of kernel notifications")
+POLL_INTERVAL = Variable("STALEWATCH_POLL_INTERVAL", "1.0", SECONDS, "between polls")
+GIT = Variable("STALEWATCH_GIT", "git", "command", "the git executable (binding, reftable)")
+METRICS_DAEMON = Variable(
+    "STALEWATCH_METRICS_DAEMON", "the socket's path", "name", "the `daemon` label of the daemon's metrics"
+)
+VARIABLES = (VERIFY_INTERVAL, POLL, POLL_INTERVAL, GIT, METRICS_DAEMON)
 
 
 @dataclass(frozen=True)
@@ -42,44 +59,48 @@ class WatchSettings:
     poll_interval: float
 
 
-def _seconds(name: str, value: float | None, default: float) -> float:
-    env = f"STALEWATCH_{name.upper()}"
-    raw: object = value if value is not None else os.environ.get(env, default)
-    label = name if value is not None else env
+def _seconds(variable: Variable, keyword: str, value: float | None) -> float:
+    raw: object = value if value is not None else os.environ.get(variable.name, variable.default)
+    label = keyword if value is not None else variable.name
     try:
         seconds = float(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ConfigError(label, raw, "expected a number of seconds") from None
-    if not 0.01 <= seconds <= 3600:
-        raise ConfigError(label, raw, "expected between 0.01 and 3600 seconds")
+    if not LOW <= seconds <= HIGH:
+        raise ConfigError(label, raw, f"expected between {LOW:g} and {HIGH:g} seconds")
     return seconds
 
 
 def verify_interval(value: float | None = None) -> float:
     """Seconds between the watcher's periodic in-process re-verifications."""
-    return _seconds("verify_interval", value, 2.0)
+    return _seconds(VERIFY_INTERVAL, "verify_interval", value)
 
 
 def poll_interval(value: float | None = None) -> float:
     """Seconds between directory scans when polling instead of using notifications."""
-    return _seconds("poll_interval", value, 1.0)
+    return _seconds(POLL_INTERVAL, "poll_interval", value)
 
 
 def poll(value: bool | None = None) -> bool:
     """Whether to poll instead of using the platform's change notifications."""
     if value is not None:
         return value
-    raw = os.environ.get("STALEWATCH_POLL", "0").strip().lower()
+    raw = os.environ.get(POLL.name, POLL.default).strip().lower()
     if raw in ("1", "true", "yes", "on"):
         return True
     if raw in ("", "0", "false", "no", "off"):
         return False
-    raise ConfigError("STALEWATCH_POLL", raw, "expected 1 or 0")
+    raise ConfigError(POLL.name, raw, "expected 1 or 0")
 
 
 def git_executable() -> str:
     """The ``git`` executable to run (``STALEWATCH_GIT``, default ``git``)."""
-    return os.environ.get("STALEWATCH_GIT") or "git"
+    return os.environ.get(GIT.name) or GIT.default
+
+
+def is_name(value: object) -> bool:
+    """Whether ``value`` may be a daemon's name: printable, 1 to :data:`MAX_DAEMON_NAME` characters."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_DAEMON_NAME and value.isprintable()
 
 
 def metrics_daemon(value: str | None, socket: str) -> str:
@@ -95,10 +116,9 @@ def metrics_daemon(value: str | None, socket: str) -> str:
     """
     if value is not None:
         return value
-    raw = os.environ.get("STALEWATCH_METRICS_DAEMON")
+    raw = os.environ.get(METRICS_DAEMON.name)
     if raw is None:
         return socket
-    if not raw or len(raw) > MAX_DAEMON_NAME or not raw.isprintable():
-        reason = f"expected a name of 1 to {MAX_DAEMON_NAME} printable characters"
-        raise ConfigError("STALEWATCH_METRICS_DAEMON", raw, reason)
+    if not is_name(raw):
+        raise ConfigError(METRICS_DAEMON.name, raw, NAME)
     return raw

@@ -38,45 +38,82 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from ..core.errors import DaemonConfigError
+from ..core.declared import ARGV, PATH, Kind, Refused, choice, integer, known, read, seconds, setting
 from ..core.revisions import is_object_id
-from ..core.settings import MAX_DAEMON_NAME
+from ..core.settings import METRICS_DAEMON, NAME, is_name
 from ..core.tables import TableReader, parse
 from .owned_file import read_checked
 from .restart.policy import RestartPolicy, parse_policy
 
 __all__ = ["CheckoutConfig", "DaemonConfig", "HookConfig", "load", "with_checkouts"]
 
-_LOG_LEVELS = ("debug", "info", "warning", "error")
-_TOP_KEYS = {
-    "socket",
-    "keepalive",
-    "max_clients",
-    "client_queue",
-    "client_buffer",
-    "log_level",
-    "checkout",
-    "metrics_address",
-    "metrics_textfile",
-    "metrics_interval",
-    "metrics_daemon",
-}
 _ADDRESS = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>[0-9]{1,5})$")
-_HOOK_KEYS = ("on_stale", "on_current", "on_unreadable")
-_CHECKOUT_KEYS = {"path", "revision", "hook_timeout", "hold_while", "restart", *_HOOK_KEYS}
+
+
+def _address(value: object, _: TableReader) -> tuple[str, int]:
+    """``HOST:PORT`` with an IP address (``[...]`` for IPv6): no name lookups at load."""
+    found = _ADDRESS.match(value) if isinstance(value, str) else None
+    host = None
+    if found is not None:
+        with contextlib.suppress(ValueError):
+            host = str(ipaddress.ip_address(found.group("v6") or found.group("v4")))
+    if found is None or host is None or int(found.group("port")) > 65535:
+        raise Refused('expected "IP:PORT", e.g. "127.0.0.1:9840" or "[::1]:9840" (port 0: any free port)')
+    if (":" in host) != (found.group("v6") is not None):
+        raise Refused('brackets hold an IPv6 address only, e.g. "[::1]:9840"')
+    return host, int(found.group("port"))
+
+
+def _textfile(value: object, table: TableReader) -> Path:
+    """A ``.prom`` file in an existing directory (node_exporter reads only ``*.prom``)."""
+    path = PATH.read(value, table)
+    if path.suffix != ".prom":
+        raise Refused("expected a file name ending in .prom (node_exporter reads only those)", str(path))
+    if not path.parent.is_dir():
+        raise Refused(f"its directory {path.parent} does not exist", str(path))
+    return path
+
+
+def _daemon_name(value: object, _: TableReader) -> str:
+    """A name for the ``daemon`` label: printable, 1 to 200 characters."""
+    if not is_name(value):
+        raise Refused(NAME)
+    return str(value)
+
+
+def _revision(value: object, _: TableReader) -> str:
+    if not isinstance(value, str) or not is_object_id(value):
+        raise Refused("expected a full commit id (40 or 64 lower-case hex digits)")
+    return value
+
+
+def _restart(value: object, table: TableReader) -> RestartPolicy:
+    return parse_policy(table, value, table.table or 0)
+
+
+def _checkouts(value: object, top: TableReader) -> tuple[CheckoutConfig, ...]:
+    if not isinstance(value, list) or not all(isinstance(each, dict) for each in value):
+        raise Refused("expected [[checkout]] tables")
+    return tuple(_checkout(top.at(index), each) for index, each in enumerate(value))
 
 
 @dataclass(frozen=True)
 class HookConfig:
     """Commands to run on status changes of one checkout (argv lists, never a shell)."""
 
-    on_stale: tuple[str, ...] | None = None
-    on_current: tuple[str, ...] | None = None
-    on_unreadable: tuple[str, ...] | None = None
-    timeout: float = 60.0
-    hold_while: Path | None = None
+    on_stale: tuple[str, ...] | None = setting(None, ARGV, "run when the checkout becomes `stale`")
+    on_current: tuple[str, ...] | None = setting(
+        None, ARGV, "run when it is `current` again (after a rollback)"
+    )
+    on_unreadable: tuple[str, ...] | None = setting(None, ARGV, "run when its HEAD cannot be read")
+    timeout: float = setting(
+        60.0,
+        seconds(0.1, 86400.0),
+        "a hook may run this long; then its process group is killed",
+        key="hook_timeout",
+    )
+    hold_while: Path | None = setting(None, PATH, "run hooks only once nothing exists at this path")
 
     @property
     def any(self) -> bool:
@@ -87,28 +124,48 @@ class HookConfig:
 class CheckoutConfig:
     """One checkout to watch: ``path`` (a checkout or a source file in it), its hooks."""
 
-    path: Path
-    revision: str | None = None
+    path: Path = setting(Path(), PATH, "a checkout, or a source file tracked in one", shown="(required)")
+    revision: str | None = setting(
+        None, Kind(_revision, "full commit id"), "the loaded revision; default: HEAD when the daemon starts"
+    )
     hooks: HookConfig = field(default_factory=HookConfig)
-    restart: RestartPolicy | None = None
+    restart: RestartPolicy | None = setting(
+        None, Kind(_restart, "table"), "its automatic restart: see [Automatic restart](restart.md)"
+    )
 
 
 @dataclass(frozen=True)
 class DaemonConfig:
     """Everything the daemon reads from its file (defaults when there is none)."""
 
-    socket: Path | None = None
-    keepalive: float = 5.0
-    max_clients: int = 256
-    client_queue: int = 1024
-    client_buffer: int = 65536
-    log_level: str = "info"
-    checkouts: tuple[CheckoutConfig, ...] = ()
+    socket: Path | None = setting(None, PATH, "`--socket` wins", shown="see [Running it](#running-it)")
+    keepalive: float = setting(
+        5.0, seconds(0.05, 3600.0), "between ping lines (clients call a daemon wedged after 3)"
+    )
+    max_clients: int = setting(256, integer(1, 100_000), "clients connected at once")
+    client_queue: int = setting(
+        1024, integer(1, 10_000_000), "lines queued for one client (beyond its greeting) before it is dropped"
+    )
+    client_buffer: int = setting(65536, integer(1024, 64 << 20), "kernel send buffer per client, bytes")
+    log_level: str = setting("info", choice(("debug", "info", "warning", "error")), "the daemon's log level")
+    checkouts: tuple[CheckoutConfig, ...] = setting(
+        (), Kind(_checkouts, "`[[checkout]]` tables"), "the checkouts to watch (below)", key="checkout"
+    )
     file: Path | None = None
-    metrics_address: tuple[str, int] | None = None  # (IP address, port); port 0: any free one
-    metrics_textfile: Path | None = None  # a .prom file for node_exporter's textfile collector
-    metrics_interval: float = 15.0  # seconds between textfile writes when nothing changes
-    metrics_daemon: str | None = None  # the `daemon` label; None: resolved at start (core.settings)
+    metrics_address: tuple[str, int] | None = setting(
+        None, Kind(_address, '"IP:PORT"'), "serve `GET /metrics` over HTTP (port 0: any free port, logged)"
+    )
+    metrics_textfile: Path | None = setting(
+        None, Kind(_textfile, "path"), "a `.prom` file for node_exporter's textfile collector"
+    )
+    metrics_interval: float = setting(
+        15.0, seconds(1.0, 3600.0), "between textfile writes when nothing changes"
+    )
+    metrics_daemon: str | None = setting(
+        None,
+        Kind(_daemon_name, METRICS_DAEMON.shows),
+        "the `daemon` label (else `STALEWATCH_METRICS_DAEMON`)",
+    )
 
     @property
     def metrics(self) -> bool:
@@ -116,63 +173,12 @@ class DaemonConfig:
         return self.metrics_address is not None or self.metrics_textfile is not None
 
 
-def _address(reader: TableReader, data: dict[str, Any], key: str) -> tuple[str, int]:
-    """``HOST:PORT`` with an IP address (``[...]`` for IPv6): no name lookups at load."""
-    value = data[key]
-    found = _ADDRESS.match(value) if isinstance(value, str) else None
-    host = None
-    if found is not None:
-        with contextlib.suppress(ValueError):
-            host = str(ipaddress.ip_address(found.group("v6") or found.group("v4")))
-    if found is None or host is None or int(found.group("port")) > 65535:
-        reason = 'expected "IP:PORT", e.g. "127.0.0.1:9840" or "[::1]:9840" (port 0: any free port)'
-        reader.refuse(data, key, reason, None)
-    if (":" in host) != (found.group("v6") is not None):
-        reader.refuse(data, key, 'brackets hold an IPv6 address only, e.g. "[::1]:9840"', None)
-    return host, int(found.group("port"))
-
-
-def _textfile(reader: TableReader, data: dict[str, Any], key: str) -> Path:
-    """A ``.prom`` file in an existing directory (node_exporter reads only ``*.prom``)."""
-    path = reader.path(data, key, None)
-    if path.suffix != ".prom":
-        reason = "expected a file name ending in .prom (node_exporter reads only those)"
-        reader.fail(key, str(path), reason, None, key)
-    if not path.parent.is_dir():
-        reader.fail(key, str(path), f"its directory {path.parent} does not exist", None, key)
-    return path
-
-
-def _daemon_name(reader: TableReader, data: dict[str, Any], key: str) -> str:
-    """A name for the ``daemon`` label: printable, 1 to 200 characters."""
-    value = data[key]
-    if not isinstance(value, str) or not value or len(value) > MAX_DAEMON_NAME or not value.isprintable():
-        reader.refuse(data, key, f"expected a name of 1 to {MAX_DAEMON_NAME} printable characters", None)
-    return value
-
-
-def _checkout(reader: TableReader, data: object, table: int) -> CheckoutConfig:
-    if not isinstance(data, dict):
-        raise DaemonConfigError(
-            f"checkout[{table + 1}]",
-            data,
-            "expected a [[checkout]] table",
-            file=reader.file,
-            line=reader.locate(None, "checkout"),
-        )
-    reader.known_keys(data, _CHECKOUT_KEYS, table)
+def _checkout(table: TableReader, data: dict[str, object]) -> CheckoutConfig:
     if "path" not in data:
-        reader.fail(reader.name(table, "path"), None, "missing: every [[checkout]] needs a path", table, None)
-    revision = data.get("revision")
-    if revision is not None and (not isinstance(revision, str) or not is_object_id(revision)):
-        reader.refuse(data, "revision", "expected a full commit id (40 or 64 lower-case hex digits)", table)
-    hooks = HookConfig(
-        **{key: reader.argv(data, key, table) for key in _HOOK_KEYS if key in data},
-        timeout=reader.number(data, "hook_timeout", table, 0.1, 86400) if "hook_timeout" in data else 60.0,
-        hold_while=reader.path(data, "hold_while", table) if "hold_while" in data else None,
-    )
-    restart = parse_policy(reader, data["restart"], table) if "restart" in data else None
-    return CheckoutConfig(reader.path(data, "path", table), revision, hooks, restart)
+        known(table, data, CheckoutConfig, HookConfig)
+        table.fail("path", None, "missing: every [[checkout]] needs a path")
+    checkout, hooks = read(table, data, CheckoutConfig, HookConfig)
+    return CheckoutConfig(**checkout, hooks=HookConfig(**hooks))
 
 
 def load(file: Path) -> DaemonConfig:
@@ -187,35 +193,8 @@ def load(file: Path) -> DaemonConfig:
             exception it raises.
     """
     text = read_checked(file)
-    data = parse(file, text)
-    reader = TableReader(file, text, array="checkout")
-    reader.known_keys(data, _TOP_KEYS, None)
-    config: dict[str, Any] = {"file": file}
-    if "socket" in data:
-        config["socket"] = reader.path(data, "socket", None)
-    if "keepalive" in data:
-        config["keepalive"] = reader.number(data, "keepalive", None, 0.05, 3600)
-    if "max_clients" in data:
-        config["max_clients"] = reader.integer(data, "max_clients", None, 1, 100_000)
-    if "client_queue" in data:
-        config["client_queue"] = reader.integer(data, "client_queue", None, 1, 10_000_000)
-    if "client_buffer" in data:
-        config["client_buffer"] = reader.integer(data, "client_buffer", None, 1024, 64 << 20)
-    if "log_level" in data:
-        config["log_level"] = reader.choice(data, "log_level", None, _LOG_LEVELS)
-    if "metrics_address" in data:
-        config["metrics_address"] = _address(reader, data, "metrics_address")
-    if "metrics_textfile" in data:
-        config["metrics_textfile"] = _textfile(reader, data, "metrics_textfile")
-    if "metrics_interval" in data:
-        config["metrics_interval"] = reader.number(data, "metrics_interval", None, 1.0, 3600)
-    if "metrics_daemon" in data:
-        config["metrics_daemon"] = _daemon_name(reader, data, "metrics_daemon")
-    tables = data.get("checkout", [])
-    if not isinstance(tables, list):
-        reader.fail("checkout", tables, "expected [[checkout]] tables", None, "checkout")
-    config["checkouts"] = tuple(_checkout(reader, table, index) for index, table in enumerate(tables))
-    return DaemonConfig(**config)
+    (config,) = read(TableReader(file, text, array="checkout"), parse(file, text), DaemonConfig)
+    return DaemonConfig(**config, file=file)
 
 
 def with_checkouts(config: DaemonConfig, paths: Sequence[str]) -> DaemonConfig:

@@ -7,90 +7,39 @@ takes :class:`Rules`, made from the configured policy by :meth:`Rules.of`.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
-from typing import Protocol
 
-__all__ = ["ANSWER_MARGIN", "RECONNECT_GRACE", "DrainOutcome", "PolicyView", "Rules", "patience"]
+from .policy import RECONNECT_GRACE, DrainOutcome, RestartPolicy
+
+__all__ = ["ANSWER_MARGIN", "RECONNECT_GRACE", "DrainOutcome", "Rules", "patience"]
 
 ANSWER_MARGIN = 15.0
 """Seconds an answer may take beyond its commands' timeouts: the quick requests (markers,
 the lock, HEAD), the handoff's wait for a promoted master (5 s), a loaded machine."""
 
-RECONNECT_GRACE = 3.0
-"""The default ``reconnect_grace``: seconds a server may take to register again, the
-client's longest reconnect backoff (``client.following.MAX_BACKOFF``, 2 s) and a margin
-(a test holds them together)."""
 
-
-def patience(verify: float, action: float, drain_probe: float, confirm: float) -> float:
+def patience(policy: RestartPolicy) -> float:
     """Seconds after which an answer awaited is lost (R2-R5: never a hang with the lock held).
 
     Every command the executor runs has its timeout, and a request may wait on the one
     worker thread behind another that is still running (a dropped run's probe): twice
     the longest, and the margin.
     """
-    return 2 * max(verify, action, drain_probe, confirm) + ANSWER_MARGIN
+    timeouts = (
+        policy.verify_timeout,
+        policy.action_timeout,
+        policy.drain_probe_timeout,
+        policy.confirm_timeout,
+    )
+    return 2 * max(timeouts) + ANSWER_MARGIN
 
 
-class DrainOutcome(enum.StrEnum):
-    """What happens when the drain bound is reached with work still in flight (R8).
-
-    ``REFUSE``: give up on this revision (the servers keep answering 409 on guarded
-    routes: stale but nothing is cut off) until another revision is wanted or a reload.
-    ``RESTART``: restart anyway; the phase says how much was still in flight.
-    """
-
-    REFUSE = "refuse"
-    RESTART = "restart"
-
-
-class PolicyView(Protocol):
-    """The attributes of ``RestartPolicy`` that :meth:`Rules.of` reads."""
-
-    @property
-    def settle(self) -> float: ...
-    @property
-    def max_attempts(self) -> int: ...
-    @property
-    def min_interval(self) -> float: ...
-    @property
-    def confirm_timeout(self) -> float: ...
-    @property
-    def verify(self) -> tuple[str, ...] | None: ...
-    @property
-    def lock(self) -> object | None: ...
-    @property
-    def confirm(self) -> tuple[str, ...] | None: ...
-    @property
-    def update_marker(self) -> object | None: ...
-    @property
-    def incomplete_markers(self) -> tuple[object, ...]: ...
-    @property
-    def hold_while(self) -> tuple[object, ...]: ...
-    @property
-    def drain_timeout(self) -> float: ...
-    @property
-    def on_drain_timeout(self) -> DrainOutcome: ...
-    @property
-    def drain_probe(self) -> tuple[str, ...] | None: ...
-    @property
-    def drain_poll(self) -> float: ...
-    @property
-    def reconnect_grace(self) -> float: ...
-    @property
-    def handoff(self) -> bool: ...
-    @property
-    def verify_timeout(self) -> float: ...
-    @property
-    def action_timeout(self) -> float: ...
-    @property
-    def drain_probe_timeout(self) -> float: ...
+_DEFAULT = RestartPolicy()  # the declared defaults, which the rules' own follow
 
 
 @dataclass(frozen=True)
 class Rules:
-    """A policy as the machine sees it. See ``RestartPolicy``.
+    """A policy as the machine sees it; its defaults are the policy's (the declarations).
 
     Attributes:
         settle: seconds HEAD must hold still before anything else (R6).
@@ -118,24 +67,24 @@ class Rules:
             the run fails rather than waits for ever holding the lock (:func:`patience`).
     """
 
-    settle: float = 2.0
-    max_attempts: int = 3
-    min_interval: float = 30.0
+    settle: float = _DEFAULT.settle
+    max_attempts: int = _DEFAULT.max_attempts
+    min_interval: float = _DEFAULT.min_interval
     markers: bool = False
     verify: bool = False
     lock: bool = False
     confirm_probe: bool = False
-    confirm_timeout: float = 60.0
-    drain_timeout: float = 600.0
-    on_drain_timeout: DrainOutcome = DrainOutcome.REFUSE
+    confirm_timeout: float = _DEFAULT.confirm_timeout
+    drain_timeout: float = _DEFAULT.drain_timeout
+    on_drain_timeout: DrainOutcome = _DEFAULT.on_drain_timeout
     drain_probe: bool = False
-    drain_poll: float = 1.0
-    reconnect_grace: float = RECONNECT_GRACE
-    handoff: bool = False
-    patience: float = patience(60.0, 30.0, 10.0, 60.0)  # with the policy's default timeouts
+    drain_poll: float = _DEFAULT.drain_poll
+    reconnect_grace: float = _DEFAULT.reconnect_grace
+    handoff: bool = _DEFAULT.handoff
+    patience: float = patience(_DEFAULT)
 
     @classmethod
-    def of(cls, policy: PolicyView) -> Rules:
+    def of(cls, policy: RestartPolicy) -> Rules:
         """The rules of a configured policy."""
         return cls(
             settle=policy.settle,
@@ -143,10 +92,9 @@ class Rules:
             min_interval=policy.min_interval,
             # A handoff's pidfile is looked at with the markers: a previous handoff whose
             # old master still finishes its requests is waited for (R9).
-            markers=policy.update_marker is not None
-            or bool(policy.incomplete_markers)
-            or bool(policy.hold_while)
-            or policy.handoff,
+            markers=bool(
+                policy.update_marker or policy.incomplete_markers or policy.hold_while or policy.handoff
+            ),
             verify=policy.verify is not None,
             lock=policy.lock is not None,
             confirm_probe=policy.confirm is not None,
@@ -157,10 +105,5 @@ class Rules:
             drain_poll=policy.drain_poll,
             reconnect_grace=policy.reconnect_grace,
             handoff=policy.handoff,
-            patience=patience(
-                policy.verify_timeout,
-                policy.action_timeout,
-                policy.drain_probe_timeout,
-                policy.confirm_timeout,
-            ),
+            patience=patience(policy),
         )
