@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from stalewatch.server.restart.procs import read_proc
-from tests.support.daemons import Subscriber, greet, short_dir, start_daemon
-from tests.support.repos import make_repo
-from tests.support.restarts import config, names, phases_since, runs
+from tests.support.daemons import DaemonProcess, Subscriber, greet, short_dir, start_daemon
+from tests.support.repos import Repo, make_repo
+from tests.support.restarts import config, names, phases, phases_since, runs
 
 
 @pytest.fixture
@@ -60,3 +60,46 @@ def test_r10_a_server_started_within_the_second_of_an_older_move_is_restarted_af
             assert runs(workdir) == 1
             # What it loaded is said as it is known: one of two, and not HEAD's.
             assert f"the server runs {before[:7]} or {moved[:7]}, not {head[:7]}" in daemon.log_text()
+
+
+def _without_restart(cfg: Path) -> None:
+    """The configuration without its ``[checkout.restart]`` table (the operator's edit)."""
+    cfg.write_text(cfg.read_text().split("[checkout.restart]")[0])
+
+
+def _reload(daemon: DaemonProcess) -> None:
+    daemon.signal(signal.SIGHUP)
+    daemon.notes.wait_for(lambda m: m.startswith("RELOADING=1"))
+    daemon.notes.wait_for(lambda m: m.startswith("READY=1"))
+
+
+@pytest.mark.parametrize("before", ["removed", "never", "changed"])
+def test_r10_a_restart_table_added_by_sighup_keeps_what_the_servers_run(
+    workdir: Path, git_repo: Repo, before: str
+) -> None:
+    """Issue 29 item 2: the daemon started on A (its servers, which cannot be asked, are
+    presumed on A), HEAD moved to B; the table removed and added back by SIGHUP (or
+    added for the first time) presumed B, and never restarted; one changed restarted,
+    but logged that it presumed B."""
+    loaded = git_repo.head()
+    hold = workdir / "hold"
+    hold.touch()  # the restart waits on it: the table goes before anything restarts
+    cfg = config(workdir, git_repo, hold_while=str(hold))
+    if before == "never":
+        _without_restart(cfg)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        moved = git_repo.commit()
+        while before != "never" and not phases(sub, "waiting")[-1]["reason"].startswith("hold"):
+            pass  # the settle, then the hold
+        if before == "removed":
+            _without_restart(cfg)
+            _reload(daemon)
+            assert phases(sub, "idle")[-1]["reason"] == "no restart policy"
+        config(workdir, git_repo)  # the table back, or changed: without the hold
+        _reload(daemon)
+        seen = phases(sub, "confirmed", "failed", "refused")
+        assert (seen[-1]["phase"], seen[-1]["revision"]) == ("confirmed", moved), names(seen)
+        assert runs(workdir) == 1
+        assert f"presumed to be {loaded[:7]}" in daemon.log_text()
+        assert f"presumed to be {moved[:7]}" not in daemon.log_text()
