@@ -99,10 +99,8 @@ class Restarter:
         publish: called with each new :class:`RestartState`, under the feed lock (it
             must not block: the daemon posts it to its loop's inbox).
         drain: where an action's output goes while its background child holds it.
-        known: what the restarter this one replaces knew the servers run (a restart
-            table removed and added back by reloads: R10); by default, that they run the
-            guard's loaded revision (HEAD when the daemon began watching, or the
-            configured ``revision``) until something tells.
+        known: what a restarter this one replaces knew the servers run (R10); by
+            default, the guard's loaded revision until something tells.
     """
 
     def __init__(
@@ -122,9 +120,8 @@ class Restarter:
         self._policy = policy
         self._stop = threading.Event()
         self._cond = threading.Condition()
-        belief = known if known is not None else Belief(presumed=guard.loaded_revision)
-        # started: servers reconnect (R8)
-        self._state = State(Rules.of(policy), started=time.monotonic(), belief=belief)
+        belief = known or Belief(presumed=guard.loaded_revision)
+        self._state = State(Rules.of(policy), started=time.monotonic(), belief=belief)  # reconnects: R8
         s = self._state
         guess = estimate(s.rules.settle, s.rules.verify, s.verify_seconds, s.restart_seconds)
         self._told = RestartState(RestartPhase.IDLE, estimate=guess, at=time.time())

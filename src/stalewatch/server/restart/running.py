@@ -69,7 +69,7 @@ class Belief:
     def describe(self) -> str:
         """What is known, in words (the log's while no server registers)."""
         if self.stopped:
-            return "no server runs: the servers that registered went away"
+            return "no server runs (they went away, or the supervisor said so)"
         if self.runs is not None:
             return f"they run {self.runs[:7]}"
         if self.not_runs is not None:
