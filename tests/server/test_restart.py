@@ -377,7 +377,7 @@ def test_r3_the_lock_is_free_when_a_failed_attempt_is_told(workdir: Path, git_re
         told.put((state, free))
 
     guard = Guard.for_path(git_repo.path, loaded_revision=loaded)
-    restarter = Restarter("checkout", git_repo.path, policy, guard=guard, publish=publish, pinned=loaded)
+    restarter = Restarter("checkout", git_repo.path, policy, guard=guard, publish=publish)
     try:
         restarter.start()
         restarter.feed(Head(time.monotonic(), target))
@@ -541,7 +541,7 @@ def test_r3_an_error_carrying_out_the_action_is_its_answer_and_the_lock_is_relea
     monkeypatch.setattr(commands, "run", out_of_descriptors)
     told: queue.SimpleQueue[RestartState] = queue.SimpleQueue()
     guard = Guard.for_path(git_repo.path, loaded_revision=loaded)
-    restarter = Restarter("checkout", git_repo.path, policy, guard=guard, publish=told.put, pinned=loaded)
+    restarter = Restarter("checkout", git_repo.path, policy, guard=guard, publish=told.put)
     try:
         restarter.start()
         restarter.feed(Head(time.monotonic(), target))  # what the daemon's watcher tells

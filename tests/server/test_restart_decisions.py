@@ -70,6 +70,14 @@ def test_the_first_head_heard_is_presumed_and_keeps_what_else_is_known() -> None
     assert Belief().heard(None) == Belief()  # unreadable: nothing presumed
 
 
+def test_a_belief_says_what_it_knows() -> None:
+    """The log of a policy that cannot ask (issue 29: it said `presumed ... B` of servers on A)."""
+    assert Belief(presumed=A).describe() == f"what they run is presumed to be {A[:7]}, the loaded revision"
+    assert Belief(presumed=A).confirmed(B).describe() == f"they run {B[:7]}"
+    assert Belief(None, B, A).describe() == f"they do not run {B[:7]}"
+    assert Belief(presumed=A).gone().describe().startswith("no server runs")
+
+
 def test_stopped_servers_want_no_restart_and_a_confirmed_one_wants_what_it_does_not_run() -> None:
     assert wanted(B, (), Belief(presumed=A).gone()) is None
     assert wanted(B, (), Belief(presumed=A)) == B

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ import pytest
 
 from tests.support.children import Child, python_child
 from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
-from tests.support.repos import GIT_ENV, Repo, make_repo
+from tests.support.repos import Repo, make_repo
 from tests.support.restarts import RawServer, config, names, phases, phases_since, runs
 
 
@@ -322,17 +321,6 @@ sys.stdin.read()
 """
 
 
-def _commit_at(repo: Repo, when: float, message: str) -> str:
-    """A commit whose reflog entry says ``when`` (git takes the committer date)."""
-    path = repo.path / "module.py"
-    with path.open("a") as out:
-        out.write(f"# {message}\n")
-    env = {**os.environ, **GIT_ENV, "GIT_COMMITTER_DATE": f"@{int(when)} +0000"}
-    for args in (["add", "module.py"], ["commit", "-q", "-m", message]):
-        subprocess.run(["git", *args], cwd=repo.path, env=env, check=True, timeout=30)
-    return repo.head()
-
-
 @contextmanager
 def pid_server(workdir: Path) -> Iterator[Child]:
     """A server that writes its pidfile and says which signals it gets (it never registers)."""
@@ -347,9 +335,9 @@ def test_r10_a_daemon_started_after_the_move_restarts_a_server_still_on_old_code
     """Issue 15 item 4: it took HEAD as loaded and reported `current` for good."""
     repo = make_repo(workdir / "checkout", initial=False)
     now = time.time()
-    _commit_at(repo, now - 100, "loaded")
+    repo.commit("loaded", at=now - 100)
     with pid_server(workdir) as server:
-        moved = _commit_at(repo, now + 100, "the update")  # after the server started
+        moved = repo.commit("the update", at=now + 100)  # after the server started
         cfg = config(workdir, repo, pidfile=workdir / "server.pid", action=None, signal="HUP")
         with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
             _, (snapshot,) = greet(sub)
@@ -362,15 +350,15 @@ def test_r10_a_daemon_started_after_the_move_restarts_a_server_still_on_old_code
 def test_r10_a_daemon_started_after_the_move_leaves_a_server_on_head_alone(workdir: Path) -> None:
     repo = make_repo(workdir / "checkout", initial=False)
     now = time.time()
-    _commit_at(repo, now - 200, "old")
-    head = _commit_at(repo, now - 100, "the update, before the server started")
+    repo.commit("old", at=now - 200)
+    head = repo.commit("the update, before the server started", at=now - 100)
     with pid_server(workdir) as server:
         cfg = config(workdir, repo, pidfile=workdir / "server.pid", action=None, signal="HUP")
         with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
             _, (snapshot,) = greet(sub)
             idle = phases_since(snapshot, sub, "idle", "scheduled")[-1]
             assert (idle["phase"], idle["reason"]) == ("idle", f"the server started when HEAD was {head[:7]}")
-            newer = _commit_at(repo, now + 100, "a later update")  # now it runs old code
+            newer = repo.commit("a later update", at=now + 100)  # now it runs old code
             assert phases(sub, "confirmed", "failed")[-1]["revision"] == newer
             assert server.line().strip() == "SIGHUP"  # once, for the later update only
             os.kill(server.proc.pid, 10)

@@ -6,6 +6,7 @@ decisions built on them are checked on examples.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import tempfile
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from stalewatch.core.declared import declared
@@ -21,10 +22,12 @@ from stalewatch.core.errors import DaemonConfigError
 from stalewatch.git.reflog import Entry
 from stalewatch.protocol.messages import MAX_INFLIGHT
 from stalewatch.server.config import load
+from stalewatch.server.restart.inputs import Loaded
 from stalewatch.server.restart.loaded import told_at
 from stalewatch.server.restart.policy import RestartPolicy
 from stalewatch.server.restart.procs import parse_stat, parse_status_uids
 from stalewatch.server.restart.rules import DrainOutcome
+from stalewatch.server.restart.running import Belief, wanted
 from stalewatch.server.restart.work import parse_count
 from tests.support.properties import budget
 
@@ -94,8 +97,10 @@ LOG = [_entry(ZERO, A, 100), _entry(A, B, 200), _entry(B, C, 300)]
     [
         (250.0, True, B, None),  # between two moves: what HEAD was
         (301.5, True, C, None),  # after the last move: HEAD's commit
-        (200.5, True, None, None),  # within the second of a move: cannot tell
-        (199.95, True, None, None),  # the clocks' tolerance before it too
+        (200.5, True, None, C),  # within the second of the move to B: A or B, not C
+        (199.95, True, None, C),  # the clocks' tolerance before it too
+        (300.5, True, None, None),  # within the second of the move to C: B or C, cannot tell
+        (100.5, True, None, C),  # no commit yet, or A: not C
         (150.0, True, A, None),
         (50.0, True, None, C),  # before the first commit: not HEAD's commit, at least
         (50.0, False, None, C),  # before the oldest entry read: only "not HEAD's commit"
@@ -108,6 +113,17 @@ def test_r10_what_a_server_runs_from_its_start_and_the_reflog(
     told = told_at(start, log, whole, C)
     assert (told.revision, told.not_revision, told.stopped) == (revision, not_revision, False), told
     assert told.why
+
+
+def test_r10_a_start_within_an_older_moves_second_is_still_before_a_later_move() -> None:
+    """Issue 29 item 1: commit A, the server 0.1 s later, commit B 2.5 s later."""
+    log = [_entry(ZERO, A, 1000), _entry(A, B, 1002)]
+    told = told_at(1000.1, log, True, B)
+    assert (told.revision, told.not_revision) == (None, B)
+    within = "it started within the second HEAD moved to aaaaaaa"
+    assert told.why == f"the server runs no commit or aaaaaaa, not bbbbbbb: {within}"
+    told = told_at(1000.1, [_entry(C, A, 1000), _entry(A, B, 1002)], True, B)
+    assert told.why.startswith("the server runs ccccccc or aaaaaaa, not bbbbbbb")
 
 
 def test_r10_no_reflog_tells_nothing() -> None:
@@ -127,6 +143,56 @@ def test_any_reflog_tells_a_real_revision_or_nothing(
     told = told_at(start, sorted(log, key=lambda e: e.at), whole, head)
     assert told.revision in (None, A, B, C) and told.not_revision in (None, head)
     assert not (told.revision and told.not_revision) and told.why
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[list[float], list[str], int, bool]:
+    """HEAD's real history: its revisions (distinct) and the real times it moved
+    (increasing, two in one second allowed), the moves the log read leaves out, whole."""
+    count = draw(st.integers(1, 6))
+    gaps = draw(st.lists(st.floats(0.0, 3.0), min_size=count, max_size=count))
+    times = list(itertools.accumulate(gaps, initial=draw(st.floats(1000.0, 1001.0))))[1:]
+    assume(all(a < b for a, b in itertools.pairwise(times)))
+    whole = draw(st.booleans())
+    first = ZERO if whole and draw(st.booleans()) else f"{1:040x}"  # from the first commit, or not
+    revisions = [first, *(f"{n + 2:040x}" for n in range(count))]
+    unread = 0 if whole else draw(st.integers(0, count - 1))
+    return times, revisions, unread, whole
+
+
+@budget(1000)
+@given(histories(), st.floats(0.0, 1.0), st.floats(-0.099, 0.099))
+def test_r10_the_reflogs_seconds_never_mislead_and_tell_all_they_can(
+    history: tuple[list[float], list[str], int, bool], where: float, error: float
+) -> None:
+    """Real moves at ``times``; git writes each one's whole second. A process starts
+    from 3 s before the first to 3 s after the last (``where``); ``/proc`` tells its start
+    within the 0.1 s the module allows. Whatever is told is true; what can be told is."""
+    times, revisions, unread, whole = history
+    real = times[0] - 3 + where * (times[-1] - times[0] + 6)
+    assume(all(at != real for at in times))
+    loaded = revisions[sum(at < real for at in times)]  # what HEAD was when it started
+    head = revisions[-1]
+    log = [_entry(revisions[n], revisions[n + 1], math.floor(at)) for n, at in enumerate(times)][unread:]
+    start = real + error
+    told = told_at(start, log, whole, head)
+    if told.revision is not None:
+        assert told.revision == loaded
+    if told.not_revision is not None:
+        assert told.not_revision == head != loaded
+    # A start within a second of an older move is still before a later one: a server that
+    # does not run HEAD's commit is restarted, unless it started within the second of that
+    # move, even by a daemon that presumed HEAD (it started after the move); one on HEAD never.
+    want = wanted(head, (), Belief(presumed=head).told(Loaded(0.0, told.revision, told.not_revision)))
+    if loaded == head:
+        assert want is None, told
+    elif start < log[-1].at - 0.1:
+        assert want == head, told
+    # Clear of every move's second, and after the oldest one read (or the log is whole):
+    # the revision itself.
+    clear = all(start >= e.at + 1.1 or start < e.at - 0.1 for e in log)
+    if clear and loaded != ZERO and (whole or start >= log[0].at + 1.1):
+        assert told.revision == loaded, told
 
 
 # -- the [checkout.restart] table --------------------------------------------------------------------

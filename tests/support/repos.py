@@ -25,11 +25,11 @@ class Repo:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def git(self, *args: str, check: bool = True) -> str:
+    def git(self, *args: str, check: bool = True, env: dict[str, str] | None = None) -> str:
         done = subprocess.run(
             ["git", *args],
             cwd=self.path,
-            env={**os.environ, **GIT_ENV},
+            env={**os.environ, **GIT_ENV, **(env or {})},
             capture_output=True,
             text=True,
             check=False,
@@ -45,14 +45,19 @@ class Repo:
         path.write_text(text)
         return path
 
-    def commit(self, message: str = "change", name: str = "module.py") -> str:
-        """Append a line to ``name``, commit it, return the new HEAD."""
+    def commit(self, message: str = "change", name: str = "module.py", *, at: float | None = None) -> str:
+        """Append a line to ``name``, commit it, return the new HEAD.
+
+        ``at``: the committer date (Unix seconds), and so the time of HEAD's reflog entry
+        (git stamps it with the committer identity's time).
+        """
         path = self.path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             f.write(f"# {message}\n")
         self.git("add", name)
-        self.git("commit", "-q", "-m", message)
+        dated = None if at is None else {"GIT_COMMITTER_DATE": f"@{int(at)} +0000"}
+        self.git("commit", "-q", "-m", message, env=dated)
         return self.head()
 
     def head(self) -> str:

@@ -26,6 +26,7 @@ from .hooks import HookRunner
 from .registry import Registry
 from .restart.executor import Restarter
 from .restart.policy import RestartPolicy
+from .restart.running import Belief
 from .revisions import Revisions
 from .supervision import ObservedSource
 
@@ -113,6 +114,7 @@ class Checkout:
         snap = self.guard.snapshot()
         self.revisions = Revisions(self.guard.binding.dirs)  # what a server may register (R10)
         self.revisions.saw(snap.loaded_revision, snap.current_revision)
+        self._known: Belief | None = None  # what a restarter a reload removed knew (R10)
         self.restarter = self._restarter(config.restart) if config.restart is not None else None
         self._was_trusted = False
         self._health: tuple[bool, WatchMode] | None = None  # the last report the loop handled
@@ -133,7 +135,7 @@ class Checkout:
             guard=self.guard,
             publish=lambda state: self._post(RestartTold(self, state)),
             drain=self._drain,
-            pinned=self.config.revision,
+            known=self._known,
         )
 
     @property
@@ -216,6 +218,7 @@ class Checkout:
         elif self.restarter is not None:
             restarter, self.restarter = self.restarter, None
             restarter.stop()
+            self._known = restarter.belief  # for a table added back: its servers run the same
             self._post(
                 RestartTold(self, RestartState(RestartPhase.IDLE, "no restart policy", at=time.time()))
             )

@@ -71,6 +71,7 @@ from .inputs import (
 from .machine import State, step
 from .policy import RestartPolicy
 from .rules import Rules
+from .running import Belief
 from .waits import estimate
 from .work import Answer, Work
 
@@ -98,7 +99,8 @@ class Restarter:
         publish: called with each new :class:`RestartState`, under the feed lock (it
             must not block: the daemon posts it to its loop's inbox).
         drain: where an action's output goes while its background child holds it.
-        pinned: the revision the configuration says the servers loaded, if it does.
+        known: what a restarter this one replaces knew the servers run (R10); by
+            default, the guard's loaded revision until something tells.
     """
 
     def __init__(
@@ -110,16 +112,16 @@ class Restarter:
         guard: Guard,
         publish: Callable[[RestartState], None],
         drain: OutputDrain | None = None,
-        pinned: str | None = None,
+        known: Belief | None = None,
     ) -> None:
         self.key = key
         self._guard = guard
         self._publish = publish
         self._policy = policy
-        self._pinned = pinned
         self._stop = threading.Event()
         self._cond = threading.Condition()
-        self._state = State(Rules.of(policy), started=time.monotonic())  # servers reconnect (R8)
+        belief = known or Belief(presumed=guard.loaded_revision)
+        self._state = State(Rules.of(policy), started=time.monotonic(), belief=belief)  # reconnects: R8
         s = self._state
         guess = estimate(s.rules.settle, s.rules.verify, s.verify_seconds, s.restart_seconds)
         self._told = RestartState(RestartPhase.IDLE, estimate=guess, at=time.time())
@@ -137,9 +139,7 @@ class Restarter:
     # -- inputs (any thread) ---------------------------------------------------------------
 
     def start(self) -> None:
-        """Begin: what the configuration pins, HEAD now, then ask what the servers run."""
-        if self._pinned is not None:
-            self.feed(Loaded(time.monotonic(), revision=self._pinned))
+        """Begin: HEAD now, then ask what the servers run."""
         self._head = self._guard.snapshot().current_revision
         self.feed(Head(time.monotonic(), self._head))
         self._learn_later()
@@ -147,12 +147,11 @@ class Restarter:
     def _learn_later(self) -> None:
         if self._policy.pidfile is not None or self._policy.pid_command is not None:
             self._queue(_LEARN)
-        elif self._pinned is None:
+        else:
             logger.info(
-                "stalewatch: restart of %s: until servers register, what they run is presumed to be"
-                " HEAD when the daemon started (%s): no pidfile nor pid_command tells",
+                "stalewatch: restart of %s: until servers register, %s: no pidfile nor pid_command tells",
                 self.key,
-                (self._head or "-")[:7],
+                self.belief.describe(),
             )
 
     def notice(self, event: Event) -> None:
@@ -219,6 +218,12 @@ class Restarter:
             self._cond.notify_all()
 
     # -- publishing --------------------------------------------------------------------------
+
+    @property
+    def belief(self) -> Belief:
+        """What the machine knows the servers that do not register run (R10)."""
+        with self._cond:
+            return self._state.belief
 
     @property
     def state(self) -> RestartState:

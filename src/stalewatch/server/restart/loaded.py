@@ -12,9 +12,13 @@ registers, the executor asks here and feeds the machine a
    (a gunicorn or uvicorn master's workers load the code, and a HUP replaces them),
    else of the process itself (``/proc``, to a clock tick);
 3. what HEAD was then: the newest ``logs/HEAD`` entry before that time. Reflog times
-   are whole seconds: a start within the second of a move cannot be told (unknown),
-   nor one before the oldest entry read of a log that goes further back (then only
-   that the process did not load HEAD's commit, if HEAD moved to it since).
+   are whole seconds, so a start within the second of a move may have loaded either
+   revision beside it: when neither is HEAD's commit, all that is told is that the
+   process does not run HEAD (it is restarted, and the reason names both); when one
+   is, it cannot be told (unknown). A later move is after the start all the same. A
+   start before the oldest entry read of a log that goes further back tells only that
+   the process did not load HEAD's commit, if HEAD moved to it since (presumed: not
+   before that too).
 
 Unknown is said, never guessed: the machine keeps what it knew (its presumption).
 """
@@ -57,25 +61,66 @@ def told_at(start: float, entries: Sequence[Entry], whole: bool, head: str) -> T
 
     ``entries``: ``logs/HEAD``'s newest entries, oldest first; ``whole``: all of it.
     ``head``: HEAD's commit now.
+
+    A move's time is a whole second (git truncates it): the move came within ``[at, at +
+    1)``, give or take the clocks' error. So the moves before ``start`` are at least
+    those whose second ended before it and at most those whose second began before it;
+    each count between names a revision the process may have loaded. One: it runs that.
+    Several (it started within the second of a move), none HEAD's: it does not run HEAD,
+    and the reason names them all. Otherwise it cannot be told.
     """
     moves = [e for e in entries if e.old != e.new]
     if not moves:
         return Told(why="the reflog of HEAD says nothing")
-    for entry in moves:
-        if entry.at - _CLOCK <= start < entry.at + 1 + _CLOCK:
-            return Told(why=f"the server started within the second HEAD moved to {entry.new[:7]}")
-    before = [e for e in moves if e.at + 1 + _CLOCK <= start]
-    if before:
-        revision = before[-1].new
-        if is_object_id(revision) and set(revision) != {"0"}:
-            return Told(revision=revision, why=f"the server started when HEAD was {revision[:7]}")
-        return Told(why="HEAD had no commit when the server started")
-    first = moves[0]
-    if whole and is_object_id(first.old) and set(first.old) != {"0"}:
-        return Told(revision=first.old, why=f"the server started when HEAD was {first.old[:7]}")
-    if any(e.new == head for e in moves):
+    fewest = max((n for n, e in enumerate(moves, 1) if e.at + 1 + _CLOCK <= start), default=0)
+    most = max((n for n, e in enumerate(moves, 1) if e.at - _CLOCK <= start), default=0)
+    counts = range(fewest, most + 1)  # fewest <= most: a second that ended had begun
+    maybe = list(dict.fromkeys(_after(moves, n, whole) for n in counts))  # oldest first
+    moved_to_head = any(e.new == head for e in moves)
+    not_head = all(_not_head(revision, head, moved_to_head) for revision in maybe)
+    if len(maybe) > 1:
+        within = f"it started within the second HEAD moved to {moves[most - 1].new[:7]}"
+        if not not_head:
+            return Told(why=f"the server {within}")
+        runs = " or ".join(_name(revision) for revision in maybe)
+        return Told(not_revision=head, why=f"the server runs {runs}, not {head[:7]}: {within}")
+    (loaded,) = maybe
+    if loaded is not None and _commit(loaded):
+        return Told(revision=loaded, why=f"the server started when HEAD was {loaded[:7]}")
+    if loaded is not None:
+        return Told(not_revision=head, why="HEAD had no commit when the server started")
+    if not_head:
         return Told(not_revision=head, why=f"the server started before HEAD moved to {head[:7]}")
     return Told(why="the server started before the oldest entry of the reflog read")
+
+
+def _after(moves: Sequence[Entry], count: int, whole: bool) -> str | None:
+    """HEAD after the first ``count`` moves read (``None``: before them all, in a log that
+    goes further back, so any older revision)."""
+    if count:
+        return moves[count - 1].new
+    return moves[0].old if whole else None
+
+
+def _commit(revision: str) -> bool:
+    return is_object_id(revision) and set(revision) != {"0"}
+
+
+def _not_head(revision: str | None, head: str, moved_to_head: bool) -> bool:
+    """Whether a process that loaded ``revision`` does not run ``head``'s commit.
+
+    ``None`` (older than the log read): only if HEAD moved to ``head`` since (the module
+    doc's one presumption); no commit at all: never ``head``'s.
+    """
+    if revision is None:
+        return moved_to_head
+    return not _commit(revision) or revision != head
+
+
+def _name(revision: str | None) -> str:
+    if revision is None:
+        return "a revision older than the reflog read"
+    return revision[:7] if _commit(revision) else "no commit"
 
 
 def code_start(proc: Proc) -> float:

@@ -7,11 +7,15 @@ In order of precedence:
 2. what the supervisor or the process tells of servers that do not register
    (:class:`~.inputs.Loaded`: HEAD's revision when the server process started, or a
    revision it started before), and a restart the machine confirmed itself;
-3. only when nothing tells: the first HEAD the machine heard of is presumed loaded (so
-   an action-only policy whose servers neither register nor can be asked still
-   restarts when HEAD moves, and A->B->A ends with nothing to do, C8). The executor
-   feeds :class:`~.inputs.Loaded` at start so that this never decides for a server
-   that started before HEAD moved (issue 15, item 4).
+3. only when nothing tells: the daemon's loaded revision is presumed loaded (HEAD when
+   it began watching, or the configured ``revision``; the first HEAD heard of when
+   there was none), so an action-only policy whose servers neither register nor can be
+   asked still restarts when HEAD moves, and A->B->A ends with nothing to do, C8. The
+   executor feeds :class:`~.inputs.Loaded` at start so that this never decides for a
+   server that started before HEAD moved (issue 15, item 4).
+
+All of it outlives the policy: a restart table changed, or removed and added back, by
+reloads starts from what was known (the daemon saw its servers load A: issue 29).
 
 Stopped servers run nothing: when the servers that registered all went away outside a
 restart of the machine's, or the supervisor or the process says none runs, no restart
@@ -61,6 +65,16 @@ class Belief:
     def confirmed(self, revision: str) -> Belief:
         """The machine confirmed a restart onto ``revision``: the servers run it."""
         return Belief(revision, None, self.presumed)
+
+    def describe(self) -> str:
+        """What is known, in words (the log's while no server registers)."""
+        if self.stopped:
+            return "no server runs (they went away, or the supervisor said so)"
+        if self.runs is not None:
+            return f"they run {self.runs[:7]}"
+        if self.not_runs is not None:
+            return f"they do not run {self.not_runs[:7]}"
+        return f"what they run is presumed to be {(self.presumed or '-')[:7]}, the loaded revision"
 
     def heard(self, head: str | None) -> Belief:
         """A reading of HEAD: the first readable one becomes the presumption."""
