@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch.core.phases import RestartPhase, RestartState
+from stalewatch.core.refusal import Refusal
 from stalewatch.core.status import Snapshot, Status
 from stalewatch.guard.told import told
 
@@ -25,7 +26,7 @@ def test_r7_an_idle_daemon_that_has_not_seen_the_commit_yet_means_a_restart_is_p
     idle = RestartState(RestartPhase.IDLE, estimate=2.5, at=900.0)
     state = told(idle, seen(), NOW)
     assert state == RestartState(RestartPhase.SCHEDULED, revision=B, retry_after=2.5, at=990.0, estimate=2.5)
-    assert state is not None and state.payload_fields() == {
+    assert state is not None and Refusal("stale", restart=state).restart_fields() == {
         "restart_scheduled": True,
         "retry_after": 3,
         "restart_phase": "scheduled",
@@ -38,7 +39,7 @@ def test_r7_a_confirmed_restart_onto_the_loaded_revision_is_not_the_news() -> No
     assert state is not None
     assert (state.phase, state.revision) == (RestartPhase.SCHEDULED, B)
     assert state.retry_after == 4.0 + 20.5  # the minimum interval's wait included
-    assert state.retry_after_seconds() == 25
+    assert Refusal("stale", restart=state).retry_after == 25
 
 
 def test_r7_a_past_earliest_adds_nothing_and_no_estimate_gives_no_retry_after() -> None:
