@@ -29,7 +29,7 @@ from . import head, identity
 from .delivery import Subscribers
 from .identity import Binding
 from .told import told
-from .work import Counter, Work
+from .work import Counter, WorkInFlight
 
 __all__ = ["Guard"]
 
@@ -92,7 +92,7 @@ class Guard:
         self._stale = status.blocks
         # The barrier flag (C9): True only when the flag may be trusted and passes.
         self._pass = status is Status.UNTRACKED
-        self._work = Work()
+        self._work = WorkInFlight()
         forking.in_child(self._after_fork_in_child)  # held weakly: a dropped guard is gone
 
     # -- constructors -----------------------------------------------------------------
