@@ -15,10 +15,15 @@ from typing import Any
 from .cause import Cause
 from .phases import RestartPhase, RestartState
 
-__all__ = ["NO_RESTART", "Refusal"]
+__all__ = ["NO_RESTART", "Refusal", "retry_seconds"]
 
 NO_RESTART = "no automatic restart is configured"
 """``restart_reason`` when no daemon with a restart policy feeds the guard."""
+
+
+def retry_seconds(retry_after: float) -> int:
+    """Whole seconds to wait, at least 1: what ``Retry-After`` and the CLI's lines say."""
+    return max(1, math.ceil(retry_after))
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ class Refusal:
         restart = self.restart
         if restart is None or restart.retry_after is None or not restart.scheduled:
             return None
-        return max(1, math.ceil(restart.retry_after))
+        return retry_seconds(restart.retry_after)
 
     def restart_fields(self) -> dict[str, Any]:
         """What a payload says of the restart (R7): while one is coming,
