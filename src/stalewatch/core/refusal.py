@@ -36,7 +36,7 @@ class Refusal:
         loaded_revision: the commit the process loaded.
         current_revision: the commit HEAD resolves to now (``None``: unknown).
         cause: what moved HEAD, if known.
-        restart: the restart phase a daemon with a restart policy last published (R7).
+        restart: the restart phase a daemon with a restart policy last published.
 
     Example: ``Refusal.of(exc).payload()``.
     """
@@ -64,7 +64,8 @@ class Refusal:
 
     @property
     def retryable(self) -> bool:
-        """Whether the same request will succeed once the server has restarted."""
+        """Whether the same request will succeed once the server has restarted: decided here
+        alone, so every payload says the same."""
         return True
 
     @property
@@ -81,10 +82,10 @@ class Refusal:
         return retry_seconds(restart.retry_after)
 
     def restart_fields(self) -> dict[str, Any]:
-        """What a payload says of the restart (R7): while one is coming,
+        """What a payload says of the restart: while one is coming,
         ``restart_scheduled``, ``retry_after``, ``restart_phase``, with what it waits for
         (``restart_reason``: ``drain: 2 in flight``) and, while it drains, the work left
-        (``restart_inflight``, R8); after a refusal or failure ``restart_scheduled``
+        (``restart_inflight``); after a refusal or failure ``restart_scheduled``
         false, ``restart_phase`` and ``restart_reason``; else (idle, or no daemon) nothing."""
         restart = self.restart
         if restart is None or restart.phase is RestartPhase.IDLE:
