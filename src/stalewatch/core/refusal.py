@@ -51,15 +51,14 @@ class Refusal:
     @classmethod
     def of(cls, exc: BaseException, restart: RestartState | None = None) -> Refusal:
         """The refusal an error says; ``restart`` stands for the error's own phase when given."""
-        known = getattr(exc, "restart", None)
-        cause = getattr(exc, "cause", None)
+        known, cause = getattr(exc, "restart", None), getattr(exc, "cause", None)
         return cls(
             str(exc),
             getattr(exc, "status", None),
             getattr(exc, "loaded_revision", None),
             getattr(exc, "current_revision", None),
             cause if isinstance(cause, Cause) else None,
-            restart if restart is not None else known if isinstance(known, RestartState) else None,
+            restart or (known if isinstance(known, RestartState) else None),
         )
 
     @property

@@ -66,7 +66,7 @@ App = TypeVar("App")
 
 
 def stale_payload(exc: BaseException, *, kind: str = "code_stale") -> dict[str, Any]:
-    """The JSON body of a refusal: :meth:`Refusal.payload <stalewatch.core.refusal.Refusal.payload>`.
+    """The JSON body of a refusal: :meth:`stalewatch.Refusal.payload`.
 
     ``{"error": str(exc), "type": kind, "retryable": True, "restart_scheduled": ...}``;
     ``retryable`` tells a client the same request will succeed once the server has
