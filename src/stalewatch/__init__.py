@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from .client.daemon import Daemon
 from .core.errors import BindError, ConfigError, RefError, StaleError, StalewatchError
+from .core.phases import RestartPhase, RestartState
+from .core.refusal import Refusal
 from .core.status import Event, Snapshot, Status
 from .core.version import __version__
 from .guard.guard import Guard
@@ -26,6 +28,9 @@ __all__ = [
     "Guard",
     "LocalSource",
     "RefError",
+    "Refusal",
+    "RestartPhase",
+    "RestartState",
     "Snapshot",
     "Source",
     "StaleError",

@@ -178,6 +178,15 @@ def test_status_gives_up_on_a_peer_that_talks_but_never_sends_snapshots(
     assert err.rstrip().endswith("answer in time"), err
 
 
+@pytest.mark.unit
+def test_a_restart_line_says_the_wait_a_409s_retry_after_says() -> None:
+    restart = {"type": "restart", "checkout": "/srv/app", "phase": "scheduled", "revision": "b" * 40}
+    line = format_message({**restart, "reason": "settle", "retry_after": 2.2})
+    assert line == "restart    /srv/app scheduled onto bbbbbbb: settle (retry in 3 s)"  # 3, as Retry-After
+    line = format_message({**restart, "retry_after": 0.2})
+    assert line == "restart    /srv/app scheduled onto bbbbbbb (retry in 1 s)"
+
+
 def test_an_unreadable_line_says_why_as_the_json_does() -> None:
     """The reason used to be in `--json` only; a human reading `events` needs it too (C4)."""
     message = {

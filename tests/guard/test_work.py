@@ -9,13 +9,13 @@ from collections.abc import Callable
 import pytest
 
 from stalewatch import Guard
-from stalewatch.guard.work import Work
+from stalewatch.guard.work import WorkInFlight
 from tests.support.repos import Repo
 
 
 @pytest.mark.unit
 def test_r8_work_counts_one_unit_while_the_block_runs_and_nests() -> None:
-    work = Work()
+    work = WorkInFlight()
     assert (work.units, work.total()) == (0, 0)
     with work.unit:
         assert work.total() == 1
@@ -27,7 +27,7 @@ def test_r8_work_counts_one_unit_while_the_block_runs_and_nests() -> None:
 
 @pytest.mark.unit
 def test_r8_a_unit_ends_when_its_block_raises() -> None:
-    work = Work()
+    work = WorkInFlight()
     with pytest.raises(ValueError), work.unit:
         raise ValueError("the request failed")
     assert work.total() == 0
@@ -35,7 +35,7 @@ def test_r8_a_unit_ends_when_its_block_raises() -> None:
 
 @pytest.mark.unit
 def test_r8_enter_and_exit_may_be_called_apart_as_a_barrier_does() -> None:
-    work = Work()
+    work = WorkInFlight()
     work.unit.__enter__()  # the request arrives
     work.unit.__enter__()  # another one
     assert work.total() == 2
@@ -48,7 +48,7 @@ def test_r8_enter_and_exit_may_be_called_apart_as_a_barrier_does() -> None:
 
 @pytest.mark.unit
 def test_r8_outside_counters_add_up_until_removed() -> None:
-    work = Work()
+    work = WorkInFlight()
     streams = {"a": 1, "b": 2}
     remove_streams = work.add(lambda: len(streams))
     remove_fixed = work.add(lambda: 3)
@@ -76,7 +76,7 @@ def _divide() -> int:
 def test_r8_a_counter_that_cannot_tell_adds_nothing_and_is_logged_once(
     answer: Callable[[], object], warned: int, caplog: pytest.LogCaptureFixture
 ) -> None:
-    work = Work()
+    work = WorkInFlight()
     work.add(answer)  # type: ignore[arg-type]
     work.add(lambda: 4)
     with caplog.at_level(logging.WARNING, logger="stalewatch.guard.work"):
@@ -87,12 +87,12 @@ def test_r8_a_counter_that_cannot_tell_adds_nothing_and_is_logged_once(
 @pytest.mark.unit
 def test_r8_count_work_refuses_what_is_not_callable() -> None:
     with pytest.raises(TypeError, match="callable"):
-        Work().add(3)  # type: ignore[arg-type]
+        WorkInFlight().add(3)  # type: ignore[arg-type]
 
 
 @pytest.mark.unit
 def test_r8_a_forked_child_forgets_the_parents_units_and_keeps_its_counters() -> None:
-    work = Work()
+    work = WorkInFlight()
     work.add(lambda: 2)
     work.unit.__enter__()
     work.after_fork_in_child()  # what the at-fork hook runs in the child

@@ -533,10 +533,10 @@ def test_the_three_line_drop_in_in_a_fresh_process(tmp_path: Path) -> None:
 # -- the package and the older shim ------------------------------------------------------
 
 
-def test_the_package_forwards_the_drop_in_names_and_its_replaced_state(
+def test_the_package_reads_the_drop_in_names_and_its_replaced_state(
     agent: Repo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``sys.modules[__name__] = stalewatch.hermes`` (the older shim) keeps its meaning."""
+    """``sys.modules[__name__] = stalewatch.hermes`` (the older shim) reads what the drop-in holds."""
     import stalewatch.hermes as package
 
     assert package.get_ai_agent_class is hermes.get_ai_agent_class
@@ -549,8 +549,11 @@ def test_the_package_forwards_the_drop_in_names_and_its_replaced_state(
         calls.append(agent_dir)
         return "f" * 40
 
-    monkeypatch.setattr(package, "_read_agent_revision", fake)  # replaced through the package...
-    assert hermes._read_agent_revision is fake  # ...is the drop-in's read
+    monkeypatch.setattr(hermes, "_read_agent_revision", fake)  # replaced on the drop-in...
+    assert package._read_agent_revision is fake  # ...is what the package reads
+    assert "_read_agent_revision" not in vars(package)  # never copied: read on every access
+    with pytest.raises(AttributeError):
+        package.logger  # noqa: B018 - only the drop-in's names are the package's
     hermes.stop()  # the read decides
     with pytest.raises(hermes.AgentRuntimeChangedError):
         package.ensure_agent_runtime_current()

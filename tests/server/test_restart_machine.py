@@ -10,6 +10,7 @@ import pytest
 
 from stalewatch.client.following import MAX_BACKOFF
 from stalewatch.core.phases import RestartPhase
+from stalewatch.core.refusal import Refusal
 from stalewatch.server.restart.effects import (
     Abort,
     Act,
@@ -196,7 +197,8 @@ def test_r7_retry_after_covers_the_min_interval_left() -> None:
     assert phase(d.last) == (RestartPhase.WAITING, "min-interval: 28 s left", C)
     assert d.last.retry_after is not None and d.last.retry_after >= 28.0
     assert d.last.retry_after == pytest.approx(28.0 + d.state.restart_seconds)
-    assert d.last.retry_after_seconds() is not None and d.last.retry_after_seconds() >= 28
+    wait = Refusal("stale", restart=d.last).retry_after  # the 409's Retry-After
+    assert wait is not None and wait >= 28
 
 
 def test_r6_min_interval_holds_until_exactly_its_end() -> None:

@@ -28,7 +28,7 @@ from ..server import journal, startup
 from ..server.checkout import Checkout, Posted
 from ..server.config import CheckoutConfig, DaemonConfig
 from ..server.registry import Registry
-from ..server.reload import AT_START
+from ..server.reload_plan import AT_START
 from .daemon import observer, starting
 
 __all__ = ["cmd_check", "describe"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.escaping import printable
+from ..core.refusal import retry_seconds
 from ..core.revisions import short
 
 __all__ = ["human_line"]
@@ -62,7 +63,7 @@ def _restart_text(restart: dict[str, Any]) -> str:
     if reason:
         text += f": {printable(str(reason))}"
     if isinstance(retry, int | float) and not isinstance(retry, bool):
-        text += f" (retry in {retry:.0f} s)"
+        text += f" (retry in {retry_seconds(retry)} s)"  # as a 409's Retry-After says
     return text
 
 

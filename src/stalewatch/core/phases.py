@@ -81,36 +81,8 @@ class RestartState:
 
     @property
     def scheduled(self) -> bool:
-        """True while a restart is coming (``restart_scheduled`` in a 409's payload)."""
+        """True while a restart is coming (``restart_scheduled`` in a refusal's payload)."""
         return self.phase.coming
-
-    def retry_after_seconds(self) -> int | None:
-        """``retry_after`` as whole seconds for a ``Retry-After`` header (at least 1)."""
-        if self.retry_after is None or not self.scheduled:
-            return None
-        return max(1, math.ceil(self.retry_after))
-
-    def payload_fields(self) -> dict[str, Any]:
-        """What a refusal's JSON body says of this phase (R7): while a restart is coming,
-        ``restart_scheduled``, ``retry_after`` and ``restart_phase``, with what it waits
-        for (``restart_reason``: ``drain: 2 in flight``) and, while it drains, the work
-        left (``restart_inflight``, R8); else (not idle) ``restart_scheduled`` false,
-        ``restart_phase`` and ``restart_reason``."""
-        if self.scheduled:
-            fields: dict[str, Any] = {
-                "restart_scheduled": True,
-                "retry_after": self.retry_after_seconds(),
-                "restart_phase": self.phase.value,
-            }
-            if self.reason:
-                fields["restart_reason"] = self.reason
-            if self.inflight is not None:
-                fields["restart_inflight"] = self.inflight
-            return fields
-        if self.phase is RestartPhase.IDLE:
-            return {}
-        reason = self.reason or self.phase.value
-        return {"restart_scheduled": False, "restart_phase": self.phase.value, "restart_reason": reason}
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (the protocol's ``restart`` fields)."""

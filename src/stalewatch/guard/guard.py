@@ -28,8 +28,8 @@ from ..watching.source import Source, Watch, start_watch
 from . import head, identity
 from .delivery import Subscribers
 from .identity import Binding
-from .told import told
-from .work import Counter, Work
+from .restart_as_seen import restart_as_seen
+from .work import Counter, WorkInFlight
 
 __all__ = ["Guard"]
 
@@ -92,7 +92,7 @@ class Guard:
         self._stale = status.blocks
         # The barrier flag (C9): True only when the flag may be trusted and passes.
         self._pass = status is Status.UNTRACKED
-        self._work = Work()
+        self._work = WorkInFlight()
         forking.in_child(self._after_fork_in_child)  # held weakly: a dropped guard is gone
 
     # -- constructors -----------------------------------------------------------------
@@ -208,7 +208,7 @@ class Guard:
                 snap.current_revision,
                 snap.status,
                 snap.cause,
-                restart=told(self._restart, snap, time.time()),
+                restart=restart_as_seen(self._restart, snap, time.time()),
             )
 
     @property
@@ -233,10 +233,10 @@ class Guard:
         """The current state, frozen, including whether the flag is trusted right now.
 
         Its ``restart`` is the daemon's latest phase, or ``scheduled`` when this process
-        saw HEAD move before the daemon announced it (R7, see :mod:`.told`).
+        saw HEAD move before the daemon announced it (R7, see :mod:`.restart_as_seen`).
         """
         snap = self._snap
-        restart = told(self._restart, snap, time.time())
+        restart = restart_as_seen(self._restart, snap, time.time())
         trusted = self._trusted and not self._doubt
         return replace(snap, trusted=trusted, mode=self._mode, restart=restart)
 
@@ -245,7 +245,7 @@ class Guard:
 
         For whoever caches what it derives from a snapshot (the daemon's encoded
         ``snapshot`` lines): equal versions, equal snapshots, but for the time-bound
-        part of a pending restart (:mod:`.told`), which a cache re-tells by its own event.
+        part of a pending restart (:mod:`.restart_as_seen`), which a cache re-tells by its own event.
         """
         return (self._snap, self._trusted, self._doubt, self._mode, self._restart)
 

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 
-__all__ = ["Counter", "Unit", "Work"]
+__all__ = ["Counter", "Unit", "WorkInFlight"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class Unit:
             pass
 
 
-class Work:
+class WorkInFlight:
     """One guard's work in flight: its units and its outside counters."""
 
     def __init__(self) -> None:

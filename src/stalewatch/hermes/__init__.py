@@ -8,11 +8,11 @@ The recommended way is :func:`~.accelerator.accelerate`: the WebUI keeps its
 
 Importing this package runs no discovery and starts nothing. The older drop-in lives in
 :mod:`.dropin` (its three-line shim: ``sys.modules[__name__] = dropin``); its names
-are also this package's, loaded on first use: :class:`AgentRuntimeChangedError`,
+are also this package's, read from the drop-in on every use: :class:`AgentRuntimeChangedError`,
 :func:`ensure_agent_runtime_current`, :func:`get_ai_agent_class`... and its state
-attributes (``_AGENT_DIR``, ``_read_agent_revision``...) read and replaced through
-this package reach the drop-in's state, so the older shim
-``sys.modules[__name__] = hermes`` keeps working.
+attributes (``_AGENT_DIR``, ``_read_agent_revision``...), so the older shim
+``sys.modules[__name__] = hermes`` reads what the drop-in holds; they are replaced on
+the drop-in itself.
 
 - :mod:`.accelerator`: :func:`accelerate`.
 - :mod:`.agent_head`: the one in-process read of the Agent checkout's HEAD.
@@ -25,8 +25,7 @@ this package reach the drop-in's state, so the older shim
 from __future__ import annotations
 
 import importlib
-import sys
-import types
+from typing import Any
 
 from .accelerator import accelerate
 
@@ -42,16 +41,10 @@ __all__ = [
     "wait_until_watching",
 ]
 
+
 _DROP_IN_NAMES = frozenset(
     {
-        "AgentRuntimeChangedError",
-        "agent_runtime_stale_payload",
-        "current_guard",
-        "ensure_agent_runtime_current",
-        "get_ai_agent_class",
-        "require_ai_agent_class",
-        "stop",
-        "wait_until_watching",
+        *(name for name in __all__ if name != "accelerate"),
         "_capture_loaded_agent_revision",
         "_reset_for_tests",
         "_AGENT_DIR",
@@ -66,20 +59,9 @@ _DROP_IN_NAMES = frozenset(
 )
 
 
-def _dropin() -> types.ModuleType:
-    return importlib.import_module(f"{__name__}.dropin")
-
-
-def _forward(name: str) -> property:
-    # A data descriptor, as the drop-in's own attributes are: reading imports the
-    # drop-in (no discovery), writing replaces its state (tests' monkeypatch undoes it).
-    return property(
-        lambda package: getattr(_dropin(), name), lambda package, value: setattr(_dropin(), name, value)
-    )
-
-
-# This package's class: the drop-in's names are properties reaching :mod:`.dropin`.
-_HermesPackage = type(
-    "_HermesPackage", (types.ModuleType,), {name: _forward(name) for name in sorted(_DROP_IN_NAMES)}
-)
-sys.modules[__name__].__class__ = _HermesPackage
+def __getattr__(name: str) -> Any:
+    # PEP 562: the drop-in's names, read from it on every access (never copied here, so
+    # a value replaced on the drop-in is the one read through the package).
+    if name not in _DROP_IN_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.dropin"), name)

@@ -17,9 +17,9 @@ meaning: :class:`AgentRuntimeChangedError`, :func:`ensure_agent_runtime_current`
 :func:`_capture_loaded_agent_revision`, :func:`agent_runtime_stale_payload`, and the
 module attributes ``_AGENT_DIR``, ``_AGENT_SOURCE_DIR``, ``_AGENT_MODULE_PATH``,
 ``_AGENT_REVISION`` and ``_read_agent_revision``: read and replaced by callers and
-tests, they are properties of this module forwarding to its one state object
-(:class:`DropIn`), and every function here looks them up at call time.
-``_AGENT_DIR`` is discovered on first use, not at import.
+tests, they are this module's globals, and every function here looks them up at call
+time, as the WebUI's own file does. ``_AGENT_DIR`` is discovered on first use, not at
+import.
 
 What changes is the cost. Binding starts a guard on the checkout that supplied the
 loaded ``run_agent`` (C1). While that guard is healthy and bound to exactly the
@@ -35,26 +35,21 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import sys
 import threading
-import types
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .. import Guard, Refusal, StaleError, StalewatchError, Status
 from ..core import forking
-from ..core.cause import Cause
-from ..core.errors import AgentRuntimeChangedError, StaleError, StalewatchError
+from ..core.errors import AgentRuntimeChangedError
 from ..core.revisions import short
-from ..core.status import Status
-from ..guard.guard import Guard
 from .agent_head import loaded_agent_identity, read_agent_revision
 from .discovery import AGENT_MODULE, discover_agent_dir
 
 __all__ = [
     "AgentRuntimeChangedError",
-    "DropIn",
     "agent_runtime_stale_payload",
     "current_guard",
     "ensure_agent_runtime_current",
@@ -99,59 +94,48 @@ def _same_path(value: object, path: Path) -> bool:
         return False
 
 
-class DropIn:
-    """The drop-in's state, one per process: what was found, bound and loaded.
+# The drop-in's state: the WebUI's own module attributes, read at call time, so callers
+# and tests replace them on this module (``monkeypatch.setattr(agent_runtime, ...)``).
+_AGENT_SOURCE_DIR: Path | None = None  # what was bound
+_AGENT_MODULE_PATH: Path | None = None
+_AGENT_REVISION: str | None = None
+_AIAgent: type[Any] | None = None  # the class, once imported
+_read_agent_revision: Callable[..., str | None] = read_agent_revision
+_discover_agent_dir: Callable[[], Path | None] = discover_agent_dir
+_loaded_agent_identity: Callable[[], tuple[Path, Path] | None] = loaded_agent_identity
+# _AGENT_DIR: absent until discovered on first use (_agent_dir, or __getattr__ below).
 
-    Attributes:
-        discover: finds the Agent checkout (``_discover_agent_dir``).
-        loaded_identity: the loaded ``run_agent``'s (directory, file) (``_loaded_agent_identity``).
-        read: HEAD's commit for (agent_dir, module_path) (``_read_agent_revision``).
-        source_dir, module_path, revision: what was bound (``_AGENT_SOURCE_DIR``...).
-        ai_agent: the class, once imported (``_AIAgent``).
-        bound: the running guard and what it was bound for.
-    """
-
-    def __init__(self) -> None:
-        self.discover: Callable[[], Path | None] = discover_agent_dir
-        self.loaded_identity: Callable[[], tuple[Path, Path] | None] = loaded_agent_identity
-        self.read: Callable[..., str | None] = read_agent_revision
-        self._agent_dir: Path | None = _UNKNOWN
-        self.source_dir: Path | None = None
-        self.module_path: Path | None = None
-        self.revision: str | None = None
-        self.ai_agent: type[Any] | None = None
-        self.bound: _Bound | None = None
-        self.runtime_lock = threading.Lock()
-        # Serialises binding and unbinding the guard; re-entrant because binding re-checks.
-        self.bind_lock = threading.RLock()
-        forking.in_child(self._after_fork_in_child)
-
-    @property
-    def agent_dir(self) -> Path | None:
-        """Where the Agent checkout is (``_AGENT_DIR``), discovered on first use."""
-        if self._agent_dir is _UNKNOWN:
-            self._agent_dir = self.discover()
-        return self._agent_dir
-
-    @agent_dir.setter
-    def agent_dir(self, value: Path | None) -> None:
-        self._agent_dir = value
-
-    def forget(self) -> None:
-        """Forget everything bound, and what was discovered (``_reset_for_tests``)."""
-        self._agent_dir = _UNKNOWN
-        self.source_dir = self.module_path = self.revision = None
-        self.ai_agent = None
-
-    def _after_fork_in_child(self) -> None:
-        # A parent's thread may have held either lock at fork(). The bound guard is
-        # restarted by the first check in the child (_restart_in_child).
-        self.runtime_lock = threading.Lock()
-        self.bind_lock = threading.RLock()
+_bound: _Bound | None = None  # the running guard and what it was bound for
+_runtime_lock = threading.Lock()
+_bind_lock = threading.RLock()  # binding and unbinding; re-entrant because binding re-checks
 
 
-_state = DropIn()
-AgentRuntimeChangedError.default_checkout = staticmethod(lambda: _state.source_dir or _state.agent_dir)
+def _agent_dir() -> Path | None:
+    """Where the Agent checkout is (``_AGENT_DIR``), discovered on first use."""
+    state = globals()
+    if "_AGENT_DIR" not in state:
+        state["_AGENT_DIR"] = _discover_agent_dir()
+    found: Path | None = state["_AGENT_DIR"]
+    return found
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: only ``_AGENT_DIR`` is missing, until its first use discovers it.
+    if name == "_AGENT_DIR":
+        return _agent_dir()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _after_fork_in_child() -> None:
+    # A parent's thread may have held either lock at fork(). The bound guard is
+    # restarted by the first check in the child (_restart_in_child).
+    global _runtime_lock, _bind_lock  # noqa: PLW0603 - the WebUI file's globals
+    _runtime_lock = threading.Lock()
+    _bind_lock = threading.RLock()
+
+
+forking.in_child(_after_fork_in_child)
+AgentRuntimeChangedError.default_checkout = staticmethod(lambda: _AGENT_SOURCE_DIR or _agent_dir())
 
 
 def agent_runtime_stale_payload(exc: BaseException) -> dict[str, Any]:
@@ -160,12 +144,13 @@ def agent_runtime_stale_payload(exc: BaseException) -> dict[str, Any]:
     Example: ``agent_runtime_stale_payload(exc)`` ->
     ``{"error": str(exc), "type": "agent_runtime_stale", "retryable": True}``.
     """
-    return {"error": str(exc), "type": "agent_runtime_stale", "retryable": True}
+    return Refusal.of(exc).body("agent_runtime_stale")
 
 
 def _changed_error(
-    loaded: str, current: str | None, checkout: Path | None, cause: Cause | None = None
+    loaded: str, current: str | None, checkout: Path | None, seen: StaleError | None = None
 ) -> AgentRuntimeChangedError:
+    cause = None if seen is None else seen.cause  # what moved HEAD, as the guard saw it
     where = f" in {checkout}" if checkout is not None else ""
     if current is None:
         what = f"loaded {short(loaded)}, now unknown: the checkout{where} can no longer be read"
@@ -189,7 +174,8 @@ def _changed_error(
 
 
 def _bind_guard(source_dir: Path, module_path: Path, revision: str) -> None:
-    old, _state.bound = _state.bound, None
+    global _bound  # noqa: PLW0603 - the WebUI file's globals
+    old, _bound = _bound, None
     if old is not None:
         old.guard.stop()
     try:
@@ -201,16 +187,17 @@ def _bind_guard(source_dir: Path, module_path: Path, revision: str) -> None:
         # The guard's own read disagrees with the one that bound (the checkout moved
         # in between, or _read_agent_revision was replaced): let the read decide.
         return
-    _state.bound = _Bound(guard, source_dir, module_path, revision)
+    _bound = _Bound(guard, source_dir, module_path, revision)
     guard.start()
 
 
 def _restart_in_child(bound: _Bound) -> None:
     # Threads do not survive fork(): a pre-forking server's workers inherit a guard
     # without a watcher. Restart it once per child, unless stop() unbound it meanwhile.
-    with _state.bind_lock:
-        if _state.bound is bound:
-            _state.bound = replace(bound, pid=os.getpid())
+    global _bound  # noqa: PLW0603 - the WebUI file's globals
+    with _bind_lock:
+        if _bound is bound:
+            _bound = replace(bound, pid=os.getpid())
             bound.guard.start()
 
 
@@ -220,7 +207,7 @@ def current_guard() -> Guard | None:
     Example: feed a browser with ``EventStream(hermes.current_guard())`` from
     :mod:`stalewatch.sse`.
     """
-    bound = _state.bound
+    bound = _bound
     return bound.guard if bound is not None else None
 
 
@@ -230,7 +217,7 @@ def wait_until_watching(timeout: float = 5.0) -> bool:
     For readiness probes and tests: from then on checks never spawn a process.
     Example: ``assert hermes.wait_until_watching(5)``.
     """
-    bound = _state.bound
+    bound = _bound
     return bound is not None and bound.guard.wait_ready(timeout)
 
 
@@ -240,8 +227,9 @@ def stop() -> None:
     Safe to call twice or when nothing is bound. The known revision is kept, so the
     barrier stays closed over a moved checkout. Example: ``atexit.register(hermes.stop)``.
     """
-    with _state.bind_lock:
-        bound, _state.bound = _state.bound, None
+    global _bound
+    with _bind_lock:
+        bound, _bound = _bound, None
     if bound is not None:
         bound.guard.stop()
 
@@ -251,9 +239,11 @@ def _reset_for_tests() -> None:
 
     For test suites: call it in teardown so no watcher thread outlives a test.
     """
+    global _AGENT_SOURCE_DIR, _AGENT_MODULE_PATH, _AGENT_REVISION, _AIAgent  # noqa: PLW0603 - the WebUI file's globals
     stop()
-    with _state.runtime_lock, _state.bind_lock:  # the order get_ai_agent_class takes them in
-        _state.forget()
+    with _runtime_lock, _bind_lock:  # the order get_ai_agent_class takes them in
+        globals().pop("_AGENT_DIR", None)
+        _AGENT_SOURCE_DIR = _AGENT_MODULE_PATH = _AGENT_REVISION = _AIAgent = None
 
 
 # -- the WebUI's surface ------------------------------------------------------------
@@ -275,23 +265,23 @@ def ensure_agent_runtime_current() -> None:
 
         hermes.ensure_agent_runtime_current()   # before starting a chat
     """
-    revision = _state.revision
+    revision = _AGENT_REVISION
     if revision is None:
         return
-    source_dir = _state.source_dir
-    module_path = _state.module_path
-    bound = _state.bound
+    source_dir = _AGENT_SOURCE_DIR
+    module_path = _AGENT_MODULE_PATH
+    bound = _bound
     if bound is not None and bound.serves(source_dir, module_path, revision):
         if bound.guard.snapshot().trusted:
             try:
                 bound.guard.check(strict=True)
             except StaleError as exc:
-                raise _changed_error(revision, exc.current_revision, source_dir, exc.cause) from None
+                raise _changed_error(revision, exc.current_revision, source_dir, exc) from None
             return
         if bound.pid != os.getpid():
             _restart_in_child(bound)
     try:
-        fresh = _state.read(source_dir, module_path=module_path)
+        fresh = _read_agent_revision(source_dir, module_path=module_path)
     except Exception:  # an unknown reading is indistinguishable from a change (C4)
         fresh = None
     if fresh != revision:
@@ -309,16 +299,17 @@ def _capture_loaded_agent_revision() -> None:
     Raises:
         AgentRuntimeChangedError: a revision is known and the checkout moved.
     """
-    with _state.bind_lock:
-        if _state.revision is not None:
+    global _AGENT_SOURCE_DIR, _AGENT_MODULE_PATH, _AGENT_REVISION
+    with _bind_lock:
+        if _AGENT_REVISION is not None:
             ensure_agent_runtime_current()
             return
-        loaded = _state.loaded_identity()
+        loaded = _loaded_agent_identity()
         if loaded is None:
             return
         source_dir, module_path = loaded
-        revision = _state.read(source_dir, module_path=module_path)
-        _state.source_dir, _state.module_path, _state.revision = source_dir, module_path, revision
+        revision = _read_agent_revision(source_dir, module_path=module_path)
+        _AGENT_SOURCE_DIR, _AGENT_MODULE_PATH, _AGENT_REVISION = source_dir, module_path, revision
         if revision is not None:
             _bind_guard(source_dir, module_path, revision)
 
@@ -352,39 +343,12 @@ def get_ai_agent_class() -> type[Any] | None:
 
     Example: ``AIAgent = hermes.get_ai_agent_class()``.
     """
-    with _state.runtime_lock:
+    global _AIAgent  # noqa: PLW0603 - the WebUI file's globals
+    with _runtime_lock:
         ensure_agent_runtime_current()
-        if _state.ai_agent is None:
+        if _AIAgent is None:
             try:
-                _state.ai_agent = require_ai_agent_class()
+                _AIAgent = require_ai_agent_class()
             except ImportError:
                 return None
-        return _state.ai_agent
-
-
-# -- the module's attributes: the WebUI's names, forwarded to the state ---------------
-
-STATE_ATTRIBUTES = {
-    "_AGENT_DIR": "agent_dir",
-    "_AGENT_SOURCE_DIR": "source_dir",
-    "_AGENT_MODULE_PATH": "module_path",
-    "_AGENT_REVISION": "revision",
-    "_AIAgent": "ai_agent",
-    "_read_agent_revision": "read",
-    "_discover_agent_dir": "discover",
-    "_loaded_agent_identity": "loaded_identity",
-}
-"""The module attributes that are the drop-in's state: each reads and writes :class:`DropIn`."""
-
-
-def _forward(name: str) -> property:
-    return property(lambda module: getattr(_state, name), lambda module, value: setattr(_state, name, value))
-
-
-# This module's class: its state attributes are properties forwarding to ``_state``.
-_DropInModule = type(
-    "_DropInModule",
-    (types.ModuleType,),
-    {attribute: _forward(name) for attribute, name in STATE_ATTRIBUTES.items()},
-)
-sys.modules[__name__].__class__ = _DropInModule
+        return _AIAgent

@@ -30,10 +30,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..client import Daemon
+from .. import Daemon, Guard, Refusal, RestartPhase, RestartState
 from ..core import forking
-from ..core.phases import RestartPhase, RestartState
-from ..guard.guard import Guard
 
 __all__ = ["RestartView", "daemon_restarts", "restart_aware", "stop_all"]
 
@@ -181,7 +179,7 @@ def restart_aware(original: Callable[..., Any], view: RestartView) -> Callable[.
         try:
             state = view.state()
             if isinstance(payload, dict) and state is not None:
-                _annotate(payload, state)
+                _annotate(payload, Refusal.of(exc, state))
         except Exception:  # the payload is upstream's whatever happens here
             logger.debug("stalewatch.hermes: restart state unavailable", exc_info=True)
         return payload
@@ -190,11 +188,12 @@ def restart_aware(original: Callable[..., Any], view: RestartView) -> Callable[.
     return agent_runtime_stale_payload
 
 
-def _annotate(payload: dict[str, Any], state: RestartState) -> None:
+def _annotate(payload: dict[str, Any], refusal: Refusal) -> None:
     # The WebUI's own payload stands unless a restart is coming or was refused/failed.
-    if not (state.scheduled or state.phase in _GAVE_UP):
+    state = refusal.restart
+    if state is None or not (state.scheduled or state.phase in _GAVE_UP):
         return
-    fields = state.payload_fields()
+    fields = refusal.restart_fields()
     said = payload.get("restart_scheduled")
     if isinstance(said, bool) and said != fields["restart_scheduled"]:
         # The WebUI's message was chosen with its own `restart_scheduled` (pull request

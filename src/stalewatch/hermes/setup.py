@@ -31,9 +31,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import __version__
 from ..core.errors import SetupError
 from ..core.files import write_atomically
-from ..core.version import __version__
 from . import discovery, processes, supervisors
 from .services import Service, service_for, socket_for
 from .supervisors import Found, Kind

@@ -8,7 +8,7 @@
 - :mod:`.registry`: the server processes that registered the revision they loaded (R5).
 - :mod:`.registrations`: what a server process's registration does (R5, R8, R10).
 - :mod:`.config` and :mod:`.owned_file`: the configuration, and reading it safely.
-- :mod:`.reload`: a SIGHUP's plan, bound before anything changes.
+- :mod:`.reload_plan`: a SIGHUP's plan, bound before anything changes.
 - :mod:`.reloader`: a reload's course on the loop, from the request to ``READY=1``.
 - :mod:`.hooks`, :mod:`.commands`, :mod:`.capture`, :mod:`.drain`: running commands.
 - :mod:`.supervision` and :mod:`.sdnotify`: systemd readiness, status and watchdog.

@@ -2,7 +2,7 @@
 
 Watcher threads (a guard's event, a watcher's health), restart threads (a new phase)
 and the reload's thread (what it bound) never touch the loop's tables: they post a
-typed message (:data:`~.checkout.Posted`, :class:`~.reload.Bound`), and the loop takes
+typed message (:data:`~.checkout.Posted`, :class:`~.reload_plan.Bound`), and the loop takes
 every message there is on its next turn, in the order they were posted.
 """
 
@@ -12,7 +12,7 @@ import queue
 from collections.abc import Callable, Iterator
 
 from .checkout import Posted
-from .reload import Bound
+from .reload_plan import Bound
 
 __all__ = ["Inbox", "Message"]
 

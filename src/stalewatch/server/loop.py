@@ -48,9 +48,9 @@ from .observer import DaemonObserver
 from .publisher import Publisher
 from .registrations import Registrations
 from .registry import Registry
-from .reload import Bound
+from .reload_plan import Bound
 from .reloader import Reloader
-from .supervision import ObservedSource, Supervisor, status_text
+from .supervision import ObservedSource, SystemdNotifier, status_text
 
 __all__ = [
     "ACCEPTS_PER_TURN",
@@ -127,8 +127,8 @@ class DaemonServer:
             self._entries.get, self._registry, self._clients, self._publisher, self._observer
         )
         self._wakeup = signals.Wakeup()  # set: stop; poked: an inbox message, a reload
-        self._supervisor = Supervisor(_LOOP_TICK, self._status, self._watchers)
-        self._supervisor.watching()
+        self._systemd = SystemdNotifier(_LOOP_TICK, self._status, self._watchers)
+        self._systemd.watching()
         self._reloader = Reloader(
             reload,
             settings,
@@ -139,7 +139,7 @@ class DaemonServer:
             publisher=self._publisher,
             observer=self._observer,
             refresh_view=self._refresh_view,
-            supervisor=self._supervisor,
+            systemd=self._systemd,
         )
         self._metrics_started = False
 
@@ -206,7 +206,7 @@ class DaemonServer:
             try:
                 self._serve(listener)
             finally:
-                self._supervisor.stopping()
+                self._systemd.stopping()
                 self._shutdown()
                 sys.setswitchinterval(interval)
 
@@ -216,7 +216,7 @@ class DaemonServer:
         for entry in self._entries.values():
             entry.start()
         memory.settle()  # what a checkout keeps: out of every later collection's walk
-        self._supervisor.serving(self._entries)
+        self._systemd.serving(self._entries)
         self._selector.register(listener, selectors.EVENT_READ, "listen")
         self._selector.register(self._wakeup.fileno(), selectors.EVENT_READ, "wake")
         logger.info(
@@ -232,7 +232,7 @@ class DaemonServer:
         next_ping = time.monotonic() + self.settings.keepalive
         while not self._wakeup.is_set:
             now = time.monotonic()
-            timeout = min(_LOOP_TICK, next_ping - now, self._supervisor.wait(now, len(self._clients)))
+            timeout = min(_LOOP_TICK, next_ping - now, self._systemd.wait(now, len(self._clients)))
             for deadline in (self._clients.next_deadline(), self._clients.accept_paused_until):
                 if deadline is not None:
                     timeout = min(timeout, deadline - now)
@@ -256,14 +256,14 @@ class DaemonServer:
             self._guarded("reloading", self._reloader.turn)
             self._clients.flush_pending()
             now = time.monotonic()
-            self._supervisor.ready_when_due(now)
+            self._systemd.ready_when_due(now)
             self._resume_accepting(listener, now)
             if now >= next_ping:
                 next_ping = now + self.settings.keepalive
                 self._clients.broadcast(encode(ping_message()))
             self._clients.expire(now)
-            self._supervisor.status_when_due(now, len(self._clients), woken=bool(ready))
-            self._supervisor.beat()
+            self._systemd.status_when_due(now, len(self._clients), woken=bool(ready))
+            self._systemd.beat()
 
     def _guarded(self, what: str, step: Callable[[], object]) -> None:
         # A bug in one step of a turn is logged and the loop goes on: the daemon's
@@ -298,7 +298,7 @@ class DaemonServer:
                 continue
             if self._entries.get(message.entry.key) is not message.entry:
                 continue  # from a guard a reload replaced
-            self._supervisor.changed()
+            self._systemd.changed()
             self._publisher.changed(message.entry)
             # Counted before clients hear of it: a scrape made after a line was read counts it.
             match message:
@@ -316,7 +316,7 @@ class DaemonServer:
         if not new:
             return
         if trusted or mode is WatchMode.POLLING:  # running (polling is never trusted)
-            self._supervisor.running(entry.key)
+            self._systemd.running(entry.key)
         level = logging.WARNING if lost else logging.INFO
         logger.log(level, "stalewatch: watcher for %s: trusted=%s mode=%s", entry.key, trusted, mode.value)
         self._publisher.health(entry, trusted, mode)
@@ -334,7 +334,7 @@ class DaemonServer:
 
     def alive(self) -> str | None:
         """``None`` when the loop and every watcher thread beat recently, else why not."""
-        return self._supervisor.alive()
+        return self._systemd.alive()
 
     # -- shutdown --------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """A reload's course on the loop's thread, from the request (SIGHUP) to systemd's ``READY=1``.
 
-What a reload is, how it is bound off the loop and applied in steps, is :mod:`.reload`;
+What a reload is, how it is bound off the loop and applied in steps, is :mod:`.reload_plan`;
 this is when each of those happens, and what the rest of the daemon hears: systemd
 (``RELOADING=1``, then ``READY=1`` whether it was applied or not), the clients (the
 new limits), the collector (what a reload stopped or never started is garbage, once).
@@ -19,8 +19,8 @@ from .config import CheckoutConfig, DaemonConfig
 from .connections import ClientSet
 from .observer import DaemonObserver
 from .publisher import Publisher
-from .reload import Applier, Binder, Bound
-from .supervision import Supervisor
+from .reload_plan import Applier, Binder, Bound
+from .supervision import SystemdNotifier
 
 __all__ = ["RELOAD_STEPS_PER_TURN", "RELOAD_TURN_BUDGET", "Reloader"]
 
@@ -37,12 +37,12 @@ class Reloader:
     """A SIGHUP's course on the loop's thread, from the request to ``READY=1``.
 
     One reload at a time. :meth:`request` (a signal handler's: it only sets a flag) is
-    looked at on the loop's next :meth:`turn`, which starts a :class:`~.reload.Binder`
+    looked at on the loop's next :meth:`turn`, which starts a :class:`~.reload_plan.Binder`
     and tells systemd ``RELOADING=1``; a newer request while it binds cancels it, and
     the newer configuration is bound once the first has ended. Its
-    :class:`~.reload.Bound` comes back through the loop's inbox (:meth:`bound`); the
+    :class:`~.reload_plan.Bound` comes back through the loop's inbox (:meth:`bound`); the
     plan is then applied :data:`RELOAD_STEPS_PER_TURN` steps a turn at most
-    (:class:`~.reload.Applier`), and systemd told ``READY=1`` when it ends, applied or
+    (:class:`~.reload_plan.Applier`), and systemd told ``READY=1`` when it ends, applied or
     not.
 
     Args:
@@ -50,10 +50,10 @@ class Reloader:
         settings: the configuration running now (:attr:`settings`; a plan's replaces it).
         entries: the daemon's checkouts by key (a plan applied changes them in place).
         make: binds one new checkout (on the reload's thread).
-        post: hands the loop the :class:`~.reload.Bound` result (from the reload's thread).
+        post: hands the loop the :class:`~.reload_plan.Bound` result (from the reload's thread).
         clients: take the new limits (a greeting's size before the new snapshots).
-        publisher, observer, refresh_view: what the :class:`~.reload.Applier` tells.
-        supervisor: told of the reload (systemd), and of the checkouts it changed.
+        publisher, observer, refresh_view: what the :class:`~.reload_plan.Applier` tells.
+        systemd: told of the reload, and of the checkouts it changed.
     """
 
     def __init__(
@@ -68,13 +68,13 @@ class Reloader:
         publisher: Publisher,
         observer: DaemonObserver,
         refresh_view: Callable[[], None],
-        supervisor: Supervisor,
+        systemd: SystemdNotifier,
     ) -> None:
         self.settings = settings
         self._load, self._entries, self._make, self._post = load, entries, make, post
         self._clients, self._publisher, self._observer = clients, publisher, observer
         self._refresh_view = refresh_view
-        self._supervisor = supervisor
+        self._systemd = systemd
         self._requested = False
         self._binder: Binder | None = None  # reading and binding a reload, off the loop
         self._applying: Applier | None = None  # a bound reload, applied a few steps a turn
@@ -89,7 +89,7 @@ class Reloader:
         self._requested = True
 
     def turn(self) -> None:
-        """Start reading a reload, or apply a few more of its steps (bounded: see :mod:`.reload`)."""
+        """Start reading a reload, or apply a few more of its steps (bounded: see :mod:`.reload_plan`)."""
         if self._applying is not None:
             self._apply_some()
             return
@@ -102,8 +102,8 @@ class Reloader:
         if self._load is None:
             logger.info("stalewatch: SIGHUP: no configuration file to reload")
             return
-        self._supervisor.reloading()
-        self._supervisor.changed()
+        self._systemd.reloading()
+        self._systemd.changed()
         self._binder = Binder(self._load, self._entries, self.settings, self._make, self._post).start()
 
     def bound(self, bound: Bound) -> None:
@@ -115,7 +115,7 @@ class Reloader:
             logger.error("stalewatch: reload failed, keeping the running configuration: %s", bound.error)
         if bound.plan is None or self._requested:
             if not self._requested:
-                self._supervisor.reloaded()
+                self._systemd.reloaded()
             memory.reclaim()  # what it bound (settled as it went) was never started: garbage
             return
         plan = bound.plan
@@ -136,16 +136,16 @@ class Reloader:
             self._applying = None  # a bug: never retried every turn (the loop logs it)
             raise
         memory.settle()  # the checkouts it started
-        self._supervisor.watching()
+        self._systemd.watching()
         if applying.done:
             self._applying = None
             settings = self.settings
             self._clients.configure(settings.max_clients, settings.client_queue, settings.client_buffer)
             logger.info("stalewatch: configuration reloaded: %d checkouts", len(self._entries))
-            self._supervisor.changed()
+            self._systemd.changed()
             if applying.shrinks:
                 memory.reclaim()  # the checkouts it stopped
-            self._supervisor.reloaded()
+            self._systemd.reloaded()
 
     def stop(self) -> None:
         """The daemon stops: a reload being bound stops between two checkouts; one being

@@ -6,7 +6,7 @@ passed; the daemon serves meanwhile. ``STATUS=`` costs a pass over every checkou
 is made only after a change, on a quiet turn, or at the latest a second after.
 
 ``WATCHDOG=1`` is a promise that the daemon still works, so it is sent only on proof:
-the socket loop turned recently (:meth:`Supervisor.beat`) and every checkout's watcher
+the socket loop turned recently (:meth:`SystemdNotifier.beat`) and every checkout's watcher
 re-verified it recently (:class:`ObservedSource` records each periodic verification,
 which the process's shared workers run). A wedged loop, or workers wedged in some
 checkout's callbacks, stop the pings and systemd restarts the unit. Outside systemd
@@ -30,7 +30,7 @@ from ..watching.source import OnChange, OnHealth, OnRestart, Watch
 from ..watching.watcher import Watcher
 from . import sdnotify
 
-__all__ = ["READY_WAIT", "ObservedSource", "Supervisor", "status_text"]
+__all__ = ["READY_WAIT", "ObservedSource", "SystemdNotifier", "status_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def status_text(states: Iterable[tuple[Status, bool]], clients: int) -> str:
     return text + (f"; {untrusted} watchers untrusted" if untrusted else "")
 
 
-class Supervisor:
+class SystemdNotifier:
     """Tells systemd how the daemon is doing; pings its watchdog only on proof of life.
 
     The daemon's loop thread calls every method but :meth:`alive`; the watchdog thread

@@ -33,11 +33,12 @@ from typing import Any, Generic, TypeVar
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from ..core.errors import StaleError
-from ..core.phases import RestartState
+from ..core.refusal import NO_RESTART, Refusal
 from ..guard.guard import Guard
 
 __all__ = [
     "CONFLICT",
+    "NO_RESTART",
     "ASGIBarrier",
     "Check",
     "Routes",
@@ -64,12 +65,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 App = TypeVar("App")
 
 
-NO_RESTART = "no automatic restart is configured"
-"""``restart_reason`` when no daemon with a restart policy feeds the guard."""
-
-
 def stale_payload(exc: BaseException, *, kind: str = "code_stale") -> dict[str, Any]:
-    """The JSON body of a refusal.
+    """The JSON body of a refusal: :meth:`stalewatch.Refusal.payload`.
 
     ``{"error": str(exc), "type": kind, "retryable": True, "restart_scheduled": ...}``;
     ``retryable`` tells a client the same request will succeed once the server has
@@ -78,17 +75,12 @@ def stale_payload(exc: BaseException, *, kind: str = "code_stale") -> dict[str, 
     otherwise it is false with ``restart_reason`` (why no restart is coming).
     Example: ``stale_payload(exc, kind="agent_runtime_stale")``.
     """
-    payload: dict[str, Any] = {"error": str(exc), "type": kind, "retryable": True}
-    restart = getattr(exc, "restart", None)
-    fields = restart.payload_fields() if isinstance(restart, RestartState) else {}
-    payload.update(fields or {"restart_scheduled": False, "restart_reason": NO_RESTART})
-    return payload
+    return Refusal.of(exc).payload(kind)
 
 
 def retry_after(exc: BaseException) -> int | None:
     """Seconds for a ``Retry-After`` header while an automatic restart is coming, else ``None``."""
-    restart = getattr(exc, "restart", None)
-    return restart.retry_after_seconds() if isinstance(restart, RestartState) else None
+    return Refusal.of(exc).retry_after
 
 
 def stale_body(exc: BaseException, *, kind: str = "code_stale") -> bytes:
@@ -232,8 +224,9 @@ class _Barrier(Generic[App]):
         exc = refusal(self.check, strict=self.strict)
         if exc is None:
             return None
-        body = stale_body(exc, kind=self.kind)
-        return body, _headers(body, retry_after(exc))
+        said = Refusal.of(exc)
+        body = json.dumps(said.payload(self.kind)).encode()
+        return body, _headers(body, said.retry_after)
 
     def _count(self) -> _Counted | None:
         return None if self._unit is None else _Counted(self._unit)

@@ -15,10 +15,10 @@ from __future__ import annotations
 from ..core.phases import RestartPhase, RestartState
 from ..core.status import Snapshot, Status
 
-__all__ = ["told"]
+__all__ = ["restart_as_seen"]
 
 
-def told(state: RestartState | None, snap: Snapshot, now: float) -> RestartState | None:
+def restart_as_seen(state: RestartState | None, snap: Snapshot, now: float) -> RestartState | None:
     """The restart phase to tell for ``state`` (the daemon's latest) as this process sees ``snap``.
 
     ``state`` itself while it applies: no daemon policy (``None``), the code not stale,
