@@ -23,6 +23,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,13 +83,7 @@ class Daemon:
         """Follow the daemon for ``dirs``; register ``loaded_revision`` with it (R5) and
         report ``work``'s work in flight (R8)."""
         return DaemonWatch(
-            self,
-            dirs,
-            on_change,
-            on_health,
-            loaded_revision=loaded_revision,
-            on_restart=on_restart,
-            work=work,
+            self, dirs, on_change, on_health, loaded=loaded_revision, on_restart=on_restart, work=work
         )
 
     def __repr__(self) -> str:
@@ -113,15 +108,15 @@ class DaemonWatch:
         on_change: OnChange,
         on_health: OnHealth,
         *,
-        loaded_revision: str | None = None,
-        on_restart: OnRestart | None = None,
-        work: Workload | None = None,
+        loaded: str | None,
+        on_restart: OnRestart | None,
+        work: Workload | None,
     ) -> None:
         self._daemon = daemon
         self._key = str(dirs.worktree)
         self._on_change = on_change
         self._on_health = on_health
-        self._loaded = loaded_revision
+        self._loaded = loaded
         self._on_restart = on_restart
         self._inflight = InflightReport(self._key, work)
         self._stop = threading.Event()
@@ -133,15 +128,12 @@ class DaemonWatch:
         self._thread = threading.Thread(
             target=self._run, name=f"stalewatch-daemon-client:{dirs.worktree}", daemon=True
         )
-        self._started = False
 
     def start(self) -> None:
         """Start the client thread (idempotent)."""
         with self._lock:
-            if self._started:
-                return
-            self._started = True
-        self._thread.start()
+            if self._thread.ident is None:
+                self._thread.start()
 
     def stop(self) -> None:
         """Disconnect and join the thread within a second. Harmless to call twice."""
@@ -151,35 +143,24 @@ class DaemonWatch:
         if sock is not None:
             with contextlib.suppress(OSError):  # already closed by the thread
                 sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's recv at once
-        if self._started and self._thread is not threading.current_thread():
+        if self._thread.ident is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
 
     # -- the thread -------------------------------------------------------------------
 
     def _report(self, trusted: bool, mode: WatchMode = WatchMode.DAEMON) -> None:
-        if trusted == self._reported:
-            return
-        self._reported = trusted
-        try:
-            self._on_health(trusted, mode)
-        except Exception:
-            logger.exception("stalewatch: health callback failed")
+        if trusted != self._reported:
+            self._reported = trusted
+            _call(self._on_health, "the health callback", trusted, mode)
 
     def _changed(self) -> None:
-        try:
-            self._on_change()
-        except Exception:
-            logger.exception("stalewatch: re-resolving %s failed", self._key)
+        _call(self._on_change, f"re-resolving {self._key}")
 
     def _restart(self, data: object) -> None:
         state = RestartState.from_dict(data)
         self._inflight.coming = state is not None and state.scheduled
-        if self._on_restart is None:
-            return
-        try:
-            self._on_restart(state)
-        except Exception:
-            logger.exception("stalewatch: restart callback failed")
+        if self._on_restart is not None:
+            _call(self._on_restart, "the restart callback", state)
 
     def _warn_once(self, topic: str, message: str, *args: object) -> None:
         if topic not in self._warned:
@@ -203,8 +184,7 @@ class DaemonWatch:
                             self._key,
                             exc.reason,
                         )
-                except Exception:  # never a dead client: distrust, log, reconnect after the backoff
-                    self._report(False)
+                except Exception:  # never a dead client: distrust (below), log, reconnect after the backoff
                     logger.exception("stalewatch: daemon client for %s failed; reconnecting", self._key)
                 self._report(False)
                 if backoff.wait(self._stop):
@@ -231,18 +211,16 @@ class DaemonWatch:
         """Follow one connection; True once it got as far as a hello."""
         path = self._daemon.socket_path
         reader = LineReader(MAX_MESSAGE_LINE)
-        interval = self._daemon.verify_interval
-        now = time.monotonic()
         silent_limit = HELLO_TIMEOUT
-        last_line = now
-        next_verify = now + interval
+        last_line = time.monotonic()
+        next_verify = last_line + self._daemon.verify_interval
         greeted = False
         while not self._stop.is_set():
             now = time.monotonic()
             if now - last_line >= silent_limit:
                 raise DaemonUnavailableError(path, f"the daemon sent nothing for {now - last_line:.1f} s")
             if now >= next_verify:
-                next_verify = now + interval
+                next_verify = now + self._daemon.verify_interval
                 self._changed()
             if (line := self._inflight.look(now)) is not None:
                 self._send(sock, line, "report the work in flight")
@@ -258,18 +236,18 @@ class DaemonWatch:
                 kind = message["type"]
                 if kind in ("hello", "error"):
                     check_hello(message, path)  # raises for an error line or another protocol
-                    silent_limit = self._hello(message, sock)
+                    silent_limit = self._hello(message)
                     greeted = True
                 elif message.get("checkout") != self._key:
                     continue  # pings, pongs and other checkouts' lines
                 elif kind == "restart":
                     self._restart(message)
-                elif kind in ("snapshot", "health"):
-                    if kind == "snapshot":
-                        self._restart(message.get("restart"))
-                    self._subscribed(message.get("trusted") is True, message.get("mode"))
-                    if kind == "snapshot":
-                        self._register(sock)
+                elif kind == "snapshot":
+                    self._restart(message.get("restart"))
+                    self._subscribed(message)
+                    self._register(sock)
+                elif kind == "health":
+                    self._subscribed(message)
                 elif kind == "event":
                     self._changed()
                 elif kind == "refused" and message.get("request") == "register":
@@ -286,13 +264,14 @@ class DaemonWatch:
                     logger.warning("stalewatch: the daemon stopped watching %s", self._key)
         return greeted
 
-    def _hello(self, message: dict[str, Any], sock: socket.socket) -> float:
+    def _hello(self, message: dict[str, Any]) -> float:
         """Note a (checked) hello, register if offered; return how long the daemon may stay silent."""
         if "lost" in self._warned:
             self._warned.discard("lost")
             logger.info("stalewatch: reconnected to the daemon at %s", self._daemon.socket_path)
-        checkouts = message.get("checkouts")
-        if not isinstance(checkouts, list) or self._key not in checkouts:
+        checkouts, features = message.get("checkouts"), message.get("features")
+        watched = isinstance(checkouts, list) and self._key in checkouts
+        if not watched:
             self._warn_once(
                 "unwatched",
                 "stalewatch: the daemon at %s does not watch %s; checks re-read HEAD instead",
@@ -300,13 +279,11 @@ class DaemonWatch:
                 self._key,
             )
             self._report(False)
-        features = message.get("features")
-        watched = isinstance(checkouts, list) and self._key in checkouts
+        # An old daemon offers no registration (nor counts) and would close us for the line.
+        # Sent once this checkout's snapshot is applied (it follows the hello): whoever
+        # hears the daemon announce this process knows what the daemon told it (R7).
         self._offer = None
-        if watched and self._loaded is not None and isinstance(features, list) and "register" in features:
-            # An old daemon offers no registration (nor counts) and would close us for the line.
-            # Sent once this checkout's snapshot is applied (it follows the hello): whoever
-            # hears the daemon announce this process knows what the daemon told it (R7).
+        if watched and isinstance(features, list) and "register" in features:
             self._offer = "inflight" in features
         return silence_limit(message)
 
@@ -315,8 +292,7 @@ class DaemonWatch:
         offer, self._offer = self._offer, None
         if offer is None or self._loaded is None:
             return
-        count = self._inflight.registering(offer)
-        line = register_message(self._key, self._loaded, count)
+        line = register_message(self._key, self._loaded, self._inflight.registering(offer))
         if not self._inflight.enabled:
             del line["inflight"]
         self._send(sock, line, "register")
@@ -327,12 +303,23 @@ class DaemonWatch:
         except OSError as exc:
             raise DaemonUnavailableError(self._daemon.socket_path, f"cannot {what}: {exc}") from None
 
-    def _subscribed(self, daemon_trusted: bool, mode: object) -> None:
-        if not daemon_trusted:
+    def _subscribed(self, message: dict[str, Any]) -> None:
+        if message.get("trusted") is not True:
             self._report(False)
-            logger.info("stalewatch: the daemon's watcher for %s is not trusted (mode %s)", self._key, mode)
+            logger.info(
+                "stalewatch: the daemon's watcher for %s is not trusted (mode %s)",
+                self._key,
+                message.get("mode"),
+            )
             return
         # Subscribed and the daemon's watcher is sound: any later move produces an
         # event; re-resolve once now for anything before it, then trust the flag.
         self._changed()
         self._report(True)
+
+
+def _call(callback: Callable[..., object], what: str, *args: object) -> None:
+    try:
+        callback(*args)
+    except Exception:  # the guard's or the application's: never the client thread's end
+        logger.exception("stalewatch: %s failed", what)

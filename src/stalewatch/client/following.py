@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..core.errors import DaemonUnavailableError
 from ..core.signals import Wakeup
@@ -22,12 +23,6 @@ __all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "Backoff", "Follower"]
 
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
-
-
-class Stop(Protocol):
-    """What a backoff waits on: a ``threading.Event`` or a :class:`~..core.signals.Wakeup`."""
-
-    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 class Backoff:
@@ -49,7 +44,7 @@ class Backoff:
     def reset(self) -> None:
         self.delay = FIRST_BACKOFF
 
-    def wait(self, stop: Stop) -> bool:
+    def wait(self, stop: threading.Event | Wakeup) -> bool:
         """Wait the current delay (True if ``stop`` was set meanwhile), then double it."""
         stopped = stop.wait(self.delay)
         self.delay = min(self.delay * 2, self.limit)
@@ -63,7 +58,6 @@ class Follower:
         path: the daemon's socket.
         on_lost: called once with the error when a connection that was up is lost.
         on_back: called when it is back (a fresh ``hello`` and snapshots follow).
-        max_backoff: longest wait between reconnection attempts, in seconds.
     """
 
     def __init__(
@@ -72,12 +66,11 @@ class Follower:
         *,
         on_lost: Callable[[DaemonUnavailableError], object],
         on_back: Callable[[], object],
-        max_backoff: float = MAX_BACKOFF,
     ) -> None:
         self.path = path
         self._on_lost = on_lost
         self._on_back = on_back
-        self._backoff = Backoff(max_backoff)
+        self._backoff = Backoff()
         self._stop = Wakeup()
         self._sock: socket.socket | None = None
 
@@ -88,10 +81,6 @@ class Follower:
         if sock is not None:
             with contextlib.suppress(OSError):  # closed meanwhile
                 sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set
 
     def close(self) -> None:
         """Release the wake-up sockets (after the loop ended)."""
@@ -109,7 +98,7 @@ class Follower:
         """
         lost = False
         first = True
-        while not self.stopped:
+        while not self._stop.is_set:
             try:
                 for message in self._connection():
                     if lost:
@@ -118,16 +107,15 @@ class Follower:
                     first = False
                     self._backoff.reset()
                     yield message
-                error = DaemonUnavailableError(self.path, "the daemon closed the connection")
             except DaemonUnavailableError as exc:
                 if first:
                     raise  # the daemon is not there at all
-                error = exc
-            if self.stopped:
-                return
-            if not lost:
-                lost = True
-                self._on_lost(error)
+                if self._stop.is_set:
+                    return
+                if not lost:
+                    lost = True
+                    self._on_lost(exc)
+            # A connection ends without an error only once stopped: the wait returns at once.
             if self._backoff.wait(self._stop):
                 return
 
@@ -142,7 +130,7 @@ class Follower:
         with connect(self.path, HELLO_TIMEOUT) as sock:
             self._sock = sock
             try:
-                if self.stopped:
+                if self._stop.is_set:
                     return
                 lines = messages(sock, self.path)
                 hello = next(lines)

@@ -71,9 +71,7 @@ class InflightReport:
 
     def matters(self) -> bool:
         """Whether the daemon may be waiting for this count now (R8)."""
-        if not self.enabled or self._work is None:
-            return False
-        return self.coming or self._stale()
+        return self.enabled and (self.coming or self._stale())
 
     def due(self) -> float | None:
         """When the client must look next (monotonic; perhaps past), or ``None``: no need."""
