@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ..core.status import Event
 from ..guard.guard import Guard
 from .families import CheckoutView, build_info, checkout_families
 from .tally import Tally, newest_ref_write
@@ -70,7 +68,7 @@ class GuardCollector(Collector):
                 raise ValueError(f"a guard of {key} is already collected; one per checkout")
             self._tally.track(key, guard.snapshot(), newest_ref_write(guard.binding.dirs))
             unsubscribers = [
-                guard.subscribe(self._counter(key, guard)),
+                guard.subscribe(lambda event: self._tally.seen(key, event, guard.binding.dirs)),
                 guard.subscribe_restart(lambda state: self._tally.restart(key, state)),
             ]
             self._guards[key] = (guard, lambda: [unsubscribe() for unsubscribe in unsubscribers])
@@ -92,18 +90,6 @@ class GuardCollector(Collector):
             guards = [guard for guard, _ in self._guards.values()]
         for guard in guards:
             self.remove(guard)
-
-    def _counter(self, key: str, guard: Guard) -> Callable[[Event], None]:
-        dirs = guard.binding.dirs
-
-        def on_event(event: Event) -> None:
-            # The subscriber runs once per change, right after the flag flipped: a few
-            # stat() calls for the latency, then integer updates under one lock.
-            now = time.time()
-            written = newest_ref_write(dirs)
-            self._tally.event(key, event, written, now)
-
-        return on_event
 
     def collect(self) -> Iterator[Metric]:
         """The families, from each guard's snapshot now (what a scrape calls)."""

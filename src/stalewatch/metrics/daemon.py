@@ -15,7 +15,6 @@ Exposition: :class:`~.server.MetricsServer` (HTTP, ``metrics_address``) and
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -29,15 +28,7 @@ from ..core.status import Event
 from ..server.checkout import Checkout
 from ..server.observer import DaemonObserver
 from ..server.registry import Registry
-from .families import (
-    CheckoutView,
-    build_info,
-    checkout_families,
-    daemon_families,
-    label,
-    processes_by_revision,
-    with_label,
-)
+from .families import CheckoutView, build_info, checkout_families, daemon_families, processes_by_revision
 from .server import MetricsServer
 from .tally import Tally, newest_ref_write
 from .textfile import TextfileWriter
@@ -72,7 +63,7 @@ class DaemonMetrics(DaemonObserver, Collector):
         daemon: str | None = None,
     ) -> None:
         self._entries = entries
-        self._daemon = None if daemon is None else label(daemon)
+        self._daemon = None if daemon is None else printable(daemon)  # a label value
         self._registry = registry
         self.tally = Tally()
         self._errors_logged: set[str] = set()
@@ -140,12 +131,7 @@ class DaemonMetrics(DaemonObserver, Collector):
     def event(self, entry: Checkout, event: Event) -> None:
         """An event was fanned out to the clients (the loop's thread)."""
 
-        def count() -> None:
-            now = time.time()
-            written = newest_ref_write(entry.guard.binding.dirs)
-            self.tally.event(entry.key, event, written, now)
-
-        self._safely(count)
+        self._safely(lambda: self.tally.seen(entry.key, event, entry.guard.binding.dirs))
 
     def hook(self, key: str, hook: str, outcome: str) -> None:
         """A hook finished (its runner's thread)."""
@@ -190,22 +176,23 @@ class DaemonMetrics(DaemonObserver, Collector):
         views = []
         for entry in self._entries():
             try:
-                views.append(self._view(entry))
+                processes = self._registry.processes(entry.key)
+                views.append(
+                    CheckoutView(
+                        key=entry.key,
+                        snapshot=entry.guard.snapshot(),
+                        counts=self.tally.counts(entry.key),
+                        hooks=entry.hooks is not None,
+                        restart=entry.restart_state,
+                        processes=processes_by_revision(p.revision for p in processes),
+                    )
+                )
             except Exception as exc:  # one checkout's trouble leaves the others exposed
                 self._log_once(exc, f"metrics of {printable(entry.key)} could not be read")
         families = [*checkout_families(views), *daemon_families(*self.tally.clients()), build_info()]
         if self._daemon is not None:
-            for family in families:
-                with_label(family, "daemon", self._daemon)
+            for family in families:  # the daemon's name first on each sample
+                family.samples = [
+                    s._replace(labels={"daemon": self._daemon, **s.labels}) for s in family.samples
+                ]
         yield from families
-
-    def _view(self, entry: Checkout) -> CheckoutView:
-        processes = self._registry.processes(entry.key)
-        return CheckoutView(
-            key=entry.key,
-            snapshot=entry.guard.snapshot(),
-            counts=self.tally.counts(entry.key),
-            hooks=entry.hooks is not None,
-            restart=entry.restart_state,
-            processes=processes_by_revision(p.revision for p in processes),
-        )

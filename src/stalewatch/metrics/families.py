@@ -34,29 +34,17 @@ from .tally import DROP_REASONS, HOOK_OUTCOMES, HOOKS, RESTART_OUTCOMES, Checkou
 
 __all__ = [
     "MAX_REVISIONS",
-    "MODES",
     "CheckoutView",
     "build_info",
     "checkout_families",
     "daemon_families",
-    "label",
     "processes_by_revision",
-    "with_label",
 ]
-
-MODES = tuple(mode.value for mode in WatchMode)
-"""How a guard notices changes (``Snapshot.mode``)."""
 
 MAX_REVISIONS = 8
 """Revisions of registered processes shown one by one per checkout; the rest add up
 under ``revision="other"``. A host runs one or two (old and new, during a restart);
 the registry itself is bounded by ``max_clients``."""
-
-
-def label(text: str) -> str:
-    """A label value from outside text: a path may hold bytes that are not UTF-8
-    (surrogate escapes) or control characters, which the exposition cannot encode."""
-    return printable(text)
 
 
 @dataclass(frozen=True)
@@ -78,12 +66,6 @@ class CheckoutView:
     hooks: bool = False
     restart: RestartState | None = None
     processes: dict[str, int] | None = None
-
-
-def with_label(family: Metric, name: str, value: str) -> Metric:
-    """``family`` with ``name="value"`` first on each of its samples (the daemon's name)."""
-    family.samples = [sample._replace(labels={name: value, **sample.labels}) for sample in family.samples]
-    return family
 
 
 def processes_by_revision(revisions: Iterable[str], limit: int = MAX_REVISIONS) -> dict[str, int]:
@@ -179,7 +161,8 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
         labels=c,
     )
     for view in views:
-        key, snap, counts = [label(view.key)], view.snapshot, view.counts
+        # A path may hold surrogate escapes or control characters the exposition cannot encode.
+        key, snap, counts = [printable(view.key)], view.snapshot, view.counts
         status.add_metric(key, {s.value: s is snap.status for s in Status})
         stale.add_metric(key, 1.0 if snap.status.blocks else 0.0)
         if snap.status.blocks:
@@ -193,15 +176,12 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
             },
         )
         trusted.add_metric(key, 1.0 if snap.trusted else 0.0)
-        mode.add_metric(key, {m: m == snap.mode.value for m in MODES})
+        mode.add_metric(key, {m.value: m is snap.mode for m in WatchMode})
         for s in Status:
             events.add_metric([*key, s.value], counts.events.get(s, 0))
-        cumulative = counts.latency.cumulative()
-        latency.add_metric(
-            key,
-            [("+Inf" if bound == float("inf") else _bound(bound), n) for bound, n in cumulative],
-            counts.latency.total,
-        )
+        # repr: 0.001 -> "0.001", 1.0 -> "1.0", what le= labels look like
+        buckets = [("+Inf" if b == float("inf") else repr(b), n) for b, n in counts.latency.cumulative()]
+        latency.add_metric(key, buckets, counts.latency.total)
         if view.hooks:
             for hook in HOOKS:
                 for outcome in HOOK_OUTCOMES:
@@ -227,10 +207,6 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
     if any(view.processes is not None for view in views):
         families += [processes, behind]
     return families
-
-
-def _bound(bound: float) -> str:
-    return repr(bound)  # 0.001 -> "0.001", 1.0 -> "1.0": what le= labels look like
 
 
 def daemon_families(connected: int, connections: int, dropped: dict[str, int]) -> list[Metric]:

@@ -58,12 +58,6 @@ RESTART_OUTCOMES = ("confirmed", "failed", "refused")
 DROP_REASONS = ("bad-request", "slow-client", "too-many-clients", "error")
 """The protocol's ``error`` reasons, and ``error``: a client dropped after a bug its input reached."""
 
-_TERMINAL = {
-    RestartPhase.CONFIRMED: "confirmed",
-    RestartPhase.FAILED: "failed",
-    RestartPhase.REFUSED: "refused",
-}
-
 
 @dataclass(frozen=True)
 class RefWrite:
@@ -167,18 +161,19 @@ class Tally:
         self._dropped = dict.fromkeys(DROP_REASONS, 0)
 
     @contextmanager
-    def _checkout(self, key: str) -> Iterator[CheckoutCounts]:
+    def _changing(self) -> Iterator[None]:
         with self._lock:
+            yield
+        if self.on_change is not None:
+            self.on_change()
+
+    @contextmanager
+    def _checkout(self, key: str) -> Iterator[CheckoutCounts]:
+        with self._changing():
             counts = self._checkouts.get(key)
             if counts is None:
                 counts = self._checkouts[key] = CheckoutCounts()
             yield counts
-        self._changed()
-
-    def _changed(self) -> None:
-        callback = self.on_change
-        if callback is not None:
-            callback()
 
     # -- per checkout ------------------------------------------------------------------------
 
@@ -199,6 +194,11 @@ class Tally:
                     counts.latency.observe(max(0.0, now - written.at))
                 counts.last_write = written.identity
 
+    def seen(self, key: str, event: Event, dirs: GitDirs | None) -> None:
+        """Count ``event``, seen now; time it by the newest ref write of ``dirs``."""
+        now = time.time()
+        self.event(key, event, newest_ref_write(dirs), now)
+
     def hook(self, key: str, hook: str, outcome: str) -> None:
         """Count one hook run (``hook`` in :data:`HOOKS`, ``outcome`` in :data:`HOOK_OUTCOMES`)."""
         if hook not in HOOKS or outcome not in HOOK_OUTCOMES:
@@ -214,9 +214,8 @@ class Tally:
                 return  # the same phase again with another reason: one outcome, not two
             if state.phase is RestartPhase.RESTARTING:
                 counts.restart_actions += 1
-            outcome = _TERMINAL.get(state.phase)
-            if outcome is not None:
-                counts.restarts[outcome] += 1
+            if state.phase.value in counts.restarts:  # a final phase: its outcome
+                counts.restarts[state.phase.value] += 1
 
     def track(self, key: str, snapshot: Snapshot, written: RefWrite | None) -> None:
         """Start following a guard for ``key`` (at start, or a reload's new guard).
@@ -232,9 +231,8 @@ class Tally:
 
     def forget(self, key: str) -> None:
         """``key`` is no longer watched: drop its counts (its series go with it)."""
-        with self._lock:
+        with self._changing():
             self._checkouts.pop(key, None)
-        self._changed()
 
     def counts(self, key: str) -> CheckoutCounts:
         """A copy of ``key``'s counts (zeros for a checkout that saw nothing yet)."""
@@ -245,22 +243,18 @@ class Tally:
     # -- daemon-wide --------------------------------------------------------------------------
 
     def client_connected(self) -> None:
-        with self._lock:
+        with self._changing():
             self._connected += 1
             self._connections += 1
-        self._changed()
 
     def client_closed(self) -> None:
-        with self._lock:
+        with self._changing():
             self._connected = max(0, self._connected - 1)
-        self._changed()
 
     def client_dropped(self, reason: str) -> None:
         """Count a client dropped for ``reason`` (one of :data:`DROP_REASONS`, else ``error``)."""
-        with self._lock:
-            key = reason if reason in self._dropped else "error"
-            self._dropped[key] += 1
-        self._changed()
+        with self._changing():
+            self._dropped[reason if reason in self._dropped else "error"] += 1
 
     def clients(self) -> tuple[int, int, dict[str, int]]:
         """``(connected now, connections accepted, {reason: dropped})``."""
