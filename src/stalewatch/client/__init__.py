@@ -5,7 +5,3 @@
 - :mod:`.connection`: connecting, reading lines, ``read_status`` (``status --socket``).
 - :mod:`.following`: every line across the daemon's restarts (``events``).
 """
-
-from .daemon import Daemon
-
-__all__ = ["Daemon"]

@@ -83,7 +83,6 @@ class MetricsServer:
         self._resting = False  # the listener rests until a place frees up,
         self._resting_until: float | None = None  # or until then
         self.scrapes = 0
-        self.evicted = 0  # connections closed to make room (tests, soak figures)
         self._error_logged = 0.0
 
     @property
@@ -96,8 +95,7 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        host, port = self.address
-        return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
+        return f"http://{_host_port(*self.address)}/metrics"
 
     def bind(self) -> None:
         """Bind and listen (before the thread starts, so an error reaches the caller).
@@ -114,9 +112,7 @@ class MetricsServer:
             sock.setblocking(False)
         except OSError as exc:
             sock.close()
-            where = (
-                f"{self._host}:{self._port}" if family == socket.AF_INET else f"[{self._host}]:{self._port}"
-            )
+            where = _host_port(self._host, self._port)
             raise MetricsError(
                 "metrics_address", f"cannot listen on {where}: {exc.strerror or exc}"
             ) from None
@@ -191,14 +187,6 @@ class MetricsServer:
         for conn in [c for c in self._connections.values() if now >= c.deadline]:
             self._close(selector, conn)
 
-    def _victim(self, now: float) -> _Connection | None:
-        """The connection to close for a newcomer: the oldest still sending its request
-        past its grace; ``None`` when every one is being answered or is new."""
-        waiting = [
-            c for c in self._connections.values() if c.out is None and now - c.accepted >= NEWCOMER_GRACE
-        ]
-        return min(waiting, key=lambda c: c.accepted) if waiting else None
-
     def _wake_listener(self, selector: selectors.BaseSelector) -> None:
         if self._resting and self._listener is not None:
             self._resting, self._resting_until = False, None
@@ -207,9 +195,15 @@ class MetricsServer:
     def _accept(self, selector: selectors.BaseSelector, listener: socket.socket) -> None:
         for _ in range(MAX_CONNECTIONS):
             if len(self._connections) >= MAX_CONNECTIONS:
+                # The oldest connection still sending its request past its grace makes
+                # room; never one being answered, nor a new one.
                 now = time.monotonic()
-                victim = self._victim(now)
-                if victim is None:
+                waiting = [
+                    c
+                    for c in self._connections.values()
+                    if c.out is None and now - c.accepted >= NEWCOMER_GRACE
+                ]
+                if not waiting:
                     # Every place is being answered or young: the backlog holds the
                     # newcomers; rest the listener (no spinning) until a place frees up
                     # or the oldest request still coming may be replaced.
@@ -220,8 +214,7 @@ class MetricsServer:
                     ]
                     self._resting_until = min(coming, default=None)
                     return
-                self._close(selector, victim)
-                self.evicted += 1
+                self._close(selector, min(waiting, key=lambda c: c.accepted))
             try:
                 sock, _ = listener.accept()
             except BlockingIOError:
@@ -323,6 +316,10 @@ class MetricsServer:
             logger.exception("stalewatch: %s", printable(what))
         else:
             logger.warning("stalewatch: %s", printable(what))
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _response(

@@ -35,14 +35,6 @@ _MODE = 0o644  # node_exporter runs as another user: the file must be readable b
 _WARN_EVERY = 60.0  # seconds between repeats of the same write failure in the log
 
 
-def remove_if_same(path: Path, identity: tuple[int, int]) -> None:
-    """Remove ``path`` if it still is the file ``identity`` names (never a successor's)."""
-    with contextlib.suppress(OSError):
-        info = path.lstat()
-        if (info.st_dev, info.st_ino) == identity:
-            path.unlink()
-
-
 class TextfileWriter:
     """Writes ``render()`` to ``path`` periodically and after changes, on one thread.
 
@@ -106,8 +98,10 @@ class TextfileWriter:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
         written, self._written = self._written, None
-        if written is not None:
-            remove_if_same(self.path, written)
+        with contextlib.suppress(OSError):
+            info = self.path.lstat()
+            if (info.st_dev, info.st_ino) == written:  # never a successor's file
+                self.path.unlink()
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -6,16 +6,3 @@
 
 Every field: README, "Protocol (version 1)".
 """
-
-from .codec import MAX_MESSAGE_LINE, MAX_REQUEST_LINE, PROTOCOL_VERSION, LineReader, decode, encode
-from .socket_path import default_socket_path
-
-__all__ = [
-    "MAX_MESSAGE_LINE",
-    "MAX_REQUEST_LINE",
-    "PROTOCOL_VERSION",
-    "LineReader",
-    "decode",
-    "default_socket_path",
-    "encode",
-]
