@@ -27,7 +27,7 @@ from ..core.errors import MetricsError
 from ..core.escaping import printable
 from ..core.files import write_atomically
 
-__all__ = ["TextfileWriter", "write_atomically"]
+__all__ = ["TextfileWriter"]
 
 logger = logging.getLogger(__name__)
 

@@ -4,5 +4,5 @@
 - :mod:`.messages`: every line, built and (where a side parses it) read.
 - :mod:`.socket_path`: the default socket path.
 
-Every field: README, "Protocol (version 1)".
+Every field: docs/daemon.md, "Protocol (version 1)".
 """

@@ -1,15 +1,8 @@
-"""The daemon's wire protocol: JSON lines over a Unix stream socket (version 1), encoded and decoded.
+"""The daemon's wire protocol (version 1): JSON lines over a Unix stream socket.
 
-The daemon writes, in order: one ``hello`` line, one ``snapshot`` line per watched
-checkout, then ``event`` lines as statuses change, ``health`` lines when its own
-watcher for a checkout becomes trusted or untrusted, ``snapshot``/``removed`` lines when
-a reload adds, re-binds or drops a checkout, and a ``ping`` every ``keepalive`` seconds.
-A client may write ``{"type": "ping"}`` lines (answered with ``pong``) and one
-``register`` line; anything else closes that client after an ``error`` line. Every
-field: README, "Protocol (version 1)"; the lines themselves: :mod:`.messages`.
-
-This module is pure: encoding, decoding (bounded: what :func:`encode` cannot echo is
-refused) and line splitting.
+Pure: encoding, decoding (bounded: what :func:`encode` cannot echo is refused) and
+line splitting. The lines themselves: :mod:`.messages`; every field: docs/daemon.md,
+"Protocol (version 1)".
 """
 
 from __future__ import annotations
