@@ -14,6 +14,7 @@ commits leave the number of series where it was.
 from __future__ import annotations
 
 import platform
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -70,10 +71,7 @@ class CheckoutView:
 
 def processes_by_revision(revisions: Iterable[str], limit: int = MAX_REVISIONS) -> dict[str, int]:
     """``{revision: processes}``, the ``limit`` most common first, the rest as ``other``."""
-    table: dict[str, int] = {}
-    for revision in revisions:
-        table[revision] = table.get(revision, 0) + 1
-    ranked = sorted(table.items(), key=lambda item: (-item[1], item[0]))
+    ranked = sorted(Counter(revisions).items(), key=lambda item: (-item[1], item[0]))
     shown = dict(ranked[:limit])
     rest = sum(count for _, count in ranked[limit:])
     if rest:

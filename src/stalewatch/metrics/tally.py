@@ -24,6 +24,7 @@ the ``.lock`` file and renaming it.
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -113,11 +114,7 @@ class Histogram:
 
     def cumulative(self) -> list[tuple[float, int]]:
         """``(upper bound, observations at or below it)``, ending with ``(inf, count)``."""
-        out, running = [], 0
-        for bound, count in zip((*LATENCY_BUCKETS, float("inf")), self.counts, strict=True):
-            running += count
-            out.append((bound, running))
-        return out
+        return list(zip((*LATENCY_BUCKETS, float("inf")), itertools.accumulate(self.counts), strict=True))
 
 
 @dataclass
