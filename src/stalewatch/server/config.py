@@ -40,11 +40,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import DaemonConfigError
+from ..core.errors import DaemonConfigError, SupervisedHandoffError
 from ..core.revisions import is_object_id
 from ..core.settings import MAX_DAEMON_NAME
 from ..core.tables import TableReader, parse
 from .owned_file import read_checked
+from .restart.actions import action_of
 from .restart.policy import RestartPolicy, parse_policy
 
 __all__ = ["CheckoutConfig", "DaemonConfig", "HookConfig", "load", "with_checkouts"]
@@ -172,7 +173,26 @@ def _checkout(reader: TableReader, data: object, table: int) -> CheckoutConfig:
         hold_while=reader.path(data, "hold_while", table) if "hold_while" in data else None,
     )
     restart = parse_policy(reader, data["restart"], table) if "restart" in data else None
+    if restart is not None:
+        _check_action(reader, restart, table)
     return CheckoutConfig(reader.path(data, "path", table), revision, hooks, restart)
+
+
+def _check_action(reader: TableReader, restart: RestartPolicy, table: int) -> None:
+    """Refuse, at start and on every reload, an action the server's supervisor cannot follow."""
+    try:
+        action_of(restart).check()
+    except SupervisedHandoffError as exc:
+        key = "handoff"
+        raise SupervisedHandoffError(
+            exc.supervisor,
+            exc.how,
+            exc.pid,
+            exc.alternative,
+            name=reader.name(table, key, "restart"),
+            file=reader.file,
+            line=reader.locate(table, key, "restart"),
+        ) from None
 
 
 def load(file: Path) -> DaemonConfig:
