@@ -12,7 +12,11 @@ loopback under one temporary directory; every process group is stopped at exit.
   - ``gunicorn``: ``gunicorn -w N``, restarted by HUP to the master (its pid file);
   - ``gunicorn-handoff``: the same, restarted by the USR2 handoff (``handoff = true``):
     a new master beside the old, the old retired once the new workers registered;
-  - ``supervisord``: supervisord running gunicorn, ``supervisorctl restart web``.
+  - ``supervisord``: supervisord running gunicorn, ``supervisorctl restart web``;
+  - ``supervisord-hup``: supervisord running gunicorn, restarted by HUP to its master
+    (the master supervisord knows stays);
+  - ``supervisord-handoff``: supervisord running gunicorn with the USR2 handoff (which
+    the daemon refuses under supervisord: see docs/deployment.md).
 
   ``defaults=True`` writes the recipe as the docs give it (``min_interval`` 30 s, a
   confirm timeout of 60 s...); otherwise the lab's quick settings (``min_interval`` 0).
@@ -109,7 +113,8 @@ class Lab:
     """See the module doc. Use as a context manager: everything stops at exit.
 
     Args:
-        supervisor: ``gunicorn``, ``gunicorn-handoff`` or ``supervisord``.
+        supervisor: ``gunicorn``, ``gunicorn-handoff``, ``supervisord``, ``supervisord-hup``
+            or ``supervisord-handoff``.
         workers: gunicorn workers.
         policy: extra keys for the ``[checkout.restart]`` table (TOML text lines).
         command: supervisord's program instead of gunicorn; {port}, {socket},
@@ -217,9 +222,9 @@ class Lab:
 
     def recipe(self) -> str:
         """The ``[checkout.restart]`` keys that restart this lab's server (the docs' recipe)."""
-        if self.supervisor == "gunicorn":
+        if self.supervisor in ("gunicorn", "supervisord-hup"):
             return f'pidfile = "{self.pidfile}"\nsignal = "HUP"\n'
-        if self.supervisor == "gunicorn-handoff":
+        if self.supervisor in ("gunicorn-handoff", "supervisord-handoff"):
             return f'pidfile = "{self.pidfile}"\nsignal = "USR2"\nhandoff = true\n'
         conf = str(self.dir / "supervisord.conf")
         argv = [str(self._bin / "supervisorctl"), "-c", conf, "restart", "web"]
@@ -408,6 +413,29 @@ class Lab:
         finally:
             flag.unlink(missing_ok=True)
             self.handoff_gate.release()
+
+    def supervisorctl(self, *args: str) -> str:
+        """What ``supervisorctl -c <the lab's conf> ARGS`` prints (whatever its exit status)."""
+        argv = [str(self._bin / "supervisorctl"), "-c", str(self.dir / "supervisord.conf"), *args]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT, check=False)
+        return done.stdout.strip()
+
+    def masters(self) -> list[int]:
+        """The gunicorn masters of this lab running now, whoever started them.
+
+        A process running the lab's gunicorn command line (its ``--pid`` path) with a
+        child that runs it too: workers never fork, so a master is the one with children.
+        """
+        ours: dict[int, int] = {}
+        marker = str(self.pidfile).encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if marker in (entry / "cmdline").read_bytes().split(b"\0"):
+                    stat = (entry / "stat").read_bytes()
+                    ours[int(entry.name)] = int(stat[stat.rfind(b")") + 2 :].split()[1])
+        return sorted({ppid for ppid in ours.values() if ppid in ours})
 
     def master(self, suffix: str = "") -> int | None:
         """The pid in gunicorn's pid file (``suffix=".2"``: a new master's), if any."""
