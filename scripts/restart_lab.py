@@ -375,6 +375,9 @@ class Lab:
         fields = {"port": self.port, "socket": self.socket, "checkout": self.checkout}
         command = " ".join(part.format(**fields) for part in argv)
         environment = ",".join(f'{key}="{value}"' for key, value in env.items())
+        # supervisorctl restart returns at once; the other kinds keep supervisord's
+        # default (1 s: a program that exits sooner is "Exited too quickly", then FATAL).
+        startsecs = 0 if self.supervisor == "supervisord" else 1
         conf.write_text(
             textwrap.dedent(
                 f"""\
@@ -393,7 +396,7 @@ class Lab:
                 environment={environment}
                 stopsignal=TERM
                 stopwaitsecs=30
-                startsecs=0
+                startsecs={startsecs}
                 autorestart=true
                 redirect_stderr=true
                 stdout_logfile={self.dir / "server.log"}
