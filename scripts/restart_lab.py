@@ -101,6 +101,16 @@ QUICK = "confirm_timeout = 30\nmin_interval = 0\n"
 """The lab's quick settings; ``defaults=True`` leaves the recipe's defaults instead."""
 
 
+# What a supervisor puts in its programs' environment: never passed on from whatever
+# runs the lab (a CI job under systemd), or the daemon would take a bare gunicorn for a
+# supervised one (server/restart/supervised.py).
+_SUPERVISOR_MARKS = ("SUPERVISOR_", "NOTIFY_SOCKET", "MAINPID", "INVOCATION_ID", "LISTEN_")
+
+
+def _unsupervised(env: os._Environ[str] | dict[str, str]) -> dict[str, str]:
+    return {key: value for key, value in env.items() if not key.startswith(_SUPERVISOR_MARKS)}
+
+
 @dataclass
 class Line:
     """One line from the daemon and when it arrived (``time.time()``)."""
@@ -208,7 +218,7 @@ class Lab:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
-                env={**os.environ, **(env or {})},
+                env={**_unsupervised(os.environ), **(env or {})},
                 start_new_session=True,  # its own group: stopped whole at exit
             )
         self._procs.append(proc)
