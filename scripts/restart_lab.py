@@ -111,6 +111,13 @@ def _unsupervised(env: os._Environ[str] | dict[str, str]) -> dict[str, str]:
     return {key: value for key, value in env.items() if not key.startswith(_SUPERVISOR_MARKS)}
 
 
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
 @dataclass
 class Line:
     """One line from the daemon and when it arrived (``time.time()``)."""
@@ -201,6 +208,11 @@ class Lab:
             stop_group(proc.pid, timeout=10)  # its own session: the whole group, new masters too
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
+        # A master nobody supervises any more (a handoff under supervisord, which puts
+        # each program in a group of its own) outlives those groups: its own group goes.
+        groups = {group for pid in self._gunicorns() if (group := _group(pid)) is not None}
+        for pgid in groups - {os.getpgrp()}:
+            stop_group(pgid, timeout=10)
         for thread in (self._follower, self._drainer):
             if thread is not None:
                 thread.join(timeout=10)
@@ -439,16 +451,21 @@ class Lab:
         A process running the lab's gunicorn command line (its ``--pid`` path) with a
         child that runs it too: workers never fork, so a master is the one with children.
         """
+        ours = self._gunicorns()
+        return sorted({ppid for ppid in ours.values() if ppid in ours})
+
+    def _gunicorns(self) -> dict[int, int]:
+        """Every process running this lab's gunicorn (its ``--pid`` path), by pid: its parent."""
         ours: dict[int, int] = {}
         marker = str(self.pidfile).encode()
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError, IndexError):
                 if marker in (entry / "cmdline").read_bytes().split(b"\0"):
                     stat = (entry / "stat").read_bytes()
                     ours[int(entry.name)] = int(stat[stat.rfind(b")") + 2 :].split()[1])
-        return sorted({ppid for ppid in ours.values() if ppid in ours})
+        return ours
 
     def master(self, suffix: str = "") -> int | None:
         """The pid in gunicorn's pid file (``suffix=".2"``: a new master's), if any."""
