@@ -27,7 +27,6 @@ class RefStore(Protocol):
 
     def found_in(self, common_dir: Path) -> bool:
         """Whether the repository at ``common_dir`` keeps its refs this way."""
-        ...
 
     def resolve_head(self, dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
         """HEAD's commit (``None``: an unborn branch).
@@ -38,17 +37,13 @@ class RefStore(Protocol):
         Raises:
             RefError: HEAD is missing, unreadable or corrupt.
         """
-        ...
 
     def head_chain(self, dirs: GitDirs) -> list[Path]:
         """The files :meth:`resolve_head` would collect now; never raises."""
-        ...
 
     def watched(self, dirs: GitDirs) -> tuple[Path, ...]:
         """Files besides ``HEAD`` and the chain whose writes can move any ref."""
-        ...
 
     def reflogs(self, dirs: GitDirs, chain: Sequence[Path] = ()) -> list[Path]:
         """``HEAD``'s reflog file, then those of the refs in ``chain`` (innermost
         first); empty when this store keeps no reflog files."""
-        ...
