@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch import Guard, Status
+from stalewatch.git import files, reftable
 from stalewatch.git.refs import GitDirs, find_git_dirs
 from stalewatch.watching.plan import Relevance, plan
 from tests.support.recorder import Recorder
@@ -82,7 +83,7 @@ def test_linked_worktree_watches_its_own_head_and_the_common_refs(git_repo: Repo
 
 
 def test_planner_hands_back_the_same_plan_until_the_chain_or_a_directory_changes(git_repo: Repo) -> None:
-    from stalewatch.git.refs import head_chain
+    head_chain = files.STORE.head_chain
     from stalewatch.watching.plan import Planner
 
     git_repo.git("checkout", "-q", "-b", "feature/x")
@@ -209,7 +210,7 @@ def test_reftable_watches_the_tables_list_of_each_stack(git_repo: Repo, tmp_path
     assert linked is not None
     for base in (linked.git_dir, linked.common_dir):
         (base / "reftable").mkdir()  # what a reftable repository has: a stack per worktree
-    dirs = GitDirs(linked.worktree, linked.git_dir, linked.common_dir, reftable=True)
+    dirs = GitDirs(linked.worktree, linked.git_dir, linked.common_dir, reftable.STORE)
     p = plan(dirs)
     for base in (dirs.git_dir, dirs.common_dir):
         assert base / "reftable" in p.watch
@@ -223,7 +224,7 @@ def test_reftable_watches_the_tables_list_of_each_stack(git_repo: Repo, tmp_path
 def test_a_plain_repository_watches_no_reftable(git_repo: Repo) -> None:
     (git_repo.path / ".git/reftable").mkdir()
     dirs = dirs_of(git_repo)
-    files_dirs = GitDirs(dirs.worktree, dirs.git_dir, dirs.common_dir, reftable=False)
+    files_dirs = GitDirs(dirs.worktree, dirs.git_dir, dirs.common_dir, files.STORE)
     p = plan(files_dirs)
     assert dirs.git_dir / "reftable" not in p.watch
     assert str(dirs.git_dir / "reftable/tables.list") not in p.files

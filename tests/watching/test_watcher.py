@@ -92,25 +92,24 @@ def test_c7_fetch_tags_branches_gc_and_index_writes_do_not_flip(git_repo: Repo, 
 def test_each_change_is_resolved_once_the_guard_hands_its_ref_chain_to_the_watcher(
     git_repo: Repo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stalewatch.git import refs as refs_module
-    from stalewatch.watching import plan as plan_module
+    from stalewatch.git.files import Files
 
     source = LocalSource(verify_interval=3600)
     with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
         rec = Recorder(guard)
         reads: list[str] = []
-        real_resolve, real_chain = refs_module.resolve_head, refs_module.head_chain
+        real_resolve, real_chain = Files.resolve_head, Files.head_chain
 
-        def counted_chain(dirs: GitDirs) -> list[Path]:
+        def counted_chain(store: Files, dirs: GitDirs) -> list[Path]:
             reads.append("chain")
-            return real_chain(dirs)
+            return real_chain(store, dirs)
 
-        def counted_resolve(dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
+        def counted_resolve(store: Files, dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
             reads.append("read")
-            return real_resolve(dirs, chain)
+            return real_resolve(store, dirs, chain)
 
-        monkeypatch.setattr(plan_module, "head_chain", counted_chain)
-        monkeypatch.setattr(refs_module, "resolve_head", counted_resolve)
+        monkeypatch.setattr(Files, "head_chain", counted_chain)
+        monkeypatch.setattr(Files, "resolve_head", counted_resolve)
         first = git_repo.commit("first")
         rec.wait_for("stale", first)
         git_repo.git("checkout", "-q", "-b", "feature/x")  # the plan moves: refs/heads/feature

@@ -29,7 +29,6 @@ __all__ = [
     "LockError",
     "MetricsError",
     "MetricsUnavailableError",
-    "NeedsGitError",
     "ProtocolError",
     "RefError",
     "ResourceExhaustedError",
@@ -103,10 +102,6 @@ class ResourceExhaustedError(RefError):
     def __init__(self, path: Path | str, reason: str, errno: int) -> None:
         super().__init__(path, reason)
         self.errno = errno
-
-
-class NeedsGitError(RefError):
-    """In-process parsing cannot decide (reftable, an unknown ref format): ask ``git``."""
 
 
 # -- settings and configuration ----------------------------------------------------------

@@ -14,8 +14,7 @@ from pathlib import Path
 from ..core.errors import BindError, HeadUnreadableError, RefError, ResourceExhaustedError
 from ..core.revisions import is_object_id
 from ..core.status import Status, decide
-from ..git.head import head_commit
-from ..git.refs import HEAD_MISSING
+from ..git.files import HEAD_MISSING
 from .identity import Binding
 
 __all__ = ["EXHAUSTED", "MISSING_REF_GRACE", "checked_revision", "initial", "read_head", "read_settled"]
@@ -42,7 +41,7 @@ def _exhausted(exc: BaseException) -> OSError | None:
 
 
 def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
-    """HEAD's commit for ``binding`` (``None``: an unborn branch); see :func:`~..git.head.head_commit`.
+    """HEAD's commit for ``binding`` (``None``: an unborn branch); see ``RefStore.resolve_head``.
 
     Raises:
         ResourceExhaustedError: this process is out of descriptors or memory: nothing
@@ -53,7 +52,7 @@ def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
     if dirs is None:
         raise RefError(binding.checkout, "untracked: nothing to resolve")
     try:
-        return head_commit(dirs, chain)
+        return dirs.store.resolve_head(dirs, chain)
     except ResourceExhaustedError:
         raise
     except RefError as exc:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..git.refs import GitDirs, head_chain
+from ..git.refs import GitDirs
 
 __all__ = ["Plan", "Planner", "Relevance", "anchors", "plan"]
 
@@ -94,7 +94,7 @@ def plan(dirs: GitDirs, chain: Sequence[Path] | None = None) -> Plan:
     Args:
         dirs: the checkout's git directories.
         chain: the loose refs HEAD's last resolution went through (what
-            :func:`~stalewatch.git.refs.resolve_head` collects); ``None``: read HEAD
+            the store's ``resolve_head`` collects); ``None``: read HEAD
             now to find them.
     """
     return Planner(dirs).plan(chain)
@@ -126,19 +126,17 @@ class Planner:
         self._dirs = dirs
         fixed = [dirs.worktree.parent, dirs.worktree, dirs.git_dir, dirs.common_dir]
         self._wide = {dirs.git_dir, dirs.common_dir}
-        self._files = {dirs.head_file, dirs.packed_refs}
-        if dirs.reftable:
-            for base in {dirs.git_dir, dirs.common_dir}:  # a worktree has its own stack
-                self._files.add(base / "reftable" / "tables.list")
-                fixed.append(base / "reftable")
-                self._wide.add(base / "reftable")
+        watched = dirs.store.watched(dirs)
+        self._files = {dirs.head_file, *watched}
+        fixed += (path.parent for path in watched)  # the store's own directories (reftable/)
+        self._wide.update(path.parent for path in watched)
         self._fixed = tuple(dict.fromkeys((p, str(p)) for p in fixed))
         self._walks: dict[Path, tuple[tuple[Path, str], ...]] = {}
         self._plans: dict[tuple[object, ...], Plan] = {}
 
     def plan(self, chain: Sequence[Path] | None = None) -> Plan:
         """The plan for ``chain`` (``None``: read HEAD now) and the directories as they are."""
-        refs = tuple(head_chain(self._dirs) if chain is None else chain)
+        refs = tuple(self._dirs.store.head_chain(self._dirs) if chain is None else chain)
         # os.path on strings: a stat each, without pathlib's per-call cost.
         existing = tuple(path for path, text in self._fixed if os.path.isdir(text))  # noqa: PTH112
         # Each ref's directory, or the deepest one of its ancestors that exists, so the
