@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from stalewatch.watching import inotify as inotify_module
-from stalewatch.watching.inotify import ANCHOR_MASK, REF_MASK, Inotify, Registration
+from stalewatch.watching.inotify import ANCHOR_MASK, REF_MASK, Inotify
+from stalewatch.watching.notifier import Registration
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,12 +28,12 @@ class Events:
     """A listener that records what the reader hands it."""
 
     def __init__(self) -> None:
-        self.events: queue.SimpleQueue[tuple[str, bytes, int]] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[tuple[str, bytes, bool]] = queue.SimpleQueue()
         self.overflows = 0
         self.died = threading.Event()
 
-    def on_inotify(self, registration: Registration, name: bytes, mask: int) -> None:
-        self.events.put((str(registration.path), name, mask))
+    def on_event(self, registration: Registration, name: bytes, deleted: bool) -> None:
+        self.events.put((str(registration.path), name, deleted))
 
     def on_overflow(self) -> None:
         self.overflows += 1
@@ -40,7 +41,7 @@ class Events:
     def on_reader_died(self) -> None:
         self.died.set()
 
-    def next(self, timeout: float = 5.0) -> tuple[str, bytes, int]:
+    def next(self, timeout: float = 5.0) -> tuple[str, bytes, bool]:
         return self.events.get(timeout=timeout)
 
 
@@ -106,14 +107,14 @@ def test_two_listeners_on_one_directory_keep_their_own_events_and_names(tmp_path
     instance = Inotify()
     try:
         narrow, wide = Events(), Events()
-        a = instance.add(tmp_path, ANCHOR_MASK, frozenset({b"checkout"}), narrow)
-        b = instance.add(tmp_path, REF_MASK, frozenset({b"HEAD"}), wide)
+        a = instance.add(tmp_path, True, frozenset({b"checkout"}), narrow)
+        b = instance.add(tmp_path, False, frozenset({b"HEAD"}), wide)
         assert a.wd == b.wd
         assert kernel_masks(instance)[a.wd] & 0xFFFF == (ANCHOR_MASK | REF_MASK) & 0xFFFF  # the union
         (tmp_path / "HEAD").write_text("x")  # CREATE, CLOSE_WRITE: only `wide` wants the name
         (tmp_path / "checkout").mkdir()
         (tmp_path / "unrelated").write_text("x")  # nobody's name: nobody is called
-        assert wide.next()[1:] == (b"HEAD", int(inotify_module.InotifyConstants.IN_CREATE))
+        assert wide.next()[1:] == (b"HEAD", False)  # created
         assert wide.next()[1] == b"HEAD"  # its close-after-write
         assert narrow.next()[1] == b"checkout"
         instance.remove(b)  # a's registration keeps the directory watched
@@ -146,17 +147,17 @@ def test_watches_left_for_later_leave_the_kernel_in_a_batch(tmp_path: Path) -> N
         directories = [tmp_path / f"d{n}" for n in range(600)]  # more than one batch
         for directory in directories:
             directory.mkdir()
-        registrations = [instance.add(d, REF_MASK, frozenset(), listener) for d in directories]
+        registrations = [instance.add(d, False, frozenset(), listener) for d in directories]
         assert len(kernel_masks(instance)) == 600
         for registration in registrations:
             instance.remove(registration, later=True)
         assert instance.watch_count() == 0  # ours at once
         assert _until(lambda: kernel_masks(instance) == {}), len(kernel_masks(instance))
         # A directory watched again before the reader got to it keeps its watch.
-        again = instance.add(directories[0], REF_MASK, frozenset({b"HEAD"}), listener)
-        instance.remove(instance.add(directories[1], REF_MASK, frozenset(), listener), later=True)
+        again = instance.add(directories[0], False, frozenset({b"HEAD"}), listener)
+        instance.remove(instance.add(directories[1], False, frozenset(), listener), later=True)
         instance.remove(again, later=True)
-        kept = instance.add(directories[0], REF_MASK, frozenset({b"HEAD"}), listener)
+        kept = instance.add(directories[0], False, frozenset({b"HEAD"}), listener)
         assert _until(lambda: set(kernel_masks(instance)) == {kept.wd})
         (directories[0] / "HEAD").write_text("x")
         assert listener.next()[1] == b"HEAD"  # still delivered
@@ -170,13 +171,10 @@ def test_a_deleted_directory_marks_its_registrations_dead(tmp_path: Path) -> Non
         listener = Events()
         directory = tmp_path / "refs-heads-feature"
         directory.mkdir()
-        registration = instance.add(directory, REF_MASK, frozenset(), listener)
+        registration = instance.add(directory, False, frozenset(), listener)
         directory.rmdir()
-        c = inotify_module.InotifyConstants
-        _, name, mask = listener.next()
-        assert name == b"" and mask & int(c.IN_DELETE_SELF)
-        _, name, mask = listener.next()  # then the kernel drops the watch
-        assert name == b"" and mask & int(c.IN_IGNORED)
+        assert listener.next()[1:] == (b"", True)  # IN_DELETE_SELF
+        assert listener.next()[1:] == (b"", True)  # then the kernel drops the watch: IN_IGNORED
         assert not registration.alive
         assert instance.watch_count() == 0
     finally:
@@ -187,10 +185,10 @@ def test_refused_watches_raise_instead_of_being_recorded(tmp_path: Path) -> None
     instance = Inotify()
     try:
         with pytest.raises(FileNotFoundError):
-            instance.add(tmp_path / "missing", REF_MASK, frozenset(), Events())
+            instance.add(tmp_path / "missing", False, frozenset(), Events())
         (tmp_path / "file").write_text("x")
         with pytest.raises(NotADirectoryError):  # IN_ONLYDIR
-            instance.add(tmp_path / "file", REF_MASK, frozenset(), Events())
+            instance.add(tmp_path / "file", False, frozenset(), Events())
         assert instance.watch_count() == 0
     finally:
         instance.close()
@@ -220,10 +218,10 @@ def test_permission_denied_is_raised_not_silently_ignored(tmp_path: Path) -> Non
     # an unprivileged user (root may watch anything) in a child process.
     code = (
         "import errno, sys; from pathlib import Path\n"
-        "from stalewatch.watching.inotify import Inotify, REF_MASK\n"
+        "from stalewatch.watching.inotify import Inotify\n"
         "i = Inotify()\n"
         "try:\n"
-        "    i.add(Path(sys.argv[1]), REF_MASK, frozenset(), None)\n"
+        "    i.add(Path(sys.argv[1]), False, frozenset(), None)\n"
         "except PermissionError as e:\n"
         "    print('refused', e.errno == errno.EACCES, i.watch_count())\n"
         "finally:\n"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from stalewatch.watching.inotify import Registration
+from stalewatch.watching.notifier import Registration
 from stalewatch.watching.plan import Plan
 from stalewatch.watching.watches import Watches
 
 
 class Listener:
-    def on_inotify(self, registration: Registration, name: bytes, mask: int) -> None:
+    def on_event(self, registration: Registration, name: bytes, deleted: bool) -> None:
         pass
 
     def on_overflow(self) -> None:

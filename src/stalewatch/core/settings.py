@@ -6,11 +6,14 @@ variable                        default  meaning
 ``STALEWATCH_VERIFY_INTERVAL``  ``2.0``  seconds between in-process re-verifications
 ``STALEWATCH_POLL``             ``0``    ``1``: poll instead of kernel notifications
 ``STALEWATCH_POLL_INTERVAL``    ``1.0``  seconds between polls when polling
+``STALEWATCH_NOTIFIER``         platform ``inotify``, ``observer`` (watchdog's) or ``polling``
 ``STALEWATCH_GIT``              ``git``  the git executable for binding and reftable
 ``STALEWATCH_METRICS_DAEMON``   socket   the ``daemon`` label of a daemon's metrics
 ==============================  =======  ===============================================
 
-``STALEWATCH_METRICS_DAEMON`` defaults to the daemon's socket path (unique on a host);
+``STALEWATCH_NOTIFIER`` defaults to the platform's (``inotify`` on Linux, watchdog's
+observer elsewhere: see :mod:`stalewatch.watching.notifier`); ``polling`` is
+``STALEWATCH_POLL=1``. ``STALEWATCH_METRICS_DAEMON`` defaults to the daemon's socket path (unique on a host);
 the template unit ``stalewatch@.service`` sets it to the instance name.
 """
 
@@ -21,7 +24,19 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 
-__all__ = ["WatchSettings", "git_executable", "metrics_daemon", "poll", "poll_interval", "verify_interval"]
+__all__ = [
+    "NOTIFIERS",
+    "WatchSettings",
+    "git_executable",
+    "metrics_daemon",
+    "notifier",
+    "poll",
+    "poll_interval",
+    "verify_interval",
+]
+
+NOTIFIERS = ("inotify", "observer", "polling")
+"""The values ``STALEWATCH_NOTIFIER`` takes."""
 
 MAX_DAEMON_NAME = 200
 """Characters of a daemon's name (the ``daemon`` label of its metrics) at most."""
@@ -35,11 +50,14 @@ class WatchSettings:
         verify_interval: seconds between periodic in-process re-verifications.
         poll: poll instead of kernel notifications.
         poll_interval: seconds between polls while polling.
+        notifier: what tells the watcher of changes when not polling
+            (``inotify`` or ``observer``: :mod:`stalewatch.watching.notifier`).
     """
 
     verify_interval: float
     poll: bool
     poll_interval: float
+    notifier: str = "inotify"
 
 
 def _seconds(name: str, value: float | None, default: float) -> float:
@@ -75,6 +93,22 @@ def poll(value: bool | None = None) -> bool:
     if raw in ("", "0", "false", "no", "off"):
         return False
     raise ConfigError("STALEWATCH_POLL", raw, "expected 1 or 0")
+
+
+def notifier(value: str | None = None) -> str | None:
+    """The notifier asked for (``STALEWATCH_NOTIFIER``), ``None`` for the platform's.
+
+    Raises:
+        ConfigError: not one of :data:`NOTIFIERS`.
+    """
+    label = "notifier" if value is not None else "STALEWATCH_NOTIFIER"
+    raw = value if value is not None else os.environ.get("STALEWATCH_NOTIFIER", "")
+    name = raw.strip().lower()
+    if not name:
+        return None
+    if name not in NOTIFIERS:
+        raise ConfigError(label, raw, f"expected one of {', '.join(NOTIFIERS)}")
+    return name
 
 
 def git_executable() -> str:

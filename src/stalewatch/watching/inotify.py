@@ -38,22 +38,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from ..core.shared import Shared
+from .notifier import Listener, Registration
 
-__all__ = [
-    "ANCHOR_MASK",
-    "AVAILABLE",
-    "DELETED",
-    "REF_MASK",
-    "Inotify",
-    "Listener",
-    "Registration",
-    "acquire",
-    "release",
-    "users",
-]
+__all__ = ["AVAILABLE", "Inotify", "acquire", "release", "users"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,11 +80,11 @@ if AVAILABLE:
     REF_MASK = ANCHOR_MASK | int(_C.IN_CLOSE_WRITE)
     _SELF = int(_C.IN_DELETE_SELF | _C.IN_MOVE_SELF | _C.IN_IGNORED | _C.IN_UNMOUNT)
     _IGNORED = int(_C.IN_IGNORED)
-    DELETED = int(_C.IN_DELETE)
+    _DELETED = int(_C.IN_DELETE)
     _OVERFLOW = int(_C.IN_Q_OVERFLOW)
     _MASK_ADD = int(_C.IN_MASK_ADD)
 else:  # pragma: no cover - not Linux
-    ANCHOR_MASK = REF_MASK = _SELF = _IGNORED = _OVERFLOW = _MASK_ADD = DELETED = 0
+    ANCHOR_MASK = REF_MASK = _SELF = _IGNORED = _OVERFLOW = _MASK_ADD = _DELETED = 0
 
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
 _READ_SIZE = 64 * 1024
@@ -103,39 +92,10 @@ _UNWATCH_BATCH = 256  # kernel watches removed per hold of the lock (add() waits
 _UNWATCH_DELAY_MS = 100  # the longest a watch left for later stays in the kernel
 
 
-class Listener(Protocol):
-    """What a watcher gives the reader: called on the reader thread, must not block."""
-
-    def on_inotify(self, registration: Registration, name: bytes, mask: int) -> None:
-        """An event in a registered directory: ``name`` is empty for the directory itself."""
-
-    def on_overflow(self) -> None:
-        """The kernel dropped events (queue overflow): resync."""
-
-    def on_reader_died(self) -> None:
-        """The reader thread ended unexpectedly: this instance is dead; open another."""
-
-
 @dataclass(eq=False)
-class Registration:
-    """One listener's watch of one directory.
-
-    Attributes:
-        path: the directory, as the listener named it.
-        mask: the events it wants (the kernel's mask for the directory is the union).
-        names: the names in the directory that matter to it; events for others are
-            dropped on the reader thread.
-        wd: the kernel's watch descriptor (shared by every registration of the inode).
-        alive: False once removed, or once the kernel dropped the watch (the
-            directory was deleted or unmounted): the listener must watch anew.
-    """
-
-    path: Path
-    mask: int
-    names: frozenset[bytes]
-    listener: Listener
-    wd: int = -1
-    alive: bool = True
+class _Registration(Registration):
+    mask: int = 0  # the events it wants (the kernel's mask for the directory is the union)
+    wd: int = -1  # the kernel's watch descriptor (shared by every registration of the inode)
 
 
 @dataclass(eq=False)
@@ -143,15 +103,18 @@ class _Watch:
     wd: int
     # In the order they came; a dict: the worktrees' common parent directory holds one
     # registration per checkout, and removing one of ten thousand must not walk them all.
-    registrations: dict[Registration, None] = field(default_factory=dict)
+    registrations: dict[_Registration, None] = field(default_factory=dict)
 
 
 class Inotify:
-    """One inotify instance and its reader thread. Use :func:`acquire` / :func:`release`.
+    """One inotify instance and its reader thread: a :class:`~.notifier.Notifier`.
+    Use :func:`acquire` / :meth:`release`.
 
     Raises:
         OSError: the instance cannot be opened (``EMFILE``: the user's instance limit).
     """
+
+    reports_drops = True  # the kernel's queue overflow
 
     def __init__(self) -> None:
         fd = inotify_init()
@@ -178,14 +141,15 @@ class Inotify:
 
     # -- watches (any thread) -------------------------------------------------------
 
-    def add(self, path: Path, mask: int, names: frozenset[bytes], listener: Listener) -> Registration:
+    def add(self, path: Path, narrow: bool, names: frozenset[bytes], listener: Listener) -> Registration:
         """Watch directory ``path`` for ``listener``; events named ``names`` reach it.
 
         Raises:
             OSError: ``ENOSPC`` (the user's watch limit), ``EACCES``, ``ENOENT``,
                 ``ENOTDIR``, or ``EBADF`` once this instance is closed or dead.
         """
-        registration = Registration(path, mask, names, listener)
+        mask = ANCHOR_MASK if narrow else REF_MASK
+        registration = _Registration(path, narrow, names, listener, mask=mask)
         with self._lock:
             if self._closing or self.dead:
                 raise OSError(errno.EBADF, "inotify instance closed")
@@ -215,6 +179,8 @@ class Inotify:
         """
         with self._lock:
             registration.alive = False
+            if not isinstance(registration, _Registration):
+                return
             watch = self._watches.get(registration.wd)
             if watch is None or registration not in watch.registrations:
                 return
@@ -243,10 +209,18 @@ class Inotify:
                     if wd not in self._watches:  # not watched again since (same inode, same wd)
                         inotify_rm_watch(self.fd, wd)  # type: ignore[arg-type]
 
+    def lost(self, registration: Registration) -> bool:
+        """The kernel dropped the watch, or it was removed (reader death is told at once)."""
+        return not registration.alive
+
     def watch_count(self) -> int:
         """Directories watched now (kernel watches held by this instance)."""
         with self._lock:
             return len(self._watches)
+
+    def release(self) -> None:
+        """A watcher is done with this instance; the last one closes it."""
+        release(self)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -339,7 +313,7 @@ class Inotify:
         Deliberately silent: no log line per event (a debug log beside a checkout
         would otherwise feed itself).
         """
-        calls: list[tuple[Callable[[Registration, bytes, int], None], Registration, bytes, int]] = []
+        calls: list[tuple[Callable[[Registration, bytes, bool], None], Registration, bytes, bool]] = []
         overflow = False
         offset = 0
         with self._lock:
@@ -355,7 +329,7 @@ class Inotify:
                     continue  # removed meanwhile (its IN_IGNORED, or a late event)
                 if mask & _SELF and not name:
                     for registration in watch.registrations:
-                        calls.append((registration.listener.on_inotify, registration, b"", mask))
+                        calls.append((registration.listener.on_event, registration, b"", True))
                         # Deleted, unmounted or moved away: this registration no longer
                         # watches the directory at its path (a moved one's watch follows
                         # the inode elsewhere until removed).
@@ -365,13 +339,14 @@ class Inotify:
                     continue
                 for registration in watch.registrations:
                     if registration.mask & mask and name in registration.names:
-                        calls.append((registration.listener.on_inotify, registration, name, mask))
+                        deleted = bool(mask & _DELETED)
+                        calls.append((registration.listener.on_event, registration, name, deleted))
             listeners = self._listeners() if overflow else []
-        for call, registration, name, mask in calls:
+        for call, target, name, deleted in calls:
             try:
-                call(registration, name, mask)
+                call(target, name, deleted)
             except Exception:
-                logger.exception("stalewatch: error handling an event in %s", registration.path)
+                logger.exception("stalewatch: error handling an event in %s", target.path)
         if overflow:
             logger.warning("stalewatch: inotify queue overflow: events were lost; every checkout resyncs")
             for listener in listeners:
