@@ -20,8 +20,10 @@ import pytest
 from stalewatch.watching import inotify as inotify_module
 from stalewatch.watching.inotify import ANCHOR_MASK, REF_MASK, Inotify
 from stalewatch.watching.notifier import Registration
+from tests.support.notifiers import inotify_only
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = inotify_only
 
 
 class Events:

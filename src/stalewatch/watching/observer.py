@@ -179,6 +179,7 @@ class ObserverNotifier:
         directory = self._directories.get((registration.path, registration.narrow))
         return (
             directory is None
+            or registration not in directory.registrations  # its watch was replaced
             or directory.gone
             or not self._observer.is_alive()
             or self._emitter_died(directory)
