@@ -114,8 +114,6 @@ class Inotify:
         OSError: the instance cannot be opened (``EMFILE``: the user's instance limit).
     """
 
-    reports_drops = True  # the kernel's queue overflow
-
     def __init__(self) -> None:
         fd = inotify_init()
         if fd < 0:

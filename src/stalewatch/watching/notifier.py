@@ -70,12 +70,9 @@ class Registration:
 class Notifier(Protocol):
     """A process-wide notifier, shared by its watchers (:func:`acquire`, :meth:`release`).
 
-    Attributes:
-        reports_drops: whether lost events reach :meth:`Listener.on_overflow`; when
-            not, only the watchers' periodic verification catches a lost event.
+    One that cannot tell when it lost events never calls :meth:`Listener.on_overflow`:
+    only the watchers' periodic verification catches what it lost.
     """
-
-    reports_drops: bool
 
     def add(self, path: Path, narrow: bool, names: frozenset[bytes], listener: Listener) -> Registration:
         """Watch directory ``path`` (non-recursively) for ``listener``.

@@ -11,8 +11,8 @@ What the backends cannot do, and who covers it:
 
 - a lost event is silent (FSEvents' ``MustScanSubDirs``/``UserDropped`` flags are not
   acted on, watchdog issue #124; a ReadDirectoryChangesW buffer overflow returns zero
-  bytes, which reads as no event, #1019): :attr:`reports_drops` is False, and the
-  watcher's periodic verification (stat stamps of the plan's files, HEAD read every
+  bytes, which reads as no event, #1019): :meth:`~.notifier.Listener.on_overflow` is
+  never called, and the watcher's periodic verification (stat stamps of the plan's files, HEAD read every
   few rounds) catches the change within its verify interval;
 - a backend thread that dies says nothing: :meth:`ObserverNotifier.lost` asks whether
   the observer and the watch's emitter still run, on every verification;
@@ -120,8 +120,6 @@ class ObserverNotifier:
     Its lock is never taken on the observer's thread (handlers read their directory's
     registrations copied whole), so scheduling under it cannot deadlock with a dispatch.
     """
-
-    reports_drops = False  # see the module doc
 
     def __init__(self) -> None:
         self._observer = Observer(timeout=_TIMEOUT)
