@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch import Event, Guard, LocalSource, StaleError
-from stalewatch.watching import inotify as inotify_module
+from stalewatch.watching import inotify_calls
 from stalewatch.watching import scheduler as scheduler_module
 from stalewatch.watching.plan import Relevance
 from stalewatch.watching.watcher import Watcher
@@ -172,7 +172,7 @@ def test_c9_overflow_on_the_shared_instance_resyncs_every_checkout(
         monkeypatch.setattr(watcher_of(guard), "signal", Watcher.signal.__get__(watcher_of(guard)))
     hub = watcher_of(guards[0]).instance
     assert hub is not None
-    overflow = int(inotify_module.InotifyConstants.IN_Q_OVERFLOW)
+    overflow = inotify_calls.IN_Q_OVERFLOW
     hub._dispatch(struct.pack("iIII", -1, overflow, 0, 0))  # what the kernel writes
     for rec, new in zip(recorders, lost, strict=True):
         rec.wait_for("stale", new)

@@ -15,6 +15,7 @@ import pytest
 from stalewatch import Guard, LocalSource, StaleError
 from stalewatch.git.refs import GitDirs, find_git_dirs
 from stalewatch.watching import inotify as inotify_module
+from stalewatch.watching import inotify_calls
 from stalewatch.watching import local as watcher_module
 from stalewatch.watching import observer as observer_module
 from stalewatch.watching.plan import Relevance
@@ -247,7 +248,7 @@ def test_c9_queue_overflow_resyncs_an_update_whose_event_was_lost(
         # What the kernel writes into the instance when its queue overflows.
         instance = watcher.instance
         assert instance is not None
-        overflow = int(inotify_module.InotifyConstants.IN_Q_OVERFLOW)
+        overflow = inotify_calls.IN_Q_OVERFLOW
         instance._dispatch(struct.pack("iIII", -1, overflow, 0, 0))
         rec.wait_for("stale", lost)
         assert guard.wait_ready(5)
