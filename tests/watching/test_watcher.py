@@ -256,6 +256,7 @@ def test_c9_queue_overflow_resyncs_an_update_whose_event_was_lost(
             guard.check()
 
 
+@inotify_only
 @pytest.mark.serial  # the queue's length is the machine's: other tests' instances would overflow
 def test_c9_real_inotify_overflow_is_detected_even_with_every_logger_silenced(git_repo: Repo) -> None:
     # The kernel's overflow record is read from the instance itself: quieting watchdog's
