@@ -152,6 +152,21 @@ def test_polling_has_no_notifier() -> None:
     assert raised.value.errno == errno.ENOSYS
 
 
+def test_an_observer_that_would_only_poll_is_refused_so_the_watcher_polls_itself(
+    monkeypatch: pytest.MonkeyPatch, git_repo: Repo
+) -> None:
+    # Where watchdog has no native backend its Observer polls: that must never be
+    # trusted as notification.
+    monkeypatch.setattr(observer_module, "Observer", observer_module.PollingObserver)
+    with pytest.raises(OSError) as raised:
+        notifier_module.acquire("observer")
+    assert raised.value.errno == errno.ENOSYS
+    monkeypatch.setenv("STALEWATCH_NOTIFIER", "observer")
+    with Guard.for_checkout(git_repo.path) as guard:
+        assert guard.wait_ready(5)
+        assert guard.snapshot().mode == "polling" and not guard.snapshot().trusted
+
+
 @pytest.mark.unit
 def test_the_platform_gets_inotify_on_linux() -> None:
     assert notifier_module.platform_default() == "inotify"

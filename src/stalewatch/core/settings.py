@@ -6,15 +6,16 @@ variable                        default  meaning
 ``STALEWATCH_VERIFY_INTERVAL``  ``2.0``  seconds between in-process re-verifications
 ``STALEWATCH_POLL``             ``0``    ``1``: poll instead of kernel notifications
 ``STALEWATCH_POLL_INTERVAL``    ``1.0``  seconds between polls when polling
-``STALEWATCH_NOTIFIER``         platform ``inotify``, ``observer`` (watchdog's) or ``polling``
+``STALEWATCH_NOTIFIER``         auto     ``inotify``, ``observer`` (watchdog's) or ``polling``
 ``STALEWATCH_GIT``              ``git``  the git executable for binding and reftable
 ``STALEWATCH_METRICS_DAEMON``   socket   the ``daemon`` label of a daemon's metrics
 ==============================  =======  ===============================================
 
 ``STALEWATCH_NOTIFIER`` defaults to the platform's (``inotify`` on Linux, watchdog's
 observer elsewhere: see :mod:`stalewatch.watching.notifier`); ``polling`` is
-``STALEWATCH_POLL=1``. ``STALEWATCH_METRICS_DAEMON`` defaults to the daemon's socket path (unique on a host);
-the template unit ``stalewatch@.service`` sets it to the instance name.
+``STALEWATCH_POLL=1``. ``STALEWATCH_METRICS_DAEMON`` defaults to the daemon's socket
+path (unique on a host); the template unit ``stalewatch@.service`` sets it to the
+instance name.
 """
 
 from __future__ import annotations

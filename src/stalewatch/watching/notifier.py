@@ -28,10 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["KINDS", "Listener", "Notifier", "Registration", "acquire", "platform_default"]
-
-KINDS = ("inotify", "observer", "polling")
-"""The values of ``STALEWATCH_NOTIFIER``."""
+__all__ = ["Listener", "Notifier", "Registration", "acquire", "platform_default"]
 
 
 class Listener(Protocol):

@@ -122,6 +122,8 @@ class ObserverNotifier:
     """
 
     def __init__(self) -> None:
+        if not native():  # watchdog's own polling is no notification: our watchers poll
+            raise OSError(errno.ENOSYS, "watchdog has no native observer on this platform")
         self._observer = Observer(timeout=_TIMEOUT)
         self._observer.name = "stalewatch-observer"
         self._lock = threading.Lock()
