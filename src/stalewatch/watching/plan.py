@@ -2,7 +2,8 @@
 
 Only a few files can move HEAD's commit: ``HEAD``, the loose ref of each symbolic ref
 HEAD goes through (``refs/heads/main``), ``packed-refs``, and reftable's
-``tables.list``. A plan watches just their directories, each non-recursively, so a
+``tables.list``; for code that came through a deploy link, the link too
+(:attr:`GitDirs.deploy_link`). A plan watches just their directories, each non-recursively, so a
 watch refused for lack of inotify watches raises instead of being skipped inside a
 recursive watch, and ``git fetch`` or tag traffic never wakes anyone (C7). It also
 watches the worktree and its parent, so the checkout or its ``.git`` being moved,
@@ -84,8 +85,10 @@ class Plan:
 
 
 def anchors(dirs: GitDirs) -> frozenset[str]:
-    """The worktree, its ``.git`` and its git dirs: moved or replaced, they mean "re-watch"."""
-    return frozenset(str(p) for p in (dirs.worktree, dirs.worktree / ".git", dirs.git_dir, dirs.common_dir))
+    """The worktree, its ``.git`` and its git dirs: moved or replaced, they mean "re-watch"
+    (a release no git owns, :meth:`GitDirs.plain`, has no ``.git``)."""
+    dotgit = () if dirs.git_dir == dirs.worktree else (dirs.worktree / ".git",)
+    return frozenset(str(p) for p in (dirs.worktree, *dotgit, dirs.git_dir, dirs.common_dir))
 
 
 def plan(dirs: GitDirs, chain: Sequence[Path] | None = None) -> Plan:
@@ -127,6 +130,11 @@ class Planner:
         fixed = [dirs.worktree.parent, dirs.worktree, dirs.git_dir, dirs.common_dir]
         self._wide = {dirs.git_dir, dirs.common_dir}
         self._files = {dirs.head_file, dirs.packed_refs}
+        if dirs.deploy_link is not None:
+            # A deploy is a rename onto the link's name: planned like a ref file, in a
+            # directory watched for renames and creations only (narrow).
+            self._files.add(dirs.deploy_link)
+            fixed.append(dirs.deploy_link.parent)
         if dirs.reftable:
             for base in {dirs.git_dir, dirs.common_dir}:  # a worktree has its own stack
                 self._files.add(base / "reftable" / "tables.list")
