@@ -188,3 +188,20 @@ def test_the_link_is_watched_by_name_in_its_directory(origin: Repo, tmp_path: Pa
         sync.sync(origin.commit("two"))
         rec.wait_for("stale")
         assert [e.status for e in rec.events] == [Status.STALE]
+
+
+def test_bound_after_the_switch_the_loaded_release_is_the_one_the_code_came_from(
+    origin: Repo, tmp_path: Path
+) -> None:
+    # A worker that imports the old release (gunicorn's trap) after the deploy switched.
+    first = origin.head()
+    deploys = Releases(tmp_path / "deploy", origin)
+    one = deploys.export("1", first)
+    second = origin.commit("two")
+    deploys.capistrano_switch(deploys.export("2", second))
+    guard = Guard.for_file(one / "module.py", deploy_link=deploys.current)
+    assert (guard.status, guard.loaded_revision, guard.snapshot().current_revision) == (
+        Status.STALE,
+        first,
+        second,
+    )

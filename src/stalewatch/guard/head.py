@@ -91,6 +91,10 @@ class RevisionReader(Protocol):
         """What moved the revision from ``loaded`` to ``current`` (after a :meth:`read`)."""
         ...
 
+    def loaded_at_bind(self, now: str | None) -> str | None:
+        """The revision the code was loaded from, given the one read ``now`` at binding."""
+        ...
+
 
 class HeadReader:
     """The checkout's HEAD, and the reflog for what moved it."""
@@ -104,6 +108,9 @@ class HeadReader:
     def explain(self, chain: Sequence[Path], loaded: str | None, current: str) -> Cause | None:
         dirs = self._binding.dirs
         return None if dirs is None else reflog.explain_move(dirs, chain, loaded, current)
+
+    def loaded_at_bind(self, now: str | None) -> str | None:
+        return now  # the code was just imported from HEAD's tree
 
 
 def _once(read: Callable[[list[Path]], str | None], chain: list[Path]) -> tuple[str | None, str | None, bool]:
@@ -176,5 +183,5 @@ def initial(
         if loaded_revision is None:
             raise HeadUnreadableError(binding.checkout, f"cannot resolve HEAD: {exc}") from None
         return Status.UNREADABLE, checked_revision(loaded_revision), None  # C4: blocks
-    loaded = current if loaded_revision is None else checked_revision(loaded_revision)
+    loaded = reader.loaded_at_bind(current) if loaded_revision is None else checked_revision(loaded_revision)
     return decide(loaded, current, readable=True), loaded, current

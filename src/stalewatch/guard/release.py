@@ -157,6 +157,11 @@ class DeployLink:
         relation = "same" if current == loaded else "unknown"
         return Cause("deploy", words, words, "", "", time.time(), time.strftime("%z"), relation)
 
+    def loaded_at_bind(self, now: str | None) -> str | None:
+        """The loaded release's revision (the link may have moved on since the import)."""
+        del now
+        return self.loaded.revision
+
     def _name(self, release: Path) -> str:
         """A release as the link's directory sees it (``releases/a1b2c3``)."""
         base = self.link.parent.resolve()
