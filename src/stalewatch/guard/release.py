@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.cache import BoundedCache
 from ..core.cause import Cause
 from ..core.errors import BindError, RefError, ResourceExhaustedError
 from ..git.head import head_commit
@@ -40,6 +42,8 @@ REVISION_FILE = "REVISION"
 """The file Capistrano and Deployer write into each release: the commit deployed."""
 _MAX_REVISION = 4096  # one line; never read a giant
 _MAX_REVISION_CHARS = 256
+_TARGETS: BoundedCache[tuple[Path, str], Path] = BoundedCache(64)
+_CHECKOUTS: BoundedCache[tuple[Path, int, int], tuple[GitDirs | None]] = BoundedCache(64)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,24 @@ def _revision_file(directory: Path) -> str | None:
         raise _fail(path, exc, "the release's REVISION") from exc
 
 
+def _checkout_of(directory: Path) -> GitDirs | None:
+    """The git dirs of the checkout whose top ``directory`` is, ``None``: none.
+
+    Cached by the directory's identity: finding them costs ~250 µs, and a watcher reads
+    the link's release on every wake-up (a release deleted and made again is another).
+    """
+    info = directory.stat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(directory))
+    key = (directory, info.st_dev, info.st_ino)
+    cached = _CHECKOUTS.get(key)
+    if cached is None:
+        dirs = find_git_dirs(directory)
+        cached = (dirs if dirs is not None and dirs.worktree == directory else None,)
+        _CHECKOUTS.put(key, cached)
+    return cached[0]
+
+
 def revision_of(directory: Path, chain: list[Path] | None = None) -> str | None:
     """A release's revision: HEAD of its checkout, else its ``REVISION`` file, else its name.
 
@@ -87,37 +109,50 @@ def revision_of(directory: Path, chain: list[Path] | None = None) -> str | None:
 
     Raises:
         RefError: its HEAD or ``REVISION`` cannot be read.
+        OSError: ``directory`` is gone.
     """
-    dirs = find_git_dirs(directory)
-    if dirs is not None and dirs.worktree == directory:
+    dirs = _checkout_of(directory)
+    if dirs is not None:
         return head_commit(dirs, chain)
     return _revision_file(directory) or directory.name
+
+
+def _target(link: Path) -> Path:
+    """Where ``link`` leads, resolved. Cached by the link's text (one ``readlink``):
+    resolving walks every component (~30 µs) on every read of a watcher's wake-up;
+    a symlink above the link retargeted is not followed until the link itself changes."""
+    key = (link, os.readlink(link))  # noqa: PTH115 - the text is the key: no Path built
+    cached = _TARGETS.get(key)
+    if cached is None:
+        cached = link.resolve(strict=True)
+        _TARGETS.put(key, cached)
+    return cached
 
 
 def read_release(link: Path, chain: list[Path] | None = None) -> Release:
     """The release ``link`` names now.
 
     Raises:
-        RefError: the link is dangling, a loop, names no directory, or its release
-            cannot be read (:class:`ResourceExhaustedError`: for want of descriptors
-            or memory, which says nothing of the release).
+        RefError: the link is no symlink, dangling, a loop, names no directory, or its
+            release cannot be read (:class:`ResourceExhaustedError`: for want of
+            descriptors or memory, which says nothing of the release).
     """
+    path = link
     try:
-        path = link.resolve(strict=True)
-        if not path.is_dir():
-            raise RefError(link, f"the deploy link names {path}, not a directory")
+        path = _target(link)
+        return Release(path, revision_of(path, chain))
     except FileNotFoundError:
         raise RefError(link, "the deploy link names no release (dangling, or removed)") from None
+    except NotADirectoryError:
+        raise RefError(link, f"the deploy link names {path}, not a directory") from None
     except RuntimeError:  # Python < 3.13 reports a symlink loop this way
         raise RefError(link, "the deploy link is a symlink loop") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise RefError(link, "the deploy link is a symlink loop") from None
+        if exc.errno == errno.EINVAL:
+            raise RefError(link, "the deploy link is no longer a symlink") from None
         raise _fail(link, exc, "the deploy link") from exc
-    try:
-        return Release(path, revision_of(path, chain))
-    except OSError as exc:  # find_git_dirs' stat of a release deleted meanwhile
-        raise _fail(path, exc, "the release") from exc
 
 
 class DeployLink:
