@@ -37,7 +37,7 @@ def test_git_sync_switch_is_stale_with_both_releases_and_a_deploy_cause(origin: 
     sync.sync(first)
     with started(Guard.for_file(sync.link / "module.py")) as guard:
         assert isinstance(guard.binding.link, DeployLink)
-        assert guard.checkout == sync.worktree(first)
+        assert guard.checkout == sync.link  # what every release shares (a daemon's key too)
         rec = Recorder(guard)
         second = origin.commit("two")
         sync.sync(second)
@@ -67,6 +67,9 @@ def test_git_sync_default_removes_the_loaded_worktree_nothing_crashes_or_hangs(
         sync.sync(second)
         assert not sync.worktree(first).exists()
         rec.wait_for("stale", second)
+        # Still watching natively (the link's directory), not "checkout gone" and polling.
+        assert guard.wait_ready(5)
+        assert guard.snapshot().trusted
         with pytest.raises(StaleError):
             guard.check(strict=True)
         third = origin.commit("three")

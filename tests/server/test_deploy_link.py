@@ -3,15 +3,17 @@ switched is a move, told as stale with a ``deploy`` cause, and restarted on."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from stalewatch import Daemon, Guard
 from tests.support.daemons import Subscriber, greet, short_dir, start_daemon
 from tests.support.deploys import GitSync, Releases
 from tests.support.repos import Repo, make_repo
-from tests.support.restarts import config, names, phases, runs
+from tests.support.restarts import SKIP, config, names, phases, runs
 
 
 @pytest.fixture
@@ -60,3 +62,34 @@ def test_a_capistrano_switch_of_exports_is_stale(workdir: Path) -> None:
         event = sub.next("event", skip=("ping", "health", "restart", "processes"))
         assert (event["status"], event["current_revision"]) == ("stale", second)
         assert event["cause"]["message"] == "current switched releases/1 -> releases/2"
+
+
+def test_a_server_bound_through_the_link_registers_under_it_and_holds_the_confirmation(
+    workdir: Path,
+) -> None:
+    # R5, R10: the daemon knows what a server behind the link runs, from the release it
+    # registered; one left on the old release fails the confirmation, named.
+    origin = make_repo(workdir / "origin")
+    first = origin.head()
+    sync = GitSync(workdir / "root", origin)  # the old worktree removed at the switch
+    sync.sync(first)
+    cfg = config(workdir, Repo(sync.link), confirm_timeout=0.5, max_attempts=1)
+    with start_daemon(workdir, "--config", str(cfg)) as daemon, Subscriber(daemon.socket) as sub:
+        greet(sub)
+        server = Guard.for_file(sync.link / "module.py", source=Daemon(daemon.socket))
+        assert server.checkout == sync.link
+        with server:  # a server the action does not restart: it stays on the old release
+            line = sub.next("processes", skip=SKIP[:-2])
+            assert [(p["revision"], p["pid"]) for p in line["processes"]] == [(first, os.getpid())]
+            second = origin.commit("two")
+            sync.sync(second)
+            failed = phases(sub, "failed", "confirmed")[-1]
+            assert failed["phase"] == "failed"
+            assert f"{first[:7]}: pids [{os.getpid()}]" in failed["reason"]
+            # One started after the switch loaded the new release: the same checkout.
+            with Guard.for_file(sync.link / "module.py", source=Daemon(daemon.socket)) as fresh:
+                assert fresh.loaded_revision == second
+                while True:
+                    line = sub.next("processes", skip=(*SKIP[:-2], "restart"))
+                    if sorted(p["revision"] for p in line["processes"]) == sorted([first, second]):
+                        break

@@ -282,9 +282,10 @@ def test_a_deploy_link_is_a_planned_name_in_its_directory(git_repo: Repo, tmp_pa
     assert p.relevance_in(tmp_path, "tmp-link") is Relevance.NONE
 
 
-def test_a_release_no_git_owns_is_anchored_without_a_dot_git(tmp_path: Path) -> None:
+def test_behind_a_deploy_link_only_the_links_directory_is_an_anchor(tmp_path: Path) -> None:
+    # A release switched away from is deleted in the normal course: never "checkout gone".
     release = tmp_path / "releases" / "1"
     release.mkdir(parents=True)
     p = plan(GitDirs.plain(release, tmp_path / "current"))
-    assert str(release / ".git") not in p.anchors
+    assert p.anchors == {str(tmp_path)}
     assert p.relevance_in(tmp_path, "current") is Relevance.REF

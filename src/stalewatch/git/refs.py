@@ -57,6 +57,12 @@ class GitDirs:
     reftable: bool = False
     deploy_link: Path | None = None
 
+    @property
+    def checkout(self) -> Path:
+        """The path guards and a daemon name this checkout by: the deploy link the code
+        came through (the same for every release), else the worktree."""
+        return self.worktree if self.deploy_link is None else self.deploy_link
+
     @classmethod
     def plain(cls, directory: Path, deploy_link: Path) -> GitDirs:
         """A release no git owns (an export with a ``REVISION`` file), named by ``deploy_link``.

@@ -27,7 +27,8 @@ class Binding:
     """What a guard is bound to.
 
     Attributes:
-        checkout: top of the working tree; for an untracked file, its directory.
+        checkout: top of the working tree; for an untracked file, its directory; behind
+            a deploy link, the link (``/srv/app/current``: what every release shares).
         source: the source file that supplied the code, ``None`` for a whole checkout.
         dirs: the git directories, ``None`` when the source is untracked (C2); behind
             a deploy link, with the link (:attr:`GitDirs.deploy_link`).
@@ -57,8 +58,8 @@ def _linked(given: str | Path, binding: Binding, deploy_link: DeployLinkArg) -> 
     link = find_link(Path(given), dirs.worktree if dirs is not None else None, deploy_link=deploy_link)
     if link is None:
         return binding
-    checkout = binding.checkout if dirs is not None else link.loaded.path
-    return Binding(checkout, binding.source, watched_dirs(link, dirs), link)
+    watched = watched_dirs(link, dirs)
+    return Binding(watched.checkout, binding.source, watched, link)
 
 
 def _resolve(path: str | Path) -> Path:

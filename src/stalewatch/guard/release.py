@@ -228,9 +228,9 @@ def find_link(
     Raises:
         BindError: a named link is not a symlink, or the code is in none of its releases.
     """
-    absolute = path.expanduser().absolute()
+    absolute = Path(os.path.abspath(path.expanduser()))  # noqa: PTH100 - normalised, not resolved
     if deploy_link is not None:
-        named = Path(deploy_link).expanduser().absolute()
+        named = Path(os.path.abspath(Path(deploy_link).expanduser()))  # noqa: PTH100
         if not named.is_symlink():
             raise BindError(named, "deploy_link must be a symlink (current -> releases/X)")
         loaded = worktree if worktree is not None else _release_among(named, absolute.resolve())

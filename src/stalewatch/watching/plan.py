@@ -85,10 +85,14 @@ class Plan:
 
 
 def anchors(dirs: GitDirs) -> frozenset[str]:
-    """The worktree, its ``.git`` and its git dirs: moved or replaced, they mean "re-watch"
-    (a release no git owns, :meth:`GitDirs.plain`, has no ``.git``)."""
-    dotgit = () if dirs.git_dir == dirs.worktree else (dirs.worktree / ".git",)
-    return frozenset(str(p) for p in (dirs.worktree, *dotgit, dirs.git_dir, dirs.common_dir))
+    """The worktree, its ``.git`` and its git dirs: moved or replaced, they mean "re-watch".
+
+    Behind a deploy link, only the link's directory: the release is read through the
+    link, and one switched away from is deleted in the normal course (git-sync's default).
+    """
+    if dirs.deploy_link is not None:
+        return frozenset({str(dirs.deploy_link.parent)})
+    return frozenset(str(p) for p in (dirs.worktree, dirs.worktree / ".git", dirs.git_dir, dirs.common_dir))
 
 
 def plan(dirs: GitDirs, chain: Sequence[Path] | None = None) -> Plan:
@@ -158,7 +162,7 @@ class Planner:
                 if len(self._walks) >= 256:  # a long life of branch switches: start over
                     self._walks.clear()
                 walk = self._walks[ref] = _walk(self._dirs, ref)
-            homes.append(next((path for path, text in walk[:-1] if os.path.isdir(text)), walk[-1][0]))  # noqa: PTH112
+            homes.append(next((path for path, text in walk if os.path.isdir(text)), None))  # noqa: PTH112
         key = (refs, existing, tuple(homes))
         made = self._plans.get(key)
         if made is None:
@@ -167,13 +171,15 @@ class Planner:
             made = self._plans[key] = self._build(refs, existing, homes)
         return made
 
-    def _build(self, refs: Sequence[Path], existing: Sequence[Path], homes: Sequence[Path]) -> Plan:
+    def _build(self, refs: Sequence[Path], existing: Sequence[Path], homes: Sequence[Path | None]) -> Plan:
         dirs = self._dirs
         files = set(self._files)
         watch = set(existing)
         wide = set(self._wide)
         parents: set[Path] = set()
         for ref, home in zip(refs, homes, strict=True):
+            if home is None:
+                continue  # its git dir is gone (a release deleted): nothing there to watch
             files.add(ref)
             watch.add(home)
             wide.add(home)
