@@ -47,6 +47,10 @@ def test_a_git_sync_switch_is_stale_and_restarted_onto(workdir: Path) -> None:
         assert runs(workdir) == 1
         event = sub.next("event", skip=("ping", "health", "restart", "processes"))
         assert (event["status"], event["loaded_revision"]) == ("current", second)
+        third = origin.commit("three")
+        sync.sync(third)  # told from the release the servers run now
+        event = sub.next("event", skip=("ping", "health", "restart", "processes"))
+        assert event["cause"]["message"] == f"app switched .worktrees/{second} -> .worktrees/{third}"
 
 
 def test_a_capistrano_switch_of_exports_is_stale(workdir: Path) -> None:

@@ -158,9 +158,9 @@ def read_release(link: Path, chain: list[Path] | None = None) -> Release:
 class DeployLink:
     """The revision of the release a deploy link names now, against the one loaded.
 
-    A :class:`~.head.Revisions` (the guard reads through it instead of HEAD): ``read``
-    says the revision the link's release has now; a dangling link raises, so the guard
-    says ``unreadable``, never ``current``.
+    A :class:`~.head.RevisionReader` (the guard reads through it instead of HEAD):
+    ``read`` says the revision the link's release has now; a dangling link raises, so the
+    guard says ``unreadable``, never ``current``.
 
     Attributes:
         link: the link (not resolved): ``/srv/app/current``.
@@ -171,6 +171,9 @@ class DeployLink:
         self.link = link
         self.loaded = loaded
         self._now = loaded  # the release the last read found
+        # The releases read, by revision: a daemon that restarted its servers adopts a
+        # revision, and the next switch is told from the release that has it.
+        self._releases: dict[str | None, Path] = {loaded.revision: loaded.path}
 
     def read(self, chain: list[Path]) -> str | None:
         """The revision of the release the link names now (``None``: an unborn branch).
@@ -180,15 +183,20 @@ class DeployLink:
         """
         release = read_release(self.link, chain)
         self._now = release
+        if self._releases.get(release.revision) != release.path:
+            if len(self._releases) >= 64:
+                self._releases = {self.loaded.revision: self.loaded.path}
+            self._releases[release.revision] = release.path
         return release.revision
 
     def explain(self, chain: Sequence[Path], loaded: str | None, current: str) -> Cause | None:
         """``deploy: current switched releases/a1b2c3 -> releases/d4e5f6`` (the last read)."""
         del chain
         now = self._now
-        if now.path == self.loaded.path:
+        source = self._releases.get(loaded, self.loaded.path)
+        if now.path == source:
             return None  # the release's own HEAD moved: no switch to tell (and no reflog read)
-        words = f"{self.link.name} switched {self._name(self.loaded.path)} -> {self._name(now.path)}"
+        words = f"{self.link.name} switched {self._name(source)} -> {self._name(now.path)}"
         relation = "same" if current == loaded else "unknown"
         return Cause("deploy", words, words, "", "", time.time(), time.strftime("%z"), relation)
 
