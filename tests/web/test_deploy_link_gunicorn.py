@@ -1,6 +1,7 @@
 """A real gunicorn served from a deploy link (issue 28 item 2): Capistrano's switch refuses
 with 409 at once, and the recipe in docs/deployment.md ("Releases behind a symlink") is
-what reloads the new release; the trap beside it is proven too.
+what reloads the new release, by hand or by the daemon's restart; the trap beside it is
+proven too.
 
 gunicorn keeps ``--chdir`` as given (``abspath``, not ``realpath``) at the head of
 ``sys.path``, so the app's ``__file__`` keeps the link, and a HUP's new workers import
@@ -24,9 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.daemons import Subscriber, greet, short_dir, start_daemon
 from tests.support.deploys import Releases
 from tests.support.ports import free_port
 from tests.support.repos import make_repo
+from tests.support.restarts import phases
 from tests.support.web import request
 
 pytestmark = pytest.mark.real_server
@@ -36,10 +39,12 @@ WAIT = 15.0
 
 APP = """\
 import json, os
-from stalewatch import Guard
+from stalewatch import Daemon, Guard
 from stalewatch.web import WSGIBarrier
 
-guard = Guard.for_module(__name__, deploy_link=os.environ.get("DEPLOY_LINK") or None)
+socket = os.environ.get("STALEWATCH_SOCKET")
+source = Daemon(socket) if socket else None
+guard = Guard.for_module(__name__, deploy_link=os.environ.get("DEPLOY_LINK") or None, source=source)
 guard.start()
 
 
@@ -59,10 +64,10 @@ def gunicorn(workdir: Path, cwd: Path, *args: str, env: dict[str, str] | None = 
     port = free_port()
     environ = {**os.environ, **(env or {})}
     environ.pop("PWD", None)  # as a supervisor starts it: only the kernel's working directory
-    with (workdir / f"gunicorn-{port}.log").open("wb") as log:
+    with (workdir / "gunicorn.log").open("wb") as log:
         proc = subprocess.Popen(
             [str(BIN / "gunicorn"), "--bind", f"127.0.0.1:{port}", "--workers", "1",
-             "--pid", str(workdir / f"gunicorn-{port}.pid"), *args, "app:app"],
+             "--pid", str(workdir / "gunicorn.pid"), *args, "app:app"],
             cwd=cwd, env=environ, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )  # fmt: skip
     try:
@@ -108,8 +113,8 @@ def deploys(tmp_path: Path) -> Releases:
     return releases
 
 
-def hup(workdir: Path, port: int) -> None:
-    pid = int((workdir / f"gunicorn-{port}.pid").read_text())
+def hup(workdir: Path) -> None:
+    pid = int((workdir / "gunicorn.pid").read_text())
     os.kill(pid, signal.SIGHUP)
 
 
@@ -123,7 +128,7 @@ def test_served_through_chdir_on_the_link_a_switch_is_409_and_hup_loads_the_new_
         second = deploys.origin.commit("two")
         deploys.capistrano_switch(deploys.export("2", second))
         answer(port, 409)
-        hup(tmp_path, port)
+        hup(tmp_path)
         served = answer(port, 200, second)  # the new workers imported the new release
 
 
@@ -137,9 +142,43 @@ def test_a_working_directory_on_the_link_is_the_trap_hup_reloads_the_old_release
         assert served["file"] == str(deploys.current.resolve() / "app.py")  # resolved: the link is lost
         deploys.capistrano_switch(deploys.export("2", deploys.origin.commit("two")))
         answer(port, 409)
-        hup(tmp_path, port)
+        hup(tmp_path)
         # The new worker imported the old release again, and says so: still refused.
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:
             status, _, body = request(port, "GET", "/api")
             assert status == 409, body
+
+
+@pytest.mark.slow
+def test_the_daemon_restarts_gunicorn_onto_the_release_the_link_names(
+    deploys: Releases, tmp_path: Path
+) -> None:
+    # R5, R10 on top: the servers register the release they loaded under the link; the
+    # daemon's HUP is confirmed once they run the new one.
+    first = deploys.origin.head()
+    with short_dir() as workdir:
+        pidfile = workdir / "gunicorn.pid"
+        config = workdir / "c.toml"
+        config.write_text(
+            f'keepalive = 0.5\n[[checkout]]\npath = "{deploys.current}"\n[checkout.restart]\n'
+            f'pidfile = "{pidfile}"\nsignal = "HUP"\nsettle = 0.2\nmin_interval = 0\nconfirm_timeout = 30\n'
+        )
+        config.chmod(0o600)
+        env = {"STALEWATCH_SOCKET": str(workdir / "d.sock")}
+        with (
+            start_daemon(workdir, "--config", str(config)) as daemon,
+            Subscriber(daemon.socket) as sub,
+            gunicorn(workdir, tmp_path, "--chdir", str(deploys.current), env=env) as port,
+        ):
+            greet(sub)
+            answer(port, 200, first)
+            while True:  # the worker registered what it loaded, under the link's key
+                line = sub.next("processes", skip=("ping", "health", "event", "snapshot", "pong", "restart"))
+                if [p["revision"] for p in line["processes"]] == [first]:
+                    break
+            second = deploys.origin.commit("two")
+            deploys.capistrano_switch(deploys.export("2", second))
+            last = phases(sub, "confirmed", "failed", "refused")[-1]
+            assert (last["phase"], last["revision"]) == ("confirmed", second), last
+            answer(port, 200, second)
