@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch import BindError, Guard, StaleError, Status
-from stalewatch.guard.release import DeployLink
+from stalewatch import BindError, Guard, RefError, StaleError, Status
+from stalewatch.guard.release import DeployLink, read_release
 from tests.support.deploys import GitSync, Releases
 from tests.support.recorder import Recorder
 from tests.support.repos import Repo, make_repo
@@ -208,3 +208,24 @@ def test_bound_after_the_switch_the_loaded_release_is_the_one_the_code_came_from
         first,
         second,
     )
+
+
+def test_a_link_switched_onto_a_file_or_replaced_by_a_directory_is_unreadable(
+    origin: Repo, tmp_path: Path
+) -> None:
+    deploys = Releases(tmp_path / "deploy", origin)
+    deploys.capistrano_switch(deploys.export("1", origin.head()))
+    guard = Guard.for_checkout(deploys.current)  # never started: every check reads (C9)
+    stray = tmp_path / "deploy" / "stray"
+    stray.write_text("not a release\n")
+    deploys.deployer_switch(stray)
+    with pytest.raises(StaleError):
+        guard.check()
+    assert guard.status is Status.UNREADABLE
+    assert "not a directory" in (guard.snapshot().error or "")
+    deploys.current.unlink()
+    deploys.current.mkdir()
+    with pytest.raises(StaleError):
+        guard.check()
+    with pytest.raises(RefError, match="no longer a symlink"):
+        read_release(deploys.current)
