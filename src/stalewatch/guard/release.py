@@ -274,6 +274,8 @@ def _read_loaded(release: Path) -> str | None:
         return revision_of(release)
     except RefError as exc:
         raise BindError(release, f"cannot read the loaded release's revision: {exc.reason}") from None
+    except OSError as exc:  # deleted since its path was resolved
+        raise BindError(release, f"cannot read the loaded release: {exc.strerror or exc}") from None
 
 
 def watched_dirs(link: DeployLink, dirs: GitDirs | None) -> GitDirs:
