@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch import BindError, Guard, RefError, StaleError, Status
+from stalewatch import BindError, Guard, LocalSource, RefError, StaleError, Status
 from stalewatch.guard.release import DeployLink, read_release
 from tests.support.deploys import GitSync, Releases
 from tests.support.recorder import Recorder
@@ -229,3 +229,16 @@ def test_a_link_switched_onto_a_file_or_replaced_by_a_directory_is_unreadable(
         guard.check()
     with pytest.raises(RefError, match="no longer a symlink"):
         read_release(deploys.current)
+
+
+def test_polling_sees_a_switch(origin: Repo, tmp_path: Path) -> None:
+    # Without notification (a filesystem without it, or the user's limits): the link's
+    # lstat is in the stamp each poll compares (tests/watching/test_plan.py: it is planned).
+    sync = GitSync(tmp_path / "root", origin, keep=True)
+    sync.sync(origin.head())
+    source = LocalSource(poll=True, poll_interval=0.05)
+    with started(Guard.for_checkout(sync.link, source=source)) as guard:
+        rec = Recorder(guard)
+        second = origin.commit("two")
+        sync.sync(second)
+        rec.wait_for("stale", second)
