@@ -15,6 +15,7 @@ import pytest
 
 from stalewatch import BindError, Guard, LocalSource, RefError, StaleError, Status
 from stalewatch.guard.release import DeployLink, read_release
+from stalewatch.watching.watcher import Watcher
 from tests.support.deploys import GitSync, Releases
 from tests.support.recorder import Recorder
 from tests.support.repos import Repo, make_repo
@@ -242,3 +243,23 @@ def test_polling_sees_a_switch(origin: Repo, tmp_path: Path) -> None:
         second = origin.commit("two")
         sync.sync(second)
         rec.wait_for("stale", second)
+
+
+def test_a_link_in_a_symlinked_directory_is_watched_where_it_is(origin: Repo, tmp_path: Path) -> None:
+    # /var/www -> /data/www, the link /var/www/app/current: its directory is itself a link.
+    sync = GitSync(tmp_path / "root", origin, keep=True)
+    sync.sync(origin.head())
+    alias = tmp_path / "alias"
+    alias.symlink_to(sync.root)
+    with started(Guard.for_checkout(alias / "app")) as guard:
+        assert guard.checkout == alias / "app"
+        watcher = guard._watch
+        assert isinstance(watcher, Watcher)
+        # Every planned directory is watched (a watch of the alias itself fails: the
+        # watcher would plan again on every turn, a busy loop).
+        assert watcher.watch_count() == len(watcher.plan.watch)
+        rec = Recorder(guard)
+        second = origin.commit("two")
+        sync.sync(second)
+        rec.wait_for("stale", second)
+        assert guard.snapshot().trusted

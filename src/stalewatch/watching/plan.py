@@ -3,9 +3,10 @@
 Only a few files can move HEAD's commit: ``HEAD``, the loose ref of each symbolic ref
 HEAD goes through (``refs/heads/main``), ``packed-refs``, and reftable's
 ``tables.list``; for code that came through a deploy link, the link too
-(:attr:`GitDirs.deploy_link`). A plan watches just their directories, each non-recursively, so a
-watch refused for lack of inotify watches raises instead of being skipped inside a
-recursive watch, and ``git fetch`` or tag traffic never wakes anyone (C7). It also
+(:attr:`GitDirs.deploy_link`). A plan watches just their directories, each
+non-recursively, so a watch refused for lack of inotify watches raises instead of
+being skipped inside a recursive watch, and ``git fetch`` or tag traffic never wakes
+anyone (C7). It also
 watches the worktree and its parent, so the checkout or its ``.git`` being moved,
 deleted or swapped is seen at once (C4) — but only for that: those two are
 ``narrow`` (no content writes are watched there, so an app's log file in or beside
@@ -90,9 +91,17 @@ def anchors(dirs: GitDirs) -> frozenset[str]:
     Behind a deploy link, only the link's directory: the release is read through the
     link, and one switched away from is deleted in the normal course (git-sync's default).
     """
-    if dirs.deploy_link is not None:
-        return frozenset({str(dirs.deploy_link.parent)})
+    link = _link(dirs)
+    if link is not None:
+        return frozenset({str(link.parent)})
     return frozenset(str(p) for p in (dirs.worktree, dirs.worktree / ".git", dirs.git_dir, dirs.common_dir))
+
+
+def _link(dirs: GitDirs) -> Path | None:
+    """The deploy link where it is: in its directory resolved (a watch never follows the
+    last component of its path, so a symlinked directory could not be watched)."""
+    link = dirs.deploy_link
+    return None if link is None else Path(os.path.realpath(link.parent)) / link.name
 
 
 def plan(dirs: GitDirs, chain: Sequence[Path] | None = None) -> Plan:
@@ -134,11 +143,12 @@ class Planner:
         fixed = [dirs.worktree.parent, dirs.worktree, dirs.git_dir, dirs.common_dir]
         self._wide = {dirs.git_dir, dirs.common_dir}
         self._files = {dirs.head_file, dirs.packed_refs}
-        if dirs.deploy_link is not None:
+        link = _link(dirs)
+        if link is not None:
             # A deploy is a rename onto the link's name: planned like a ref file, in a
             # directory watched for renames and creations only (narrow).
-            self._files.add(dirs.deploy_link)
-            fixed.append(dirs.deploy_link.parent)
+            self._files.add(link)
+            fixed.append(link.parent)
         if dirs.reftable:
             for base in {dirs.git_dir, dirs.common_dir}:  # a worktree has its own stack
                 self._files.add(base / "reftable" / "tables.list")
