@@ -269,3 +269,24 @@ def test_a_plan_follows_the_chain_it_is_given_not_head_now(git_repo: Repo) -> No
     assert str(other) in p.files
     assert str(dirs.common_dir / "refs/heads/main") not in p.files
     assert plan(dirs, []).files == {str(dirs.git_dir / "HEAD"), str(dirs.packed_refs)}  # detached
+
+
+def test_a_deploy_link_is_a_planned_name_in_its_directory(git_repo: Repo, tmp_path: Path) -> None:
+    link = tmp_path / "current"
+    link.symlink_to(git_repo.path)
+    dirs = GitDirs(**{**vars(dirs_of(git_repo)), "deploy_link": link})
+    p = plan(dirs)
+    assert tmp_path in p.watch
+    assert tmp_path in p.narrow  # renames and creations only: a log written beside it wakes nothing
+    assert "current" in p.names(tmp_path)
+    assert p.relevance_in(tmp_path, "current") is Relevance.REF
+    assert p.relevance_in(tmp_path, "tmp-link") is Relevance.NONE
+
+
+def test_behind_a_deploy_link_only_the_links_directory_is_an_anchor(tmp_path: Path) -> None:
+    # A release switched away from is deleted in the normal course: never "checkout gone".
+    release = tmp_path / "releases" / "1"
+    release.mkdir(parents=True)
+    p = plan(GitDirs.plain(release, tmp_path / "current"))
+    assert p.anchors == {str(tmp_path)}
+    assert p.relevance_in(tmp_path, "current") is Relevance.REF

@@ -34,12 +34,31 @@ class GitDirs:
         common_dir: the directory holding ``refs/`` and ``packed-refs`` (equal to
             ``git_dir`` except in linked worktrees).
         store: how the repository keeps its refs (ask it, never test which it is).
+        deploy_link: a symlink naming this worktree as the release in use
+            (``current -> releases/X``, :mod:`stalewatch.guard.release`): retargeted, the
+            code moved, so its name is watched in its directory like a ref.
     """
 
     worktree: Path
     git_dir: Path
     common_dir: Path
     store: RefStore = files.STORE
+    deploy_link: Path | None = None
+
+    @property
+    def checkout(self) -> Path:
+        """The path guards and a daemon name this checkout by: the deploy link the code
+        came through (the same for every release), else the worktree."""
+        return self.worktree if self.deploy_link is None else self.deploy_link
+
+    @classmethod
+    def plain(cls, directory: Path, deploy_link: Path) -> GitDirs:
+        """A release no git owns (an export with a ``REVISION`` file), named by ``deploy_link``.
+
+        Its "git dirs" are the directory itself: nothing of git's is ever found there,
+        so only the directory's identity and the link are watched.
+        """
+        return cls(directory, directory, directory, deploy_link=deploy_link)
 
     # Paths built once per checkout: a pathlib join costs 2 to 5 µs, and a turn of the
     # watcher would otherwise build seven (issue 17: every microsecond of an update's
