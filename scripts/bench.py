@@ -10,8 +10,10 @@ of it costs (when the metrics extra is installed); the latency
 from ``os.replace`` of a ref file to the subscriber seeing the flag flip, over
 ``--updates`` updates; the watcher's CPU over ``--idle`` idle seconds; the process RSS.
 Figures are printed, never asserted. ``--quick`` runs tiny counts (a smoke test).
+``--notifier`` chooses what tells the watcher (``STALEWATCH_NOTIFIER``: ``inotify``,
+``observer``, the watchdog observer other platforms run, or ``polling``).
 
-Usage: python scripts/bench.py [--updates 500] [--idle 10] [--quick]
+Usage: python scripts/bench.py [--updates 500] [--idle 10] [--notifier KIND] [--quick]
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import watchdog.version
 
 from gitrepo import git, two_commits
 from stalewatch import Event, Guard, StaleError
+from stalewatch.core.settings import NOTIFIERS
 
 
 def make_repo(root: Path) -> tuple[Path, str, str]:
@@ -181,12 +184,16 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=10.0)
     parser.add_argument("--quick", action="store_true", help="tiny counts: checks the script runs")
     parser.add_argument("--no-daemon", action="store_true", help="skip scripts/bench_daemon.py")
+    parser.add_argument("--notifier", choices=NOTIFIERS, help="STALEWATCH_NOTIFIER (default: the platform's)")
     args = parser.parse_args()
+    if args.notifier:
+        os.environ["STALEWATCH_NOTIFIER"] = args.notifier  # the daemon's bench inherits it
     updates, idle = (20, 0.5) if args.quick else (args.updates, args.idle)
     batches, ref_runs = (20, 10) if args.quick else (2000, 200)
 
     versions = f"Python {platform.python_version()}, watchdog {watchdog.version.VERSION_STRING}"
-    print(f"stalewatch bench: {versions},")
+    chosen = os.environ.get("STALEWATCH_NOTIFIER") or "the platform's"
+    print(f"stalewatch bench: {versions}, notifier: {chosen},")
     print(f"  {git(Path.cwd(), '--version')}, {os.cpu_count()} CPUs, {platform.machine()}")
     with tempfile.TemporaryDirectory() as tmp:
         repo, a, b = make_repo(Path(tmp))

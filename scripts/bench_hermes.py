@@ -148,7 +148,7 @@ def cause_rows(repo: Path, batches: int) -> None:
     dirs = refs.find_git_dirs(repo.resolve())
     assert dirs is not None
     chain: list[Path] = []
-    current = refs.resolve_head(dirs, chain)
+    current = dirs.store.resolve_head(dirs, chain)
     assert current is not None
     near = reflog.explain(dirs, chain, loaded, current)
     print(f"what moved HEAD, read once per change ({near.describe() if near else 'no cause'})")

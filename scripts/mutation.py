@@ -105,6 +105,15 @@ TARGETS: tuple[Target, ...] = (
         ),
     ),
     Target(
+        "git/files.py",
+        (
+            "tests/git/test_refs.py",
+            "tests/git/test_refs_properties.py",
+            "tests/git/test_refs_git_oracle.py",
+            "tests/git/test_packed.py",
+        ),
+    ),
+    Target(
         "git/packed.py",
         (
             "tests/git/test_packed.py",

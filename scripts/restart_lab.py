@@ -12,7 +12,11 @@ loopback under one temporary directory; every process group is stopped at exit.
   - ``gunicorn``: ``gunicorn -w N``, restarted by HUP to the master (its pid file);
   - ``gunicorn-handoff``: the same, restarted by the USR2 handoff (``handoff = true``):
     a new master beside the old, the old retired once the new workers registered;
-  - ``supervisord``: supervisord running gunicorn, ``supervisorctl restart web``.
+  - ``supervisord``: supervisord running gunicorn, ``supervisorctl restart web``;
+  - ``supervisord-hup``: supervisord running gunicorn, restarted by HUP to its master
+    (the master supervisord knows stays);
+  - ``supervisord-handoff``: supervisord running gunicorn with the USR2 handoff (which
+    the daemon refuses under supervisord: see docs/deployment.md).
 
   ``defaults=True`` writes the recipe as the docs give it (``min_interval`` 30 s, a
   confirm timeout of 60 s...); otherwise the lab's quick settings (``min_interval`` 0).
@@ -97,6 +101,23 @@ QUICK = "confirm_timeout = 30\nmin_interval = 0\n"
 """The lab's quick settings; ``defaults=True`` leaves the recipe's defaults instead."""
 
 
+# What a supervisor puts in its programs' environment: never passed on from whatever
+# runs the lab (a CI job under systemd), or the daemon would take a bare gunicorn for a
+# supervised one (server/restart/supervised.py).
+_SUPERVISOR_MARKS = ("SUPERVISOR_", "NOTIFY_SOCKET", "MAINPID", "INVOCATION_ID", "LISTEN_")
+
+
+def _unsupervised(env: os._Environ[str] | dict[str, str]) -> dict[str, str]:
+    return {key: value for key, value in env.items() if not key.startswith(_SUPERVISOR_MARKS)}
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
 @dataclass
 class Line:
     """One line from the daemon and when it arrived (``time.time()``)."""
@@ -109,7 +130,8 @@ class Lab:
     """See the module doc. Use as a context manager: everything stops at exit.
 
     Args:
-        supervisor: ``gunicorn``, ``gunicorn-handoff`` or ``supervisord``.
+        supervisor: ``gunicorn``, ``gunicorn-handoff``, ``supervisord``, ``supervisord-hup``
+            or ``supervisord-handoff``.
         workers: gunicorn workers.
         policy: extra keys for the ``[checkout.restart]`` table (TOML text lines).
         command: supervisord's program instead of gunicorn; {port}, {socket},
@@ -186,6 +208,11 @@ class Lab:
             stop_group(proc.pid, timeout=10)  # its own session: the whole group, new masters too
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
+        # A master nobody supervises any more (a handoff under supervisord, which puts
+        # each program in a group of its own) outlives those groups: its own group goes.
+        groups = {group for pid in self._gunicorns() if (group := _group(pid)) is not None}
+        for pgid in groups - {os.getpgrp()}:
+            stop_group(pgid, timeout=10)
         for thread in (self._follower, self._drainer):
             if thread is not None:
                 thread.join(timeout=10)
@@ -203,7 +230,7 @@ class Lab:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
-                env={**os.environ, **(env or {})},
+                env={**_unsupervised(os.environ), **(env or {})},
                 start_new_session=True,  # its own group: stopped whole at exit
             )
         self._procs.append(proc)
@@ -217,9 +244,9 @@ class Lab:
 
     def recipe(self) -> str:
         """The ``[checkout.restart]`` keys that restart this lab's server (the docs' recipe)."""
-        if self.supervisor == "gunicorn":
+        if self.supervisor in ("gunicorn", "supervisord-hup"):
             return f'pidfile = "{self.pidfile}"\nsignal = "HUP"\n'
-        if self.supervisor == "gunicorn-handoff":
+        if self.supervisor in ("gunicorn-handoff", "supervisord-handoff"):
             return f'pidfile = "{self.pidfile}"\nsignal = "USR2"\nhandoff = true\n'
         conf = str(self.dir / "supervisord.conf")
         argv = [str(self._bin / "supervisorctl"), "-c", conf, "restart", "web"]
@@ -370,6 +397,9 @@ class Lab:
         fields = {"port": self.port, "socket": self.socket, "checkout": self.checkout}
         command = " ".join(part.format(**fields) for part in argv)
         environment = ",".join(f'{key}="{value}"' for key, value in env.items())
+        # supervisorctl restart returns at once; the other kinds keep supervisord's
+        # default (1 s: a program that exits sooner is "Exited too quickly", then FATAL).
+        startsecs = 0 if self.supervisor == "supervisord" else 1
         conf.write_text(
             textwrap.dedent(
                 f"""\
@@ -388,7 +418,7 @@ class Lab:
                 environment={environment}
                 stopsignal=TERM
                 stopwaitsecs=30
-                startsecs=0
+                startsecs={startsecs}
                 autorestart=true
                 redirect_stderr=true
                 stdout_logfile={self.dir / "server.log"}
@@ -408,6 +438,34 @@ class Lab:
         finally:
             flag.unlink(missing_ok=True)
             self.handoff_gate.release()
+
+    def supervisorctl(self, *args: str) -> str:
+        """What ``supervisorctl -c <the lab's conf> ARGS`` prints (whatever its exit status)."""
+        argv = [str(self._bin / "supervisorctl"), "-c", str(self.dir / "supervisord.conf"), *args]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT, check=False)
+        return done.stdout.strip()
+
+    def masters(self) -> list[int]:
+        """The gunicorn masters of this lab running now, whoever started them.
+
+        A process running the lab's gunicorn command line (its ``--pid`` path) with a
+        child that runs it too: workers never fork, so a master is the one with children.
+        """
+        ours = self._gunicorns()
+        return sorted({ppid for ppid in ours.values() if ppid in ours})
+
+    def _gunicorns(self) -> dict[int, int]:
+        """Every process running this lab's gunicorn (its ``--pid`` path), by pid: its parent."""
+        ours: dict[int, int] = {}
+        marker = str(self.pidfile).encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if marker in (entry / "cmdline").read_bytes().split(b"\0"):
+                    stat = (entry / "stat").read_bytes()
+                    ours[int(entry.name)] = int(stat[stat.rfind(b")") + 2 :].split()[1])
+        return ours
 
     def master(self, suffix: str = "") -> int | None:
         """The pid in gunicorn's pid file (``suffix=".2"``: a new master's), if any."""

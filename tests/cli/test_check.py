@@ -113,8 +113,8 @@ def test_a_valid_configuration_prints_what_would_run_and_touches_nothing(
     assert f'metrics_address = "127.0.0.1:{port}"  # read at start only' in out
     assert f'metrics_textfile = "{sock}.prom"  # read at start only' in out
     assert 'log_level = "warning"\n' in out and "keepalive = 5.0  # default" in out
-    # Each checkout with what it resolved to: its git dir and the revision HEAD is at.
-    assert f"# worktree {git_repo.path}, git dir {git_repo.path / '.git'}\n" in out
+    # Each checkout with what it resolved to: its git dir, ref store and HEAD's revision.
+    assert f"# worktree {git_repo.path}, git dir {git_repo.path / '.git'}, refs files\n" in out
     assert f"# HEAD {git_repo.head()}, current\n" in out
     assert f"# HEAD {other.head()}, stale\n" in out  # pinned to an older commit
     assert f'revision = "{other.git("rev-parse", "HEAD~1")}"' in out

@@ -7,8 +7,11 @@ from pathlib import Path
 import pytest
 
 from stalewatch.git import moves, reflog
-from stalewatch.git.refs import find_git_dirs, resolve_head
+from stalewatch.git.files import STORE
+from stalewatch.git.refs import find_git_dirs
 from tests.support.repos import Repo
+
+resolve_head = STORE.resolve_head  # the files store's
 
 
 def cause_of(repo: Repo, loaded: str) -> reflog.Cause:

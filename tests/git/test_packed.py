@@ -14,9 +14,12 @@ import pytest
 
 from stalewatch.core.errors import RefError
 from stalewatch.git import packed
-from stalewatch.git.refs import find_git_dirs, resolve_head
+from stalewatch.git.files import STORE
+from stalewatch.git.refs import find_git_dirs
 from tests.support.forks import exit_status_in_fork, report_from_fork
 from tests.support.repos import Repo
+
+resolve_head = STORE.resolve_head  # the files store's
 
 HEADER = "# pack-refs with: peeled fully-peeled sorted \n"
 

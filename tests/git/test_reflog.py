@@ -20,10 +20,13 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stalewatch.core import cause as cause_module
-from stalewatch.git import reflog
-from stalewatch.git.refs import find_git_dirs, resolve_head
+from stalewatch.git import reflog, reftable
+from stalewatch.git.files import STORE
+from stalewatch.git.refs import find_git_dirs
 from tests.support.properties import budget
 from tests.support.repos import Repo, make_repo
+
+resolve_head = STORE.resolve_head  # the files store's
 
 _ENV = {
     "GIT_AUTHOR_NAME": "alice",
@@ -936,7 +939,7 @@ def test_head_log_reads_where_head_was_and_says_whether_it_is_all(git_repo: Repo
     assert set(entries[0].old) == {"0"}
     (dirs.git_dir / "logs/HEAD").unlink()
     assert reflog.head_log(dirs) == ([], True)  # no log: nothing, never an error
-    assert reflog.head_log(dataclasses.replace(dirs, reftable=True)) == ([], False)
+    assert reflog.head_log(dataclasses.replace(dirs, store=reftable.STORE)) == ([], False)
 
 
 def test_a_tail_is_empty_and_whole_for_what_is_not_a_regular_file(tmp_path: Path) -> None:

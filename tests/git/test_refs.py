@@ -9,15 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.core.errors import NeedsGitError, RefError
-from stalewatch.git.refs import GitDirs, find_git_dirs, head_chain, resolve_head
+from stalewatch.core.errors import RefError
+from stalewatch.git import files, reftable
+from stalewatch.git.refs import GitDirs, find_git_dirs
 from tests.support.repos import Repo, make_repo
+
+resolve_head, head_chain = files.STORE.resolve_head, files.STORE.head_chain  # the files store's
 
 
 def resolve(path: Path) -> str | None:
     dirs = find_git_dirs(path.resolve())
     assert dirs is not None
-    return resolve_head(dirs)
+    return dirs.store.resolve_head(dirs)
 
 
 def test_c11_symbolic_head_on_loose_ref(git_repo: Repo) -> None:
@@ -93,13 +96,18 @@ def test_c11_checkout_through_symlink(git_repo: Repo, tmp_path: Path) -> None:
     )
 
 
-def test_c11_reftable_asks_git(git_repo: Repo) -> None:
-    # git 2.39 cannot create reftable repositories; the layout marker is what we detect.
+def test_c11_reftable_asks_git(git_repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    # git 2.39 cannot create reftable repositories; the layout marker is what we detect
+    # (and this git, reading the files beside it, answers as a reftable one would).
     (git_repo.path / ".git/reftable").mkdir()
-    with pytest.raises(NeedsGitError) as info:
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None and dirs.store is reftable.STORE
+    chain: list[Path] = []
+    assert dirs.store.resolve_head(dirs, chain) == git_repo.head()
+    assert chain == [] == dirs.store.head_chain(dirs)  # no ref files to follow
+    monkeypatch.setenv("STALEWATCH_GIT", str(git_repo.path / "no-such-git"))
+    with pytest.raises(RefError, match="git is not installed"):  # it does ask git
         resolve(git_repo.path)
-    reftable = git_repo.path.resolve() / ".git/reftable"
-    assert (info.value.path, info.value.reason) == (reftable, "reftable refs are resolved by git")
 
 
 def test_no_repository_gives_none(tmp_path: Path) -> None:
@@ -312,33 +320,31 @@ def test_c11_reftable_is_known_from_the_repository_config(git_repo: Repo, config
     config_file = git_repo.path / ".git/config"
     config_file.write_text(config_file.read_text() + config)
     dirs = find_git_dirs(git_repo.path.resolve())
-    assert dirs is not None and dirs.reftable
-    with pytest.raises(NeedsGitError):
-        resolve_head(dirs)
-    assert head_chain(dirs) == []
+    assert dirs is not None and dirs.store is reftable.STORE
+    assert dirs.store.head_chain(dirs) == []
 
 
 def test_c11_a_linked_worktree_of_a_reftable_repository_asks_git(git_repo: Repo, tmp_path: Path) -> None:
     _, dirs = linked_worktree(git_repo, tmp_path / "wt")
-    assert not dirs.reftable
+    assert dirs.store is files.STORE
     config_file = dirs.common_dir / "config"  # the shared config, not the worktree's git dir
     config_file.write_text(config_file.read_text() + "[extensions]\n\trefstorage = reftable\n")
     dirs = find_git_dirs((tmp_path / "wt").resolve())
-    assert dirs is not None and dirs.reftable
+    assert dirs is not None and dirs.store is reftable.STORE
 
 
 @pytest.mark.parametrize("config", ["[extensions]\n\trefstorage = files\n", "[core]\n\tbare = false\n"])
 def test_the_files_backend_is_read_in_process(git_repo: Repo, config: str) -> None:
     (git_repo.path / ".git/config").write_text(config)
     dirs = find_git_dirs(git_repo.path.resolve())
-    assert dirs is not None and not dirs.reftable
+    assert dirs is not None and dirs.store is files.STORE
     assert resolve_head(dirs) == git_repo.head()
 
 
 def test_a_repository_without_config_is_not_reftable(git_repo: Repo) -> None:
     (git_repo.path / ".git/config").unlink()
     dirs = find_git_dirs(git_repo.path.resolve())
-    assert dirs is not None and not dirs.reftable
+    assert dirs is not None and dirs.store is files.STORE
 
 
 def test_c11_sha256_repository_resolves_loose_and_packed(tmp_path: Path) -> None:
@@ -360,10 +366,10 @@ def test_a_config_that_is_not_utf8_is_still_read(git_repo: Repo) -> None:
     config_file = git_repo.path / ".git/config"
     config_file.write_bytes(config_file.read_bytes() + b"[user]\n\tname = J\xf6rg\n")
     dirs = find_git_dirs(git_repo.path.resolve())
-    assert dirs is not None and not dirs.reftable
+    assert dirs is not None and dirs.store is files.STORE
     config_file.write_bytes(config_file.read_bytes() + b"[extensions]\n\trefstorage = reftable\n")
     dirs = find_git_dirs(git_repo.path.resolve())
-    assert dirs is not None and dirs.reftable
+    assert dirs is not None and dirs.store is reftable.STORE
 
 
 def test_the_chain_read_before_a_broken_ref_is_still_known(git_repo: Repo) -> None:

@@ -15,9 +15,12 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stalewatch.core.errors import RefError
-from stalewatch.git.refs import GitDirs, resolve_head
+from stalewatch.git.files import STORE
+from stalewatch.git.refs import GitDirs
 from tests.support.properties import budget
 from tests.support.repos import Repo, make_repo
+
+resolve_head = STORE.resolve_head  # the files store's
 
 # A ref name's components: plain text, with one of git's traps before or after it.
 TRAPS = ["", ".", ".lock", "..", "@{", "@", "{", "~", "^", ":", "?", "*", "[", "\\", " ", "\t", "\x7f", "-"]

@@ -22,8 +22,11 @@ from hypothesis import strategies as st
 from stalewatch.core.errors import RefError
 from stalewatch.core.revisions import is_object_id
 from stalewatch.git import packed
-from stalewatch.git.refs import GitDirs, resolve_head
+from stalewatch.git.files import STORE
+from stalewatch.git.refs import GitDirs
 from tests.support.properties import budget
+
+resolve_head = STORE.resolve_head  # the files store's
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch.core.errors import RefError
-from stalewatch.git.refs import HEAD_MISSING
+from stalewatch.git.files import HEAD_MISSING
 from stalewatch.guard.head import MISSING_REF_GRACE, read_settled
 
 pytestmark = pytest.mark.unit

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from stalewatch.git import refs
+from stalewatch.git import files
 from stalewatch.hermes import accelerate, agent_head
 from stalewatch.hermes import accelerator as acceleration
 from tests.support import webui_runtime
@@ -124,13 +124,13 @@ def test_read_your_writes(reads: Reads, agent: Repo) -> None:
 
 def test_exactly_one_read_of_head_per_call(reads: Reads, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[object] = []
-    real = refs.resolve_head
+    real = files.Files.resolve_head
 
     def counting(*args: Any, **kwargs: Any) -> str | None:
         calls.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(refs, "resolve_head", counting)
+    monkeypatch.setattr(files.Files, "resolve_head", counting)
     for n in range(1, 6):
         reads()
         assert len(calls) == n

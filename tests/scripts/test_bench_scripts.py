@@ -99,3 +99,10 @@ def test_bench_scale_quick_prints_every_figure() -> None:
         assert label in out
     for label in ("check(strict=True)", "loose ref update -> event", "packed-refs rewrite -> event"):
         assert label in out
+
+
+@pytest.mark.slow
+def test_bench_deploy_quick_prints_the_switch_and_its_floor() -> None:
+    out = run_quick("bench_deploy.py")
+    assert "link renamed -> guard's event" in out
+    assert "floor: bare inotify reader" in out

@@ -47,6 +47,7 @@ def test_the_pure_decision_modules_are_targets() -> None:
     assert {
         "core/status.py",
         "git/refs.py",
+        "git/files.py",
         "git/packed.py",
         "git/reflog.py",
         "git/moves.py",

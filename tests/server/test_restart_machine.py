@@ -11,6 +11,7 @@ import pytest
 from stalewatch.client.following import MAX_BACKOFF
 from stalewatch.core.phases import RestartPhase
 from stalewatch.core.refusal import Refusal
+from stalewatch.server.restart.actions import REPLACES, Handoff
 from stalewatch.server.restart.effects import (
     Abort,
     Act,
@@ -41,6 +42,8 @@ from stalewatch.server.restart.inputs import (
 from stalewatch.server.restart.machine import State, interval_left, step
 from stalewatch.server.restart.rules import ANSWER_MARGIN, RECONNECT_GRACE, DrainOutcome, Rules
 from tests.support.machine import A, B, C, D, Driver, names, phase
+
+HANDOFF = Handoff.traits
 
 pytestmark = pytest.mark.unit
 
@@ -82,7 +85,7 @@ def test_r4_r7_a_commit_is_scheduled_settled_and_restarted_with_every_phase_told
     d.later(SETTLE)
     assert isinstance(d.request, ReadHead)  # no lock: HEAD is read again all the same
     d.through(Act)
-    assert names(d.told)[-1] == "restarting" and d.of(Act) == [Act(d.request.ticket, B, handoff=False)]
+    assert names(d.told)[-1] == "restarting" and d.of(Act) == [Act(d.request.ticket, B)]
     d.reply()
     assert names(d.told) == ["scheduled", "waiting: settle", "restarting", "confirmed"]
     assert {s.revision for s in d.told} == {B}
@@ -881,12 +884,12 @@ def test_r7_retry_after_while_draining_is_at_least_the_next_look() -> None:
 
 
 def test_r9_handoff_retires_the_old_only_once_new_servers_run_the_target() -> None:
-    d = Driver(rules(handoff=True))
+    d = Driver(rules(action=HANDOFF))
     d.register(10, A)
     d.register(11, A)
     settled(d)
     d.through(Act)
-    assert d.request == Act(d.request.ticket, B, handoff=True)  # type: ignore[union-attr]
+    assert d.request == Act(d.request.ticket, B, HANDOFF)  # type: ignore[union-attr]
     d.now += 0.1
     d.reply()
     d.register(20, B)  # a new worker of the new master: its others may still fail to boot
@@ -901,7 +904,7 @@ def test_r9_handoff_retires_the_old_only_once_new_servers_run_the_target() -> No
 def test_r9_one_new_process_on_two_connections_is_one_new_server() -> None:
     """Review of issue 15: two registrations of one process (two guards, or a client) stood
     for two new workers; the old master was retired before a second one booted."""
-    d = Driver(rules(handoff=True))
+    d = Driver(rules(action=HANDOFF))
     d.register(10, A)
     d.register(11, A)
     settled(d)
@@ -917,7 +920,7 @@ def test_r9_one_new_process_on_two_connections_is_one_new_server() -> None:
 
 
 def test_r9_handoff_waits_while_a_new_server_runs_other_code() -> None:
-    d = Driver(rules(handoff=True))
+    d = Driver(rules(action=HANDOFF))
     d.register(10, A)
     settled(d)
     d.through(Act)
@@ -930,7 +933,7 @@ def test_r9_handoff_waits_while_a_new_server_runs_other_code() -> None:
 
 
 def test_r9_the_old_servers_a_handoff_retires_make_no_restart_wanted_while_they_leave() -> None:
-    d = Driver(rules(handoff=True, confirm_timeout=30.0))
+    d = Driver(rules(action=HANDOFF, confirm_timeout=30.0))
     d.register(10, A)
     settled(d)
     d.through(Act)
@@ -949,7 +952,7 @@ def test_r9_old_servers_still_finishing_after_confirm_timeout_never_make_a_secon
     """Review of issue 15: gunicorn's graceful_timeout (30 s) beyond confirm_timeout, an old
     worker still at a long unguarded response: the same revision was wanted again, and its
     USR2 went to the new master, all that serves besides the exiting old one."""
-    d = Driver(rules(handoff=True, confirm_timeout=5.0))
+    d = Driver(rules(action=HANDOFF, confirm_timeout=5.0))
     d.register(10, A)
     settled(d)
     d.through(Act)
@@ -966,7 +969,7 @@ def test_r9_a_handoff_action_that_signalled_nothing_aborts_nothing() -> None:
     """Review of issue 15: the action failed before any signal (a handoff under way), yet
     the machine asked to abort: the executor then stopped the new master of the *previous*
     handoff, whose old master was exiting: nothing left serving."""
-    d = Driver(rules(handoff=True, max_attempts=2))
+    d = Driver(rules(action=HANDOFF, max_attempts=2))
     d.register(10, A)
     settled(d)
     d.through(Act)
@@ -977,7 +980,7 @@ def test_r9_a_handoff_action_that_signalled_nothing_aborts_nothing() -> None:
 
 
 def test_r9_an_abort_names_the_action_whose_new_servers_it_stops() -> None:
-    d = Driver(rules(handoff=True, confirm_timeout=5.0, max_attempts=1))
+    d = Driver(rules(action=HANDOFF, confirm_timeout=5.0, max_attempts=1))
     d.register(10, A)
     settled(d)
     d.through(Act)
@@ -990,7 +993,7 @@ def test_r9_an_abort_names_the_action_whose_new_servers_it_stops() -> None:
 
 def test_r9_a_handoff_whose_new_servers_never_come_up_aborts_them_and_the_old_serve_on() -> None:
     """Issue 15 item 2: code that fails to import; the old master must keep serving."""
-    d = Driver(rules(handoff=True, confirm_timeout=60.0, max_attempts=1))
+    d = Driver(rules(action=HANDOFF, confirm_timeout=60.0, max_attempts=1))
     d.register(10, A)
     settled(d)
     d.through(Act)
@@ -1011,7 +1014,7 @@ def test_r9_a_handoff_whose_new_servers_never_come_up_aborts_them_and_the_old_se
 
 
 def test_r9_a_handoff_aborts_new_servers_on_the_wrong_code() -> None:
-    d = Driver(rules(handoff=True, confirm_timeout=5.0, max_attempts=1))
+    d = Driver(rules(action=HANDOFF, confirm_timeout=5.0, max_attempts=1))
     d.register(10, A)
     settled(d)
     d.through(Act)
@@ -1023,7 +1026,7 @@ def test_r9_a_handoff_aborts_new_servers_on_the_wrong_code() -> None:
 
 
 def test_r9_a_handoff_whose_action_fails_says_the_old_still_serve() -> None:
-    d = Driver(rules(handoff=True, max_attempts=1))
+    d = Driver(rules(action=HANDOFF, max_attempts=1))
     d.register(10, A)
     settled(d)
     d.through(Act)
@@ -1033,7 +1036,7 @@ def test_r9_a_handoff_whose_action_fails_says_the_old_still_serve() -> None:
 
 
 def test_r9_a_handoff_onto_a_newer_commit_that_fails_the_probe_aborts() -> None:
-    d = Driver(rules(handoff=True, verify=True, max_attempts=1))
+    d = Driver(rules(action=HANDOFF, verify=True, max_attempts=1))
     d.register(10, A)
     settled(d)
     d.through(Act)
@@ -1481,7 +1484,8 @@ def test_while_an_answer_is_awaited_the_only_timer_is_the_backstop_and_none_when
 def test_r3_an_answer_that_never_comes_fails_the_run_and_releases_the_lock(stage: str) -> None:
     """Review of issue 15: an exception on the executor's thread lost the action's answer;
     ACT had no timer, so the machine waited for ever holding the flock (updaters blocked)."""
-    d = Driver(rules(lock=True, verify=True, handoff=stage == "ACT", max_attempts=1, confirm_timeout=5.0))
+    action = HANDOFF if stage == "ACT" else REPLACES
+    d = Driver(rules(lock=True, verify=True, action=action, max_attempts=1, confirm_timeout=5.0))
     d.register(10, A)
     settled(d)
     if stage == "CONFIRM_VERIFY":
@@ -1599,7 +1603,7 @@ def test_the_rules_of_a_policy_say_which_parts_it_has() -> None:
         drain_probe=True,
         drain_poll=0.25,
         reconnect_grace=0.0,
-        handoff=True,
+        action=HANDOFF,
     )
     for markers in (
         {"update_marker": Path("/m")},
@@ -1702,7 +1706,7 @@ def test_r5_a_give_up_for_servers_that_loaded_a_failing_commit_stands_for_old_se
 
 
 def test_r9_an_old_server_that_registers_again_after_a_handoff_is_still_old() -> None:
-    d = Driver(rules(handoff=True, confirm_timeout=5.0, max_attempts=1))
+    d = Driver(rules(action=HANDOFF, confirm_timeout=5.0, max_attempts=1))
     d.register(10, A)
     settled(d)
     d.through(Act)
@@ -1754,12 +1758,12 @@ def test_confirming_tells_new_servers_from_old() -> None:
     servers = [Server(1, A, 0, 5.0), Server(2, B, 0, 10.0), Server(3, B, 0, 4.0)]
     assert confirming.newcomers(servers, 5.0, {1}) == [servers[1]]
     assert confirming.newcomers(servers, 3.0, set()) == servers
-    assert confirming.registered_on(servers[1:], (B,), 10.0, handoff=False) == B
-    assert confirming.registered_on(servers[1:], (B,), 10.5, handoff=False) is None  # none since
-    assert confirming.registered_on(servers[1:], (A,), 10.0, handoff=False) is None
-    assert confirming.registered_on(servers, (A, B), 5.0, handoff=False) is None  # two revisions
-    assert confirming.registered_on(servers, (B,), 5.0, handoff=True, old={1}) == B
-    assert confirming.registered_on(servers, (B,), 5.0, handoff=True) is None  # 1 counts as new
+    assert confirming.registered_on(servers[1:], (B,), 10.0, beside=False) == B
+    assert confirming.registered_on(servers[1:], (B,), 10.5, beside=False) is None  # none since
+    assert confirming.registered_on(servers[1:], (A,), 10.0, beside=False) is None
+    assert confirming.registered_on(servers, (A, B), 5.0, beside=False) is None  # two revisions
+    assert confirming.registered_on(servers, (B,), 5.0, beside=True, old={1}) == B
+    assert confirming.registered_on(servers, (B,), 5.0, beside=True) is None  # 1 counts as new
     assert confirming.old_code(servers, (B,)) and not confirming.old_code(servers[1:], (B,))
     assert confirming.runs(servers) == "aaaaaaa: pids [1]; bbbbbbb: pids [2, 3]"
     assert confirming.runs([]) == "(none): pids []"
@@ -1934,7 +1938,7 @@ def test_r5_a_reload_during_confirmation_does_not_change_how_it_is_confirmed() -
 
 
 def test_r9_old_servers_a_handoff_retires_count_for_nothing_until_all_are_gone() -> None:
-    d = Driver(rules(handoff=True, confirm_timeout=30.0))
+    d = Driver(rules(action=HANDOFF, confirm_timeout=30.0))
     d.register(10, A)
     d.register(11, A)
     settled(d)

@@ -22,6 +22,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stalewatch.core.phases import RestartPhase
+from stalewatch.server.restart.actions import REPLACES, Handoff
 from stalewatch.server.restart.effects import (
     Abort,
     Act,
@@ -78,7 +79,7 @@ RULES = st.builds(
     on_drain_timeout=st.sampled_from(list(DrainOutcome)),
     drain_probe=st.booleans(),
     drain_poll=st.sampled_from([0.5, 1.0]),
-    handoff=st.booleans(),
+    action=st.sampled_from([REPLACES, Handoff.traits]),
     patience=st.sampled_from([5.0, 135.0]),  # short: answers get lost (the backstop)
 )
 
@@ -271,13 +272,13 @@ class MachineWorld:
             assert now - check.acts[-1][0] >= rules.min_interval, "two actions too close (R6)"
         check.counts[effect.revision] = check.counts.get(effect.revision, 0) + 1
         assert check.counts[effect.revision] <= rules.max_attempts, "over the bound per revision (R6, R10)"
-        assert effect.handoff == rules.handoff
+        assert effect.action == rules.action
         check.acts.append((now, effect.revision))
         check.heads_since_act = {check.told_head}
         check.verified_since_act = set()
         check.late_verified = None
         check.drain_started = None
-        check.handoff_act = effect.handoff
+        check.handoff_act = effect.action.retires
         check.old_pids = frozenset(self.servers)
         check.retired_or_aborted = False
         check.act_ticket = effect.ticket
@@ -378,7 +379,7 @@ class MachineWorld:
         self.now += outcome.delay
         self.feed(self.reply(request, outcome))
         if isinstance(request, Act) and outcome.good and outcome.follow and self.head is not None:
-            self.new_servers(1 + outcome.inflight_or_zero % 2, self.head, replace=not request.handoff)
+            self.new_servers(1 + outcome.inflight_or_zero % 2, self.head, replace=not request.action.beside)
 
     def stale(self, outcome: Outcome) -> None:
         """An answer to a request answered before (or never awaited): must change nothing."""

@@ -17,7 +17,7 @@ import pytest
 
 from stalewatch.protocol.codec import encode
 from stalewatch.protocol.messages import register_message
-from stalewatch.server.restart.handoff import pending, promoted
+from stalewatch.server.restart.actions.handoff import pending, promoted
 from stalewatch.server.restart.pidfile import TOLERANCE, Claim, judge, read_pidfile, server, signal_server
 from stalewatch.server.restart.procs import Proc, read_proc
 from tests.support.children import Child, python_child

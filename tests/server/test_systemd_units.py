@@ -58,20 +58,37 @@ def test_template_is_per_instance() -> None:
     assert "%i" in settings["RuntimeDirectory"] and "%i" in settings["ExecStart"]
 
 
-@pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed")
+def test_the_gunicorn_unit_keeps_its_master_hup_and_names_the_pidfile_of_its_policy() -> None:
+    """Issue 28: under systemd gunicorn's master is the unit's main process and must stay."""
+    path = UNITS / "gunicorn-webapp.service"
+    settings = _settings(path)
+    assert (settings["Type"], settings["NotifyAccess"]) == ("notify", "main")
+    assert settings["ExecReload"] == "/bin/kill -s HUP $MAINPID"
+    assert settings["KillMode"] == "mixed"
+    argv = settings["ExecStart"].split()
+    pidfile = argv[argv.index("--pid") + 1]
+    assert f'#   pidfile = "{pidfile}"' in path.read_text().splitlines()
+    assert '#   signal = "HUP"' in path.read_text().splitlines()
+    assert not any("USR2" in line for line in path.read_text().splitlines() if not line.startswith("#"))
+
+
+@pytest.mark.skipif(ANALYZE is None, reason="no systemd-analyze here: apt-get install systemd")
 @pytest.mark.parametrize(
     ("name", "verify_as"),
     [
         ("stalewatch.service", "stalewatch.service"),
         ("stalewatch@.service", "stalewatch@hermes-webui.service"),
+        ("gunicorn-webapp.service", "gunicorn-webapp.service"),
     ],
 )
 def test_systemd_analyze_verify(tmp_path: Path, name: str, verify_as: str) -> None:
-    # verify checks that ExecStart exists: point it at this environment's stalewatch,
-    # as an operator does when installing the unit.
+    # verify checks that ExecStart exists: point it at this environment's stalewatch
+    # and gunicorn, as an operator does when installing the unit.
     executable = Path(sys.executable).with_name("stalewatch")
-    assert executable.exists()
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    assert executable.exists() and gunicorn.exists()
     text = (UNITS / name).read_text().replace("/opt/stalewatch/bin/stalewatch", str(executable))
+    text = text.replace("/srv/webapp/venv/bin/gunicorn", str(gunicorn))
     (tmp_path / name).write_text(text)
     assert ANALYZE is not None
     done = subprocess.run(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
-import importlib.metadata
 import os
 import queue
 import shutil
@@ -18,21 +18,25 @@ from pathlib import Path
 import pytest
 
 from stalewatch.watching import inotify as inotify_module
-from stalewatch.watching.inotify import ANCHOR_MASK, REF_MASK, Inotify, Registration
+from stalewatch.watching import inotify_calls as abi
+from stalewatch.watching.inotify import ANCHOR_MASK, REF_MASK, Inotify
+from stalewatch.watching.notifier import Registration
+from tests.support.notifiers import inotify_only
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = inotify_only
 
 
 class Events:
     """A listener that records what the reader hands it."""
 
     def __init__(self) -> None:
-        self.events: queue.SimpleQueue[tuple[str, bytes, int]] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[tuple[str, bytes, bool]] = queue.SimpleQueue()
         self.overflows = 0
         self.died = threading.Event()
 
-    def on_inotify(self, registration: Registration, name: bytes, mask: int) -> None:
-        self.events.put((str(registration.path), name, mask))
+    def on_event(self, registration: Registration, name: bytes, deleted: bool) -> None:
+        self.events.put((str(registration.path), name, deleted))
 
     def on_overflow(self) -> None:
         self.overflows += 1
@@ -40,80 +44,69 @@ class Events:
     def on_reader_died(self) -> None:
         self.died.set()
 
-    def next(self, timeout: float = 5.0) -> tuple[str, bytes, int]:
+    def next(self, timeout: float = 5.0) -> tuple[str, bytes, bool]:
         return self.events.get(timeout=timeout)
 
 
 def kernel_masks(instance: Inotify) -> dict[int, int]:
     """The kernel's own record of the instance's watches: wd -> mask (/proc fdinfo, hex)."""
+    return kernel_masks_of(instance.fd)
+
+
+def kernel_masks_of(fd: int) -> dict[int, int]:
     masks = {}
-    for line in Path(f"/proc/self/fdinfo/{instance.fd}").read_text().splitlines():
+    for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
         if line.startswith("inotify wd:"):
             fields = dict(field.split(":", 1) for field in line.split()[1:])
             masks[int(fields["wd"], 16)] = int(fields["mask"], 16)
     return masks
 
 
-def test_the_watchdog_layer_we_build_on_is_still_there() -> None:
-    # stalewatch uses watchdog's inotify bindings and nothing else of it. An upgrade that
-    # moves or changes them must fail here, loudly, not in production.
+def test_the_libc_calls_and_constants_we_build_on_are_the_kernels() -> None:
+    # stalewatch's inotify needs no watchdog: three libc calls and the kernel's ABI
+    # (linux/inotify.h), written out in inotify_calls and checked here against what the
+    # kernel does with them, and against watchdog's own table of the same ABI.
     from watchdog.observers import inotify_c
 
-    version = tuple(int(p) for p in importlib.metadata.version("watchdog").split(".")[:2])
-    assert (6, 0) <= version < (8, 0), "pyproject.toml pins watchdog>=6,<8: re-check this layer"
-    for name in ("inotify_init", "inotify_add_watch", "inotify_rm_watch", "InotifyConstants"):
-        assert hasattr(inotify_c, name), f"watchdog.observers.inotify_c.{name} is gone"
-    c = inotify_c.InotifyConstants  # the kernel's ABI (linux/inotify.h)
-    expected = {
-        "IN_MODIFY": 0x2,
-        "IN_ATTRIB": 0x4,
-        "IN_CLOSE_WRITE": 0x8,
-        "IN_MOVED_FROM": 0x40,
-        "IN_MOVED_TO": 0x80,
-        "IN_CREATE": 0x100,
-        "IN_DELETE": 0x200,
-        "IN_DELETE_SELF": 0x400,
-        "IN_MOVE_SELF": 0x800,
-        "IN_UNMOUNT": 0x2000,
-        "IN_Q_OVERFLOW": 0x4000,
-        "IN_IGNORED": 0x8000,
-        "IN_ONLYDIR": 0x01000000,
-        "IN_DONT_FOLLOW": 0x02000000,
-        "IN_MASK_ADD": 0x20000000,
-    }
-    assert {name: int(getattr(c, name)) for name in expected} == expected
-    fd = inotify_c.inotify_init()
+    c = inotify_c.InotifyConstants
+    for name in dir(abi):
+        if name.startswith("IN_"):
+            assert getattr(abi, name) == int(getattr(c, name)), name
+    fd = abi.inotify_init()
     assert fd >= 0
     try:
-        wd = inotify_c.inotify_add_watch(fd, os.fsencode(ROOT), int(c.IN_CREATE))
+        assert not os.get_inheritable(fd)  # closed on exec: hooks never hold it
+        wd = abi.inotify_add_watch(fd, os.fsencode(ROOT), abi.IN_CREATE)
         assert wd > 0
-        again = inotify_c.inotify_add_watch(fd, os.fsencode(ROOT), int(c.IN_DELETE | c.IN_MASK_ADD))
+        again = abi.inotify_add_watch(fd, os.fsencode(ROOT), abi.IN_DELETE | abi.IN_MASK_ADD)
         assert again == wd  # the same inode, the same watch, masks merged
-        assert inotify_c.inotify_rm_watch(fd, wd) == 0
-        assert inotify_c.inotify_add_watch(fd, b"/nonexistent/stalewatch", int(c.IN_CREATE)) == -1
+        assert kernel_masks_of(fd)[wd] & 0xFFFF == abi.IN_CREATE | abi.IN_DELETE
+        assert abi.inotify_rm_watch(fd, wd) == 0
+        assert abi.inotify_add_watch(fd, b"/nonexistent/stalewatch", abi.IN_CREATE) == -1
+        assert ctypes.get_errno() == errno.ENOENT
     finally:
         os.close(fd)
 
 
 def test_anchor_directories_are_never_watched_for_writes() -> None:
-    c = inotify_module.InotifyConstants
-    writes_or_reads = c.IN_MODIFY | c.IN_CLOSE_WRITE | c.IN_OPEN | c.IN_ACCESS | c.IN_CLOSE_NOWRITE
-    assert not ANCHOR_MASK & int(writes_or_reads)
-    assert REF_MASK & int(c.IN_CLOSE_WRITE) and not REF_MASK & int(c.IN_MODIFY | c.IN_OPEN | c.IN_ACCESS)
+    in_access, in_modify, in_close_nowrite, in_open = 0x1, 0x2, 0x10, 0x20  # linux/inotify.h
+    writes_or_reads = in_modify | abi.IN_CLOSE_WRITE | in_open | in_access | in_close_nowrite
+    assert not ANCHOR_MASK & writes_or_reads
+    assert REF_MASK & abi.IN_CLOSE_WRITE and not REF_MASK & (in_modify | in_open | in_access)
 
 
 def test_two_listeners_on_one_directory_keep_their_own_events_and_names(tmp_path: Path) -> None:
     instance = Inotify()
     try:
         narrow, wide = Events(), Events()
-        a = instance.add(tmp_path, ANCHOR_MASK, frozenset({b"checkout"}), narrow)
-        b = instance.add(tmp_path, REF_MASK, frozenset({b"HEAD"}), wide)
+        a = instance.add(tmp_path, True, frozenset({b"checkout"}), narrow)
+        b = instance.add(tmp_path, False, frozenset({b"HEAD"}), wide)
         assert a.wd == b.wd
         assert kernel_masks(instance)[a.wd] & 0xFFFF == (ANCHOR_MASK | REF_MASK) & 0xFFFF  # the union
         (tmp_path / "HEAD").write_text("x")  # CREATE, CLOSE_WRITE: only `wide` wants the name
         (tmp_path / "checkout").mkdir()
         (tmp_path / "unrelated").write_text("x")  # nobody's name: nobody is called
-        assert wide.next()[1:] == (b"HEAD", int(inotify_module.InotifyConstants.IN_CREATE))
+        assert wide.next()[1:] == (b"HEAD", False)  # created
         assert wide.next()[1] == b"HEAD"  # its close-after-write
         assert narrow.next()[1] == b"checkout"
         instance.remove(b)  # a's registration keeps the directory watched
@@ -146,17 +139,17 @@ def test_watches_left_for_later_leave_the_kernel_in_a_batch(tmp_path: Path) -> N
         directories = [tmp_path / f"d{n}" for n in range(600)]  # more than one batch
         for directory in directories:
             directory.mkdir()
-        registrations = [instance.add(d, REF_MASK, frozenset(), listener) for d in directories]
+        registrations = [instance.add(d, False, frozenset(), listener) for d in directories]
         assert len(kernel_masks(instance)) == 600
         for registration in registrations:
             instance.remove(registration, later=True)
         assert instance.watch_count() == 0  # ours at once
         assert _until(lambda: kernel_masks(instance) == {}), len(kernel_masks(instance))
         # A directory watched again before the reader got to it keeps its watch.
-        again = instance.add(directories[0], REF_MASK, frozenset({b"HEAD"}), listener)
-        instance.remove(instance.add(directories[1], REF_MASK, frozenset(), listener), later=True)
+        again = instance.add(directories[0], False, frozenset({b"HEAD"}), listener)
+        instance.remove(instance.add(directories[1], False, frozenset(), listener), later=True)
         instance.remove(again, later=True)
-        kept = instance.add(directories[0], REF_MASK, frozenset({b"HEAD"}), listener)
+        kept = instance.add(directories[0], False, frozenset({b"HEAD"}), listener)
         assert _until(lambda: set(kernel_masks(instance)) == {kept.wd})
         (directories[0] / "HEAD").write_text("x")
         assert listener.next()[1] == b"HEAD"  # still delivered
@@ -170,13 +163,10 @@ def test_a_deleted_directory_marks_its_registrations_dead(tmp_path: Path) -> Non
         listener = Events()
         directory = tmp_path / "refs-heads-feature"
         directory.mkdir()
-        registration = instance.add(directory, REF_MASK, frozenset(), listener)
+        registration = instance.add(directory, False, frozenset(), listener)
         directory.rmdir()
-        c = inotify_module.InotifyConstants
-        _, name, mask = listener.next()
-        assert name == b"" and mask & int(c.IN_DELETE_SELF)
-        _, name, mask = listener.next()  # then the kernel drops the watch
-        assert name == b"" and mask & int(c.IN_IGNORED)
+        assert listener.next()[1:] == (b"", True)  # IN_DELETE_SELF
+        assert listener.next()[1:] == (b"", True)  # then the kernel drops the watch: IN_IGNORED
         assert not registration.alive
         assert instance.watch_count() == 0
     finally:
@@ -187,10 +177,10 @@ def test_refused_watches_raise_instead_of_being_recorded(tmp_path: Path) -> None
     instance = Inotify()
     try:
         with pytest.raises(FileNotFoundError):
-            instance.add(tmp_path / "missing", REF_MASK, frozenset(), Events())
+            instance.add(tmp_path / "missing", False, frozenset(), Events())
         (tmp_path / "file").write_text("x")
         with pytest.raises(NotADirectoryError):  # IN_ONLYDIR
-            instance.add(tmp_path / "file", REF_MASK, frozenset(), Events())
+            instance.add(tmp_path / "file", False, frozenset(), Events())
         assert instance.watch_count() == 0
     finally:
         instance.close()
@@ -220,10 +210,10 @@ def test_permission_denied_is_raised_not_silently_ignored(tmp_path: Path) -> Non
     # an unprivileged user (root may watch anything) in a child process.
     code = (
         "import errno, sys; from pathlib import Path\n"
-        "from stalewatch.watching.inotify import Inotify, REF_MASK\n"
+        "from stalewatch.watching.inotify import Inotify\n"
         "i = Inotify()\n"
         "try:\n"
-        "    i.add(Path(sys.argv[1]), REF_MASK, frozenset(), None)\n"
+        "    i.add(Path(sys.argv[1]), False, frozenset(), None)\n"
         "except PermissionError as e:\n"
         "    print('refused', e.errno == errno.EACCES, i.watch_count())\n"
         "finally:\n"
@@ -285,8 +275,6 @@ def test_the_instance_is_shared_and_closed_by_its_last_user() -> None:
 
 
 def test_instance_limit_is_a_clear_os_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ctypes
-
     def exhausted() -> int:
         ctypes.set_errno(errno.EMFILE)
         return -1

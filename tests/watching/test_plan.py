@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch import Guard, Status
+from stalewatch.git import files, reftable
 from stalewatch.git.refs import GitDirs, find_git_dirs
 from stalewatch.watching.plan import Relevance, plan
 from tests.support.recorder import Recorder
@@ -82,7 +83,7 @@ def test_linked_worktree_watches_its_own_head_and_the_common_refs(git_repo: Repo
 
 
 def test_planner_hands_back_the_same_plan_until_the_chain_or_a_directory_changes(git_repo: Repo) -> None:
-    from stalewatch.git.refs import head_chain
+    head_chain = files.STORE.head_chain
     from stalewatch.watching.plan import Planner
 
     git_repo.git("checkout", "-q", "-b", "feature/x")
@@ -209,7 +210,7 @@ def test_reftable_watches_the_tables_list_of_each_stack(git_repo: Repo, tmp_path
     assert linked is not None
     for base in (linked.git_dir, linked.common_dir):
         (base / "reftable").mkdir()  # what a reftable repository has: a stack per worktree
-    dirs = GitDirs(linked.worktree, linked.git_dir, linked.common_dir, reftable=True)
+    dirs = GitDirs(linked.worktree, linked.git_dir, linked.common_dir, reftable.STORE)
     p = plan(dirs)
     for base in (dirs.git_dir, dirs.common_dir):
         assert base / "reftable" in p.watch
@@ -223,7 +224,7 @@ def test_reftable_watches_the_tables_list_of_each_stack(git_repo: Repo, tmp_path
 def test_a_plain_repository_watches_no_reftable(git_repo: Repo) -> None:
     (git_repo.path / ".git/reftable").mkdir()
     dirs = dirs_of(git_repo)
-    files_dirs = GitDirs(dirs.worktree, dirs.git_dir, dirs.common_dir, reftable=False)
+    files_dirs = GitDirs(dirs.worktree, dirs.git_dir, dirs.common_dir, files.STORE)
     p = plan(files_dirs)
     assert dirs.git_dir / "reftable" not in p.watch
     assert str(dirs.git_dir / "reftable/tables.list") not in p.files
@@ -268,3 +269,24 @@ def test_a_plan_follows_the_chain_it_is_given_not_head_now(git_repo: Repo) -> No
     assert str(other) in p.files
     assert str(dirs.common_dir / "refs/heads/main") not in p.files
     assert plan(dirs, []).files == {str(dirs.git_dir / "HEAD"), str(dirs.packed_refs)}  # detached
+
+
+def test_a_deploy_link_is_a_planned_name_in_its_directory(git_repo: Repo, tmp_path: Path) -> None:
+    link = tmp_path / "current"
+    link.symlink_to(git_repo.path)
+    dirs = GitDirs(**{**vars(dirs_of(git_repo)), "deploy_link": link})
+    p = plan(dirs)
+    assert tmp_path in p.watch
+    assert tmp_path in p.narrow  # renames and creations only: a log written beside it wakes nothing
+    assert "current" in p.names(tmp_path)
+    assert p.relevance_in(tmp_path, "current") is Relevance.REF
+    assert p.relevance_in(tmp_path, "tmp-link") is Relevance.NONE
+
+
+def test_behind_a_deploy_link_only_the_links_directory_is_an_anchor(tmp_path: Path) -> None:
+    # A release switched away from is deleted in the normal course: never "checkout gone".
+    release = tmp_path / "releases" / "1"
+    release.mkdir(parents=True)
+    p = plan(GitDirs.plain(release, tmp_path / "current"))
+    assert p.anchors == {str(tmp_path)}
+    assert p.relevance_in(tmp_path, "current") is Relevance.REF

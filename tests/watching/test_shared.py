@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from stalewatch import Event, Guard, LocalSource, StaleError
-from stalewatch.watching import inotify as inotify_module
+from stalewatch.watching import inotify_calls
 from stalewatch.watching import scheduler as scheduler_module
 from stalewatch.watching.plan import Relevance
 from stalewatch.watching.watcher import Watcher
 from tests.support.forks import report_from_fork
+from tests.support.notifiers import inotify_only
 from tests.support.recorder import Recorder
 from tests.support.repos import Repo, make_repo
 
@@ -67,6 +68,7 @@ def start_all(repos: list[Repo], started: list[Guard], verify: float = 3600) -> 
     return started
 
 
+@inotify_only
 def test_twenty_checkouts_share_one_instance_and_a_few_threads(tmp_path: Path, guards: list[Guard]) -> None:
     repos = checkouts(tmp_path, 20)
     threads_before, instances_before = threading.active_count(), instances()
@@ -92,6 +94,7 @@ def test_twenty_checkouts_share_one_instance_and_a_few_threads(tmp_path: Path, g
     assert instances() == instances_before  # the last watcher out closed the instance
 
 
+@inotify_only
 def test_one_guard_costs_one_instance_and_two_threads(git_repo: Repo, guards: list[Guard]) -> None:
     threads_before, instances_before = threading.active_count(), instances()
     start_all([git_repo], guards)
@@ -155,6 +158,7 @@ def test_one_checkouts_faults_do_not_disturb_the_others(
     assert "a bug in A's handling" in caplog.text
 
 
+@inotify_only
 def test_c9_overflow_on_the_shared_instance_resyncs_every_checkout(
     tmp_path: Path, guards: list[Guard], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -168,7 +172,7 @@ def test_c9_overflow_on_the_shared_instance_resyncs_every_checkout(
         monkeypatch.setattr(watcher_of(guard), "signal", Watcher.signal.__get__(watcher_of(guard)))
     hub = watcher_of(guards[0]).instance
     assert hub is not None
-    overflow = int(inotify_module.InotifyConstants.IN_Q_OVERFLOW)
+    overflow = inotify_calls.IN_Q_OVERFLOW
     hub._dispatch(struct.pack("iIII", -1, overflow, 0, 0))  # what the kernel writes
     for rec, new in zip(recorders, lost, strict=True):
         rec.wait_for("stale", new)
@@ -176,6 +180,7 @@ def test_c9_overflow_on_the_shared_instance_resyncs_every_checkout(
         assert guard.wait_ready(5)
 
 
+@inotify_only
 def test_c9_forked_child_gets_its_own_instance_and_leaves_the_parents_alone(
     git_repo: Repo, guards: list[Guard]
 ) -> None:
@@ -243,7 +248,7 @@ def test_issue12_a_debug_log_in_and_beside_the_checkout_wakes_nothing(
         root.addHandler(handler)
     root.setLevel(logging.DEBUG)
     try:
-        reads, turns = hub.reads, watcher.turns
+        reads, turns = getattr(hub, "reads", 0), watcher.turns  # the inotify reader counts its reads
         app = logging.getLogger("app")
         for i in range(500):
             app.debug("request %d handled", i)  # each is a write(2) into both files
@@ -253,12 +258,16 @@ def test_issue12_a_debug_log_in_and_beside_the_checkout_wakes_nothing(
         ref.with_name("main.lock").write_text(sentinel + "\n")
         ref.with_name("main.lock").replace(ref)
         rec.wait_for("stale", sentinel)
-        woke, ran = hub.reads - reads, watcher.turns - turns
+        woke, ran = getattr(hub, "reads", 0) - reads, watcher.turns - turns
     finally:
         root.setLevel(level)
         for handler in (*handlers, spy):
             root.removeHandler(handler)
             handler.close()
-    assert ours == []  # no log line about events at all, at any level
+    # No log line of ours about events, at any level. watchdog's observer logs each raw
+    # event at DEBUG (the sentinel's; the log files' creation, which may be read after the
+    # spy was added), but the log files' writes are never events.
+    writes = [r for r in ours if "app.log" in r.getMessage() and "IN_CREATE" not in r.getMessage()]
+    assert [r for r in ours if r.name.startswith("stalewatch")] + writes == []
     assert ran <= 3  # the sentinel's turn (and at most another), not one per log line
     assert woke <= 10  # for the sentinel and the log files' creation, not for 1,000 writes

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch import Guard, LocalSource
-from stalewatch.git import refs as refs_module
+from stalewatch.git import files
 from stalewatch.git.refs import GitDirs
 from stalewatch.watching import stamp as stamp_module
 from stalewatch.watching import watcher as watcher_module
@@ -66,11 +66,11 @@ def test_periodic_verification_reads_head_only_when_the_stamp_changed(
     git_repo: Repo, settled: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[int] = []
-    real = refs_module.resolve_head
+    real = files.Files.resolve_head
 
-    def counted(dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
+    def counted(store: files.Files, dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
         reads.append(1)
-        return real(dirs, chain)
+        return real(store, dirs, chain)
 
     with Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.02)) as guard:
         assert guard.wait_ready(5)
@@ -78,7 +78,7 @@ def test_periodic_verification_reads_head_only_when_the_stamp_changed(
         assert isinstance(watcher, watcher_module.Watcher)
         verified = threading.Semaphore(0)
         watcher.on_verified = verified.release
-        monkeypatch.setattr(refs_module, "resolve_head", counted)
+        monkeypatch.setattr(files.Files, "resolve_head", counted)
         for _ in range(4 * watcher_module.READ_EVERY):
             assert verified.acquire(timeout=5)
         # Idle: HEAD was read only on every READ_EVERY-th verification (and maybe one

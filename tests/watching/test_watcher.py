@@ -7,7 +7,7 @@ import logging
 import shutil
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,10 +15,13 @@ import pytest
 from stalewatch import Guard, LocalSource, StaleError
 from stalewatch.git.refs import GitDirs, find_git_dirs
 from stalewatch.watching import inotify as inotify_module
+from stalewatch.watching import inotify_calls
 from stalewatch.watching import local as watcher_module
+from stalewatch.watching import observer as observer_module
 from stalewatch.watching.plan import Relevance
 from stalewatch.watching.watcher import halt
 from tests.support.forks import report_from_fork
+from tests.support.notifiers import inotify_only
 from tests.support.recorder import Recorder
 from tests.support.repos import Repo, make_repo
 
@@ -32,20 +35,22 @@ def crashes(monkeypatch: pytest.MonkeyPatch) -> list[threading.ExceptHookArgs]:
 
 
 class Limit:
-    """The user's inotify watch limit, as another process would exhaust it: real
-    watches until ``allowed`` runs out, then ``ENOSPC`` from the kernel's answer."""
+    """The user's watch limit, as another process would exhaust it: real watches until
+    ``allowed`` runs out, then ``ENOSPC`` from the kernel's answer (either notifier)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, allowed: int) -> None:
         self.allowed = allowed
-        real = inotify_module.Inotify.add
+        for kind in (inotify_module.Inotify, observer_module.ObserverNotifier):
+            monkeypatch.setattr(kind, "add", self._limited(kind.add))
 
-        def add(instance: inotify_module.Inotify, *args: object, **kwargs: object) -> object:
+    def _limited(self, real: Callable[..., object]) -> Callable[..., object]:
+        def add(*args: object, **kwargs: object) -> object:
             if self.allowed <= 0:
                 raise OSError(errno.ENOSPC, "inotify_add_watch: inotify watch limit reached")
             self.allowed -= 1
-            return real(instance, *args, **kwargs)  # type: ignore[arg-type]
+            return real(*args, **kwargs)
 
-        monkeypatch.setattr(inotify_module.Inotify, "add", add)
+        return add
 
 
 @pytest.fixture
@@ -92,25 +97,24 @@ def test_c7_fetch_tags_branches_gc_and_index_writes_do_not_flip(git_repo: Repo, 
 def test_each_change_is_resolved_once_the_guard_hands_its_ref_chain_to_the_watcher(
     git_repo: Repo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stalewatch.git import refs as refs_module
-    from stalewatch.watching import plan as plan_module
+    from stalewatch.git.files import Files
 
     source = LocalSource(verify_interval=3600)
     with started(Guard.for_checkout(git_repo.path, source=source)) as guard:
         rec = Recorder(guard)
         reads: list[str] = []
-        real_resolve, real_chain = refs_module.resolve_head, refs_module.head_chain
+        real_resolve, real_chain = Files.resolve_head, Files.head_chain
 
-        def counted_chain(dirs: GitDirs) -> list[Path]:
+        def counted_chain(store: Files, dirs: GitDirs) -> list[Path]:
             reads.append("chain")
-            return real_chain(dirs)
+            return real_chain(store, dirs)
 
-        def counted_resolve(dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
+        def counted_resolve(store: Files, dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
             reads.append("read")
-            return real_resolve(dirs, chain)
+            return real_resolve(store, dirs, chain)
 
-        monkeypatch.setattr(plan_module, "head_chain", counted_chain)
-        monkeypatch.setattr(refs_module, "resolve_head", counted_resolve)
+        monkeypatch.setattr(Files, "head_chain", counted_chain)
+        monkeypatch.setattr(Files, "resolve_head", counted_resolve)
         first = git_repo.commit("first")
         rec.wait_for("stale", first)
         git_repo.git("checkout", "-q", "-b", "feature/x")  # the plan moves: refs/heads/feature
@@ -228,6 +232,7 @@ def test_c9_a_worker_killed_in_a_turn_is_replaced_and_its_checkout_restarted(
     assert "died" in caplog.text
 
 
+@inotify_only
 def test_c9_queue_overflow_resyncs_an_update_whose_event_was_lost(
     git_repo: Repo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -242,7 +247,7 @@ def test_c9_queue_overflow_resyncs_an_update_whose_event_was_lost(
         # What the kernel writes into the instance when its queue overflows.
         instance = watcher.instance
         assert instance is not None
-        overflow = int(inotify_module.InotifyConstants.IN_Q_OVERFLOW)
+        overflow = inotify_calls.IN_Q_OVERFLOW
         instance._dispatch(struct.pack("iIII", -1, overflow, 0, 0))
         rec.wait_for("stale", lost)
         assert guard.wait_ready(5)
@@ -250,6 +255,7 @@ def test_c9_queue_overflow_resyncs_an_update_whose_event_was_lost(
             guard.check()
 
 
+@inotify_only
 @pytest.mark.serial  # the queue's length is the machine's: other tests' instances would overflow
 def test_c9_real_inotify_overflow_is_detected_even_with_every_logger_silenced(git_repo: Repo) -> None:
     # The kernel's overflow record is read from the instance itself: quieting watchdog's
@@ -442,6 +448,7 @@ def test_c9_forked_child_does_not_trust_the_parents_watcher(git_repo: Repo) -> N
         assert guard.snapshot().trusted
 
 
+@inotify_only
 def test_c9_dead_inotify_reader_thread_is_noticed_and_restarted(
     git_repo: Repo, caplog: pytest.LogCaptureFixture
 ) -> None:

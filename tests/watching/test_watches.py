@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from stalewatch.watching.inotify import Registration
+from stalewatch.watching.notifier import Registration
 from stalewatch.watching.plan import Plan
 from stalewatch.watching.watches import Watches
+from tests.support.notifiers import NOTIFIER
 
 
 class Listener:
-    def on_inotify(self, registration: Registration, name: bytes, mask: int) -> None:
+    def on_event(self, registration: Registration, name: bytes, deleted: bool) -> None:
         pass
 
     def on_overflow(self) -> None:
@@ -33,7 +34,7 @@ def test_a_directory_missing_when_watched_is_watched_once_it_exists_under_the_sa
     present, missing = tmp_path / "heads", tmp_path / "heads-feature"
     present.mkdir()
     asked = threading.Event()
-    watches = Watches(Listener(), asked.set)
+    watches = Watches(Listener(), asked.set, NOTIFIER)
     plan = plan_of(present, missing)
     try:
         watches.open(plan)
@@ -50,7 +51,7 @@ def test_a_directory_missing_when_watched_is_watched_once_it_exists_under_the_sa
 def test_a_directory_replaced_is_rewatched_on_recheck(tmp_path: Path) -> None:
     directory = tmp_path / "heads"
     directory.mkdir()
-    watches = Watches(Listener(), lambda: None)
+    watches = Watches(Listener(), lambda: None, NOTIFIER)
     plan = plan_of(directory)
     try:
         watches.open(plan)
@@ -64,7 +65,7 @@ def test_a_directory_replaced_is_rewatched_on_recheck(tmp_path: Path) -> None:
 
 
 def test_closed_for_good_refuses_to_watch(tmp_path: Path) -> None:
-    watches = Watches(Listener(), lambda: None)
+    watches = Watches(Listener(), lambda: None, NOTIFIER)
     watches.close(final=True)
     try:
         watches.open(plan_of(tmp_path))

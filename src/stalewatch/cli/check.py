@@ -97,8 +97,8 @@ def _checkout(entry: Checkout) -> Iterator[str]:
     yield _line("path", config.path)
     if dirs is not None:
         common = "" if dirs.common_dir == dirs.git_dir else f", common dir {_text(dirs.common_dir)}"
-        reftable = ", reftable" if dirs.reftable else ""
-        yield f"# worktree {_text(dirs.worktree)}, git dir {_text(dirs.git_dir)}{common}{reftable}"
+        where = f"worktree {_text(dirs.worktree)}, git dir {_text(dirs.git_dir)}{common}"
+        yield f"# {where}, refs {dirs.store.name}"
     yield f"# HEAD {snap.current_revision or '(no commit yet)'}, {snap.status.value}"
     if config.revision is None:
         yield "# revision: HEAD when the daemon starts"

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import gc
 import logging
+import socket
 import sys
 from pathlib import Path
 
@@ -83,8 +84,35 @@ def _fail(exc: Exception, code: int) -> int:
     return code
 
 
+def unix_only() -> str | None:
+    """Why the daemon cannot run here (no Unix sockets or ``flock``: Windows), or ``None``."""
+    missing = [
+        what
+        for what, there in (("AF_UNIX sockets", hasattr(socket, "AF_UNIX")), ("fcntl", _has_fcntl()))
+        if not there
+    ]
+    if not missing:
+        return None
+    return (
+        f"the daemon needs {' and '.join(missing)}, which this platform ({sys.platform}) lacks; "
+        "guards, barriers and SSE work here with their in-process watcher (no daemon)"
+    )
+
+
+def _has_fcntl() -> bool:
+    try:
+        import fcntl  # noqa: F401, PLC0415 - only asked
+    except ImportError:
+        return False
+    return True
+
+
 def cmd_daemon(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground until SIGTERM/SIGINT."""
+    problem = unix_only()
+    if problem is not None:
+        print(f"stalewatch: {problem}", file=sys.stderr)
+        return exits.USAGE
     with contextlib.ExitStack() as cleanup:  # undone in reverse, on every way out
         try:
             start = starting(args)

@@ -113,7 +113,7 @@ class DaemonWatch:
         work: Workload | None,
     ) -> None:
         self._daemon = daemon
-        self._key = str(dirs.worktree)
+        self._key = str(dirs.checkout)
         self._on_change = on_change
         self._on_health = on_health
         self._loaded = loaded

@@ -29,7 +29,6 @@ __all__ = [
     "LockError",
     "MetricsError",
     "MetricsUnavailableError",
-    "NeedsGitError",
     "ProtocolError",
     "RefError",
     "ResourceExhaustedError",
@@ -37,6 +36,7 @@ __all__ = [
     "SocketPathError",
     "StaleError",
     "StalewatchError",
+    "SupervisedHandoffError",
 ]
 
 METRICS_EXTRA = "pip install 'stalewatch[metrics]'"
@@ -104,10 +104,6 @@ class ResourceExhaustedError(RefError):
         self.errno = errno
 
 
-class NeedsGitError(RefError):
-    """In-process parsing cannot decide (reftable, an unknown ref format): ask ``git``."""
-
-
 # -- settings and configuration ----------------------------------------------------------
 
 
@@ -145,6 +141,52 @@ class DaemonConfigError(ConfigError):
         self.line = line
         where = f"{file}:{line}: " if file is not None and line else f"{file}: " if file is not None else ""
         self.args = (f"{where}{name}: {reason}",)
+
+
+class SupervisedHandoffError(DaemonConfigError):
+    """A restart action the server's supervisor cannot follow: refused at start, on reload,
+    and before each restart (gunicorn's ``USR2`` handoff under supervisord or systemd).
+
+    Attributes:
+        supervisor: ``supervisord`` or ``systemd``.
+        how: how it was told (``SUPERVISOR_PROCESS_NAME in its environment``...).
+        pid: the server's master.
+        alternative: the configuration that works under that supervisor.
+    """
+
+    def __init__(
+        self,
+        supervisor: str,
+        how: str,
+        pid: int,
+        alternative: str,
+        *,
+        name: str = "restart.handoff",
+        file: Path | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.supervisor = supervisor
+        self.how = how
+        self.pid = pid
+        self.alternative = alternative
+        reason = (
+            f"the master (pid {pid}) runs under {supervisor} ({how}), which cannot follow a"
+            f" handoff: {_FOLLOWS.get(supervisor, 'it waits on the master that a handoff retires')}."
+            f" Instead: {alternative}"
+        )
+        super().__init__(name, True, reason, file=file, line=line)
+
+
+_FOLLOWS = {
+    "supervisord": (
+        "the old master exits once retired, supervisord starts gunicorn again, which cannot"
+        " bind (FATAL), and the new master runs unsupervised"
+    ),
+    "systemd": (
+        "the old master is the unit's main process; when it exits the unit stops and its"
+        " cgroup, the new master included, is killed"
+    ),
+}
 
 
 # -- the barrier ---------------------------------------------------------------------------

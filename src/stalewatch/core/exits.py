@@ -8,7 +8,8 @@ code  meaning
 1     ``status``: HEAD cannot be resolved (a corrupt or unreadable repository);
       ``daemon``: an unexpected failure while serving (logged)
 2     bad input: a usage error, a path that is not a git checkout, an invalid setting or
-      configuration, a socket path that cannot be used, no Hermes install found
+      configuration, a socket path that cannot be used, no Hermes install found,
+      ``daemon`` where there are no Unix sockets (Windows)
 3     ``events`` / ``status --socket``: the daemon cannot be reached
 ====  ================================================================================
 """

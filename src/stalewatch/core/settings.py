@@ -14,7 +14,19 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 
-__all__ = ["WatchSettings", "git_executable", "metrics_daemon", "poll", "poll_interval", "verify_interval"]
+__all__ = [
+    "NOTIFIERS",
+    "WatchSettings",
+    "git_executable",
+    "metrics_daemon",
+    "notifier",
+    "poll",
+    "poll_interval",
+    "verify_interval",
+]
+
+NOTIFIERS = ("inotify", "observer", "polling")
+"""The values ``STALEWATCH_NOTIFIER`` takes."""
 
 MAX_DAEMON_NAME = 200
 """Characters of a daemon's name (the ``daemon`` label of its metrics) at most."""
@@ -37,11 +49,18 @@ class Variable:
 VERIFY_INTERVAL = Variable("STALEWATCH_VERIFY_INTERVAL", "2.0", SECONDS, "between in-process verifications")
 POLL = Variable("STALEWATCH_POLL", "0", "`1` or `0`", "`1`: poll instead of kernel notifications")
 POLL_INTERVAL = Variable("STALEWATCH_POLL_INTERVAL", "1.0", SECONDS, "between polls")
+NOTIFIER = Variable(
+    "STALEWATCH_NOTIFIER",
+    "the platform's",
+    " or ".join(f"`{name}`" for name in NOTIFIERS),
+    "what tells a watcher of changes: `inotify` (Linux), `observer` (watchdog's, elsewhere);"
+    " `polling` is `STALEWATCH_POLL=1`",
+)
 GIT = Variable("STALEWATCH_GIT", "git", "command", "the git executable (binding, reftable)")
 METRICS_DAEMON = Variable(
     "STALEWATCH_METRICS_DAEMON", "the socket's path", "name", "the `daemon` label of the daemon's metrics"
 )
-VARIABLES = (VERIFY_INTERVAL, POLL, POLL_INTERVAL, GIT, METRICS_DAEMON)
+VARIABLES = (VERIFY_INTERVAL, POLL, POLL_INTERVAL, NOTIFIER, GIT, METRICS_DAEMON)
 
 
 @dataclass(frozen=True)
@@ -52,11 +71,14 @@ class WatchSettings:
         verify_interval: seconds between periodic in-process re-verifications.
         poll: poll instead of kernel notifications.
         poll_interval: seconds between polls while polling.
+        notifier: what tells the watcher of changes when not polling
+            (``inotify`` or ``observer``: :mod:`stalewatch.watching.notifier`).
     """
 
     verify_interval: float
     poll: bool
     poll_interval: float
+    notifier: str = "inotify"
 
 
 def _seconds(variable: Variable, keyword: str, value: float | None) -> float:
@@ -91,6 +113,22 @@ def poll(value: bool | None = None) -> bool:
     if raw in ("", "0", "false", "no", "off"):
         return False
     raise ConfigError(POLL.name, raw, "expected 1 or 0")
+
+
+def notifier(value: str | None = None) -> str | None:
+    """The notifier asked for (``STALEWATCH_NOTIFIER``), ``None`` for the platform's.
+
+    Raises:
+        ConfigError: not one of :data:`NOTIFIERS`.
+    """
+    label = "notifier" if value is not None else NOTIFIER.name
+    raw = value if value is not None else os.environ.get(NOTIFIER.name, "")
+    name = raw.strip().lower()
+    if not name:
+        return None
+    if name not in NOTIFIERS:
+        raise ConfigError(label, raw, f"expected one of {', '.join(NOTIFIERS)}")
+    return name
 
 
 def git_executable() -> str:

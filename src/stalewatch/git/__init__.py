@@ -1,10 +1,11 @@
 """Reading git: in-process parsing of HEAD and refs, and the one module that runs git.
 
-- :mod:`.refs`: where a checkout's git data lives and what HEAD resolves to; no
-  threads, no processes (~20 µs per resolve, C10, C11).
+- :mod:`.refs`: where a checkout's git data lives, and which ref store keeps its refs.
+- :mod:`.store`: the ref store interface (resolve HEAD, files to watch, reflogs); one
+  module per store: :mod:`.files` (loose refs and ``packed-refs``, in-process, ~20 µs
+  per resolve, C10, C11) and :mod:`.reftable` (through ``git``).
 - :mod:`.packed`: ``packed-refs``, searched in place; one process-wide cache of what
   was read, by file identity.
-- :mod:`.head`: HEAD's commit, in-process, through ``git`` only for reftable.
 - :mod:`.reflog`: what moved HEAD (action, who, when, ahead/behind), from the newest
   reflog entries read from the end of ``logs/HEAD`` and the branch's log; bounded.
 - :mod:`.moves`: what each reflog action means for the commit it moved to; pure.

@@ -92,7 +92,7 @@ def is_tracked(worktree: Path, path: Path) -> bool:
 
 
 def rev_parse_head(worktree: Path) -> str | None:
-    """Resolve HEAD with ``git rev-parse`` (reftable and unknown formats).
+    """Resolve HEAD with ``git rev-parse`` (reftable).
 
     Returns ``None`` for an unborn branch.
 

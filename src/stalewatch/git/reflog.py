@@ -245,17 +245,13 @@ def explain(dirs: GitDirs, chain: Sequence[Path], loaded: str | None, current: s
     """Why HEAD is at ``current``: ``logs/HEAD`` first, then the branch's own log.
 
     Args:
-        dirs: the checkout's git directories (reftable keeps no ``logs/``: ``None``).
-        chain: the loose refs HEAD resolved through (from ``refs.resolve_head``).
+        dirs: the checkout's git directories (a store without reflog files: ``None``).
+        chain: the refs HEAD resolved through (from its store's ``resolve_head``).
         loaded: the commit the process loaded.
         current: the commit HEAD resolves to now.
     """
-    if dirs.reftable:
-        return None
-    logs = [dirs.head_log]
-    logs += [log for log in map(dirs.log_path, reversed(chain)) if log is not None]
     found = None
-    for log in logs:
+    for log in dirs.store.reflogs(dirs, chain):
         cause = _explain_log(log, loaded, current)
         if found is None:
             found = cause  # the newest move of HEAD names the action
@@ -271,11 +267,12 @@ def head_log(dirs: GitDirs) -> tuple[list[Entry], bool]:
     """The newest entries of ``logs/HEAD`` (oldest first, at most 256 KiB read) and
     whether they are all of it: where HEAD was, and since when (R10).
 
-    Empty for reftable (no ``logs/``), a missing or odd log: never an error.
+    Empty for a store without reflog files (reftable), a missing or odd log: never an error.
     """
-    if dirs.reftable:
+    logs = dirs.store.reflogs(dirs)
+    if not logs:
         return [], False
-    data, whole = _read_tail(dirs.head_log, _MAX_READ)
+    data, whole = _read_tail(logs[0], _MAX_READ)
     return parse_log(data, whole=whole), whole
 
 

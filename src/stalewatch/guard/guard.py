@@ -22,7 +22,6 @@ from ..core import forking
 from ..core.errors import BindError, ResourceExhaustedError, StaleError
 from ..core.phases import RestartState
 from ..core.status import Event, Snapshot, Status, WatchMode, transition
-from ..git import reflog
 from ..watching.local import LocalSource
 from ..watching.source import Source, Watch, start_watch
 from . import head, identity
@@ -87,7 +86,8 @@ class Guard:
         self._doubt = False
         self._mode = WatchMode.NONE
         self._ready = threading.Event()  # set while the watcher runs (see wait_ready)
-        status, loaded, current = head.initial(binding, loaded_revision)
+        self._reader = binding.reader()  # HEAD, or the release a deploy link names
+        status, loaded, current = head.initial(binding, self._reader, loaded_revision)
         self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time())
         self._stale = status.blocks
         # The barrier flag (C9): True only when the flag may be trusted and passes.
@@ -105,12 +105,16 @@ class Guard:
         loaded_revision: str | None = None,
         latch: bool = False,
         source: Source | None = None,
+        deploy_link: str | os.PathLike[str] | None = None,
     ) -> Guard:
         """Guard the checkout that supplied ``sys.modules[name]`` (C1).
 
         Example: ``Guard.for_module("run_agent")``. Options as for :class:`Guard`.
+        ``deploy_link``: the symlink the release in use is switched by
+        (``/srv/app/current``), when the module's path did not keep it: the link
+        retargeted is the code moving (:mod:`stalewatch.guard.release`).
         """
-        binding = identity.bind_module(name)
+        binding = identity.bind_module(name, deploy_link)
         return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
 
     @classmethod
@@ -121,13 +125,15 @@ class Guard:
         loaded_revision: str | None = None,
         latch: bool = False,
         source: Source | None = None,
+        deploy_link: str | os.PathLike[str] | None = None,
     ) -> Guard:
         """Guard the checkout whose repository tracks exactly this source file (C2).
 
         Example: ``Guard.for_file(run_agent.__file__)``. An untracked file gives an
-        ``UNTRACKED`` guard that never blocks.
+        ``UNTRACKED`` guard that never blocks (unless behind a deploy link).
+        ``deploy_link`` as for :meth:`for_module`.
         """
-        binding = identity.bind_file(os.fspath(path))
+        binding = identity.bind_file(os.fspath(path), deploy_link)
         return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
 
     @classmethod
@@ -138,12 +144,14 @@ class Guard:
         loaded_revision: str | None = None,
         latch: bool = False,
         source: Source | None = None,
+        deploy_link: str | os.PathLike[str] | None = None,
     ) -> Guard:
-        """Guard a whole working tree; ``path`` is any file or directory inside it.
+        """Guard a whole working tree; ``path`` is any file or directory inside it, or a
+        deploy link (``/srv/app/current``). ``deploy_link`` as for :meth:`for_module`.
 
         Example: ``Guard.for_checkout("/srv/hermes-agent")``.
         """
-        binding = identity.bind_checkout(os.fspath(path))
+        binding = identity.bind_checkout(os.fspath(path), deploy_link)
         return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
 
     @classmethod
@@ -154,9 +162,10 @@ class Guard:
         loaded_revision: str | None = None,
         latch: bool = False,
         source: Source | None = None,
+        deploy_link: str | os.PathLike[str] | None = None,
     ) -> Guard:
         """What a command line or a configuration names: a checkout (any directory in
-        it), or a source file its repository tracks (C2).
+        it, or a deploy link to one), or a source file its repository tracks (C2).
 
         Unlike :meth:`for_file`, a file no repository tracks is refused: a guard of it
         would never block, so whoever named it would watch nothing without a word.
@@ -166,8 +175,12 @@ class Guard:
                 no repository tracks.
         """
         if not Path(path).is_file():
-            return cls.for_checkout(path, loaded_revision=loaded_revision, latch=latch, source=source)
-        guard = cls.for_file(path, loaded_revision=loaded_revision, latch=latch, source=source)
+            return cls.for_checkout(
+                path, loaded_revision=loaded_revision, latch=latch, source=source, deploy_link=deploy_link
+            )
+        guard = cls.for_file(
+            path, loaded_revision=loaded_revision, latch=latch, source=source, deploy_link=deploy_link
+        )
         if not guard.binding.tracked:
             raise BindError(Path(path), "is not tracked by any git repository; there is nothing to watch")
         return guard
@@ -289,8 +302,8 @@ class Guard:
 
     # -- reading and deciding ---------------------------------------------------------
 
-    def _read(self, chain: list[Path] | None = None) -> str | None:
-        return head.read_head(self.binding, chain)
+    def _read(self, chain: list[Path]) -> str | None:
+        return self._reader.read(chain)
 
     def refresh(self) -> Snapshot:
         """Re-resolve HEAD now, update the status (emitting an event on change), return it.
@@ -345,7 +358,7 @@ class Guard:
                     # What moved HEAD: once per change (changes are applied only here,
                     # under _refresh_lock, so generation order holds), never on the flag
                     # read, and after the flag so detection never waits for it.
-                    cause = reflog.explain_move(self.binding.dirs, chain, event.loaded_revision, current)
+                    cause = self._reader.explain(chain, event.loaded_revision, current)
                     event = replace(event, cause=cause)
                     with self._lock:
                         self._snap = replace(self._snap, cause=cause)

@@ -8,17 +8,30 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
+from ..core.cause import Cause
 from ..core.errors import BindError, HeadUnreadableError, RefError, ResourceExhaustedError
 from ..core.revisions import is_object_id
 from ..core.status import Status, decide
-from ..git.head import head_commit
-from ..git.refs import HEAD_MISSING
-from .identity import Binding
+from ..git import reflog
+from ..git.files import HEAD_MISSING
 
-__all__ = ["EXHAUSTED", "MISSING_REF_GRACE", "checked_revision", "initial", "read_head", "read_settled"]
+if TYPE_CHECKING:  # identity builds a deploy link's reader (release imports this module)
+    from .identity import Binding
+
+__all__ = [
+    "EXHAUSTED",
+    "MISSING_REF_GRACE",
+    "HeadReader",
+    "RevisionReader",
+    "checked_revision",
+    "initial",
+    "read_head",
+    "read_settled",
+]
 
 MISSING_REF_GRACE = (0.001, 0.004, 0.016, 0.064)
 """Seconds to look again when HEAD names a missing branch, or is missing, while a
@@ -42,7 +55,7 @@ def _exhausted(exc: BaseException) -> OSError | None:
 
 
 def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
-    """HEAD's commit for ``binding`` (``None``: an unborn branch); see :func:`~..git.head.head_commit`.
+    """HEAD's commit for ``binding`` (``None``: an unborn branch); see ``RefStore.resolve_head``.
 
     Raises:
         ResourceExhaustedError: this process is out of descriptors or memory: nothing
@@ -53,7 +66,7 @@ def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
     if dirs is None:
         raise RefError(binding.checkout, "untracked: nothing to resolve")
     try:
-        return head_commit(dirs, chain)
+        return dirs.store.resolve_head(dirs, chain)
     except ResourceExhaustedError:
         raise
     except RefError as exc:
@@ -61,6 +74,42 @@ def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
         if cause is None or cause.errno is None:
             raise
         raise ResourceExhaustedError(exc.path, exc.reason, cause.errno) from exc
+
+
+class RevisionReader(Protocol):
+    """Where a guard's current revision comes from: HEAD (:class:`HeadReader`), or the
+    release a deploy link names (:class:`~.release.DeployLink`)."""
+
+    def read(self, chain: list[Path]) -> str | None:
+        """The revision now (``None``: an unborn branch); ``chain`` collects the loose
+        refs the reading went through. Raises :class:`RefError` (unreadable) or
+        :class:`ResourceExhaustedError` (nothing known)."""
+        ...
+
+    def explain(self, chain: Sequence[Path], loaded: str | None, current: str) -> Cause | None:
+        """What moved the revision from ``loaded`` to ``current`` (after a :meth:`read`)."""
+        ...
+
+    def loaded_at_bind(self, now: str | None) -> str | None:
+        """The revision the code was loaded from, given the one read ``now`` at binding."""
+        ...
+
+
+class HeadReader:
+    """The checkout's HEAD, and the reflog for what moved it."""
+
+    def __init__(self, binding: Binding) -> None:
+        self._binding = binding
+
+    def read(self, chain: list[Path]) -> str | None:
+        return read_head(self._binding, chain)
+
+    def explain(self, chain: Sequence[Path], loaded: str | None, current: str) -> Cause | None:
+        dirs = self._binding.dirs
+        return None if dirs is None else reflog.explain_move(dirs, chain, loaded, current)
+
+    def loaded_at_bind(self, now: str | None) -> str | None:
+        return now  # the code was just imported from HEAD's tree
 
 
 def _once(read: Callable[[list[Path]], str | None], chain: list[Path]) -> tuple[str | None, str | None, bool]:
@@ -111,8 +160,11 @@ def checked_revision(revision: str) -> str:
     return revision
 
 
-def initial(binding: Binding, loaded_revision: str | None) -> tuple[Status, str | None, str | None]:
-    """A new guard's ``(status, loaded, current)``: HEAD now, against what was loaded.
+def initial(
+    binding: Binding, reader: RevisionReader, loaded_revision: str | None
+) -> tuple[Status, str | None, str | None]:
+    """A new guard's ``(status, loaded, current)``: ``reader``'s revision now, against what
+    was loaded.
 
     Raises:
         HeadUnreadableError: HEAD cannot be resolved and no revision is known (C5), or
@@ -123,12 +175,12 @@ def initial(binding: Binding, loaded_revision: str | None) -> tuple[Status, str 
     if binding.dirs is None:
         return Status.UNTRACKED, None, None
     try:
-        current = read_head(binding)
+        current = reader.read([])
     except ResourceExhaustedError as exc:
         raise HeadUnreadableError(binding.checkout, f"cannot read HEAD now: {exc}") from None
     except RefError as exc:
         if loaded_revision is None:
             raise HeadUnreadableError(binding.checkout, f"cannot resolve HEAD: {exc}") from None
         return Status.UNREADABLE, checked_revision(loaded_revision), None  # C4: blocks
-    loaded = current if loaded_revision is None else checked_revision(loaded_revision)
+    loaded = reader.loaded_at_bind(current) if loaded_revision is None else checked_revision(loaded_revision)
     return decide(loaded, current, readable=True), loaded, current

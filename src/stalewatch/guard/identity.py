@@ -8,6 +8,7 @@ binding is in-process.
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ from pathlib import Path
 from ..core.errors import BindError, RefError
 from ..git import command
 from ..git.refs import GitDirs, find_git_dirs
+from .head import HeadReader, RevisionReader
+from .release import DeployLink, find_link, watched_dirs
 
 __all__ = ["Binding", "bind_checkout", "bind_file", "bind_module"]
 
@@ -24,18 +27,39 @@ class Binding:
     """What a guard is bound to.
 
     Attributes:
-        checkout: top of the working tree; for an untracked file, its directory.
+        checkout: top of the working tree; for an untracked file, its directory; behind
+            a deploy link, the link (``/srv/app/current``: what every release shares).
         source: the source file that supplied the code, ``None`` for a whole checkout.
-        dirs: the git directories, ``None`` when the source is untracked (C2).
+        dirs: the git directories, ``None`` when the source is untracked (C2); behind
+            a deploy link, with the link (:attr:`GitDirs.deploy_link`).
+        link: the deploy link the code came through (``current -> releases/X``), if any.
     """
 
     checkout: Path
     source: Path | None
     dirs: GitDirs | None
+    link: DeployLink | None = None
 
     @property
     def tracked(self) -> bool:
         return self.dirs is not None
+
+    def reader(self) -> RevisionReader:
+        """Where the revision comes from: the deploy link's release, else HEAD."""
+        return self.link if self.link is not None else HeadReader(self)
+
+
+DeployLinkArg = str | os.PathLike[str] | None
+
+
+def _linked(given: str | Path, binding: Binding, deploy_link: DeployLinkArg) -> Binding:
+    """``binding``, behind the deploy link ``given`` came through or that was named."""
+    dirs = binding.dirs
+    link = find_link(Path(given), dirs.worktree if dirs is not None else None, deploy_link=deploy_link)
+    if link is None:
+        return binding
+    watched = watched_dirs(link, dirs)
+    return Binding(watched.checkout, binding.source, watched, link)
 
 
 def _resolve(path: str | Path) -> Path:
@@ -60,14 +84,20 @@ def _git_dirs(path: Path) -> GitDirs | None:
         raise BindError(path, f"cannot read its git repository: {exc.strerror or exc}") from None
 
 
-def bind_file(path: str | Path) -> Binding:
+def bind_file(path: str | Path, deploy_link: DeployLinkArg = None) -> Binding:
     """Bind to the checkout whose repository tracks exactly this file (C2).
 
-    A file in no repository, or untracked in the enclosing one, binds as untracked.
+    A file in no repository, or untracked in the enclosing one, binds as untracked,
+    unless it came through a deploy link (:func:`~.release.find_link`).
 
     Raises:
-        BindError: the path does not exist, is not a regular file, or cannot be read.
+        BindError: the path does not exist, is not a regular file, or cannot be read;
+            ``deploy_link`` is no symlink, or switches between releases without this file.
     """
+    return _linked(path, _bind_file(path), deploy_link)
+
+
+def _bind_file(path: str | Path) -> Binding:
     source = _resolve(path)
     if source.is_dir():
         raise BindError(path, "is a directory, not a source file (use Guard.for_checkout)")
@@ -79,7 +109,7 @@ def bind_file(path: str | Path) -> Binding:
     return Binding(checkout=dirs.worktree, source=source, dirs=dirs)
 
 
-def bind_module(name: str) -> Binding:
+def bind_module(name: str, deploy_link: DeployLinkArg = None) -> Binding:
     """Bind to the checkout that supplied ``sys.modules[name]`` (C1).
 
     Raises:
@@ -92,17 +122,24 @@ def bind_module(name: str) -> Binding:
     file = getattr(module, "__file__", None)
     if not file:
         raise BindError(name, "module has no __file__ (built-in, frozen or namespace package)")
-    return bind_file(file)
+    return bind_file(file, deploy_link)
 
 
-def bind_checkout(path: str | Path) -> Binding:
+def bind_checkout(path: str | Path, deploy_link: DeployLinkArg = None) -> Binding:
     """Bind to the whole working tree containing ``path`` (a file or directory in it).
 
+    ``path`` may be a deploy link itself (``/srv/app/current``), whose release need not
+    be a git checkout (:func:`~.release.find_link`).
+
     Raises:
-        BindError: the path does not exist or is not inside a git working tree.
+        BindError: the path does not exist or is not inside a git working tree (nor
+            behind a deploy link).
     """
     resolved = _resolve(path)
     dirs = _git_dirs(resolved)
-    if dirs is None:
+    if dirs is not None:
+        return _linked(path, Binding(checkout=dirs.worktree, source=None, dirs=dirs), deploy_link)
+    linked = _linked(path, Binding(checkout=resolved, source=None, dirs=None), deploy_link)
+    if linked.link is None:
         raise BindError(path, "is not inside a git working tree")
-    return Binding(checkout=dirs.worktree, source=None, dirs=dirs)
+    return linked

@@ -22,7 +22,6 @@ from typing import Any, Final
 
 from ..core.cache import BoundedCache
 from ..git import command, refs
-from ..git.head import head_commit
 from ..git.refs import GitDirs
 from .discovery import AGENT_MODULE
 
@@ -96,7 +95,7 @@ def read(agent_dir: Any, module_path: Any) -> str | Defer | None:
         binding = found
     if not binding.tracked:
         return None
-    revision = head_commit(binding.dirs)  # exactly one read of HEAD
+    revision = binding.dirs.store.resolve_head(binding.dirs)  # exactly one read of HEAD
     return revision if revision is not None else DEFER  # an unborn branch: upstream's to answer
 
 

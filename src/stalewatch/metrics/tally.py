@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from ..core.phases import RestartPhase, RestartState
 from ..core.status import Event, Snapshot, Status
-from ..git.refs import GitDirs, head_chain
+from ..git.refs import GitDirs
 
 __all__ = [
     "DROP_REASONS",
@@ -83,8 +83,7 @@ def newest_ref_write(dirs: GitDirs | None) -> RefWrite | None:
     """
     if dirs is None:
         return None
-    paths = [dirs.head_file, *head_chain(dirs)]
-    paths.append(dirs.common_dir / "reftable" / "tables.list" if dirs.reftable else dirs.packed_refs)
+    paths = [dirs.head_file, *dirs.store.head_chain(dirs), *dirs.store.watched(dirs)]
     newest: RefWrite | None = None
     for path in paths:
         try:

@@ -40,10 +40,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..core.declared import ARGV, PATH, Kind, Refused, choice, integer, known, read, seconds, setting
+from ..core.errors import SupervisedHandoffError
 from ..core.revisions import is_object_id
 from ..core.settings import METRICS_DAEMON, NAME, is_name
 from ..core.tables import TableReader, parse
 from .owned_file import read_checked
+from .restart.actions import action_of
 from .restart.policy import RestartPolicy, parse_policy
 
 __all__ = ["CheckoutConfig", "DaemonConfig", "HookConfig", "load", "with_checkouts"]
@@ -89,7 +91,21 @@ def _revision(value: object, _: TableReader) -> str:
 
 
 def _restart(value: object, table: TableReader) -> RestartPolicy:
-    return parse_policy(table, value, table.table or 0)
+    policy = parse_policy(table, value, table.table or 0)
+    try:  # at start and on every reload, which read the file alike: an action the supervisor cannot follow
+        action_of(policy).check()
+    except SupervisedHandoffError as exc:
+        place = table.at(table.table, "restart")
+        raise SupervisedHandoffError(
+            exc.supervisor,
+            exc.how,
+            exc.pid,
+            exc.alternative,
+            name=place.name("handoff"),
+            file=place.file,
+            line=place.locate("handoff"),
+        ) from None
+    return policy
 
 
 def _checkouts(value: object, top: TableReader) -> tuple[CheckoutConfig, ...]:

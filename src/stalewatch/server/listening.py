@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import logging
 import os
 import socket
@@ -72,6 +71,8 @@ def _lock_path(path: Path) -> Path:
 
 
 def _take_lock(path: Path) -> int:
+    import fcntl  # noqa: PLC0415 - Unix only, and the CLI imports this module everywhere
+
     lock_path = _lock_path(path)
     for _ in range(8):  # each retry means another daemon removed the file as we opened it
         lock = _open_lock(lock_path)

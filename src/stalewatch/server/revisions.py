@@ -53,9 +53,11 @@ class Revisions:
         with self._lock:
             if revision in self._seen or revision in self._logged:
                 return True
-            if self._dirs is None or self._dirs.reftable:
+            dirs = self._dirs
+            logs = [] if dirs is None else dirs.store.reflogs(dirs)
+            if dirs is None or not logs:
                 return False
-            log = self._dirs.head_log
+            log = logs[0]
             try:
                 info = log.stat()
             except OSError:
@@ -63,7 +65,7 @@ class Revisions:
             stamp = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
             if stamp == self._stamp:
                 return False
-            entries, _ = head_log(self._dirs)
+            entries, _ = head_log(dirs)
             self._logged = frozenset(e.old for e in entries) | frozenset(e.new for e in entries)
             self._stamp = stamp
             return revision in self._logged

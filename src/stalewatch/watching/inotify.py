@@ -6,15 +6,14 @@ runs a thread per watched directory. :class:`Inotify` opens one instance for the
 process and reads it on one thread (``stalewatch-inotify``); watchers add and remove
 watches on it as their plans change.
 
-Built on watchdog's own inotify layer, its ctypes bindings (``inotify_init``,
-``inotify_add_watch``, ``inotify_rm_watch``, ``InotifyConstants`` in
-``watchdog.observers.inotify_c``), not on its ``InotifyFD`` bookkeeping, which re-adds
-a watch with a caller's mask and so *replaces* the mask another caller set on the
-same directory, records a refused watch (EACCES) as if it existed, removes every
-watch from the kernel when closed (which, in a forked child, would strip the
-parent's), and leaves its descriptor inheritable. Nor on watchdog's observers: one
-thread per watched directory, and a DEBUG log line per raw event that a debug log
-beside the checkout turns into a feedback loop (issue 12).
+Built on libc's three calls (``inotify_init1``, ``inotify_add_watch``,
+``inotify_rm_watch``, through ctypes) and the kernel's constants, not on watchdog's
+inotify layer: its bookkeeping re-adds a watch with a caller's mask and so *replaces*
+the mask another caller set on the same directory, records a refused watch (EACCES)
+as if it existed, and removes every watch from the kernel when closed (which, in a
+forked child, would strip the parent's); its observer adds an emitter thread per
+watched directory and a DEBUG log line per raw event. watchdog is used through its
+public observer API only, where there is no inotify (:mod:`.observer`).
 
 Each watched directory is registered with the names in it that matter to its
 watcher; the reader matches an event's name against them and calls the watcher only
@@ -38,64 +37,36 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from ..core.shared import Shared
+from . import inotify_calls as abi
+from .inotify_calls import AVAILABLE, inotify_add_watch, inotify_init, inotify_rm_watch
+from .notifier import Listener, Registration
 
-__all__ = [
-    "ANCHOR_MASK",
-    "AVAILABLE",
-    "DELETED",
-    "REF_MASK",
-    "Inotify",
-    "Listener",
-    "Registration",
-    "acquire",
-    "release",
-    "users",
-]
+__all__ = ["AVAILABLE", "Inotify", "acquire", "release", "users"]
 
 logger = logging.getLogger(__name__)
 
-try:  # Linux only; elsewhere (and without inotify in libc) watchers poll
-    from watchdog.observers.inotify_c import (
-        InotifyConstants,
-        inotify_add_watch,
-        inotify_init,
-        inotify_rm_watch,
-    )
+# The worktree and its parent: only the checkout or its .git renamed, replaced, deleted
+# or changing permission. No IN_MODIFY/IN_CLOSE_WRITE: writes to files there (an app's
+# debug log) never even wake the reader.
+ANCHOR_MASK = (
+    abi.IN_CREATE
+    | abi.IN_DELETE
+    | abi.IN_MOVED_FROM
+    | abi.IN_MOVED_TO
+    | abi.IN_ATTRIB
+    | abi.IN_DELETE_SELF
+    | abi.IN_MOVE_SELF
+    | abi.IN_ONLYDIR
+    | abi.IN_DONT_FOLLOW
+)
+# Git dirs and ref dirs: also a file rewritten in place (reported once, when its writer
+# closes it: never a half-written HEAD). No IN_OPEN/IN_CLOSE_NOWRITE/IN_ACCESS, so
+# reading .git never feeds the watch.
+REF_MASK = ANCHOR_MASK | abi.IN_CLOSE_WRITE
+_SELF = abi.IN_DELETE_SELF | abi.IN_MOVE_SELF | abi.IN_IGNORED | abi.IN_UNMOUNT
 
-    AVAILABLE = True
-except Exception:  # pragma: no cover - not Linux (UnsupportedLibcError, OSError, ImportError)
-    AVAILABLE = False
-
-if AVAILABLE:
-    _C = InotifyConstants
-    # The worktree and its parent: only the checkout or its .git renamed, replaced,
-    # deleted or changing permission. No IN_MODIFY/IN_CLOSE_WRITE: writes to files
-    # there (an app's debug log) never even wake the reader.
-    ANCHOR_MASK = int(
-        _C.IN_CREATE
-        | _C.IN_DELETE
-        | _C.IN_MOVED_FROM
-        | _C.IN_MOVED_TO
-        | _C.IN_ATTRIB
-        | _C.IN_DELETE_SELF
-        | _C.IN_MOVE_SELF
-        | _C.IN_ONLYDIR
-        | _C.IN_DONT_FOLLOW
-    )
-    # Git dirs and ref dirs: also a file rewritten in place (reported once, when its
-    # writer closes it: never a half-written HEAD). No IN_OPEN/IN_CLOSE_NOWRITE/IN_ACCESS,
-    # so reading .git never feeds the watch.
-    REF_MASK = ANCHOR_MASK | int(_C.IN_CLOSE_WRITE)
-    _SELF = int(_C.IN_DELETE_SELF | _C.IN_MOVE_SELF | _C.IN_IGNORED | _C.IN_UNMOUNT)
-    _IGNORED = int(_C.IN_IGNORED)
-    DELETED = int(_C.IN_DELETE)
-    _OVERFLOW = int(_C.IN_Q_OVERFLOW)
-    _MASK_ADD = int(_C.IN_MASK_ADD)
-else:  # pragma: no cover - not Linux
-    ANCHOR_MASK = REF_MASK = _SELF = _IGNORED = _OVERFLOW = _MASK_ADD = DELETED = 0
 
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
 _READ_SIZE = 64 * 1024
@@ -103,39 +74,10 @@ _UNWATCH_BATCH = 256  # kernel watches removed per hold of the lock (add() waits
 _UNWATCH_DELAY_MS = 100  # the longest a watch left for later stays in the kernel
 
 
-class Listener(Protocol):
-    """What a watcher gives the reader: called on the reader thread, must not block."""
-
-    def on_inotify(self, registration: Registration, name: bytes, mask: int) -> None:
-        """An event in a registered directory: ``name`` is empty for the directory itself."""
-
-    def on_overflow(self) -> None:
-        """The kernel dropped events (queue overflow): resync."""
-
-    def on_reader_died(self) -> None:
-        """The reader thread ended unexpectedly: this instance is dead; open another."""
-
-
 @dataclass(eq=False)
-class Registration:
-    """One listener's watch of one directory.
-
-    Attributes:
-        path: the directory, as the listener named it.
-        mask: the events it wants (the kernel's mask for the directory is the union).
-        names: the names in the directory that matter to it; events for others are
-            dropped on the reader thread.
-        wd: the kernel's watch descriptor (shared by every registration of the inode).
-        alive: False once removed, or once the kernel dropped the watch (the
-            directory was deleted or unmounted): the listener must watch anew.
-    """
-
-    path: Path
-    mask: int
-    names: frozenset[bytes]
-    listener: Listener
-    wd: int = -1
-    alive: bool = True
+class _Registration(Registration):
+    mask: int = 0  # the events it wants (the kernel's mask for the directory is the union)
+    wd: int = -1  # the kernel's watch descriptor (shared by every registration of the inode)
 
 
 @dataclass(eq=False)
@@ -143,11 +85,12 @@ class _Watch:
     wd: int
     # In the order they came; a dict: the worktrees' common parent directory holds one
     # registration per checkout, and removing one of ten thousand must not walk them all.
-    registrations: dict[Registration, None] = field(default_factory=dict)
+    registrations: dict[_Registration, None] = field(default_factory=dict)
 
 
 class Inotify:
-    """One inotify instance and its reader thread. Use :func:`acquire` / :func:`release`.
+    """One inotify instance and its reader thread: a :class:`~.notifier.Notifier`.
+    Use :func:`acquire` / :meth:`release`.
 
     Raises:
         OSError: the instance cannot be opened (``EMFILE``: the user's instance limit).
@@ -159,8 +102,7 @@ class Inotify:
             raise _error("inotify_init")
         self.fd = fd
         self.pid = os.getpid()
-        # Not inherited by hook processes; a forked child closes its copy (see below).
-        os.set_inheritable(fd, False)
+        # Closed on exec (hook processes); a forked child closes its copy (see below).
         self._kill_r, self._kill_w = os.pipe()  # non-inheritable by default
         self._lock = threading.Lock()
         self._watches: dict[int, _Watch] = {}
@@ -178,19 +120,20 @@ class Inotify:
 
     # -- watches (any thread) -------------------------------------------------------
 
-    def add(self, path: Path, mask: int, names: frozenset[bytes], listener: Listener) -> Registration:
+    def add(self, path: Path, narrow: bool, names: frozenset[bytes], listener: Listener) -> Registration:
         """Watch directory ``path`` for ``listener``; events named ``names`` reach it.
 
         Raises:
             OSError: ``ENOSPC`` (the user's watch limit), ``EACCES``, ``ENOENT``,
                 ``ENOTDIR``, or ``EBADF`` once this instance is closed or dead.
         """
-        registration = Registration(path, mask, names, listener)
+        mask = ANCHOR_MASK if narrow else REF_MASK
+        registration = _Registration(path, narrow, names, listener, mask=mask)
         with self._lock:
             if self._closing or self.dead:
                 raise OSError(errno.EBADF, "inotify instance closed")
             # IN_MASK_ADD: another registration of the same inode keeps its events.
-            wd = inotify_add_watch(self.fd, os.fsencode(path), mask | _MASK_ADD)
+            wd = inotify_add_watch(self.fd, os.fsencode(path), mask | abi.IN_MASK_ADD)
             if wd < 0:
                 raise _error("inotify_add_watch", path)
             watch = self._watches.get(wd)
@@ -215,6 +158,8 @@ class Inotify:
         """
         with self._lock:
             registration.alive = False
+            if not isinstance(registration, _Registration):
+                return
             watch = self._watches.get(registration.wd)
             if watch is None or registration not in watch.registrations:
                 return
@@ -230,7 +175,7 @@ class Inotify:
                     return
                 # EINVAL: the kernel dropped it already (directory deleted); its
                 # IN_IGNORED then finds no entry and is skipped.
-                inotify_rm_watch(self.fd, watch.wd)  # type: ignore[arg-type]  # a WatchDescriptor
+                inotify_rm_watch(self.fd, watch.wd)
 
     def _unwatch_doomed(self) -> None:
         """On the reader thread: remove the kernel watches :meth:`remove` left for later."""
@@ -241,12 +186,20 @@ class Inotify:
                 batch, self._doomed = self._doomed[:_UNWATCH_BATCH], self._doomed[_UNWATCH_BATCH:]
                 for wd in batch:
                     if wd not in self._watches:  # not watched again since (same inode, same wd)
-                        inotify_rm_watch(self.fd, wd)  # type: ignore[arg-type]
+                        inotify_rm_watch(self.fd, wd)
+
+    def lost(self, registration: Registration) -> bool:
+        """The kernel dropped the watch, or it was removed (reader death is told at once)."""
+        return not registration.alive
 
     def watch_count(self) -> int:
         """Directories watched now (kernel watches held by this instance)."""
         with self._lock:
             return len(self._watches)
+
+    def release(self) -> None:
+        """A watcher is done with this instance; the last one closes it."""
+        release(self)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -339,7 +292,7 @@ class Inotify:
         Deliberately silent: no log line per event (a debug log beside a checkout
         would otherwise feed itself).
         """
-        calls: list[tuple[Callable[[Registration, bytes, int], None], Registration, bytes, int]] = []
+        calls: list[tuple[Callable[[Registration, bytes, bool], None], Registration, bytes, bool]] = []
         overflow = False
         offset = 0
         with self._lock:
@@ -347,7 +300,7 @@ class Inotify:
                 wd, mask, _, length = _EVENT.unpack_from(data, offset)
                 name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
                 offset += _EVENT.size + length
-                if mask & _OVERFLOW:
+                if mask & abi.IN_Q_OVERFLOW:
                     overflow = True
                     continue
                 watch = self._watches.get(wd)
@@ -355,23 +308,24 @@ class Inotify:
                     continue  # removed meanwhile (its IN_IGNORED, or a late event)
                 if mask & _SELF and not name:
                     for registration in watch.registrations:
-                        calls.append((registration.listener.on_inotify, registration, b"", mask))
+                        calls.append((registration.listener.on_event, registration, b"", True))
                         # Deleted, unmounted or moved away: this registration no longer
                         # watches the directory at its path (a moved one's watch follows
                         # the inode elsewhere until removed).
                         registration.alive = False
-                    if mask & _IGNORED:  # the kernel dropped the watch
+                    if mask & abi.IN_IGNORED:  # the kernel dropped the watch
                         del self._watches[wd]
                     continue
                 for registration in watch.registrations:
                     if registration.mask & mask and name in registration.names:
-                        calls.append((registration.listener.on_inotify, registration, name, mask))
+                        deleted = bool(mask & abi.IN_DELETE)
+                        calls.append((registration.listener.on_event, registration, name, deleted))
             listeners = self._listeners() if overflow else []
-        for call, registration, name, mask in calls:
+        for call, target, name, deleted in calls:
             try:
-                call(registration, name, mask)
+                call(target, name, deleted)
             except Exception:
-                logger.exception("stalewatch: error handling an event in %s", registration.path)
+                logger.exception("stalewatch: error handling an event in %s", target.path)
         if overflow:
             logger.warning("stalewatch: inotify queue overflow: events were lost; every checkout resyncs")
             for listener in listeners:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..core import settings
 from ..git.refs import GitDirs
+from .notifier import platform_default
 from .source import OnChange, OnHealth, OnRestart
 from .watcher import Watcher
 
@@ -18,7 +19,9 @@ class LocalSource:
         poll: poll instead of kernel notifications (filesystems without them).
         poll_interval: seconds between polls.
 
-    Each falls back to its ``STALEWATCH_*`` variable (see :mod:`stalewatch.core.settings`).
+    Each falls back to its ``STALEWATCH_*`` variable (see :mod:`stalewatch.core.settings`);
+    the notifier is ``STALEWATCH_NOTIFIER``'s, else the platform's
+    (:mod:`stalewatch.watching.notifier`).
     """
 
     def __init__(
@@ -29,13 +32,14 @@ class LocalSource:
         poll_interval: float | None = None,
     ) -> None:
         self.verify_interval = settings.verify_interval(verify_interval)
-        self.poll = settings.poll(poll)
+        self.notifier = settings.notifier() or platform_default()
+        self.poll = settings.poll(poll) or self.notifier == "polling"
         self.poll_interval = settings.poll_interval(poll_interval)
 
     @property
     def watcher_settings(self) -> settings.WatchSettings:
         """What each of its watchers runs with."""
-        return settings.WatchSettings(self.verify_interval, self.poll, self.poll_interval)
+        return settings.WatchSettings(self.verify_interval, self.poll, self.poll_interval, self.notifier)
 
     def watch(
         self,

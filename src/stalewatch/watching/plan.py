@@ -2,9 +2,11 @@
 
 Only a few files can move HEAD's commit: ``HEAD``, the loose ref of each symbolic ref
 HEAD goes through (``refs/heads/main``), ``packed-refs``, and reftable's
-``tables.list``. A plan watches just their directories, each non-recursively, so a
-watch refused for lack of inotify watches raises instead of being skipped inside a
-recursive watch, and ``git fetch`` or tag traffic never wakes anyone (C7). It also
+``tables.list``; for code that came through a deploy link, the link too
+(:attr:`GitDirs.deploy_link`). A plan watches just their directories, each
+non-recursively, so a watch refused for lack of inotify watches raises instead of
+being skipped inside a recursive watch, and ``git fetch`` or tag traffic never wakes
+anyone (C7). It also
 watches the worktree and its parent, so the checkout or its ``.git`` being moved,
 deleted or swapped is seen at once (C4) — but only for that: those two are
 ``narrow`` (no content writes are watched there, so an app's log file in or beside
@@ -24,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..git.refs import GitDirs, head_chain
+from ..git.refs import GitDirs
 
 __all__ = ["Plan", "Planner", "Relevance", "anchors", "plan"]
 
@@ -84,8 +86,22 @@ class Plan:
 
 
 def anchors(dirs: GitDirs) -> frozenset[str]:
-    """The worktree, its ``.git`` and its git dirs: moved or replaced, they mean "re-watch"."""
+    """The worktree, its ``.git`` and its git dirs: moved or replaced, they mean "re-watch".
+
+    Behind a deploy link, only the link's directory: the release is read through the
+    link, and one switched away from is deleted in the normal course (git-sync's default).
+    """
+    link = _link(dirs)
+    if link is not None:
+        return frozenset({str(link.parent)})
     return frozenset(str(p) for p in (dirs.worktree, dirs.worktree / ".git", dirs.git_dir, dirs.common_dir))
+
+
+def _link(dirs: GitDirs) -> Path | None:
+    """The deploy link where it is: in its directory resolved (a watch never follows the
+    last component of its path, so a symlinked directory could not be watched)."""
+    link = dirs.deploy_link
+    return None if link is None else Path(os.path.realpath(link.parent)) / link.name
 
 
 def plan(dirs: GitDirs, chain: Sequence[Path] | None = None) -> Plan:
@@ -94,7 +110,7 @@ def plan(dirs: GitDirs, chain: Sequence[Path] | None = None) -> Plan:
     Args:
         dirs: the checkout's git directories.
         chain: the loose refs HEAD's last resolution went through (what
-            :func:`~stalewatch.git.refs.resolve_head` collects); ``None``: read HEAD
+            the store's ``resolve_head`` collects); ``None``: read HEAD
             now to find them.
     """
     return Planner(dirs).plan(chain)
@@ -126,19 +142,23 @@ class Planner:
         self._dirs = dirs
         fixed = [dirs.worktree.parent, dirs.worktree, dirs.git_dir, dirs.common_dir]
         self._wide = {dirs.git_dir, dirs.common_dir}
-        self._files = {dirs.head_file, dirs.packed_refs}
-        if dirs.reftable:
-            for base in {dirs.git_dir, dirs.common_dir}:  # a worktree has its own stack
-                self._files.add(base / "reftable" / "tables.list")
-                fixed.append(base / "reftable")
-                self._wide.add(base / "reftable")
+        watched = dirs.store.watched(dirs)
+        self._files = {dirs.head_file, *watched}
+        fixed += (path.parent for path in watched)  # the store's own directories (reftable/)
+        self._wide.update(path.parent for path in watched)
+        link = _link(dirs)
+        if link is not None:
+            # A deploy is a rename onto the link's name: planned like a ref file, in a
+            # directory watched for renames and creations only (narrow).
+            self._files.add(link)
+            fixed.append(link.parent)
         self._fixed = tuple(dict.fromkeys((p, str(p)) for p in fixed))
         self._walks: dict[Path, tuple[tuple[Path, str], ...]] = {}
         self._plans: dict[tuple[object, ...], Plan] = {}
 
     def plan(self, chain: Sequence[Path] | None = None) -> Plan:
         """The plan for ``chain`` (``None``: read HEAD now) and the directories as they are."""
-        refs = tuple(head_chain(self._dirs) if chain is None else chain)
+        refs = tuple(self._dirs.store.head_chain(self._dirs) if chain is None else chain)
         # os.path on strings: a stat each, without pathlib's per-call cost.
         existing = tuple(path for path, text in self._fixed if os.path.isdir(text))  # noqa: PTH112
         # Each ref's directory, or the deepest one of its ancestors that exists, so the
@@ -150,7 +170,7 @@ class Planner:
                 if len(self._walks) >= 256:  # a long life of branch switches: start over
                     self._walks.clear()
                 walk = self._walks[ref] = _walk(self._dirs, ref)
-            homes.append(next((path for path, text in walk[:-1] if os.path.isdir(text)), walk[-1][0]))  # noqa: PTH112
+            homes.append(next((path for path, text in walk if os.path.isdir(text)), None))  # noqa: PTH112
         key = (refs, existing, tuple(homes))
         made = self._plans.get(key)
         if made is None:
@@ -159,13 +179,15 @@ class Planner:
             made = self._plans[key] = self._build(refs, existing, homes)
         return made
 
-    def _build(self, refs: Sequence[Path], existing: Sequence[Path], homes: Sequence[Path]) -> Plan:
+    def _build(self, refs: Sequence[Path], existing: Sequence[Path], homes: Sequence[Path | None]) -> Plan:
         dirs = self._dirs
         files = set(self._files)
         watch = set(existing)
         wide = set(self._wide)
         parents: set[Path] = set()
         for ref, home in zip(refs, homes, strict=True):
+            if home is None:
+                continue  # its git dir is gone (a release deleted): nothing there to watch
             files.add(ref)
             watch.add(home)
             wide.add(home)

@@ -1,9 +1,10 @@
-"""One checkout's watcher: its watches on the process's inotify instance, and its turns.
+"""One checkout's watcher: its watches on the process's notifier, and its turns.
 
-A :class:`Watcher` owns no thread. Its watches live on the process's one inotify
-instance (:mod:`.inotify`) — the directories of a :class:`~.plan.Plan`: HEAD's, those
-of the refs HEAD goes through and of ``packed-refs``, each non-recursively, never
-``objects/``; the worktree and its parent only for renames and deletions. The reader
+A :class:`Watcher` owns no thread. Its watches live on the process's notifier
+(:mod:`.notifier`: the one inotify instance on Linux, watchdog's observer elsewhere) —
+the directories of a :class:`~.plan.Plan`: HEAD's, those of the refs HEAD goes
+through and of ``packed-refs``, each non-recursively, never ``objects/``; the
+worktree and its parent only for renames and deletions. The notifier's
 thread classifies each event by the plan and queues the watcher on the process's
 workers (:mod:`.scheduler`); no I/O happens there, so reading ``.git`` never feeds the
 watch. A turn re-resolves HEAD in-process, which coalesces bursts (a rebase) while
@@ -13,7 +14,9 @@ A timer backs the events up: every ``verify_period`` (the verify interval, stret
 so the process verifies at most :data:`VERIFY_RATE` checkouts a second) a turn
 compares the checkout's identity and a stat :class:`~.stamp.Stamp` of the plan's
 files with the last ones, and reads HEAD only when they differ, when the stamp is
-racy, or every :data:`READ_EVERY` verifications anyway.
+racy, or every :data:`READ_EVERY` verifications anyway. It is also what catches an
+event a notifier lost without saying so (FSEvents, ReadDirectoryChangesW: see
+:mod:`.observer`): within one verify period.
 
 Trust (C9) is reported through :class:`~.health.Health`: only native notification
 earns it. Faults revoke it at once: the reader died (every watcher restarts on a new
@@ -39,9 +42,10 @@ from ..core.errors import ResourceExhaustedError
 from ..core.settings import WatchSettings
 from ..core.status import WatchMode
 from ..git.refs import GitDirs
-from . import inotify, scheduler
+from . import scheduler
 from .fallback import NO_NOTIFICATION, Fallback
 from .health import Health
+from .notifier import Notifier, Registration
 from .plan import Plan, Planner, Relevance, anchors
 from .source import OnChange, OnHealth
 from .stamp import Stamp, take
@@ -110,7 +114,7 @@ class Watcher:
         self._stopped = False
         self._scheduler: scheduler.Scheduler | None = None
         self._slot: scheduler.Slot | None = None
-        self._watches = Watches(self, self.wake)
+        self._watches = Watches(self, self.wake, settings.notifier)
         self._identities: dict[str, _Identity] = {}
         self._planner = Planner(dirs)
         self.plan = Plan(frozenset(), frozenset(), frozenset(), frozenset())
@@ -185,13 +189,13 @@ class Watcher:
             self._health.fault()
             self._restart_soon()
 
-    def on_inotify(self, registration: inotify.Registration, name: bytes, mask: int) -> None:
-        """An event in one of our directories (the reader thread: classify, no I/O)."""
+    def on_event(self, registration: Registration, name: bytes, deleted: bool) -> None:
+        """An event in one of our directories (the notifier's thread: classify, no I/O)."""
         relevance = self.plan.relevance_in(registration.path, os.fsdecode(name))
         slot, sched = self._slot, self._scheduler
         if (
             relevance is Relevance.REF
-            and mask & inotify.DELETED
+            and deleted
             and registration.path / os.fsdecode(name) == self._dirs.head_file
             and slot is not None
             and sched is not None
@@ -440,8 +444,8 @@ class Watcher:
         return self._watches.follow(old, self.plan, recheck=recheck) or changed
 
     @property
-    def instance(self) -> inotify.Inotify | None:
-        """The process's inotify instance while this watcher uses it."""
+    def instance(self) -> Notifier | None:
+        """The process's notifier while this watcher uses it."""
         return self._watches.instance
 
     def watch_count(self) -> int:

@@ -1,9 +1,9 @@
-"""One checkout's watches on the process's inotify instance: the directories of its plan.
+"""One checkout's watches on the process's notifier: the directories of its plan.
 
-A :class:`Watches` holds the instance (:func:`.inotify.acquire`) while it watches
-anything, and one registration per directory of the current :class:`~.plan.Plan`, with
-the mask that directory deserves (``narrow``: renames and deletions only) and the
-names in it that matter. Moving to a new plan re-registers only what changed.
+A :class:`Watches` holds the notifier (:func:`.notifier.acquire`) while it watches
+anything, and one registration per directory of the current :class:`~.plan.Plan`,
+narrow or not (``narrow``: renames and deletions only), with the names in it that
+matter. Moving to a new plan re-registers only what changed.
 Changed on a worker, closed by ``stop()`` from the caller's thread too: always under
 its lock.
 """
@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import inotify
+from . import notifier
+from .notifier import Listener, Notifier, Registration
 from .plan import Plan
 
 __all__ = ["Watches", "identity_of"]
@@ -37,36 +38,37 @@ def identity_of(path: str) -> _Identity:
 
 @dataclass
 class _Watched:
-    registration: inotify.Registration | None  # None: a narrow directory we may not read
+    registration: Registration | None  # None: a narrow directory we may not read
     identity: _Identity
-    mask: int
+    narrow: bool
     names: frozenset[bytes]
 
 
-def _want(plan: Plan, path: Path) -> tuple[int, frozenset[bytes]]:
-    mask = inotify.ANCHOR_MASK if path in plan.narrow else inotify.REF_MASK
-    return mask, frozenset(os.fsencode(name) for name in plan.names(path))
+def _want(plan: Plan, path: Path) -> tuple[bool, frozenset[bytes]]:
+    return path in plan.narrow, frozenset(os.fsencode(name) for name in plan.names(path))
 
 
 class Watches:
-    """One checkout's registrations on the shared instance.
+    """One checkout's registrations on the process's notifier.
 
     Args:
-        listener: what the reader calls for events in these directories.
+        listener: what the notifier calls for events in these directories.
         replan: called when a planned directory vanished before it could be watched
             (git removed it meanwhile): the caller plans again.
+        kind: which notifier (``inotify``, ``observer``: see :mod:`.notifier`).
     """
 
-    def __init__(self, listener: inotify.Listener, replan: Callable[[], None]) -> None:
+    def __init__(self, listener: Listener, replan: Callable[[], None], kind: str = "inotify") -> None:
         self._listener = listener
         self._replan = replan
+        self._kind = kind
         self._lock = threading.Lock()
         self._closed = False
-        self._instance: inotify.Inotify | None = None
+        self._instance: Notifier | None = None
         self._watched: dict[Path, _Watched] = {}
 
     @property
-    def instance(self) -> inotify.Inotify | None:
+    def instance(self) -> Notifier | None:
         """The instance held now (``None`` when not watching)."""
         return self._instance
 
@@ -81,18 +83,18 @@ class Watches:
             if self._closed:
                 raise OSError(errno.ESHUTDOWN, "stopping")
             if self._instance is None:
-                self._instance = inotify.acquire()
+                self._instance = notifier.acquire(self._kind)
             for path in plan.watch:
                 self._add(plan, path)
 
     def _add(self, plan: Plan, path: Path) -> None:
         # Under _lock, with an instance.
         if self._instance is None:
-            raise OSError(errno.EBADF, "no inotify instance")
+            raise OSError(errno.EBADF, "no notifier")
         ident = identity_of(str(path))  # before the watch: a later swap shows up as a mismatch
-        mask, names = _want(plan, path)
+        narrow, names = _want(plan, path)
         try:
-            registration: inotify.Registration | None = self._instance.add(path, mask, names, self._listener)
+            registration: Registration | None = self._instance.add(path, narrow, names, self._listener)
         except (FileNotFoundError, NotADirectoryError):
             self._replan()  # git removed it since the plan was made: plan again
             return
@@ -101,7 +103,7 @@ class Watches:
                 raise  # a git or ref directory we cannot watch: changes would go unseen
             # A traverse-only parent: the identity check of each verification backs it up.
             registration = None
-        self._watched[path] = _Watched(registration, ident, mask, names)
+        self._watched[path] = _Watched(registration, ident, narrow, names)
 
     def follow(self, old: Plan, new: Plan, *, recheck: bool = False) -> bool:
         """Move the watches from plan ``old`` to ``new``; True if any changed.
@@ -118,16 +120,16 @@ class Watches:
             hub = self._instance
             if self._closed or hub is None:
                 return False
-            if new is old and not recheck and not self._dead() and self._watched.keys() == new.watch:
+            if new is old and not recheck and not self._dead(hub) and self._watched.keys() == new.watch:
                 return False  # the common case: nothing moved (and nothing left to watch)
             # Watches to make anew: a directory deleted or moved away (the kernel
             # dropped or moved its watch) or replaced, even on the same inode.
             stale = {
                 path
                 for path, watched in self._watched.items()
-                if (watched.registration is not None and not watched.registration.alive)
+                if (watched.registration is not None and hub.lost(watched.registration))
                 or (recheck and identity_of(str(path)) != watched.identity)
-                or _want(new, path)[0] != watched.mask
+                or _want(new, path)[0] != watched.narrow
             }
             moved = False
             for path in (self._watched.keys() - new.watch) | stale:
@@ -148,13 +150,15 @@ class Watches:
                 moved = True
         return moved
 
-    def _dead(self) -> bool:
-        return any(w.registration is not None and not w.registration.alive for w in self._watched.values())
+    def _dead(self, hub: Notifier | None) -> bool:
+        return hub is not None and any(
+            w.registration is not None and hub.lost(w.registration) for w in self._watched.values()
+        )
 
     def lost(self) -> bool:
         """A directory's watch is gone, or the directory at its path is another one."""
         with self._lock:
-            return self._dead() or any(
+            return self._dead(self._instance) or any(
                 w.registration is not None and identity_of(str(path)) != w.identity
                 for path, w in self._watched.items()
             )
@@ -170,7 +174,7 @@ class Watches:
         for entry in watched.values():
             if entry.registration is not None:
                 hub.remove(entry.registration, later=True)  # the reader unwatches them in batches
-        inotify.release(hub)
+        hub.release()
 
     def count(self) -> int:
         """Directories watched natively now."""

@@ -10,7 +10,10 @@ The sequence is a pure state machine; a thread only carries it out.
   :mod:`.running` (R10), :mod:`.waits` (R7)).
 - :mod:`.executor`: :class:`~.executor.Restarter`, which feeds the machine under one
   lock and carries out its effects on one worker thread (:mod:`.work`).
+- The restart action, one class per way (:mod:`.actions`: a command, a signal,
+  gunicorn's ``USR2`` handoff, R4, R9), refused under a supervisor it would leave
+  without its server (:mod:`.supervised`).
 - What it carries out with: :mod:`.markers` (R1), :mod:`.lock` (R3), :mod:`.pidfile`
-  (a pid signalled only while it is the file's process, R10), :mod:`.handoff` (the
-  gunicorn ``USR2`` handoff, R9), :mod:`.loaded` and :mod:`.procs` (what runs, R10).
+  (a pid signalled only while it is the file's process, R10), :mod:`.loaded` and
+  :mod:`.procs` (what runs, R10).
 """

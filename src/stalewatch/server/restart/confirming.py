@@ -3,10 +3,11 @@
 - Plain restarts (stop-then-start, HUP): every registered server runs one revision,
   the target or HEAD now (a commit that landed during the restart is what new servers
   load), and at least one registered since the action.
-- Handoff (gunicorn ``USR2``): the servers registered since the action that are not
-  among the old ones all run one such revision, and there are as many of them as old
-  ones (at least one: a new master whose first worker booted may still lose the others
-  to a boot error and halt); the old ones are still there, serving, until retired.
+- New servers beside the old (``Traits.beside``: gunicorn's ``USR2`` handoff): the
+  servers registered since the action that are not among the old ones all run one
+  such revision, and there are as many of them as old ones (at least one: a new
+  master whose first worker booted may still lose the others to a boot error and
+  halt); the old ones are still there, serving, until retired.
 
 Servers are counted as processes, by pid: one process registering on two connections
 (two guards, a reconnect) is one server, never the second worker it stands in for (R9).
@@ -31,18 +32,18 @@ def registered_on(
     heads: Collection[str | None],
     acted_at: float,
     *,
-    handoff: bool,
+    beside: bool,
     old: Collection[int] = (),
 ) -> str | None:
     """The revision the restarted servers run, once confirmed; else ``None``.
 
     ``heads``: the revisions they may run (the target, and HEAD now).
     """
-    group = newcomers(servers, acted_at, old) if handoff else list(servers)
+    group = newcomers(servers, acted_at, old) if beside else list(servers)
     revisions = {s.revision for s in group}
-    if len(revisions) != 1 or (handoff and len({s.pid for s in group}) < max(1, len(set(old)))):
+    if len(revisions) != 1 or (beside and len({s.pid for s in group}) < max(1, len(set(old)))):
         return None
-    if not handoff and not any(s.since >= acted_at for s in group):
+    if not beside and not any(s.since >= acted_at for s in group):
         return None
     (revision,) = revisions
     return revision if revision in heads else None

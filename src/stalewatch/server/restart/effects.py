@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass
 
 from ...core.phases import RestartState
+from .actions.base import REPLACES, Traits
 
 __all__ = [
     "Abort",
@@ -127,12 +128,12 @@ class ReleaseLock:
 class Act:
     """Restart through the supervisor onto ``revision`` (R4); answer with ``Acted``.
 
-    ``handoff``: the action starts new servers beside the old (gunicorn ``USR2``).
+    ``action``: what the machine took the action to be able to do when it decided.
     """
 
     ticket: int
     revision: str
-    handoff: bool = False
+    action: Traits = REPLACES
 
 
 @dataclass(frozen=True)
@@ -145,10 +146,11 @@ class ProbeConfirm:
 
 @dataclass(frozen=True)
 class Retire:
-    """Handoff confirmed: stop the old servers (gunicorn: ``TERM`` the old master).
+    """Confirmed, the action started the new beside the old: stop the old servers
+    (``Traits.retires``; gunicorn: ``TERM`` the old master).
 
     ``pids``: the servers registered before the action (the ones to go); ``ticket``: the
-    ``Act`` whose handoff this is (only that handoff's old master is stopped, R9).
+    ``Act`` whose servers these are (only that handoff's old master is stopped, R9).
     """
 
     pids: frozenset[int]
@@ -157,10 +159,11 @@ class Retire:
 
 @dataclass(frozen=True)
 class Abort:
-    """Handoff failed: stop the new servers (gunicorn: ``TERM`` the new master); the old serve on.
+    """Not confirmed: stop the new servers (``Traits.aborts``; gunicorn: ``TERM`` the new
+    master); the old serve on.
 
     ``pids``: the servers registered since the action, not among the old ones (maybe none);
-    ``ticket``: the ``Act`` whose handoff this is. Only a new master that very action
+    ``ticket``: the ``Act`` that started them. Only a new master that very action
     started is stopped: never one of an earlier handoff (whose old master is retired and
     may be exiting: it is all that serves), never anything when the action signalled
     nothing (R9).

@@ -9,11 +9,15 @@ a symlink.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from pathlib import Path
 
 from ...core.errors import LockError
+
+try:  # Unix only; the CLI imports this module everywhere (the daemon refuses to start without)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["HandoffLock"]
 

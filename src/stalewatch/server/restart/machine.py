@@ -207,8 +207,9 @@ class _Step(Stages):
         elif a.running is not None:  # CONFIRM_VERIFY: the only probe of what the servers loaded
             if event.ok:
                 self.confirmed(a.running)
-            elif a.handoff:
-                # The new servers loaded a commit that landed meanwhile and fails the probe.
+            elif a.action.aborts:
+                # The new servers loaded a commit that landed meanwhile and fails the probe:
+                # they go, the old serve on.
                 why = f"the new servers loaded {a.running[:12]}; the probe {event.detail}"
                 self.restart_failed(f"not-confirmed: {why}")
             else:
@@ -247,13 +248,13 @@ class _Step(Stages):
         if event.refused and not event.ok:
             self.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
         elif not event.ok:
-            # A handoff's signal that failed sent nothing: no new master to abort (R9).
+            # An action that failed started nothing: nothing to abort (R9).
             self.restart_failed(f"action {event.detail}", signalled=False)
         else:
             # Decided now, for this restart: a reload meanwhile does not change how.
             rules = self.s.rules
             by = Confirm.PROBE if rules.confirm_probe else Confirm.STATUS
-            if a.handoff or (self.s.registered and not rules.confirm_probe):
+            if a.action.beside or (self.s.registered and not rules.confirm_probe):
                 by = Confirm.REGISTRATIONS
             self.enter(Stage.CONFIRM, confirm_until=self.now + rules.confirm_timeout, confirm_by=by)
 

@@ -147,7 +147,8 @@ class RestartPolicy:
     handoff: bool = setting(
         False,
         FLAG,
-        'gunicorn\'s `USR2` handoff (with `pidfile`, `signal = "USR2"`): [Recipe](#recipe-gunicorn)',
+        'gunicorn\'s `USR2` handoff (with `pidfile`, `signal = "USR2"`), for a gunicorn no supervisor runs:'
+        " [Recipe](#recipe-gunicorn)",
     )
     pid_command: tuple[str, ...] | None = setting(
         None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .actions import REPLACES, Traits, traits_of
 from .policy import RECONNECT_GRACE, DrainOutcome, RestartPolicy
 
 __all__ = ["ANSWER_MARGIN", "RECONNECT_GRACE", "DrainOutcome", "Rules", "patience"]
@@ -45,8 +46,8 @@ class Rules:
         settle: seconds HEAD must hold still before anything else (R6).
         max_attempts: actions per HEAD revision, confirmed ones included (R6, R10).
         min_interval: seconds between two actions, whatever their revisions (R6).
-        markers: the policy names markers to look at (R1), or has a handoff (a previous
-            one still under way is waited for with them, R9).
+        markers: the policy names markers to look at (R1), or its action lingers (a
+            previous one still under way is waited for with them, R9).
         verify: the policy has a verify probe (R2, R9).
         lock: the policy has a handoff lock (R3).
         confirm_probe: the policy has a confirm probe (R5).
@@ -59,9 +60,9 @@ class Rules:
         reconnect_grace: seconds after the daemon's start (or a server's connection
             dropping without a pid) during which silence is not "nothing in flight": the
             servers may still be reconnecting (R8).
-        handoff: the action starts the new servers beside the old (gunicorn ``USR2``); the
-            old are retired only once as many new ones registered on the target, and the
-            new are aborted if they do not (R9; needs servers that register).
+        action: what the restart action can do (:class:`~.actions.base.Traits`): e.g.
+            gunicorn's ``USR2`` starts the new servers beside the old, retired only once
+            as many new ones registered on the target, the new aborted if they do not (R9).
         patience: seconds after which an answer still awaited counts as lost (the
             executor answers every request, failures included; this is the backstop):
             the run fails rather than waits for ever holding the lock (:func:`patience`).
@@ -80,21 +81,23 @@ class Rules:
     drain_probe: bool = False
     drain_poll: float = _DEFAULT.drain_poll
     reconnect_grace: float = _DEFAULT.reconnect_grace
-    handoff: bool = _DEFAULT.handoff
+    action: Traits = REPLACES
     patience: float = patience(_DEFAULT)
 
     @classmethod
     def of(cls, policy: RestartPolicy) -> Rules:
         """The rules of a configured policy."""
+        action = traits_of(policy)
         return cls(
             settle=policy.settle,
             max_attempts=policy.max_attempts,
             min_interval=policy.min_interval,
-            # A handoff's pidfile is looked at with the markers: a previous handoff whose
-            # old master still finishes its requests is waited for (R9).
-            markers=bool(
-                policy.update_marker or policy.incomplete_markers or policy.hold_while or policy.handoff
-            ),
+            # An action that lingers is looked at with the markers: a previous handoff
+            # whose old master still finishes its requests is waited for (R9).
+            markers=policy.update_marker is not None
+            or bool(policy.incomplete_markers)
+            or bool(policy.hold_while)
+            or action.lingers,
             verify=policy.verify is not None,
             lock=policy.lock is not None,
             confirm_probe=policy.confirm is not None,
@@ -104,6 +107,6 @@ class Rules:
             drain_probe=policy.drain_probe is not None,
             drain_poll=policy.drain_poll,
             reconnect_grace=policy.reconnect_grace,
-            handoff=policy.handoff,
+            action=action,
             patience=patience(policy),
         )

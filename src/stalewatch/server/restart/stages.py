@@ -186,7 +186,7 @@ class Stages(Run):
             asked_at=self.now,
             acted_at=self.now,
             act_ticket=ticket,
-            handoff=s.rules.handoff,
+            action=s.rules.action,
             old_pids=frozenset(x.pid for x in s.servers),
         )
         self.s = replace(
@@ -199,7 +199,7 @@ class Stages(Run):
             departed=(),  # what the action stops is what the drain waited for
         )
         self.publish(RestartPhase.RESTARTING, a.note, Stage.ACT)
-        self.effects.append(Act(ticket, a.target, s.rules.handoff))
+        self.effects.append(Act(ticket, a.target, s.rules.action))
 
     def confirm(self, a: Attempt, *, due: bool) -> None:
         """Do the restarted servers run the new code (R5, R9)?"""
@@ -207,7 +207,7 @@ class Stages(Run):
         heads = (a.target, s.head)
         if a.confirm_by is Confirm.REGISTRATIONS:
             running = confirming.registered_on(
-                s.servers, heads, a.acted_at, handoff=a.handoff, old=a.old_pids
+                s.servers, heads, a.acted_at, beside=a.action.beside, old=a.old_pids
             )
             if running is not None and running != a.target and s.rules.verify:
                 # A commit landed during the restart and the new servers loaded it: the
@@ -235,8 +235,8 @@ class Stages(Run):
         """The answer awaited never came (the executor answers every request; a backstop).
 
         Before the action: a failed attempt (a new run after ``min_interval``, the lock
-        released). The action or its confirmation: a failed restart; with a handoff the
-        executor stops only a new master that very action started, if any (R9).
+        released). The action or its confirmation: a failed restart; an action that
+        aborts stops only what that very action started, if anything (R9).
         """
         self.update(ask=None)
         if a.stage is Stage.LOCK:
@@ -253,11 +253,11 @@ class Stages(Run):
     # -- outcomes ------------------------------------------------------------------------
 
     def confirmed(self, running: str) -> None:
-        """The servers run ``running``: retire the old (handoff), tell, re-bind (R5)."""
+        """The servers run ``running``: retire the old (if the action does), tell, re-bind (R5)."""
         a = self.s.attempt
         if a is None:
             return
-        if a.handoff:
+        if a.action.retires:
             # Only now: the new ones run the target (R9).
             self.effects.append(Retire(a.old_pids, a.act_ticket))
         if a.lock_held:
@@ -269,7 +269,7 @@ class Stages(Run):
             belief=s.belief.confirmed(running),
             restart_seconds=max(0.5, self.now - a.acted_at),
         )
-        if a.handoff:
+        if a.action.retires:
             # The old servers stay registered until they finish their work and exit
             # (gunicorn's graceful_timeout, which may well be longer than confirm_timeout):
             # they make no restart wanted meanwhile, however long that takes (R9).
@@ -278,7 +278,7 @@ class Stages(Run):
         self.effects.append(Rebind(running))
 
     def restart_failed(self, reason: str, *, signalled: bool = True) -> None:
-        """The restart did not come up; with a handoff the new servers go, the old serve on (R9).
+        """The restart did not come up; the new servers go (if the action aborts), the old serve on (R9).
 
         ``signalled``: the action may have started new servers (an action that says it
         failed signalled nothing: it has nothing to abort).
@@ -286,10 +286,10 @@ class Stages(Run):
         a = self.s.attempt
         if a is None:
             return
-        if a.handoff:
-            if signalled:
-                new = confirming.newcomers(self.s.servers, a.acted_at, a.old_pids)
-                self.effects.append(Abort(frozenset(s.pid for s in new), a.act_ticket))
+        if a.action.aborts and signalled:
+            new = confirming.newcomers(self.s.servers, a.acted_at, a.old_pids)
+            self.effects.append(Abort(frozenset(s.pid for s in new), a.act_ticket))
+        if a.action.beside:
             reason = f"{reason}; the old servers still serve"
         self.failure(reason)
 

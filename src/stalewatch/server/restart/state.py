@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from ...core.phases import RestartPhase, RestartState
+from .actions.base import REPLACES, Traits
 from .drain import Departed
 from .effects import Stage
 from .inputs import Server
@@ -40,7 +41,7 @@ CONFIRM_POLL = (0.2, 2.0)  # first and longest wait between runs of the confirm 
 class Confirm(enum.Enum):
     """How a restart is confirmed (R5), decided once the action succeeded."""
 
-    REGISTRATIONS = "registrations"  # servers register (always with a handoff)
+    REGISTRATIONS = "registrations"  # servers register (always when started beside the old)
     PROBE = "probe"  # the confirm probe, and no registered server on old code
     STATUS = "status"  # neither: the action's exit status is all there is
 
@@ -75,8 +76,8 @@ class Attempt:
     announced: float | None = None  # when this run told clients a restart is coming (R8)
     final_look: bool = False  # the drain was looked at once more right before the action (R8)
     acted_at: float = 0.0
-    act_ticket: int = 0  # the ticket of the action: Retire and Abort name its handoff (R9)
-    handoff: bool = False
+    act_ticket: int = 0  # the ticket of the action: Retire and Abort name what it started (R9)
+    action: Traits = REPLACES  # what the action can do, as the machine took it when it acted
     confirm_by: Confirm = Confirm.STATUS
     old_pids: frozenset[int] = frozenset()
     confirm_until: float = 0.0

@@ -20,12 +20,11 @@ from ...protocol.messages import MAX_INFLIGHT
 from .. import commands
 from ..commands import Outcome
 from ..drain import OutputDrain
+from .actions import Action, Started, action_of
 from .effects import Act, CheckMarkers, ProbeConfirm, ProbeDrain, TakeLock, Verify
-from .handoff import Handoff, pending, promoted
 from .inputs import Acted, ConfirmProbed, Drain, Lock, Markers, Verdict, Verified
 from .lock import HandoffLock
 from .markers import assess
-from .pidfile import signal_server
 from .policy import RestartPolicy
 from .procs import read_proc
 
@@ -80,16 +79,26 @@ class Work:
     ) -> None:
         self.key = key
         self.worktree = worktree
-        self.policy = policy
+        self.policy = policy  # and its action (a property)
         self._loaded = loaded
         self._drain = drain
         self._stop = stop
         self._lock: HandoffLock | None = None
         self._releasing = threading.Lock()  # the worker and stop() may both release
-        # The last USR2 handoff begun, with the ticket of its Act: Retire and Abort act
-        # on it only when they name that very action (R9).
-        self.handoff: tuple[int, Handoff] | None = None
-        self._pending: tuple[str, float] | None = None  # a handoff under way, first seen at
+        # What the last action started beside the old servers, with the ticket of its
+        # Act: Retire and Abort act on it only when they name that very action (R9).
+        self.started: tuple[int, Started] | None = None
+        self._pending: tuple[str, float] | None = None  # an action under way, first seen at
+
+    @property
+    def policy(self) -> RestartPolicy:
+        """The restart policy in force (a reload sets it, and so the action)."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: RestartPolicy) -> None:
+        self._policy = policy
+        self.action: Action = action_of(policy)
 
     def _run(self, argv: tuple[str, ...], what: str, revision: str, timeout: float) -> Outcome:
         outcome = commands.run(
@@ -108,20 +117,20 @@ class Work:
     def markers(self, request: CheckMarkers) -> Answer:
         verdict = assess(self.policy)
         now = time.monotonic()
-        if verdict.action == "go" and self.policy.handoff and self.policy.pidfile is not None:
-            held = self._under_way(self.policy.pidfile, now)
+        if verdict.action == "go":
+            held = self._under_way(now)
             if held is not None:
                 return Markers(request.ticket, now, *held)
         return Markers(request.ticket, now, Verdict(verdict.action), verdict.reason)
 
-    def _under_way(self, path: Path, now: float) -> tuple[Verdict, str] | None:
-        """A previous handoff still under way (R9): its old master finishes its requests.
+    def _under_way(self, now: float) -> tuple[Verdict, str] | None:
+        """A previous action still under way (R9): a handoff's old master finishes its requests.
 
         Until it has exited, gunicorn keeps ``<pidfile>.2`` and ignores a ``USR2`` to the
         new master: the next action waits (told as a wait), ``drain_timeout`` at most,
         then refuses until it is over (it lifts by itself). Never a failure, never a signal.
         """
-        what = pending(path)
+        what = self.action.under_way()
         if what is None:
             self._pending = None
             return None
@@ -170,49 +179,35 @@ class Work:
                 lock.release()
 
     def act(self, request: Act) -> Answer:
-        """Restart through the supervisor (R4): the action, or the checked signal (R10)."""
-        policy = self.policy
-        if policy.action is not None:
-            outcome = self._run(policy.action, "the restart action", request.revision, policy.action_timeout)
-            return Acted(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
-        path = policy.pidfile
-        if path is None:  # the parser refuses such a policy
-            return Acted(request.ticket, time.monotonic(), False, "no action nor pidfile")
-        self.handoff = None  # whatever happens now, an earlier handoff is never aborted
-        still = promoted(path, self._stop)
-        if still is not None:
-            return Acted(request.ticket, time.monotonic(), False, still)
-        if request.handoff:
-            handoff, detail = Handoff.begin(path, policy.signal, time.time())
-            self.handoff = None if handoff is None else (request.ticket, handoff)
-            ok = handoff is not None
-        else:
-            proc, detail = signal_server(path, policy.signal)
-            ok = proc is not None
-        logger.info("stalewatch: restart of %s: %s", self.key, detail)
-        refused = detail.startswith("refused: ")
-        return Acted(request.ticket, time.monotonic(), ok, detail.removeprefix("refused: "), refused=refused)
+        """Restart through the supervisor (R4): the policy's action (:mod:`.actions`)."""
+        self.started = None  # whatever happens now, an earlier action's is never aborted
+        done = self.action.act(request.revision, self._run, self._stop)
+        if done.started is not None:
+            self.started = (request.ticket, done.started)
+        log = logger.warning if done.refused else logger.info
+        log("stalewatch: restart of %s: %s", self.key, done.detail)
+        return Acted(request.ticket, time.monotonic(), done.ok, done.detail, refused=done.refused)
 
     def confirm_probe(self, request: ProbeConfirm) -> Answer:
         probe = self.policy.confirm or ()
         outcome = self._run(probe, "the confirm probe", request.revision, self.policy.confirm_timeout)
         return ConfirmProbed(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
 
-    def _of(self, ticket: int) -> Handoff | None:
-        """The handoff the action with ``ticket`` began, if it began one."""
-        if self.handoff is None or self.handoff[0] != ticket:
+    def _of(self, ticket: int) -> Started | None:
+        """What the action with ``ticket`` started beside the old servers, if anything."""
+        if self.started is None or self.started[0] != ticket:
             return None
-        return self.handoff[1]
+        return self.started[1]
 
     def retire(self, ticket: int) -> None:
-        handoff = self._of(ticket)
-        if handoff is not None:
-            logger.info("stalewatch: restart of %s: %s", self.key, handoff.retire())
+        started = self._of(ticket)
+        if started is not None:
+            logger.info("stalewatch: restart of %s: %s", self.key, started.retire())
 
     def abort(self, ticket: int) -> None:
-        """Stop the new master the action ``ticket`` started, if any (R9: never another)."""
-        handoff = self._of(ticket)
-        if handoff is None:
-            logger.info("stalewatch: restart of %s: that action started no new master to stop", self.key)
+        """Stop the new servers the action ``ticket`` started, if any (R9: never others)."""
+        started = self._of(ticket)
+        if started is None:
+            logger.info("stalewatch: restart of %s: that action started no new servers to stop", self.key)
             return
-        logger.warning("stalewatch: restart of %s: %s", self.key, handoff.abort())
+        logger.warning("stalewatch: restart of %s: %s", self.key, started.abort())

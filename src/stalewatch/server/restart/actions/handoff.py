@@ -1,5 +1,10 @@
 """The gunicorn handoff (R9): a new master beside the old, the old retired only once it runs.
 
+``pidfile``, ``signal = "USR2"``, ``handoff = true``. Only for a gunicorn that no
+supervisor waits on: under supervisord or systemd the master that retires is the one
+they know (:mod:`..supervised`), so :meth:`Handoff.check` refuses it at start and on
+reload, and :meth:`Handoff.act` before each handoff (a master started after the daemon).
+
 What gunicorn does on ``USR2`` to its master (read in its arbiter; tested with 27.0.1): it forks, and the
 child re-executes gunicorn with the listening sockets inherited (``GUNICORN_FD``) and
 ``GUNICORN_PID`` set to the old master's pid. The new master writes its pid to
@@ -12,7 +17,7 @@ master is gone the new one notices within a second (its parent changed), and ren
 import), they exit with gunicorn's boot or load error and the new master halts by
 itself, removing ``<pidfile>.2``; the old master reaps it and serves on.
 
-:class:`Handoff` remembers the old master it signalled, so that:
+:class:`Begun` remembers the old master it signalled, so that:
 
 - :meth:`retire` sends ``TERM`` to that very process (same pid and start time), once
   the machine confirmed new workers on the target;
@@ -37,13 +42,17 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from ..commands import pidfd
-from . import pidfile
-from .pidfile import TOLERANCE
-from .procs import Proc, read_proc
+from ....core.errors import SupervisedHandoffError
+from ...commands import pidfd
+from .. import pidfile
+from ..pidfile import TOLERANCE
+from ..procs import Proc, read_proc
+from ..supervised import Supervised, supervised
+from .base import Done, Run, Traits
 
-__all__ = ["NEW_SUFFIX", "PROMOTION_WAIT", "Handoff", "pending", "promoted"]
+__all__ = ["NEW_SUFFIX", "PROMOTION_WAIT", "Begun", "Handoff", "alternative", "pending", "promoted"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +103,62 @@ def promoted(path: Path, stop: threading.Event, wait: float = PROMOTION_WAIT) ->
     return None
 
 
-@dataclass
+def alternative(who: Supervised) -> str:
+    """What restarts gunicorn under ``who`` and keeps the one master it knows."""
+    hup = 'signal = "HUP" without handoff (gunicorn reloads its workers on the new code; the master stays)'
+    if who.by == "supervisord":
+        name = who.name or "<program>"
+        return f'{hup}, or action = ["supervisorctl", "restart", "{name}"] instead of pidfile'
+    return (
+        f"{hup}: what the unit's ExecReload=/bin/kill -s HUP $MAINPID does; or action ="
+        ' ["systemctl", "restart", "<unit>"], with a socket unit holding the listener so'
+        " connections wait rather than being refused"
+    )
+
+
 class Handoff:
+    """The action: ``SIG<name>`` (``USR2``) to gunicorn's master in ``pidfile``, a new master
+    beside the old; the old retired once new workers registered on the target (R9)."""
+
+    traits: ClassVar[Traits] = Traits(beside=True, retires=True, aborts=True, lingers=True)
+
+    def __init__(self, path: Path, name: str = "USR2") -> None:
+        self.path = path
+        self.name = name
+
+    def describe(self) -> str:
+        return f"SIG{self.name} to the master in {self.path}: a new master beside the old (handoff)"
+
+    def refusal(self) -> SupervisedHandoffError | None:
+        """Why this handoff would leave a master no supervisor knows, if the master runs now."""
+        found = pidfile.server(self.path)
+        who = None if found.proc is None else supervised(found.proc.pid)
+        if found.proc is None or who is None:
+            return None  # not running (yet): looked at again before each handoff
+        return SupervisedHandoffError(who.by, who.how, found.proc.pid, alternative(who))
+
+    def check(self) -> None:
+        refused = self.refusal()
+        if refused is not None:
+            raise refused
+
+    def under_way(self) -> str | None:
+        return pending(self.path)
+
+    def act(self, revision: str, run: Run, stop: threading.Event) -> Done:
+        still = promoted(self.path, stop)
+        if still is not None:
+            return Done(False, still)
+        refused = self.refusal()
+        if refused is not None:  # a master started (or moved under a supervisor) since
+            return Done(False, refused.reason, refused=True)
+        begun, detail = Begun.begin(self.path, self.name, time.time())
+        refusal = detail.startswith("refused: ")
+        return Done(begun is not None, detail.removeprefix("refused: "), refusal, begun)
+
+
+@dataclass
+class Begun:
     """One ``USR2`` handoff: the old master signalled, and when (``time.time()``)."""
 
     path: Path
@@ -104,7 +167,7 @@ class Handoff:
     retired: bool = False
 
     @classmethod
-    def begin(cls, path: Path, signame: str, now: float) -> tuple[Handoff | None, str]:
+    def begin(cls, path: Path, signame: str, now: float) -> tuple[Begun | None, str]:
         """Signal the pidfile's master (checked, :mod:`.pidfile`); the handoff, or why not."""
         proc, detail = pidfile.signal_server(path, signame)
         return (None if proc is None else cls(path, proc, now)), detail

@@ -1,0 +1,65 @@
+"""The restart action (R4): one class per way of restarting a checkout's servers.
+
+- :class:`~.command.Command`: the supervisor's own command (``action = [...]``);
+- :class:`~.signal.Signal`: a signal to the master in ``pidfile`` (gunicorn ``HUP``);
+- :class:`~.handoff.Handoff`: gunicorn's ``USR2`` handoff (``handoff = true``), a new
+  master beside the old.
+
+Each declares its :class:`~.base.Traits` (what the machine asks of it) and carries
+itself out behind :class:`~.base.Action`. :func:`action_of` is the one place that
+tells, from a policy's keys, which one runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from .base import REPLACES, Action, Done, Run, Started, Traits
+from .command import Command
+from .handoff import Handoff
+from .signal import Signal
+
+__all__ = [
+    "REPLACES",
+    "Action",
+    "ActionKeys",
+    "Command",
+    "Done",
+    "Handoff",
+    "Run",
+    "Signal",
+    "Started",
+    "Traits",
+    "action_of",
+    "traits_of",
+]
+
+
+class ActionKeys(Protocol):
+    """The policy's keys that say how to restart (``RestartPolicy``)."""
+
+    @property
+    def action(self) -> tuple[str, ...] | None: ...
+    @property
+    def pidfile(self) -> Path | None: ...
+    @property
+    def signal(self) -> str: ...
+    @property
+    def handoff(self) -> bool: ...
+    @property
+    def action_timeout(self) -> float: ...
+
+
+def action_of(policy: ActionKeys) -> Action:
+    """The action a policy configures (the parser guarantees ``action`` or ``pidfile``)."""
+    if policy.action is not None or policy.pidfile is None:
+        return Command(policy.action or (), policy.action_timeout)
+    if policy.handoff:
+        return Handoff(policy.pidfile, policy.signal)
+    return Signal(policy.pidfile, policy.signal)
+
+
+def traits_of(policy: ActionKeys) -> Traits:
+    """What the machine may ask of the policy's action (:class:`Traits`)."""
+    return action_of(policy).traits
