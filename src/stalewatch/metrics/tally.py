@@ -8,17 +8,8 @@ went stale, the detection latency histogram, hook runs and restart outcomes by k
 clients dropped by reason. Label values are fixed sets (see the tuples below), so the
 series a checkout has never depend on how many commits it saw.
 
-Detection latency (see :func:`newest_ref_write`) is the time from the newest write
-to one of the files that decide HEAD's commit (``HEAD``, the loose refs on HEAD's
-chain, ``packed-refs``, reftable's ``tables.list``) to the moment the event is
-counted. It is recorded only for an event that such a write explains: a file written
-since the last one timed (git renames a new file into place, so a write is a new
-inode) and not after this event. An event no ref write explains (a restart adopted by
-the daemon, a deleted checkout, a burst whose next write already replaced the file)
-is counted but not timed. The file's mtime comes from the kernel's coarse clock (a
-new file's timestamp lags real time by up to one timer tick, 4 ms at ``HZ=250``), so
-a figure may read up to a tick high; it also includes git's own time between writing
-the ``.lock`` file and renaming it.
+Detection latency is timed only for an event a ref write explains (:meth:`Tally.event`);
+what it measures and its limits: docs/metrics.md, "Detection latency".
 """
 
 from __future__ import annotations
