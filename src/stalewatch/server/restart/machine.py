@@ -112,7 +112,7 @@ class _Step(Stages):
         a = self.s.attempt
         if a is None or a.ask is None or event.ticket != a.ask:
             return  # an event: a move before the action starts over (advance)
-        self.update(ask=None)
+        self.put(replace(a, ask=None))
         if event.revision != a.target:
             return  # moved: advance() starts over for the new target
         if a.stage is Stage.LOCKED_HEAD:
@@ -163,13 +163,14 @@ class _Step(Stages):
         if a is not None and a.stage < Stage.ACT:
             self.drop()  # judged again under the new rules, from the start
         elif a is not None:
-            self.update(reloaded=True)
+            self.put(replace(a, reloaded=True))
 
     def _answer(self, event: Answer) -> None:
         a = self.s.attempt
         if a is None or event.ticket != a.ask:
             return  # the answer to a request of a run that is over: stale
-        self.update(ask=None)
+        a = replace(a, ask=None)
+        self.put(a)
         if isinstance(event, Markers):
             self._markers(a.stage, event)
         elif isinstance(event, Verified):
@@ -189,10 +190,10 @@ class _Step(Stages):
             self.enter(Stage.VERIFY)
         elif stage is Stage.MARKERS and event.verdict is Verdict.WAIT:
             self.publish(RestartPhase.WAITING, reason, Stage.MARKERS)
-            self.update(deadline=self.now + MARKER_POLL)
+            self.wait_until(self.now + MARKER_POLL)
         elif stage is Stage.MARKERS:
             self.publish(RestartPhase.REFUSED, reason, Stage.MARKERS)
-            self.update(deadline=self.now + REFUSED_POLL)  # lifts when the marker goes
+            self.wait_until(self.now + REFUSED_POLL)  # lifts when the marker goes
         elif stage is Stage.LOCKED_MARKERS and event.verdict is Verdict.GO:
             self.enter(Stage.LOCKED_DRAIN)
         elif stage is Stage.LOCKED_MARKERS:
@@ -224,7 +225,7 @@ class _Step(Stages):
         departed = tuple(d for d in held if d.pid not in event.gone)
         self.s = replace(self.s, probed=probed, probe_detail=event.detail, departed=departed)
         if stage is Stage.DRAIN:
-            self.update(deadline=self.now + self.s.rules.drain_poll)
+            self.wait_until(self.now + self.s.rules.drain_poll)
         elif stage is Stage.LOCKED_DRAIN:
             self.drain_under_lock()
         elif stage is Stage.FINAL_HEAD:
@@ -236,11 +237,11 @@ class _Step(Stages):
         if event.error is not None:
             self.give_up(RestartPhase.FAILED, f"lock: {event.error}")
         elif event.acquired:
-            self.enter(Stage.LOCKED_HEAD, lock_held=True)
+            self.enter(Stage.LOCKED_HEAD, replace(a, lock_held=True))
         else:
             self.publish(RestartPhase.WAITING, f"lock: {event.detail or 'held'}", Stage.LOCK)
             delay = a.lock_delay
-            self.update(deadline=self.now + delay, lock_delay=min(delay * 2, LOCK_POLL[1]))
+            self.put(replace(a, deadline=self.now + delay, lock_delay=min(delay * 2, LOCK_POLL[1])))
 
     def _acted(self, a: Attempt, event: Acted) -> None:
         if a.stage is not Stage.ACT:
@@ -256,18 +257,22 @@ class _Step(Stages):
             by = Confirm.PROBE if rules.confirm_probe else Confirm.STATUS
             if a.action.beside or (self.s.registered and not rules.confirm_probe):
                 by = Confirm.REGISTRATIONS
-            self.enter(Stage.CONFIRM, confirm_until=self.now + rules.confirm_timeout, confirm_by=by)
+            self.enter(
+                Stage.CONFIRM, replace(a, confirm_until=self.now + rules.confirm_timeout, confirm_by=by)
+            )
 
     def _probed_confirm(self, a: Attempt, event: ConfirmProbed) -> None:
         if a.stage is not Stage.CONFIRM:
             return
         delay = a.probe_delay
-        self.update(
+        a = replace(
+            a,
             probe_ok=event.ok,
             last=f"the probe {event.detail}",
             deadline=min(self.now + delay, a.confirm_until),
             probe_delay=min(delay * 2, CONFIRM_POLL[1]),
         )
+        self.put(a)
 
     # -- moving on -----------------------------------------------------------------------
 

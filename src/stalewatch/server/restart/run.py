@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from ...core.phases import RestartPhase, RestartState
 from . import drain
@@ -31,15 +30,22 @@ class Run:
         self.s = replace(state, clock=self.now)
         self.effects: list[Effect] = []
 
-    def update(self, **changes: Any) -> None:
-        """Change the run under way (nothing when there is none)."""
+    def put(self, attempt: Attempt) -> None:
+        """The run under way is now ``attempt`` (changed with ``dataclasses.replace``)."""
+        self.s = replace(self.s, attempt=attempt)
+
+    def enter(self, stage: Stage, attempt: Attempt | None = None, *, deadline: float | None = None) -> None:
+        """The run under way (or ``attempt``, a change of it) enters ``stage``, its timer at
+        ``deadline`` (none by default)."""
+        a = attempt or self.s.attempt
+        if a is not None:
+            self.put(replace(a, stage=stage, deadline=deadline))
+
+    def wait_until(self, deadline: float | None) -> None:
+        """The run under way's timer: its next look (nothing when there is none)."""
         a = self.s.attempt
         if a is not None:
-            self.s = replace(self.s, attempt=replace(a, **changes))
-
-    def enter(self, stage: Stage, **changes: Any) -> None:
-        """The run under way enters ``stage``, fresh: no timer unless ``changes`` sets one."""
-        self.update(**{"stage": stage, "deadline": None, **changes})
+            self.put(replace(a, deadline=deadline))
 
     def ticket(self) -> int:
         """A new ticket for a request."""
@@ -49,7 +55,9 @@ class Run:
     def ask(self, request: Callable[[int], Effect]) -> None:
         """Ask for something whose answer the run now awaits (one at a time)."""
         ticket = self.ticket()
-        self.update(ask=ticket, asked_at=self.now)
+        a = self.s.attempt
+        if a is not None:
+            self.put(replace(a, ask=ticket, asked_at=self.now))
         self.effects.append(request(ticket))
 
     def drop(self) -> None:

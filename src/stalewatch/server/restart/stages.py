@@ -44,7 +44,7 @@ class Stages(Run):
                 # Servers report their count once a restart is coming or their code is
                 # stale: until now they may have been silent (after a failure or a
                 # refusal, the servers left on old code are stale and report) (R8).
-                self.update(announced=self.now)
+                self.put(replace(a, announced=self.now))
             self.publish(RestartPhase.SCHEDULED, None, Stage.SCHEDULED)
             if a.began is None or rules.settle <= 0:
                 self.bounds()
@@ -130,12 +130,12 @@ class Stages(Run):
             if not looks:
                 a = s.attempt
                 if a is not None and (a.deadline is None or a.deadline > due_at):
-                    self.update(deadline=due_at)
+                    self.wait_until(due_at)
             return
         if not looks:
-            self.update(deadline=heard)  # told now: no look is owed, unless counts are due
+            self.wait_until(heard)  # told now: no look is owed, unless counts are due
         elif heard is not None and (s.attempt is None or s.attempt.deadline is None):
-            self.update(deadline=heard)
+            self.wait_until(heard)
         self.publish(RestartPhase.WAITING, reason, Stage.DRAIN, inflight=total)
 
     def drain_under_lock(self) -> None:
@@ -158,7 +158,8 @@ class Stages(Run):
         if verdict is drain.Next.GO:
             self.enter(nxt)
         elif verdict is drain.Next.RESTART:
-            self.enter(nxt, note=f"drain-timeout: {left} still in flight")
+            a = self.s.attempt
+            self.enter(nxt, a and replace(a, note=f"drain-timeout: {left} still in flight"))
         else:
             why = f"drain-timeout: {left} still in flight after {self.s.rules.drain_timeout:g} s"
             self.give_up(RestartPhase.REFUSED, why)
@@ -171,7 +172,7 @@ class Stages(Run):
         if self.looks() and a.note is None and not a.final_look:
             # The probe's count is as old as the verify under the lock (up to its timeout):
             # looked at once more right before the action, as registrations are (R8).
-            self.update(final_look=True)
+            self.put(replace(a, final_look=True))
             self.probe_drain()
             return
         if self.in_flight() != 0 and a.note is None:
@@ -212,7 +213,7 @@ class Stages(Run):
             if running is not None and running != a.target and s.rules.verify:
                 # A commit landed during the restart and the new servers loaded it: the
                 # probe passed for the target only, so it must pass for this one too (R2).
-                self.enter(Stage.CONFIRM_VERIFY, running=running)
+                self.enter(Stage.CONFIRM_VERIFY, replace(a, running=running))
                 self.ask(lambda t: Verify(t, running))
             elif running is not None:
                 self.confirmed(running)
@@ -238,7 +239,7 @@ class Stages(Run):
         released). The action or its confirmation: a failed restart; an action that
         aborts stops only what that very action started, if anything (R9).
         """
-        self.update(ask=None)
+        self.put(replace(a, ask=None))
         if a.stage is Stage.LOCK:
             # The lost try may yet take it: released after it, before any new try (one
             # worker, in order).
