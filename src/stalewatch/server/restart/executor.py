@@ -89,17 +89,8 @@ Job = Effect | _Learn
 Reply = Answer | Head | None  # what carrying out a job feeds back (None: nothing)
 
 
-def _none(do: Callable[[], object]) -> Callable[[], Reply]:
-    """A job that answers nothing."""
-
-    def run() -> None:
-        do()
-
-    return run
-
-
 def _nothing(error: str) -> Reply:
-    """No answer to a job that is no request, even when it fails."""
+    """No answer: the job is no request."""
     return None
 
 
@@ -357,16 +348,16 @@ class Restarter:
             case ProbeConfirm(ticket=t):
                 return lambda: work.confirm_probe(job), lambda e: ConfirmProbed(t, now(), False, e)
             case ReleaseLock():
-                return _none(work.release_lock), _nothing
+                return work.release_lock, _nothing
             case Retire(ticket=t):
-                return _none(lambda: work.retire(t)), _nothing
+                return lambda: work.retire(t), _nothing
             case Abort(ticket=t):
-                return _none(lambda: work.abort(t)), _nothing
+                return lambda: work.abort(t), _nothing
             case Rebind(revision=revision):
                 # Its event comes back through notice().
-                return _none(lambda: self._guard.adopt(revision)), _nothing
+                return lambda: self._rebind(revision), _nothing
             case _:  # the worker's own job (Publish and Wake are carried out in feed())
-                return _none(self._learn), _nothing
+                return self._learn, _nothing
 
     def _read_head(self, ticket: int, *, fresh: bool) -> Head:
         """HEAD read now (``fresh``), else as last read (reading it now failed)."""
@@ -377,6 +368,9 @@ class Restarter:
         except Exception:
             revision = None
         return Head(time.monotonic(), revision, ticket)
+
+    def _rebind(self, revision: str) -> None:
+        self._guard.adopt(revision)
 
     def _act_failed(self, ticket: int, error: str) -> Acted:
         # It may have signalled before it failed: stop a new master it started, if any.
