@@ -34,6 +34,11 @@ out the effects in order: ``Publish`` at once (so a phase reaches clients before
 event that caused it), the slow ones (probes, the lock, the action, signals) on one
 worker thread that feeds each answer back with its ticket, and ``Wake`` as that
 thread's single timer, which feeds ``Tick`` when it expires.
+
+Reading it: :func:`step` takes the input (what the world says, by its type; an answer,
+by the handler of its stage and type in ``_ANSWERS``), then moves the run on
+(:func:`.stages.advance`, one handler per stage in ``stages.MOVES``) and asks for the
+next wake-up; :class:`~.run.Run` holds the step's bookkeeping and the outcomes.
 """
 
 from __future__ import annotations
@@ -177,7 +182,7 @@ def _head_locked(r: Run, a: Attempt, event: Head) -> None:
 
 def _head_final(r: Run, a: Attempt, event: Head) -> None:
     if event.revision == a.target:
-        final(r)
+        final(r, a)
 
 
 def _markers(r: Run, a: Attempt, event: Markers) -> None:
@@ -212,12 +217,12 @@ def _verified_loaded(r: Run, a: Attempt, event: Verified) -> None:
     if a.running is None:
         return
     if event.ok:
-        r.confirmed(a.running)
+        r.confirmed(a, a.running)
     elif a.action.aborts:
         # The new servers loaded a commit that landed meanwhile and fails the probe:
         # they go, the old serve on.
         why = f"the new servers loaded {a.running[:12]}; the probe {event.detail}"
-        r.restart_failed(f"not-confirmed: {why}")
+        r.restart_failed(a, f"not-confirmed: {why}")
     else:
         # They run it already (nothing to restart onto): not confirmed, and the
         # verdict stands while they do (R2).
@@ -238,12 +243,12 @@ def _drain(r: Run, a: Attempt, event: Drain) -> None:
 
 def _drain_locked(r: Run, a: Attempt, event: Drain) -> None:
     _probed(r, event)
-    drain_under_lock(r)
+    drain_under_lock(r, a)
 
 
 def _drain_final(r: Run, a: Attempt, event: Drain) -> None:
     _probed(r, event)
-    final(r)
+    final(r, a)
 
 
 def _locked(r: Run, a: Attempt, event: Lock) -> None:
@@ -262,7 +267,7 @@ def _acted(r: Run, a: Attempt, event: Acted) -> None:
         r.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
     elif not event.ok:
         # An action that failed started nothing: nothing to abort (R9).
-        r.restart_failed(f"action {event.detail}", signalled=False)
+        r.restart_failed(a, f"action {event.detail}", signalled=False)
     else:
         # Decided now, for this restart: a reload meanwhile does not change how.
         rules = r.s.rules

@@ -2,8 +2,9 @@
 
 :class:`Run` is the bookkeeping shared by the machine's transitions (:mod:`.stages`,
 :mod:`.machine`): changing the run under way, giving tickets to requests, telling a
-phase once with a truthful ``retry_after`` (R7), asking for the next wake-up. It is
-created for one step and thrown away; only its :class:`~.state.State` survives.
+phase once with a truthful ``retry_after`` (R7), asking for the next wake-up, and the
+outcomes that end a run (confirmed, failed, a give-up). It is created for one step and
+thrown away; only its :class:`~.state.State` survives.
 """
 
 from __future__ import annotations
@@ -205,11 +206,8 @@ class Run:
 
     # -- outcomes ------------------------------------------------------------------------
 
-    def confirmed(self, running: str) -> None:
+    def confirmed(self, a: Attempt, running: str) -> None:
         """The servers run ``running``: retire the old (if the action does), tell, re-bind (R5)."""
-        a = self.s.attempt
-        if a is None:
-            return
         if a.action.retires:
             # Only now: the new ones run the target (R9).
             self.effects.append(Retire(a.old_pids, a.act_ticket))
@@ -230,27 +228,21 @@ class Run:
         self.publish(RestartPhase.CONFIRMED, None, Stage.DONE, running)
         self.effects.append(Rebind(running))
 
-    def restart_failed(self, reason: str, *, signalled: bool = True) -> None:
+    def restart_failed(self, a: Attempt, reason: str, *, signalled: bool = True) -> None:
         """The restart did not come up; the new servers go (if the action aborts), the old serve on (R9).
 
         ``signalled``: the action may have started new servers (an action that says it
         failed signalled nothing: it has nothing to abort).
         """
-        a = self.s.attempt
-        if a is None:
-            return
         if a.action.aborts and signalled:
             new = confirming.newcomers(self.s.servers, a.acted_at, a.old_pids)
             self.effects.append(Abort(frozenset(s.pid for s in new), a.act_ticket))
         if a.action.beside:
             reason = f"{reason}; the old servers still serve"
-        self.failure(reason)
+        self.failure(a, reason)
 
-    def failure(self, reason: str) -> None:
+    def failure(self, a: Attempt, reason: str) -> None:
         """A failed attempt: tell it, then a new run while attempts remain, else give up (R6)."""
-        a = self.s.attempt
-        if a is None:
-            return
         if a.reloaded:
             self.drop()  # judged again under the new rules (a new run)
             return

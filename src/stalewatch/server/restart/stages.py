@@ -21,12 +21,12 @@ from .state import Attempt, Confirm, interval_left
 
 __all__ = ["advance", "drain_under_lock", "final"]
 
-_MOVES = 64  # transitions in one step at most (a run has 17 stages): never a hang
+_MOST_MOVES = 64  # transitions in one step at most (a run has 17 stages): never a hang
 
 
 def advance(r: Run) -> None:
     """Move on until the machine waits: a step that changes nothing is a wait."""
-    for _ in range(_MOVES):
+    for _ in range(_MOST_MOVES):
         before = r.s
         _move(r)
         if r.s is before:
@@ -135,7 +135,7 @@ def _locked_drain(r: Run, a: Attempt, due: bool) -> None:
     if r.looks() and a.note is None:
         r.probe_drain()
     else:
-        drain_under_lock(r)
+        drain_under_lock(r, a)
 
 
 def bounds(r: Run) -> None:
@@ -189,11 +189,8 @@ def drain_stage(r: Run, a: Attempt, due: bool) -> None:
     r.publish(RestartPhase.WAITING, reason, Stage.DRAIN, inflight=total)
 
 
-def drain_under_lock(r: Run) -> None:
+def drain_under_lock(r: Run, a: Attempt) -> None:
     """The work in flight once more, under the lock: more came in, drain again (R8)."""
-    a = r.s.attempt
-    if a is None:
-        return
     if a.note is not None:
         r.enter(Stage.LOCKED_VERIFY)  # the bound passed: restart anyway
         return
@@ -217,11 +214,8 @@ def drained(r: Run, verdict: drain.Next, total: int | None, nxt: Stage) -> None:
         r.give_up(RestartPhase.REFUSED, why)
 
 
-def final(r: Run) -> None:
+def final(r: Run, a: Attempt) -> None:
     """HEAD is still the target, read right before the action (R9): act, if drained."""
-    a = r.s.attempt
-    if a is None:
-        return
     if r.looks() and a.note is None and not a.final_look:
         # The probe's count is as old as the verify under the lock (up to its timeout):
         # looked at once more right before the action, as registrations are (R8).
@@ -270,21 +264,21 @@ def confirm(r: Run, a: Attempt, due: bool) -> None:
             r.enter(Stage.CONFIRM_VERIFY, replace(a, running=running))
             r.ask(lambda t: Verify(t, running))
         elif running is not None:
-            r.confirmed(running)
+            r.confirmed(a, running)
         elif r.now >= a.confirm_until:
             who = confirming.runs(s.servers)
             why = f"not-confirmed: after {s.rules.confirm_timeout:g} s the registered servers run {who}"
-            r.restart_failed(why)
+            r.restart_failed(a, why)
     elif a.confirm_by is Confirm.PROBE:
         if a.probe_ok and not confirming.old_code(s.servers, heads):
-            r.confirmed(a.target)
+            r.confirmed(a, a.target)
         elif r.now >= a.confirm_until:
             last = f"the registered servers run {confirming.runs(s.servers)}" if a.probe_ok else a.last
-            r.restart_failed(f"not-confirmed: within {s.rules.confirm_timeout:g} s: {last}")
+            r.restart_failed(a, f"not-confirmed: within {s.rules.confirm_timeout:g} s: {last}")
         elif due:
             r.ask(lambda t: ProbeConfirm(t, a.target))
     else:
-        r.confirmed(a.target)  # neither registrations nor a probe: the exit status says
+        r.confirmed(a, a.target)  # neither registrations nor a probe: the exit status says
 
 
 def unanswered(r: Run, a: Attempt) -> None:
@@ -294,7 +288,8 @@ def unanswered(r: Run, a: Attempt) -> None:
     released). The action or its confirmation: a failed restart; an action that
     aborts stops only what that very action started, if anything (R9).
     """
-    r.put(replace(a, ask=None))
+    a = replace(a, ask=None)
+    r.put(a)
     if a.stage is Stage.LOCK:
         # The lost try may yet take it: released after it, before any new try (one
         # worker, in order).
@@ -302,9 +297,9 @@ def unanswered(r: Run, a: Attempt) -> None:
     stage = a.stage.name.lower().replace("_", " ")
     why = f"no answer from the {stage} stage in {r.s.rules.patience:g} s"
     if a.stage >= Stage.ACT:
-        r.restart_failed(f"not-confirmed: {why}")
+        r.restart_failed(a, f"not-confirmed: {why}")
     else:
-        r.failure(why)
+        r.failure(a, why)
 
 
 MOVES: dict[Stage, Callable[[Run, Attempt, bool], None]] = {
