@@ -86,6 +86,12 @@ class _Learn:
 
 _LEARN = _Learn()
 Job = Effect | _Learn
+Reply = Answer | Head | None  # what carrying out a job feeds back (None: nothing)
+
+
+def _nothing(error: str) -> Reply:
+    """No answer: the job is no request."""
+    return None
 
 
 class Restarter:
@@ -310,70 +316,67 @@ class Restarter:
     def _carry(self, job: Job) -> None:
         """Carry out one job; a request is answered whatever raises (R3: a lost answer
         would leave the machine waiting, the lock held; its backstop is the last resort)."""
+        do, failed = self._pair(job)
         try:
-            self._do(job)
+            answer = do()
         except Exception as exc:
             logger.exception("stalewatch: restart of %s: carrying out %s failed", self.key, job)
-            answer = self._failed(job, exc)
-            if answer is not None:
-                self.feed(answer)
-
-    def _failed(self, job: Job, exc: Exception) -> Answer | Head | None:
-        """The failure answer to ``job`` (``None``: not a request), carrying the error."""
-        now, error = time.monotonic(), f"failed: {type(exc).__name__}: {exc}"
-        if isinstance(job, CheckMarkers):
-            return Markers(job.ticket, now, Verdict.REFUSE, f"markers: {error}")  # looked at again
-        if isinstance(job, Verify):
-            return Verified(job.ticket, now, False, error)
-        if isinstance(job, ProbeDrain):
-            return Drain(job.ticket, now, None, error)
-        if isinstance(job, TakeLock):
-            return Lock(job.ticket, now, acquired=False, detail=error)  # tried again, backing off
-        if isinstance(job, ReadHead):
-            try:
-                revision = self._guard.snapshot().current_revision
-            except Exception:
-                revision = None
-            return Head(now, revision, job.ticket)
-        if isinstance(job, Act):
-            # It may have signalled before it failed: stop a new master it started, if any.
-            with contextlib.suppress(Exception):
-                self._work.abort(job.ticket)
-            return Acted(job.ticket, now, False, error)
-        if isinstance(job, ProbeConfirm):
-            return ConfirmProbed(job.ticket, now, False, error)
-        return None
-
-    def _do(self, job: Job) -> None:
-        answer: Answer | Head | None = None
-        work = self._work
-        if isinstance(job, CheckMarkers):
-            answer = work.markers(job)
-        elif isinstance(job, Verify):
-            answer = work.verify(job)
-        elif isinstance(job, ProbeDrain):
-            attempt = self._state.attempt
-            answer = work.drain_probe(job, attempt.target if attempt is not None else "")
-        elif isinstance(job, TakeLock):
-            answer = work.take_lock(job)
-        elif isinstance(job, ReleaseLock):
-            work.release_lock()
-        elif isinstance(job, ReadHead):
-            answer = Head(time.monotonic(), self._guard.refresh().current_revision, job.ticket)
-        elif isinstance(job, Act):
-            answer = work.act(job)
-        elif isinstance(job, ProbeConfirm):
-            answer = work.confirm_probe(job)
-        elif isinstance(job, Retire):
-            work.retire(job.ticket)
-        elif isinstance(job, Abort):
-            work.abort(job.ticket)
-        elif isinstance(job, Rebind):
-            self._guard.adopt(job.revision)  # its event comes back through notice()
-        else:
-            self._learn()
+            answer = failed(f"failed: {type(exc).__name__}: {exc}")
         if answer is not None:
             self.feed(answer)
+
+    def _pair(self, job: Job) -> tuple[Callable[[], Reply], Callable[[str], Reply]]:
+        """What carrying out ``job`` does, and its answer when that raises (``None``: not a request)."""
+        work, now = self._work, time.monotonic
+        match job:
+            case CheckMarkers(ticket=t):
+                # Refused when it cannot be judged: looked at again.
+                return lambda: work.markers(job), lambda e: Markers(t, now(), Verdict.REFUSE, f"markers: {e}")
+            case Verify(ticket=t):
+                return lambda: work.verify(job), lambda e: Verified(t, now(), False, e)
+            case ProbeDrain(ticket=t):
+                attempt = self._state.attempt
+                target = attempt.target if attempt is not None else ""
+                return lambda: work.drain_probe(job, target), lambda e: Drain(t, now(), None, e)
+            case TakeLock(ticket=t):
+                # Not taken: tried again, backing off.
+                return lambda: work.take_lock(job), lambda e: Lock(t, now(), acquired=False, detail=e)
+            case ReadHead(ticket=t):
+                return lambda: self._read_head(t, fresh=True), lambda e: self._read_head(t, fresh=False)
+            case Act(ticket=t):
+                return lambda: work.act(job), lambda e: self._act_failed(t, e)
+            case ProbeConfirm(ticket=t):
+                return lambda: work.confirm_probe(job), lambda e: ConfirmProbed(t, now(), False, e)
+            case ReleaseLock():
+                return work.release_lock, _nothing
+            case Retire(ticket=t):
+                return lambda: work.retire(t), _nothing
+            case Abort(ticket=t):
+                return lambda: work.abort(t), _nothing
+            case Rebind(revision=revision):
+                # Its event comes back through notice().
+                return lambda: self._rebind(revision), _nothing
+            case _:  # the worker's own job (Publish and Wake are carried out in feed())
+                return self._learn, _nothing
+
+    def _read_head(self, ticket: int, *, fresh: bool) -> Head:
+        """HEAD read now (``fresh``), else as last read (reading it now failed)."""
+        if fresh:
+            return Head(time.monotonic(), self._guard.refresh().current_revision, ticket)
+        try:
+            revision = self._guard.snapshot().current_revision
+        except Exception:
+            revision = None
+        return Head(time.monotonic(), revision, ticket)
+
+    def _rebind(self, revision: str) -> None:
+        self._guard.adopt(revision)
+
+    def _act_failed(self, ticket: int, error: str) -> Acted:
+        # It may have signalled before it failed: stop a new master it started, if any.
+        with contextlib.suppress(Exception):
+            self._work.abort(ticket)
+        return Acted(ticket, time.monotonic(), False, error)
 
     def _learn(self) -> None:
         """What the servers run, when they do not register (R10): tell the machine."""

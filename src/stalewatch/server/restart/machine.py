@@ -34,11 +34,18 @@ out the effects in order: ``Publish`` at once (so a phase reaches clients before
 event that caused it), the slow ones (probes, the lock, the action, signals) on one
 worker thread that feeds each answer back with its ticket, and ``Wake`` as that
 thread's single timer, which feeds ``Tick`` when it expires.
+
+Reading it: :func:`step` takes the input (what the world says, by its type; an answer,
+by the handler of its stage and type in ``_ANSWERS``), then moves the run on
+(:func:`.stages.advance`, one handler per stage in ``stages.MOVES``) and asks for the
+next wake-up; :class:`~.run.Run` holds the step's bookkeeping and the outcomes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 
 from ...core.phases import RestartPhase
 from . import drain
@@ -53,14 +60,13 @@ from .inputs import (
     Lock,
     Markers,
     Reload,
-    Server,
     Servers,
+    Tick,
     Verdict,
     Verified,
 )
-from .rules import Rules
-from .running import wanted
-from .stages import Stages
+from .run import Run
+from .stages import advance, drain_under_lock, final
 from .state import (
     CONFIRM_POLL,
     LOCK_POLL,
@@ -75,244 +81,245 @@ from .state import (
 
 __all__ = ["Attempt", "GiveUp", "Stage", "State", "interval_left", "step"]
 
-_MOVES = 64  # transitions in one step at most (a run has 17 stages): never a hang
-
-Answer = Markers | Verified | Drain | Lock | Acted | ConfirmProbed
+Answer = Head | Markers | Verified | Drain | Lock | Acted | ConfirmProbed
+In = TypeVar("In", bound=Input)
 
 
 def step(state: State, event: Input) -> tuple[State, tuple[Effect, ...]]:
     """One input in: the new state and the effects to carry out, in order. Never raises."""
-    run = _Step(state, event.now)
-    run.take(event)
-    run.advance()
-    run.wake()
-    return run.s, tuple(run.effects)
+    r = Run(state, event.now)
+    match event:
+        case Head():
+            _head(r, event)
+        case Servers():
+            _servers(r, event)
+        case Loaded():
+            r.s = replace(r.s, belief=r.s.belief.told(event), why=event.why or r.s.why)
+        case Reload():
+            _reload(r, event)
+        case Tick():
+            r.s = replace(r.s, timer=None)  # that timer is spent; advance() looks
+        case _:
+            _answer(r, event)
+    advance(r)
+    r.wake()
+    return r.s, tuple(r.effects)
 
 
-class _Step(Stages):
-    """One step: what an input changes, then the run moved as far as it goes."""
+# -- what the world says -----------------------------------------------------------------
 
-    def take(self, event: Input) -> None:
-        if isinstance(event, Head):
-            self._head(event)
-        elif isinstance(event, Servers):
-            self._servers(event.servers)
-        elif isinstance(event, Loaded):
-            self.s = replace(self.s, belief=self.s.belief.told(event), why=event.why or self.s.why)
-        elif isinstance(event, Reload):
-            self._reload(event.rules)
-        elif isinstance(event, Answer):
-            self._answer(event)
-        else:
-            self.s = replace(self.s, timer=None)  # a Tick: that timer is spent; advance() looks
 
-    def _head(self, event: Head) -> None:
-        s = self.s
-        self.s = replace(s, head=event.revision, belief=s.belief.heard(event.revision))
-        a = self.s.attempt
-        if a is None or a.ask is None or event.ticket != a.ask:
-            return  # an event: a move before the action starts over (advance)
-        self.update(ask=None)
-        if event.revision != a.target:
-            return  # moved: advance() starts over for the new target
-        if a.stage is Stage.LOCKED_HEAD:
-            self.enter(Stage.LOCKED_MARKERS)
-        elif a.stage is Stage.FINAL_HEAD:
-            self.final()
+def _head(r: Run, event: Head) -> None:
+    """A reading of HEAD: an event (a move before the action starts over: advance), or an answer."""
+    r.s = replace(r.s, head=event.revision, belief=r.s.belief.heard(event.revision))
+    _answer(r, event)
 
-    def _servers(self, servers: tuple[Server, ...]) -> None:
-        s = self.s
-        pids = {x.pid for x in servers}
-        retiring = s.retiring & pids
-        a = s.attempt
-        # Work in flight that left with its registration, outside our action: it may still
-        # run (R8). Counted until it registers again, its process is gone, or the bound.
-        departed = [d for d in drain.held(s.departed, self.now, s.rules) if d.pid not in pids]
-        if a is None or a.stage < Stage.ACT:
-            gone = {x.pid for x in s.servers if x.pid not in pids and x.pid not in s.retiring}
-            left: dict[int, int] = {}
-            for x in s.servers:
-                if x.pid in gone and x.inflight > 0:
-                    left[x.pid] = left.get(x.pid, 0) + x.inflight
-            departed = [d for d in departed if d.pid not in left]
-            departed += [drain.Departed(pid, count, self.now) for pid, count in left.items()]
-        belief = s.belief
-        if s.servers and not servers and (a is None or a.stage < Stage.ACT):
-            # Every registered server went away, and not in a restart of ours: they were
-            # stopped. Restarting now would start them (the Hermes WebUI bug): wait.
-            belief = belief.gone()
-        self.s = replace(
-            s,
-            servers=servers,
-            registered=s.registered or bool(servers),
-            belief=belief,
-            retiring=retiring,
-            departed=tuple(departed),
-        )
-        a = self.s.attempt
-        if a is not None and a.stage is Stage.CONFIRM:
-            heads = (a.target, self.s.head)
-            if any(s.revision not in heads for s in servers if s.since >= a.acted_at):
-                # A new server loaded a commit the watcher has yet to report (polling):
-                # read HEAD now rather than refuse it (R5).
-                self.effects.append(ReadHead(self.ticket()))
 
-    def _reload(self, rules: Rules) -> None:
-        self.s = replace(self.s, rules=rules, gave_up=None, actions=0, drain_since=None)
-        a = self.s.attempt
-        if a is not None and a.stage < Stage.ACT:
-            self.drop()  # judged again under the new rules, from the start
-        elif a is not None:
-            self.update(reloaded=True)
+def _servers(r: Run, event: Servers) -> None:
+    s, servers = r.s, event.servers
+    pids = {x.pid for x in servers}
+    a = s.attempt
+    # Work in flight that left with its registration, outside our action: it may still
+    # run (R8). Counted until it registers again, its process is gone, or the bound.
+    departed = [d for d in drain.held(s.departed, r.now, s.rules) if d.pid not in pids]
+    if a is None or a.stage < Stage.ACT:
+        gone = {x.pid for x in s.servers if x.pid not in pids and x.pid not in s.retiring}
+        left: dict[int, int] = {}
+        for x in s.servers:
+            if x.pid in gone and x.inflight > 0:
+                left[x.pid] = left.get(x.pid, 0) + x.inflight
+        departed = [d for d in departed if d.pid not in left]
+        departed += [drain.Departed(pid, count, r.now) for pid, count in left.items()]
+    belief = s.belief
+    if s.servers and not servers and (a is None or a.stage < Stage.ACT):
+        # Every registered server went away, and not in a restart of ours: they were
+        # stopped. Restarting now would start them (the Hermes WebUI bug): wait.
+        belief = belief.gone()
+    r.s = replace(
+        s,
+        servers=servers,
+        registered=s.registered or bool(servers),
+        belief=belief,
+        retiring=s.retiring & pids,
+        departed=tuple(departed),
+    )
+    if a is not None and a.stage is Stage.CONFIRM:
+        heads = (a.target, r.s.head)
+        if any(x.revision not in heads for x in servers if x.since >= a.acted_at):
+            # A new server loaded a commit the watcher has yet to report (polling):
+            # read HEAD now rather than refuse it (R5).
+            r.effects.append(ReadHead(r.ticket()))
 
-    def _answer(self, event: Answer) -> None:
-        a = self.s.attempt
-        if a is None or event.ticket != a.ask:
-            return  # the answer to a request of a run that is over: stale
-        self.update(ask=None)
-        if isinstance(event, Markers):
-            self._markers(a.stage, event)
-        elif isinstance(event, Verified):
-            self._verified(a, event)
-        elif isinstance(event, Drain):
-            self._probed_drain(a.stage, event)
-        elif isinstance(event, Lock):
-            self._locked(a, event)
-        elif isinstance(event, Acted):
-            self._acted(a, event)
-        else:
-            self._probed_confirm(a, event)
 
-    def _markers(self, stage: Stage, event: Markers) -> None:
-        reason = event.reason or f"markers: {event.verdict.value}"
-        if stage is Stage.MARKERS and event.verdict is Verdict.GO:
-            self.enter(Stage.VERIFY)
-        elif stage is Stage.MARKERS and event.verdict is Verdict.WAIT:
-            self.publish(RestartPhase.WAITING, reason, Stage.MARKERS)
-            self.update(deadline=self.now + MARKER_POLL)
-        elif stage is Stage.MARKERS:
-            self.publish(RestartPhase.REFUSED, reason, Stage.MARKERS)
-            self.update(deadline=self.now + REFUSED_POLL)  # lifts when the marker goes
-        elif stage is Stage.LOCKED_MARKERS and event.verdict is Verdict.GO:
-            self.enter(Stage.LOCKED_DRAIN)
-        elif stage is Stage.LOCKED_MARKERS:
-            self.again()  # an update began before the lock: wait for it, verify again
+def _reload(r: Run, event: Reload) -> None:
+    r.s = replace(r.s, rules=event.rules, gave_up=None, actions=0, drain_since=None)
+    a = r.s.attempt
+    if a is not None and a.stage < Stage.ACT:
+        r.drop()  # judged again under the new rules, from the start
+    elif a is not None:
+        r.put(replace(a, reloaded=True))
 
-    def _verified(self, a: Attempt, event: Verified) -> None:
-        if event.ok and a.stage in (Stage.VERIFY, Stage.LOCKED_VERIFY):
-            self.s = replace(self.s, verify_seconds=self.now - a.asked_at)
-            self.enter(Stage.DRAIN if a.stage is Stage.VERIFY else Stage.FINAL_HEAD)
-        elif a.stage in (Stage.VERIFY, Stage.LOCKED_VERIFY):
-            self.give_up(RestartPhase.REFUSED, f"verify-failed: {event.detail}")
-        elif a.running is not None:  # CONFIRM_VERIFY: the only probe of what the servers loaded
-            if event.ok:
-                self.confirmed(a.running)
-            elif a.action.aborts:
-                # The new servers loaded a commit that landed meanwhile and fails the probe:
-                # they go, the old serve on.
-                why = f"the new servers loaded {a.running[:12]}; the probe {event.detail}"
-                self.restart_failed(f"not-confirmed: {why}")
-            else:
-                # They run it already (nothing to restart onto): not confirmed, and the
-                # verdict stands while they do (R2).
-                why = f"verify-failed: the servers loaded {a.running[:12]}; the probe {event.detail}"
-                self.give_up(RestartPhase.FAILED, why, a.running, loaded=True)
 
-    def _probed_drain(self, stage: Stage, event: Drain) -> None:
-        probed = None if event.inflight is None else max(0, event.inflight)
-        held = drain.held(self.s.departed, self.now, self.s.rules)
-        departed = tuple(d for d in held if d.pid not in event.gone)
-        self.s = replace(self.s, probed=probed, probe_detail=event.detail, departed=departed)
-        if stage is Stage.DRAIN:
-            self.update(deadline=self.now + self.s.rules.drain_poll)
-        elif stage is Stage.LOCKED_DRAIN:
-            self.drain_under_lock()
-        elif stage is Stage.FINAL_HEAD:
-            self.final()
+def _answer(r: Run, event: Answer) -> None:
+    """The answer to the request awaited, to its stage's handler (_ANSWERS)."""
+    a = r.s.attempt
+    if a is None or a.ask is None or event.ticket != a.ask:
+        return  # an event, or the answer to a request of a run that is over: stale
+    a = replace(a, ask=None)
+    r.put(a)
+    handle = _ANSWERS.get((a.stage, type(event)))
+    if handle is not None:
+        handle(r, a, event)
 
-    def _locked(self, a: Attempt, event: Lock) -> None:
-        if a.stage is not Stage.LOCK:
-            return
-        if event.error is not None:
-            self.give_up(RestartPhase.FAILED, f"lock: {event.error}")
-        elif event.acquired:
-            self.enter(Stage.LOCKED_HEAD, lock_held=True)
-        else:
-            self.publish(RestartPhase.WAITING, f"lock: {event.detail or 'held'}", Stage.LOCK)
-            delay = a.lock_delay
-            self.update(deadline=self.now + delay, lock_delay=min(delay * 2, LOCK_POLL[1]))
 
-    def _acted(self, a: Attempt, event: Acted) -> None:
-        if a.stage is not Stage.ACT:
-            return
-        if event.refused and not event.ok:
-            self.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
-        elif not event.ok:
-            # An action that failed started nothing: nothing to abort (R9).
-            self.restart_failed(f"action {event.detail}", signalled=False)
-        else:
-            # Decided now, for this restart: a reload meanwhile does not change how.
-            rules = self.s.rules
-            by = Confirm.PROBE if rules.confirm_probe else Confirm.STATUS
-            if a.action.beside or (self.s.registered and not rules.confirm_probe):
-                by = Confirm.REGISTRATIONS
-            self.enter(Stage.CONFIRM, confirm_until=self.now + rules.confirm_timeout, confirm_by=by)
+# -- the answers: a handler per stage and answer type (_ANSWERS) -------------------------
 
-    def _probed_confirm(self, a: Attempt, event: ConfirmProbed) -> None:
-        if a.stage is not Stage.CONFIRM:
-            return
-        delay = a.probe_delay
-        self.update(
+
+def _head_locked(r: Run, a: Attempt, event: Head) -> None:
+    if event.revision == a.target:  # else moved: advance() starts over for the new target
+        r.enter(Stage.LOCKED_MARKERS)
+
+
+def _head_final(r: Run, a: Attempt, event: Head) -> None:
+    if event.revision == a.target:
+        final(r, a)
+
+
+def _markers(r: Run, a: Attempt, event: Markers) -> None:
+    reason = event.reason or f"markers: {event.verdict.value}"
+    if event.verdict is Verdict.GO:
+        r.enter(Stage.VERIFY)
+    elif event.verdict is Verdict.WAIT:
+        r.publish(RestartPhase.WAITING, reason, Stage.MARKERS)
+        r.wait_until(r.now + MARKER_POLL)
+    else:
+        r.publish(RestartPhase.REFUSED, reason, Stage.MARKERS)
+        r.wait_until(r.now + REFUSED_POLL)  # lifts when the marker goes
+
+
+def _markers_locked(r: Run, a: Attempt, event: Markers) -> None:
+    if event.verdict is Verdict.GO:
+        r.enter(Stage.LOCKED_DRAIN)
+    else:
+        r.again()  # an update began before the lock: wait for it, verify again
+
+
+def _verified(r: Run, a: Attempt, event: Verified) -> None:
+    if event.ok:
+        r.s = replace(r.s, verify_seconds=r.now - a.asked_at)
+        r.enter(Stage.DRAIN if a.stage is Stage.VERIFY else Stage.FINAL_HEAD)
+    else:
+        r.give_up(RestartPhase.REFUSED, f"verify-failed: {event.detail}")
+
+
+def _verified_loaded(r: Run, a: Attempt, event: Verified) -> None:
+    """The only probe of what the restarted servers loaded (a commit that landed meanwhile)."""
+    if a.running is None:
+        return
+    if event.ok:
+        r.confirmed(a, a.running)
+    elif a.action.aborts:
+        # The new servers loaded a commit that landed meanwhile and fails the probe:
+        # they go, the old serve on.
+        why = f"the new servers loaded {a.running[:12]}; the probe {event.detail}"
+        r.restart_failed(a, f"not-confirmed: {why}")
+    else:
+        # They run it already (nothing to restart onto): not confirmed, and the
+        # verdict stands while they do (R2).
+        why = f"verify-failed: the servers loaded {a.running[:12]}; the probe {event.detail}"
+        r.give_up(RestartPhase.FAILED, why, a.running, loaded=True)
+
+
+def _probed(r: Run, event: Drain) -> None:
+    probed = None if event.inflight is None else max(0, event.inflight)
+    departed = tuple(d for d in r.held() if d.pid not in event.gone)
+    r.s = replace(r.s, probed=probed, probe_detail=event.detail, departed=departed)
+
+
+def _drain(r: Run, a: Attempt, event: Drain) -> None:
+    _probed(r, event)
+    r.wait_until(r.now + r.s.rules.drain_poll)
+
+
+def _drain_locked(r: Run, a: Attempt, event: Drain) -> None:
+    _probed(r, event)
+    drain_under_lock(r, a)
+
+
+def _drain_final(r: Run, a: Attempt, event: Drain) -> None:
+    _probed(r, event)
+    final(r, a)
+
+
+def _locked(r: Run, a: Attempt, event: Lock) -> None:
+    if event.error is not None:
+        r.give_up(RestartPhase.FAILED, f"lock: {event.error}")
+    elif event.acquired:
+        r.enter(Stage.LOCKED_HEAD, replace(a, lock_held=True))
+    else:
+        r.publish(RestartPhase.WAITING, f"lock: {event.detail or 'held'}", Stage.LOCK)
+        delay = a.lock_delay
+        r.put(replace(a, deadline=r.now + delay, lock_delay=min(delay * 2, LOCK_POLL[1])))
+
+
+def _acted(r: Run, a: Attempt, event: Acted) -> None:
+    if event.refused and not event.ok:
+        r.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
+    elif not event.ok:
+        # An action that failed started nothing: nothing to abort (R9).
+        r.restart_failed(a, f"action {event.detail}", signalled=False)
+    else:
+        # Decided now, for this restart: a reload meanwhile does not change how.
+        rules = r.s.rules
+        by = Confirm.PROBE if rules.confirm_probe else Confirm.STATUS
+        if a.action.beside or (r.s.registered and not rules.confirm_probe):
+            by = Confirm.REGISTRATIONS
+        r.enter(Stage.CONFIRM, replace(a, confirm_until=r.now + rules.confirm_timeout, confirm_by=by))
+
+
+def _probed_confirm(r: Run, a: Attempt, event: ConfirmProbed) -> None:
+    delay = a.probe_delay
+    until = min(r.now + delay, a.confirm_until)
+    r.put(
+        replace(
+            a,
             probe_ok=event.ok,
             last=f"the probe {event.detail}",
-            deadline=min(self.now + delay, a.confirm_until),
+            deadline=until,
             probe_delay=min(delay * 2, CONFIRM_POLL[1]),
         )
+    )
 
-    # -- moving on -----------------------------------------------------------------------
 
-    def advance(self) -> None:
-        """Move on until the machine waits: a step that changes nothing is a wait."""
-        for _ in range(_MOVES):
-            before = self.s
-            self._move()
-            if self.s is before:
-                return
+# -- the tables ----------------------------------------------------------------------------
 
-    def _move(self) -> None:
-        s = self.s
-        want = wanted(s.head, self.serving(), s.belief)
-        a = s.attempt
-        if a is None:
-            self._idle(want)
-        elif a.stage < Stage.ACT and want != a.target:
-            self.drop()  # HEAD moved, or the servers run HEAD now: start over (R6, R9)
-        elif a.ask is None:
-            self.stage(a)
-        elif self.now >= a.asked_at + s.rules.patience:
-            self.unanswered(a)
 
-    def _idle(self, want: str | None) -> None:
-        if want is not None and want != self.s.target:
-            # Another revision is wanted: its own bounds; older give-ups lapse (R6).
-            self.s = replace(self.s, target=want, actions=0, gave_up=None, drain_since=None, probed=None)
-        s = self.s
-        gave_up = s.gave_up
-        if gave_up is not None and (
-            gave_up.revision == want or (want is None and gave_up.loaded and gave_up.revision == s.head)
-        ):
-            self.publish(gave_up.phase, gave_up.reason, Stage.DONE, gave_up.revision)
-        elif want is not None:
-            # A new run drains afresh (R8): its clock starts when its own drain starts,
-            # never at a drain of a run that ended (A -> B -> A -> B an hour later).
-            attempt = Attempt(want, Stage.SCHEDULED, self.now)
-            self.s = replace(s, attempt=attempt, drain_since=None, probed=None)
-        else:
-            # Idle: say what tells what runs when no server registers (R10: unknown is
-            # said, never guessed); a confirmation stays told until something else is.
-            told = s.published
-            why = None if s.servers or not s.why else s.why
-            if told.phase not in (RestartPhase.IDLE, RestartPhase.CONFIRMED) or (
-                told.phase is RestartPhase.IDLE and told.reason != why
-            ):
-                self.publish(RestartPhase.IDLE, why, Stage.IDLE)
+def _at(
+    stage: Stage, kind: type[In], handle: Callable[[Run, Attempt, In], None]
+) -> tuple[tuple[Stage, type[object]], Callable[[Run, Attempt, Input], None]]:
+    """An entry of _ANSWERS: ``handle`` for the answer of type ``kind`` awaited at ``stage``."""
+
+    def take(r: Run, a: Attempt, event: Input) -> None:
+        if isinstance(event, kind):
+            handle(r, a, event)
+
+    return (stage, kind), take
+
+
+_ANSWERS = dict(
+    [
+        _at(Stage.MARKERS, Markers, _markers),
+        _at(Stage.VERIFY, Verified, _verified),
+        _at(Stage.DRAIN, Drain, _drain),
+        _at(Stage.LOCK, Lock, _locked),
+        _at(Stage.LOCKED_HEAD, Head, _head_locked),
+        _at(Stage.LOCKED_MARKERS, Markers, _markers_locked),
+        _at(Stage.LOCKED_DRAIN, Drain, _drain_locked),
+        _at(Stage.LOCKED_VERIFY, Verified, _verified),
+        _at(Stage.FINAL_HEAD, Head, _head_final),
+        _at(Stage.FINAL_HEAD, Drain, _drain_final),
+        _at(Stage.ACT, Acted, _acted),
+        _at(Stage.CONFIRM, ConfirmProbed, _probed_confirm),
+        _at(Stage.CONFIRM_VERIFY, Verified, _verified_loaded),
+    ]
+)

@@ -2,8 +2,9 @@
 
 :class:`Run` is the bookkeeping shared by the machine's transitions (:mod:`.stages`,
 :mod:`.machine`): changing the run under way, giving tickets to requests, telling a
-phase once with a truthful ``retry_after`` (R7), asking for the next wake-up. It is
-created for one step and thrown away; only its :class:`~.state.State` survives.
+phase once with a truthful ``retry_after`` (R7), asking for the next wake-up, and the
+outcomes that end a run (confirmed, failed, a give-up). It is created for one step and
+thrown away; only its :class:`~.state.State` survives.
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from ...core.phases import RestartPhase, RestartState
-from . import drain
-from .effects import Effect, ProbeDrain, Publish, ReleaseLock, Stage, Wake
+from . import confirming, drain
+from .effects import Abort, Effect, ProbeDrain, Publish, Rebind, ReleaseLock, Retire, Stage, Wake
 from .inputs import Server
-from .state import MARKER_POLL, Attempt, State, interval_left
+from .state import MARKER_POLL, Attempt, GiveUp, State, interval_left
 from .waits import Waits, estimate, retry_after
 
 __all__ = ["Run"]
@@ -31,15 +31,22 @@ class Run:
         self.s = replace(state, clock=self.now)
         self.effects: list[Effect] = []
 
-    def update(self, **changes: Any) -> None:
-        """Change the run under way (nothing when there is none)."""
+    def put(self, attempt: Attempt) -> None:
+        """The run under way is now ``attempt`` (changed with ``dataclasses.replace``)."""
+        self.s = replace(self.s, attempt=attempt)
+
+    def enter(self, stage: Stage, attempt: Attempt | None = None, *, deadline: float | None = None) -> None:
+        """The run under way (or ``attempt``, a change of it) enters ``stage``, its timer at
+        ``deadline`` (none by default)."""
+        a = attempt or self.s.attempt
+        if a is not None:
+            self.put(replace(a, stage=stage, deadline=deadline))
+
+    def wait_until(self, deadline: float | None) -> None:
+        """The run under way's timer: its next look (nothing when there is none)."""
         a = self.s.attempt
         if a is not None:
-            self.s = replace(self.s, attempt=replace(a, **changes))
-
-    def enter(self, stage: Stage, **changes: Any) -> None:
-        """The run under way enters ``stage``, fresh: no timer unless ``changes`` sets one."""
-        self.update(**{"stage": stage, "deadline": None, **changes})
+            self.put(replace(a, deadline=deadline))
 
     def ticket(self) -> int:
         """A new ticket for a request."""
@@ -49,7 +56,9 @@ class Run:
     def ask(self, request: Callable[[int], Effect]) -> None:
         """Ask for something whose answer the run now awaits (one at a time)."""
         ticket = self.ticket()
-        self.update(ask=ticket, asked_at=self.now)
+        a = self.s.attempt
+        if a is not None:
+            self.put(replace(a, ask=ticket, asked_at=self.now))
         self.effects.append(request(ticket))
 
     def drop(self) -> None:
@@ -95,7 +104,6 @@ class Run:
         reason: str | None,
         stage: Stage,
         revision: str | None = None,
-        attempt: int | None = None,
         *,
         inflight: int | None = None,
     ) -> None:
@@ -111,8 +119,7 @@ class Run:
         old = s.published
         if (phase, reason, revision) == (old.phase, old.reason, old.revision):
             return
-        if attempt is None:
-            attempt = s.actions if revision else 0
+        attempt = s.actions if revision else 0
         wait = retry_after(self.waits(stage), s.verify_seconds, s.restart_seconds) if phase.coming else None
         guess = estimate(s.rules.settle, s.rules.verify, s.verify_seconds, s.restart_seconds)
         state = RestartState(phase, reason, revision, attempt, wait, inflight=inflight, estimate=guess)
@@ -196,3 +203,70 @@ class Run:
         if at != s.timer:
             self.s = replace(s, timer=at)
             self.effects.append(Wake(at))
+
+    # -- outcomes ------------------------------------------------------------------------
+
+    def confirmed(self, a: Attempt, running: str) -> None:
+        """The servers run ``running``: retire the old (if the action does), tell, re-bind (R5)."""
+        if a.action.retires:
+            # Only now: the new ones run the target (R9).
+            self.effects.append(Retire(a.old_pids, a.act_ticket))
+        if a.lock_held:
+            self.effects.append(ReleaseLock())
+        s = self.s
+        self.s = replace(
+            s,
+            attempt=None,
+            belief=s.belief.confirmed(running),
+            restart_seconds=max(0.5, self.now - a.acted_at),
+        )
+        if a.action.retires:
+            # The old servers stay registered until they finish their work and exit
+            # (gunicorn's graceful_timeout, which may well be longer than confirm_timeout):
+            # they make no restart wanted meanwhile, however long that takes (R9).
+            self.s = replace(self.s, retiring=a.old_pids)
+        self.publish(RestartPhase.CONFIRMED, None, Stage.DONE, running)
+        self.effects.append(Rebind(running))
+
+    def restart_failed(self, a: Attempt, reason: str, *, signalled: bool = True) -> None:
+        """The restart did not come up; the new servers go (if the action aborts), the old serve on (R9).
+
+        ``signalled``: the action may have started new servers (an action that says it
+        failed signalled nothing: it has nothing to abort).
+        """
+        if a.action.aborts and signalled:
+            new = confirming.newcomers(self.s.servers, a.acted_at, a.old_pids)
+            self.effects.append(Abort(frozenset(s.pid for s in new), a.act_ticket))
+        if a.action.beside:
+            reason = f"{reason}; the old servers still serve"
+        self.failure(a, reason)
+
+    def failure(self, a: Attempt, reason: str) -> None:
+        """A failed attempt: tell it, then a new run while attempts remain, else give up (R6)."""
+        if a.reloaded:
+            self.drop()  # judged again under the new rules (a new run)
+            return
+        attempts, most = self.s.actions, self.s.rules.max_attempts
+        if attempts >= most:
+            self.give_up(RestartPhase.FAILED, f"{reason} (attempt {attempts} of {most})")
+            return
+        self.publish(RestartPhase.FAILED, reason, Stage.DONE)
+        # Never a tight loop: the next run waits out min_interval, the lock released; a
+        # run after a told outcome drains afresh (R8).
+        self.again()
+        self.s = replace(self.s, drain_since=None)
+
+    def give_up(
+        self, phase: RestartPhase, reason: str, revision: str | None = None, *, loaded: bool = False
+    ) -> None:
+        """End the run with a verdict that stands for its revision (R6)."""
+        a = self.s.attempt
+        if a is None:
+            return
+        self.drop()
+        if a.reloaded:
+            return  # the verdict on an action taken under the old rules: judge again
+        s = self.s
+        revision = revision or a.target
+        self.s = replace(s, gave_up=GiveUp(phase, reason, revision, loaded), target=revision)
+        self.publish(phase, reason, Stage.DONE, revision)

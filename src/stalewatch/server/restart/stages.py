@@ -1,327 +1,320 @@
-"""The restart machine's transitions through the stages of a run (see :mod:`.machine`).
+"""The restart machine moving a run on through its stages (see :mod:`.machine`).
 
-:class:`Stages` moves the run under way as far as it can without an answer, a time or
-another input: each stage either passes on at once, asks for something (one request
-at a time), or waits for its timer. The outcomes (confirmed, failed, a give-up) end
-the run.
+Each stage's handler (:data:`MOVES`) moves the run under way as far as it can without
+an answer, a time or another input: it passes on at once, asks for something (one
+request at a time), or waits for its timer. :func:`advance` moves on until the
+machine waits.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from ...core.phases import RestartPhase
 from . import confirming, drain
-from .effects import (
-    Abort,
-    Act,
-    CheckMarkers,
-    ProbeConfirm,
-    ReadHead,
-    Rebind,
-    ReleaseLock,
-    Retire,
-    Stage,
-    TakeLock,
-    Verify,
-)
+from .effects import Act, CheckMarkers, ProbeConfirm, ReadHead, ReleaseLock, Stage, TakeLock, Verify
 from .run import Run
-from .state import Attempt, Confirm, GiveUp, interval_left
+from .running import wanted
+from .state import Attempt, Confirm, interval_left
 
-__all__ = ["Stages"]
+__all__ = ["advance", "drain_under_lock", "final"]
+
+_MOST_MOVES = 64  # transitions in one step at most (a run has 17 stages): never a hang
 
 
-class Stages(Run):
-    """The transitions of a run, on top of :class:`~.run.Run`'s bookkeeping."""
+def advance(r: Run) -> None:
+    """Move on until the machine waits: a step that changes nothing is a wait."""
+    for _ in range(_MOST_MOVES):
+        before = r.s
+        _move(r)
+        if r.s is before:
+            return
 
-    def stage(self, a: Attempt) -> None:
-        """Move ``a`` on from its stage, or leave it waiting (an answer, its timer, an input)."""
-        rules = self.s.rules
-        due = a.deadline is None or self.now >= a.deadline
-        if a.stage is Stage.SCHEDULED:
-            if self.s.published.phase in (RestartPhase.IDLE, RestartPhase.CONFIRMED):
-                # Servers report their count once a restart is coming or their code is
-                # stale: until now they may have been silent (after a failure or a
-                # refusal, the servers left on old code are stale and report) (R8).
-                self.update(announced=self.now)
-            self.publish(RestartPhase.SCHEDULED, None, Stage.SCHEDULED)
-            if a.began is None or rules.settle <= 0:
-                self.bounds()
-            else:
-                self.enter(Stage.SETTLE, deadline=a.began + rules.settle)
-                self.publish(RestartPhase.WAITING, "settle", Stage.SETTLE)
-        elif a.stage is Stage.SETTLE and due:
-            self.bounds()
-        elif a.stage is Stage.INTERVAL and due:
-            self.enter(Stage.MARKERS)
-        elif a.stage is Stage.MARKERS or a.stage is Stage.LOCKED_MARKERS:
-            if not rules.markers:
-                self.enter(Stage.VERIFY if a.stage is Stage.MARKERS else Stage.LOCKED_DRAIN)
-            elif due:
-                self.ask(CheckMarkers)
-        elif a.stage is Stage.VERIFY or a.stage is Stage.LOCKED_VERIFY:
-            if not rules.verify:
-                self.enter(Stage.DRAIN if a.stage is Stage.VERIFY else Stage.FINAL_HEAD)
-                return
-            reason = None
-            if a.stage is Stage.LOCKED_VERIFY:
-                reason = "under the lock" if a.lock_held else "before the action"
-            self.publish(RestartPhase.VERIFYING, reason, a.stage)
-            self.ask(lambda t: Verify(t, a.target))
-        elif a.stage is Stage.DRAIN:
-            self.drain_stage(due=due)
-        elif a.stage is Stage.LOCK:
-            if not rules.lock:
-                self.enter(Stage.LOCKED_HEAD)
-            elif due:
-                self.ask(TakeLock)
-        elif a.stage is Stage.LOCKED_HEAD or a.stage is Stage.FINAL_HEAD:
-            self.ask(ReadHead)
-        elif a.stage is Stage.LOCKED_DRAIN:
-            if self.looks() and a.note is None:
-                self.probe_drain()
-            else:
-                self.drain_under_lock()
-        elif a.stage is Stage.CONFIRM:
-            self.confirm(a, due=due)
-        # SETTLE and INTERVAL before their time wait; ACT and CONFIRM_VERIFY await an answer.
 
-    def bounds(self) -> None:
-        """The attempt bound, then the minimum interval (R6, R10)."""
-        s = self.s
-        if s.actions >= s.rules.max_attempts:
-            # Whatever clients register, no more actions for this HEAD revision.
-            reason = f"max-attempts: {s.actions} restarts of this revision already"
-            self.give_up(RestartPhase.REFUSED, reason)
-            return
-        left = interval_left(s, self.now)
-        if left > 0 and s.last_action is not None:
-            self.enter(Stage.INTERVAL, deadline=s.last_action + s.rules.min_interval)
-            self.publish(RestartPhase.WAITING, f"min-interval: {math.ceil(left)} s left", Stage.INTERVAL)
-        else:
-            self.enter(Stage.MARKERS)
+def _move(r: Run) -> None:
+    s = r.s
+    want = wanted(s.head, r.serving(), s.belief)
+    a = s.attempt
+    if a is None:
+        _idle(r, want)
+    elif a.stage < Stage.ACT and want != a.target:
+        r.drop()  # HEAD moved, or the servers run HEAD now: start over (R6, R9)
+    elif a.ask is None:
+        handle = MOVES.get(a.stage)  # none for ACT and CONFIRM_VERIFY: they await an answer
+        if handle is not None:
+            handle(r, a, a.deadline is None or r.now >= a.deadline)
+    elif r.now >= a.asked_at + s.rules.patience:
+        unanswered(r, a)
 
-    def drain_stage(self, *, due: bool) -> None:
-        """Wait until no work is in flight, ``drain_timeout`` at most (R8)."""
-        looks = self.looks()
-        if looks and due:
-            self.probe_drain()
-            return
-        total = self.in_flight()
-        if total != 0 and self.s.drain_since is None:
-            self.s = replace(self.s, drain_since=self.now)  # the drain begins
-        s = self.s
-        verdict = drain.decide(total, s.drain_since, self.now, s.rules)
-        heard = self.heard_at()
-        if verdict is drain.Next.GO and heard is not None:
-            verdict = drain.Next.WAIT  # a count from before the announcement proves nothing
-        if verdict is not drain.Next.WAIT:
-            self.drained(verdict, total, Stage.LOCK)
-            return
-        told, reason = s.published, f"drain: {drain.describe(total, s.probe_detail)}"
-        if total == 0 and s.started is not None and self.now < s.started + drain.grace(s.rules):
-            reason += " (the daemon just started: servers may still register)"
-        draining = told.phase is RestartPhase.WAITING and (told.reason or "").startswith("drain:")
-        due_at = s.published_at + s.rules.drain_poll
-        if draining and told.reason != reason and self.now < due_at:
-            # One chatty server must not flood every client: a changed count is told
-            # at most once per drain_poll (the probe, when there is one, keeps that pace).
-            if not looks:
-                a = s.attempt
-                if a is not None and (a.deadline is None or a.deadline > due_at):
-                    self.update(deadline=due_at)
-            return
-        if not looks:
-            self.update(deadline=heard)  # told now: no look is owed, unless counts are due
-        elif heard is not None and (s.attempt is None or s.attempt.deadline is None):
-            self.update(deadline=heard)
-        self.publish(RestartPhase.WAITING, reason, Stage.DRAIN, inflight=total)
 
-    def drain_under_lock(self) -> None:
-        """The work in flight once more, under the lock: more came in, drain again (R8)."""
-        a = self.s.attempt
-        if a is None:
-            return
-        if a.note is not None:
-            self.enter(Stage.LOCKED_VERIFY)  # the bound passed: restart anyway
-            return
-        total = self.in_flight()
-        verdict = drain.decide(total, self.s.drain_since, self.now, self.s.rules)
-        if verdict is drain.Next.WAIT:
-            self.again()
-        else:
-            self.drained(verdict, total, Stage.LOCKED_VERIFY)
+def _idle(r: Run, want: str | None) -> None:
+    if want is not None and want != r.s.target:
+        # Another revision is wanted: its own bounds; older give-ups lapse (R6).
+        r.s = replace(r.s, target=want, actions=0, gave_up=None, drain_since=None, probed=None)
+    s = r.s
+    gave_up = s.gave_up
+    if gave_up is not None and (
+        gave_up.revision == want or (want is None and gave_up.loaded and gave_up.revision == s.head)
+    ):
+        r.publish(gave_up.phase, gave_up.reason, Stage.DONE, gave_up.revision)
+    elif want is not None:
+        # A new run drains afresh (R8): its clock starts when its own drain starts,
+        # never at a drain of a run that ended (A -> B -> A -> B an hour later).
+        attempt = Attempt(want, Stage.SCHEDULED, r.now)
+        r.s = replace(s, attempt=attempt, drain_since=None, probed=None)
+    else:
+        # Idle: say what tells what runs when no server registers (R10: unknown is
+        # said, never guessed); a confirmation stays told until something else is.
+        told = s.published
+        why = None if s.servers or not s.why else s.why
+        if told.phase not in (RestartPhase.IDLE, RestartPhase.CONFIRMED) or (
+            told.phase is RestartPhase.IDLE and told.reason != why
+        ):
+            r.publish(RestartPhase.IDLE, why, Stage.IDLE)
 
-    def drained(self, verdict: drain.Next, total: int | None, nxt: Stage) -> None:
-        left = "unknown" if total is None else str(total)
-        if verdict is drain.Next.GO:
-            self.enter(nxt)
-        elif verdict is drain.Next.RESTART:
-            self.enter(nxt, note=f"drain-timeout: {left} still in flight")
-        else:
-            why = f"drain-timeout: {left} still in flight after {self.s.rules.drain_timeout:g} s"
-            self.give_up(RestartPhase.REFUSED, why)
 
-    def final(self) -> None:
-        """HEAD is still the target, read right before the action (R9): act, if drained."""
-        a = self.s.attempt
-        if a is None:
-            return
-        if self.looks() and a.note is None and not a.final_look:
-            # The probe's count is as old as the verify under the lock (up to its timeout):
-            # looked at once more right before the action, as registrations are (R8).
-            self.update(final_look=True)
-            self.probe_drain()
-            return
-        if self.in_flight() != 0 and a.note is None:
-            self.again()  # work came in while verifying under the lock (R8)
-            return
-        ticket = self.ticket()
-        s = self.s
-        attempt = replace(
-            a,
-            stage=Stage.ACT,
-            ask=ticket,
-            asked_at=self.now,
-            acted_at=self.now,
-            act_ticket=ticket,
-            action=s.rules.action,
-            old_pids=frozenset(x.pid for x in s.servers),
+# -- each stage: ``due`` when its timer has expired (or it has none) ------------------
+
+
+def _scheduled(r: Run, a: Attempt, due: bool) -> None:
+    if r.s.published.phase in (RestartPhase.IDLE, RestartPhase.CONFIRMED):
+        # Servers report their count once a restart is coming or their code is
+        # stale: until now they may have been silent (after a failure or a
+        # refusal, the servers left on old code are stale and report) (R8).
+        r.put(replace(a, announced=r.now))
+    r.publish(RestartPhase.SCHEDULED, None, Stage.SCHEDULED)
+    if a.began is None or r.s.rules.settle <= 0:
+        bounds(r)
+    else:
+        r.enter(Stage.SETTLE, deadline=a.began + r.s.rules.settle)
+        r.publish(RestartPhase.WAITING, "settle", Stage.SETTLE)
+
+
+def _settle(r: Run, a: Attempt, due: bool) -> None:
+    if due:
+        bounds(r)
+
+
+def _interval(r: Run, a: Attempt, due: bool) -> None:
+    if due:
+        r.enter(Stage.MARKERS)
+
+
+def _markers(r: Run, a: Attempt, due: bool) -> None:
+    if not r.s.rules.markers:
+        r.enter(Stage.VERIFY if a.stage is Stage.MARKERS else Stage.LOCKED_DRAIN)
+    elif due:
+        r.ask(CheckMarkers)
+
+
+def _verify(r: Run, a: Attempt, due: bool) -> None:
+    if not r.s.rules.verify:
+        r.enter(Stage.DRAIN if a.stage is Stage.VERIFY else Stage.FINAL_HEAD)
+        return
+    reason = None
+    if a.stage is Stage.LOCKED_VERIFY:
+        reason = "under the lock" if a.lock_held else "before the action"
+    r.publish(RestartPhase.VERIFYING, reason, a.stage)
+    r.ask(lambda t: Verify(t, a.target))
+
+
+def _lock(r: Run, a: Attempt, due: bool) -> None:
+    if not r.s.rules.lock:
+        r.enter(Stage.LOCKED_HEAD)
+    elif due:
+        r.ask(TakeLock)
+
+
+def _read_head(r: Run, a: Attempt, due: bool) -> None:
+    r.ask(ReadHead)
+
+
+def _locked_drain(r: Run, a: Attempt, due: bool) -> None:
+    if r.looks() and a.note is None:
+        r.probe_drain()
+    else:
+        drain_under_lock(r, a)
+
+
+def bounds(r: Run) -> None:
+    """The attempt bound, then the minimum interval (R6, R10)."""
+    s = r.s
+    if s.actions >= s.rules.max_attempts:
+        # Whatever clients register, no more actions for this HEAD revision.
+        reason = f"max-attempts: {s.actions} restarts of this revision already"
+        r.give_up(RestartPhase.REFUSED, reason)
+        return
+    left = interval_left(s, r.now)
+    if left > 0 and s.last_action is not None:
+        r.enter(Stage.INTERVAL, deadline=s.last_action + s.rules.min_interval)
+        r.publish(RestartPhase.WAITING, f"min-interval: {math.ceil(left)} s left", Stage.INTERVAL)
+    else:
+        r.enter(Stage.MARKERS)
+
+
+def drain_stage(r: Run, a: Attempt, due: bool) -> None:
+    """Wait until no work is in flight, ``drain_timeout`` at most (R8)."""
+    looks = r.looks()
+    if looks and due:
+        r.probe_drain()
+        return
+    total = r.in_flight()
+    if total != 0 and r.s.drain_since is None:
+        r.s = replace(r.s, drain_since=r.now)  # the drain begins
+    s = r.s
+    verdict = drain.decide(total, s.drain_since, r.now, s.rules)
+    heard = r.heard_at()
+    if verdict is drain.Next.GO and heard is not None:
+        verdict = drain.Next.WAIT  # a count from before the announcement proves nothing
+    if verdict is not drain.Next.WAIT:
+        drained(r, verdict, total, Stage.LOCK)
+        return
+    told, reason = s.published, f"drain: {drain.describe(total, s.probe_detail)}"
+    if total == 0 and s.started is not None and r.now < s.started + drain.grace(s.rules):
+        reason += " (the daemon just started: servers may still register)"
+    draining = told.phase is RestartPhase.WAITING and (told.reason or "").startswith("drain:")
+    due_at = s.published_at + s.rules.drain_poll
+    if draining and told.reason != reason and r.now < due_at:
+        # One chatty server must not flood every client: a changed count is told
+        # at most once per drain_poll (the probe, when there is one, keeps that pace).
+        if not looks and (a.deadline is None or a.deadline > due_at):
+            r.wait_until(due_at)
+        return
+    if not looks:
+        r.wait_until(heard)  # told now: no look is owed, unless counts are due
+    elif heard is not None and a.deadline is None:
+        r.wait_until(heard)
+    r.publish(RestartPhase.WAITING, reason, Stage.DRAIN, inflight=total)
+
+
+def drain_under_lock(r: Run, a: Attempt) -> None:
+    """The work in flight once more, under the lock: more came in, drain again (R8)."""
+    if a.note is not None:
+        r.enter(Stage.LOCKED_VERIFY)  # the bound passed: restart anyway
+        return
+    total = r.in_flight()
+    verdict = drain.decide(total, r.s.drain_since, r.now, r.s.rules)
+    if verdict is drain.Next.WAIT:
+        r.again()
+    else:
+        drained(r, verdict, total, Stage.LOCKED_VERIFY)
+
+
+def drained(r: Run, verdict: drain.Next, total: int | None, nxt: Stage) -> None:
+    left = "unknown" if total is None else str(total)
+    if verdict is drain.Next.GO:
+        r.enter(nxt)
+    elif verdict is drain.Next.RESTART:
+        a = r.s.attempt
+        r.enter(nxt, a and replace(a, note=f"drain-timeout: {left} still in flight"))
+    else:
+        why = f"drain-timeout: {left} still in flight after {r.s.rules.drain_timeout:g} s"
+        r.give_up(RestartPhase.REFUSED, why)
+
+
+def final(r: Run, a: Attempt) -> None:
+    """HEAD is still the target, read right before the action (R9): act, if drained."""
+    if r.looks() and a.note is None and not a.final_look:
+        # The probe's count is as old as the verify under the lock (up to its timeout):
+        # looked at once more right before the action, as registrations are (R8).
+        r.put(replace(a, final_look=True))
+        r.probe_drain()
+        return
+    if r.in_flight() != 0 and a.note is None:
+        r.again()  # work came in while verifying under the lock (R8)
+        return
+    ticket = r.ticket()
+    s = r.s
+    attempt = replace(
+        a,
+        stage=Stage.ACT,
+        ask=ticket,
+        asked_at=r.now,
+        acted_at=r.now,
+        act_ticket=ticket,
+        action=s.rules.action,
+        old_pids=frozenset(x.pid for x in s.servers),
+    )
+    r.s = replace(
+        s,
+        attempt=attempt,
+        actions=s.actions + 1,
+        last_action=r.now,
+        drain_since=None,
+        probed=None,
+        departed=(),  # what the action stops is what the drain waited for
+    )
+    r.publish(RestartPhase.RESTARTING, a.note, Stage.ACT)
+    r.effects.append(Act(ticket, a.target, s.rules.action))
+
+
+def confirm(r: Run, a: Attempt, due: bool) -> None:
+    """Do the restarted servers run the new code (R5, R9)?"""
+    s = r.s
+    heads = (a.target, s.head)
+    if a.confirm_by is Confirm.REGISTRATIONS:
+        running = confirming.registered_on(
+            s.servers, heads, a.acted_at, beside=a.action.beside, old=a.old_pids
         )
-        self.s = replace(
-            s,
-            attempt=attempt,
-            actions=s.actions + 1,
-            last_action=self.now,
-            drain_since=None,
-            probed=None,
-            departed=(),  # what the action stops is what the drain waited for
-        )
-        self.publish(RestartPhase.RESTARTING, a.note, Stage.ACT)
-        self.effects.append(Act(ticket, a.target, s.rules.action))
+        if running is not None and running != a.target and s.rules.verify:
+            # A commit landed during the restart and the new servers loaded it: the
+            # probe passed for the target only, so it must pass for this one too (R2).
+            r.enter(Stage.CONFIRM_VERIFY, replace(a, running=running))
+            r.ask(lambda t: Verify(t, running))
+        elif running is not None:
+            r.confirmed(a, running)
+        elif r.now >= a.confirm_until:
+            who = confirming.runs(s.servers)
+            why = f"not-confirmed: after {s.rules.confirm_timeout:g} s the registered servers run {who}"
+            r.restart_failed(a, why)
+    elif a.confirm_by is Confirm.PROBE:
+        if a.probe_ok and not confirming.old_code(s.servers, heads):
+            r.confirmed(a, a.target)
+        elif r.now >= a.confirm_until:
+            last = f"the registered servers run {confirming.runs(s.servers)}" if a.probe_ok else a.last
+            r.restart_failed(a, f"not-confirmed: within {s.rules.confirm_timeout:g} s: {last}")
+        elif due:
+            r.ask(lambda t: ProbeConfirm(t, a.target))
+    else:
+        r.confirmed(a, a.target)  # neither registrations nor a probe: the exit status says
 
-    def confirm(self, a: Attempt, *, due: bool) -> None:
-        """Do the restarted servers run the new code (R5, R9)?"""
-        s = self.s
-        heads = (a.target, s.head)
-        if a.confirm_by is Confirm.REGISTRATIONS:
-            running = confirming.registered_on(
-                s.servers, heads, a.acted_at, beside=a.action.beside, old=a.old_pids
-            )
-            if running is not None and running != a.target and s.rules.verify:
-                # A commit landed during the restart and the new servers loaded it: the
-                # probe passed for the target only, so it must pass for this one too (R2).
-                self.enter(Stage.CONFIRM_VERIFY, running=running)
-                self.ask(lambda t: Verify(t, running))
-            elif running is not None:
-                self.confirmed(running)
-            elif self.now >= a.confirm_until:
-                who = confirming.runs(s.servers)
-                why = f"not-confirmed: after {s.rules.confirm_timeout:g} s the registered servers run {who}"
-                self.restart_failed(why)
-        elif a.confirm_by is Confirm.PROBE:
-            if a.probe_ok and not confirming.old_code(s.servers, heads):
-                self.confirmed(a.target)
-            elif self.now >= a.confirm_until:
-                last = f"the registered servers run {confirming.runs(s.servers)}" if a.probe_ok else a.last
-                self.restart_failed(f"not-confirmed: within {s.rules.confirm_timeout:g} s: {last}")
-            elif due:
-                self.ask(lambda t: ProbeConfirm(t, a.target))
-        else:
-            self.confirmed(a.target)  # neither registrations nor a probe: the exit status says
 
-    def unanswered(self, a: Attempt) -> None:
-        """The answer awaited never came (the executor answers every request; a backstop).
+def unanswered(r: Run, a: Attempt) -> None:
+    """The answer awaited never came (the executor answers every request; a backstop).
 
-        Before the action: a failed attempt (a new run after ``min_interval``, the lock
-        released). The action or its confirmation: a failed restart; an action that
-        aborts stops only what that very action started, if anything (R9).
-        """
-        self.update(ask=None)
-        if a.stage is Stage.LOCK:
-            # The lost try may yet take it: released after it, before any new try (one
-            # worker, in order).
-            self.effects.append(ReleaseLock())
-        stage = a.stage.name.lower().replace("_", " ")
-        why = f"no answer from the {stage} stage in {self.s.rules.patience:g} s"
-        if a.stage >= Stage.ACT:
-            self.restart_failed(f"not-confirmed: {why}")
-        else:
-            self.failure(why)
+    Before the action: a failed attempt (a new run after ``min_interval``, the lock
+    released). The action or its confirmation: a failed restart; an action that
+    aborts stops only what that very action started, if anything (R9).
+    """
+    a = replace(a, ask=None)
+    r.put(a)
+    if a.stage is Stage.LOCK:
+        # The lost try may yet take it: released after it, before any new try (one
+        # worker, in order).
+        r.effects.append(ReleaseLock())
+    stage = a.stage.name.lower().replace("_", " ")
+    why = f"no answer from the {stage} stage in {r.s.rules.patience:g} s"
+    if a.stage >= Stage.ACT:
+        r.restart_failed(a, f"not-confirmed: {why}")
+    else:
+        r.failure(a, why)
 
-    # -- outcomes ------------------------------------------------------------------------
 
-    def confirmed(self, running: str) -> None:
-        """The servers run ``running``: retire the old (if the action does), tell, re-bind (R5)."""
-        a = self.s.attempt
-        if a is None:
-            return
-        if a.action.retires:
-            # Only now: the new ones run the target (R9).
-            self.effects.append(Retire(a.old_pids, a.act_ticket))
-        if a.lock_held:
-            self.effects.append(ReleaseLock())
-        s = self.s
-        self.s = replace(
-            s,
-            attempt=None,
-            belief=s.belief.confirmed(running),
-            restart_seconds=max(0.5, self.now - a.acted_at),
-        )
-        if a.action.retires:
-            # The old servers stay registered until they finish their work and exit
-            # (gunicorn's graceful_timeout, which may well be longer than confirm_timeout):
-            # they make no restart wanted meanwhile, however long that takes (R9).
-            self.s = replace(self.s, retiring=a.old_pids)
-        self.publish(RestartPhase.CONFIRMED, None, Stage.DONE, running)
-        self.effects.append(Rebind(running))
-
-    def restart_failed(self, reason: str, *, signalled: bool = True) -> None:
-        """The restart did not come up; the new servers go (if the action aborts), the old serve on (R9).
-
-        ``signalled``: the action may have started new servers (an action that says it
-        failed signalled nothing: it has nothing to abort).
-        """
-        a = self.s.attempt
-        if a is None:
-            return
-        if a.action.aborts and signalled:
-            new = confirming.newcomers(self.s.servers, a.acted_at, a.old_pids)
-            self.effects.append(Abort(frozenset(s.pid for s in new), a.act_ticket))
-        if a.action.beside:
-            reason = f"{reason}; the old servers still serve"
-        self.failure(reason)
-
-    def failure(self, reason: str) -> None:
-        """A failed attempt: tell it, then a new run while attempts remain, else give up (R6)."""
-        a = self.s.attempt
-        if a is None:
-            return
-        if a.reloaded:
-            self.drop()  # judged again under the new rules (a new run)
-            return
-        attempts, most = self.s.actions, self.s.rules.max_attempts
-        if attempts >= most:
-            self.give_up(RestartPhase.FAILED, f"{reason} (attempt {attempts} of {most})")
-            return
-        self.publish(RestartPhase.FAILED, reason, Stage.DONE)
-        # Never a tight loop: the next run waits out min_interval, the lock released; a
-        # run after a told outcome drains afresh (R8).
-        self.again()
-        self.s = replace(self.s, drain_since=None)
-
-    def give_up(
-        self, phase: RestartPhase, reason: str, revision: str | None = None, *, loaded: bool = False
-    ) -> None:
-        """End the run with a verdict that stands for its revision (R6)."""
-        a = self.s.attempt
-        if a is None:
-            return
-        self.drop()
-        if a.reloaded:
-            return  # the verdict on an action taken under the old rules: judge again
-        s = self.s
-        revision = revision or a.target
-        self.s = replace(s, gave_up=GiveUp(phase, reason, revision, loaded), target=revision)
-        self.publish(phase, reason, Stage.DONE, revision)
+MOVES: dict[Stage, Callable[[Run, Attempt, bool], None]] = {
+    Stage.SCHEDULED: _scheduled,
+    Stage.SETTLE: _settle,
+    Stage.INTERVAL: _interval,
+    Stage.MARKERS: _markers,
+    Stage.VERIFY: _verify,
+    Stage.DRAIN: drain_stage,
+    Stage.LOCK: _lock,
+    Stage.LOCKED_HEAD: _read_head,
+    Stage.LOCKED_MARKERS: _markers,
+    Stage.LOCKED_DRAIN: _locked_drain,
+    Stage.LOCKED_VERIFY: _verify,
+    Stage.FINAL_HEAD: _read_head,
+    Stage.CONFIRM: confirm,
+}
+"""How each stage moves on without an input: ``(run, its attempt, due)``."""
