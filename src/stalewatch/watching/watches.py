@@ -21,12 +21,12 @@ from . import notifier
 from .notifier import Listener, Notifier, Registration
 from .plan import Plan
 
-__all__ = ["Watches", "identity_of"]
+__all__ = ["Identity", "Watches", "identity_of"]
 
-_Identity = tuple[int, int] | None
+Identity = tuple[int, int] | None
 
 
-def identity_of(path: str) -> _Identity:
+def identity_of(path: str) -> Identity:
     """(device, inode) of ``path``, ``None`` when gone or unreadable (no Path object:
     it is called for every anchor and directory on every verification)."""
     try:
@@ -39,7 +39,7 @@ def identity_of(path: str) -> _Identity:
 @dataclass
 class _Watched:
     registration: Registration | None  # None: a narrow directory we may not read
-    identity: _Identity
+    identity: Identity
     narrow: bool
     names: frozenset[bytes]
 
