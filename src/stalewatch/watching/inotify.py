@@ -111,12 +111,8 @@ class Inotify:
         self._closing = False
         self.dead = False
         self.reads = 0  # reads from the kernel: how often the reader woke (tests, benches)
-        self._thread = threading.Thread(target=self._run, name="stalewatch-inotify", daemon=True)
-        self._thread.start()
-
-    @property
-    def thread(self) -> threading.Thread:
-        return self._thread
+        self.thread = threading.Thread(target=self._run, name="stalewatch-inotify", daemon=True)
+        self.thread.start()
 
     # -- watches (any thread) -------------------------------------------------------
 
@@ -142,10 +138,6 @@ class Inotify:
             registration.wd = wd
             watch.registrations[registration] = None
         return registration
-
-    def rename(self, registration: Registration, names: frozenset[bytes]) -> None:
-        """Change which names in the directory matter to the registration (no syscall)."""
-        registration.names = names
 
     def remove(self, registration: Registration, *, later: bool = False) -> None:
         """Stop delivering to ``registration``; the last one of a directory unwatches it.
@@ -211,8 +203,8 @@ class Inotify:
             self._closing = True
             if self._fds_open:
                 os.write(self._kill_w, b"x")  # wakes the reader's poll
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=1.0)
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=1.0)
 
     def forget_after_fork(self) -> None:
         """In a forked child: close our copies of the descriptors, touch nothing else.

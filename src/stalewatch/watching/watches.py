@@ -41,7 +41,6 @@ class _Watched:
     registration: Registration | None  # None: a narrow directory we may not read
     identity: Identity
     narrow: bool
-    names: frozenset[bytes]
 
 
 def _want(plan: Plan, path: Path) -> tuple[bool, frozenset[bytes]]:
@@ -103,7 +102,7 @@ class Watches:
                 raise  # a git or ref directory we cannot watch: changes would go unseen
             # A traverse-only parent: the identity check of each verification backs it up.
             registration = None
-        self._watched[path] = _Watched(registration, ident, narrow, names)
+        self._watched[path] = _Watched(registration, ident, narrow)
 
     def follow(self, old: Plan, new: Plan, *, recheck: bool = False) -> bool:
         """Move the watches from plan ``old`` to ``new``; True if any changed.
@@ -139,11 +138,10 @@ class Watches:
                 moved = True
             for path, watched in self._watched.items():
                 names = _want(new, path)[1]
-                if watched.registration is not None and names != watched.names:
+                if watched.registration is not None and names != watched.registration.names:
                     # The reader sorted events with the old names until now: the caller
                     # resolves again, so a write to the new branch is never lost.
-                    hub.rename(watched.registration, names)
-                    watched.names = names
+                    watched.registration.names = names
                     moved = True
             for path in new.watch - self._watched.keys():
                 self._add(new, path)
