@@ -96,8 +96,7 @@ class Watcher:
         self._order: tuple[str, ...] = ()
         self._dirty = False
         self._resolve_at = _NEVER  # a resolve put off a moment (HEAD being replaced)
-        self._restart_needed = True
-        self._restart_at = 0.0
+        self._restart_at = 0.0  # when to start over (new plan, new watches); never: no need
         self._stamp: Stamp | None = None
         self._verifies = 0
         self._next_verify = _NEVER
@@ -186,7 +185,6 @@ class Watcher:
 
     def _restart_soon(self, at: float = 0.0) -> None:
         """Start over (new plan, new watches) at monotonic ``at`` (0: the next turn)."""
-        self._restart_needed = True
         self._restart_at = at
         if at == 0.0:
             self.wake()
@@ -215,7 +213,7 @@ class Watcher:
             dirty, self._resolve_at = True, _NEVER
         if self._stopped:
             return
-        if self._restart_needed:
+        if self._restart_at != _NEVER:
             if now >= self._restart_at:
                 self._restart(now)
             return
@@ -250,7 +248,7 @@ class Watcher:
     def _next_timer(self) -> float:
         if self._stopped:
             return _NEVER
-        if self._restart_needed:
+        if self._restart_at != _NEVER:
             return min(self._restart_at, self._resolve_at)
         if self._resolve_at != _NEVER:
             return self._resolve_at  # off the grid: a grace is short
@@ -322,7 +320,7 @@ class Watcher:
 
     def _restart(self, now: float) -> None:
         faults = self._health.faults
-        self._restart_needed = False
+        self._restart_at = _NEVER
         self._health.report(False, self._health.mode)
         self._watches.close()
         self._stamp = None
