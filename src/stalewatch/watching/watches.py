@@ -84,16 +84,14 @@ class Watches:
             if self._instance is None:
                 self._instance = notifier.acquire(self._kind)
             for path in plan.watch:
-                self._add(plan, path)
+                self._add(self._instance, plan, path)
 
-    def _add(self, plan: Plan, path: Path) -> None:
-        # Under _lock, with an instance.
-        if self._instance is None:
-            raise OSError(errno.EBADF, "no notifier")
+    def _add(self, hub: Notifier, plan: Plan, path: Path) -> None:
+        # Under _lock.
         ident = identity_of(str(path))  # before the watch: a later swap shows up as a mismatch
         narrow, names = _want(plan, path)
         try:
-            registration: Registration | None = self._instance.add(path, narrow, names, self._listener)
+            registration: Registration | None = hub.add(path, narrow, names, self._listener)
         except (FileNotFoundError, NotADirectoryError):
             self._replan()  # git removed it since the plan was made: plan again
             return
@@ -144,7 +142,7 @@ class Watches:
                     watched.registration.names = names
                     moved = True
             for path in new.watch - self._watched.keys():
-                self._add(new, path)
+                self._add(hub, new, path)
                 moved = True
         return moved
 
