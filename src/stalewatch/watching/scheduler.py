@@ -147,11 +147,8 @@ class Scheduler:
             heapq.heapify(self._timers)
 
     def wake(self, slot: Slot, *, urgent: bool = True) -> None:
-        """Run the task soon (coalesces with a pending or running turn).
-
-        ``urgent``: something changed and someone waits (ahead of first turns and
-        timers); else a turn that may wait its turn (a watcher's first).
-        """
+        """Run the task soon (coalesces with a pending or running turn); ``urgent``: ahead
+        of first turns and timers (something changed and someone waits)."""
         with self._cond:
             self._wake(slot, urgent=urgent)
 
@@ -385,11 +382,8 @@ def acquire(task: Task) -> tuple[Scheduler, Slot]:
 
 
 def release(scheduler: Scheduler, slot: Slot, wait: float = 1.0) -> bool:
-    """Remove ``slot``; the last task out stops the workers. False if a turn still runs.
-
-    Returns within about ``wait`` seconds in all: a worker stuck in a slow callback
-    is left to end when the callback returns.
-    """
+    """Remove ``slot``; the last task out stops the workers. False if a turn still runs
+    after about ``wait`` s in all (a slow callback: its worker ends when it returns)."""
     deadline = time.monotonic() + wait
     finished = scheduler.remove(slot, wait)
     if _shared.release(scheduler):

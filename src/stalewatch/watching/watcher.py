@@ -190,7 +190,7 @@ class Watcher:
             self.wake()
 
     def turn_lost(self) -> None:
-        """A worker died in our turn (a callback raised ``SystemExit``): start over."""
+        """A worker died in our turn (``SystemExit`` in a callback): start over."""
         self.on_reader_died()
 
     def turn(self) -> float:
