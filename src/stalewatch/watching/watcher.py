@@ -76,8 +76,10 @@ def halt(watchers: Iterable[Watcher]) -> None:
 class Watcher:
     """Watches one checkout; calls ``on_change`` on a worker thread. See the module doc.
 
-    ``on_verified`` is called after each verification (the daemon's proof of life);
-    ``turns`` counts turns (tests and benches count wake-ups with it).
+    Attributes:
+        plan: the current watch plan.
+        on_verified: called after each verification (the daemon's proof of life).
+        turns: turns run so far (tests and benches count wake-ups with it).
     """
 
     def __init__(self, settings: WatchSettings, dirs: GitDirs, on_change: OnChange, on_health: OnHealth):
@@ -162,8 +164,7 @@ class Watcher:
             and slot is not None
             and sched is not None
         ):
-            # Resolve at the end of the grace, or as soon as HEAD is back (its
-            # creation wakes the worker).
+            # Resolve at the end of the grace, or as soon as HEAD is back (that wakes us).
             when = time.monotonic() + _HEAD_GONE_GRACE
             self._resolve_at = min(self._resolve_at, when)
             sched.at(slot, when)
@@ -335,9 +336,8 @@ class Watcher:
         self._set_plan(self._planner.plan())
         mode = self._open(now)
         self._health.mode = mode
-        # The first verification: spread over a period, so a thousand checkouts started
-        # together are not verified together; no sooner than a period after the start
-        # (the watches are fresh), except when polling (that is how changes are seen).
+        # The first verification spread over a period (a thousand checkouts start together),
+        # a period after the start (the watches are fresh), except when polling.
         if mode is WatchMode.POLLING:
             self._next_verify = now + random.uniform(0.1, 1.0) * self.verify_period  # noqa: S311
         elif self._next_verify == _NEVER:
