@@ -78,23 +78,18 @@ class Notifier(Protocol):
             OSError: a limit (``ENOSPC``, ``EMFILE``), ``EACCES``, ``ENOENT``,
                 ``ENOTDIR``, or ``EBADF`` once closed or dead.
         """
-        ...
 
     def remove(self, registration: Registration, *, later: bool = False) -> None:
         """Stop delivering to ``registration`` (``later``: the system's watch may go in a batch)."""
-        ...
 
     def lost(self, registration: Registration) -> bool:
         """Whether ``registration`` no longer watches its directory (gone, or its thread died)."""
-        ...
 
     def watch_count(self) -> int:
         """Directories watched now."""
-        ...
 
     def release(self) -> None:
         """A watcher is done with this notifier; the last one closes it."""
-        ...
 
 
 def platform_default() -> str:

@@ -43,11 +43,9 @@ class Workload(Protocol):
     @property
     def stale(self) -> bool:
         """True while the guard refuses (its code is not HEAD's)."""
-        ...
 
     def inflight(self) -> int:
         """The guard's work in flight now (may call the application's counters)."""
-        ...
 
 
 class Watch(Protocol):
@@ -82,7 +80,6 @@ class Source(Protocol):
         source may also take ``work`` (a :class:`Workload`: what to tell the daemon of
         the work in flight, R8); :func:`start_watch` passes it only to one that does.
         """
-        ...
 
 
 def _reads(watch: Callable[..., object]) -> tuple[bool, bool]:
