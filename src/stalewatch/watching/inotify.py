@@ -120,7 +120,7 @@ class Inotify:
         mask = ANCHOR_MASK if narrow else REF_MASK
         registration = _Registration(path, narrow, names, listener, mask=mask)
         with self._lock:
-            if self._closing or self.dead:
+            if self._closing:  # closed, or its reader died
                 raise OSError(errno.EBADF, "inotify instance closed")
             # IN_MASK_ADD: another registration of the same inode keeps its events.
             wd = inotify_add_watch(self.fd, os.fsencode(path), mask | abi.IN_MASK_ADD)
@@ -148,7 +148,7 @@ class Inotify:
             if watch is None or registration not in watch:
                 return
             del watch[registration]
-            if not watch and not self._closing and not self.dead:
+            if not watch and not self._closing:
                 del self._watches[wd]
                 if later:
                     self._doomed.append(wd)
