@@ -1,23 +1,16 @@
 """``packed-refs``, read as git reads it: searched in place, remembered per file identity.
 
-A repository with a monorepo's tags or a busy remote packs 100,000 refs and more;
-parsing that whole file on every read cost ~60 ms. Like git (refs/packed-backend.c),
-a lookup binary-searches the file when its header says ``sorted`` (git has written
-it so for years), reading only the ~17 pages it probes (``pread``), never the whole
-file; a file without the trait is read and indexed once. A :class:`PackedFile`
-remembers a file's header and the answers given, keyed by its identity — device,
-inode, size, mtime and ctime, git's ``stat_validity`` — so the same question about
-an unchanged file costs one ``stat``.
+Parsing a file of 100,000 refs on every read cost ~60 ms. Like git
+(refs/packed-backend.c), a lookup binary-searches a file whose header says
+``sorted``, reading only the pages it probes (``pread``); a file without the trait
+is read and indexed once. A :class:`PackedFile` remembers a file's header and the
+answers given, keyed by its identity (git's ``stat_validity``), so the same question
+about an unchanged file costs one ``stat``.
 
-A snapshot is kept only when its file was last changed well before it was read
-(:data:`RACY_NS`): a file rewritten twice within one timestamp tick, on a recycled
-inode, with the same size, keeps its stat data, and only a file whose timestamps are
-older than any tick can be told from its successor (C10). A racy file is searched
-afresh on every lookup until it ages.
-
-No threads, no processes. Not pure: one process-wide cache of snapshots (``_cache``,
-a :class:`~stalewatch.core.cache.BoundedCache`: bounded, reads without a lock, safe
-across ``fork()``) remembers what was read; :func:`read_snapshot` bypasses it.
+A snapshot is cached only when its file was last changed :data:`RACY_NS` before it
+was read: a file rewritten within one timestamp tick, on a recycled inode, with the
+same size, keeps its stat data (C10). A racy file is searched afresh on every lookup.
+The cache (``_cache``) is process-wide; :func:`read_snapshot` bypasses it.
 """
 
 from __future__ import annotations
@@ -28,7 +21,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from ..core.cache import BoundedCache
 from ..core.errors import RefError
@@ -67,22 +59,6 @@ def _key(st: os.stat_result) -> Key:
 
 def _is_oid(value: bytes) -> bool:
     return len(value) in (40, 64) and _HEX.issuperset(value)
-
-
-class _Bytes(Protocol):
-    """What the search reads: ``bytes``, or a file read page by page."""
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, index: slice, /) -> bytes: ...
-
-    def find(self, sub: bytes, start: int, end: int, /) -> int: ...
-
-    def rfind(self, sub: bytes, start: int, end: int, /) -> int: ...
-
-    def startswith(self, prefix: bytes, start: int, /) -> bool: ...
-
-    def count(self, sub: bytes, start: int, end: int, /) -> int: ...
 
 
 class _Pages:
@@ -153,17 +129,18 @@ class _Pages:
         return total
 
 
+_Data = bytes | _Pages  # what the search reads: a whole file, or one read page by page
+
+
 @dataclass(frozen=True, eq=False)
 class PackedFile:
     """What is known of one version of a ``packed-refs`` file.
 
     Attributes:
-        path: the file.
         key: its identity when read (device, inode, size, mtime_ns, ctime_ns).
         sorted: the header promises sorted records: binary search applies.
         body: offset of the first record (after the header line).
-        index: for a file not marked sorted, every ref and its id (read and
-            validated once).
+        index: every ref of a file not marked sorted, and its id (validated once).
         found: answers given so far, by ref name.
     """
 
@@ -209,7 +186,7 @@ class PackedFile:
         return answer
 
 
-def _bisect(path: Path, data: _Bytes, body: int, wanted: bytes) -> bytes | None:
+def _bisect(path: Path, data: _Data, body: int, wanted: bytes) -> bytes | None:
     """git's find_reference_location: binary search over sorted records."""
     lo, hi = body, len(data)
     # Invariant: lo and hi are record starts (a ref line, never a "^" peeled line).
@@ -245,7 +222,7 @@ def _bisect(path: Path, data: _Bytes, body: int, wanted: bytes) -> bytes | None:
     return None
 
 
-def _line_start(path: Path, data: _Bytes, lo: int, at: int) -> int:
+def _line_start(path: Path, data: _Data, lo: int, at: int) -> int:
     """Where the line holding the byte before ``at`` starts (``lo`` at the earliest)."""
     floor = max(lo, at - _MAX_LINE - 1)
     newline = data.rfind(b"\n", floor, at)
@@ -256,7 +233,7 @@ def _line_start(path: Path, data: _Bytes, lo: int, at: int) -> int:
     return lo
 
 
-def _line_end(path: Path, data: _Bytes, start: int) -> int:
+def _line_end(path: Path, data: _Data, start: int) -> int:
     """Where the line at ``start`` ends: its newline, or the end of the file."""
     end = data.find(b"\n", start, start + _MAX_LINE + 1)
     if end >= 0:
@@ -266,7 +243,7 @@ def _line_end(path: Path, data: _Bytes, start: int) -> int:
     return len(data)
 
 
-def _malformed(path: Path, data: _Bytes, offset: int, what: str) -> RefError:
+def _malformed(path: Path, data: _Data, offset: int, what: str) -> RefError:
     line = data[offset : offset + 80].split(b"\n", 1)[0]
     if offset > _MAX_FILE:  # counting lines would read that much
         return RefError(path, f"malformed line at byte {offset} ({what}): {line!r}")

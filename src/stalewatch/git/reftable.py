@@ -33,7 +33,10 @@ class Reftable:
         """A ``reftable/`` directory, or ``extensions.refStorage = reftable`` in the config."""
         if (common_dir / "reftable").is_dir():
             return True
-        config = _read_config(common_dir / "config")
+        try:
+            config = (common_dir / "config").read_text("utf-8", "replace").lower()
+        except OSError:
+            return False
         return "refstorage = reftable" in config or "refstorage=reftable" in config
 
     def resolve_head(self, dirs: GitDirs, chain: list[Path] | None = None) -> str | None:
@@ -56,10 +59,3 @@ class Reftable:
 
 STORE: RefStore = Reftable()
 """The one instance: a store keeps no state of its own."""
-
-
-def _read_config(path: Path) -> str:
-    try:
-        return path.read_text("utf-8", "replace").lower()
-    except OSError:
-        return ""

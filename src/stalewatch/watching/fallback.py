@@ -40,22 +40,18 @@ class _Waiting:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self._retries: dict[Fallback, Callable[[], None]] = {}
+        self.retries: dict[Fallback, Callable[[], None]] = {}  # under lock
         forking.in_child(self._after_fork_in_child)
-
-    def add(self, fallback: Fallback, retry: Callable[[], None]) -> None:
-        """Under :attr:`lock`."""
-        self._retries[fallback] = retry
 
     def remove(self, fallback: Fallback) -> list[Callable[[], None]]:
         """Under :attr:`lock`: forget ``fallback``; the retries of the others."""
-        self._retries.pop(fallback, None)
-        return list(self._retries.values())
+        self.retries.pop(fallback, None)
+        return list(self.retries.values())
 
     def _after_fork_in_child(self) -> None:
         # The lock may have been held by one of the parent's watcher threads at fork().
         self.lock = threading.Lock()
-        self._retries.clear()
+        self.retries.clear()
 
 
 _waiting = _Waiting()
@@ -99,7 +95,7 @@ class Fallback:
         self.retry_at = now + delay
         with _waiting.lock:
             if not self._gone:  # a turn still running after stop() must not re-register
-                _waiting.add(self, self._retry_now)
+                _waiting.retries[self] = self._retry_now
         if self.reason is None:
             self.reason = reason
             again = "" if delay == _NEVER else f"; retrying native notification (backoff from {delay:.0f} s)"

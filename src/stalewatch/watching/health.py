@@ -25,32 +25,28 @@ class Health:
     Attributes:
         mode: how changes are noticed now (native, polling or none); set by the
             worker, reported with the next report.
+        faults: faults reported so far (compare before and after a resolve).
     """
 
     def __init__(self, on_health: OnHealth) -> None:
         self._on_health = on_health
         self._lock = threading.Lock()
         self._reported: tuple[bool, WatchMode] | None = None
-        self._faults = 0
+        self.faults = 0
         self._resync = False
         self.mode = WatchMode.NONE
-
-    @property
-    def faults(self) -> int:
-        """How many faults were reported so far (compare before and after a resolve)."""
-        return self._faults
 
     def fault(self, *, resync: bool = False) -> None:
         """Distrust the flag now; ``resync``: events were lost, re-resolve before trusting."""
         with self._lock:
-            self._faults += 1
+            self.faults += 1
             self._resync = self._resync or resync
             self._set(False, self.mode)
 
     def take_resync(self) -> tuple[int, bool]:
         """The fault count and whether a resync is owed, taken together (and cleared)."""
         with self._lock:
-            faults, resync, self._resync = self._faults, self._resync, False
+            faults, resync, self._resync = self.faults, self._resync, False
             return faults, resync
 
     def owe_resync(self) -> None:
@@ -64,7 +60,7 @@ class Health:
         Only native notification earns trust: polling can miss a change for a period.
         """
         with self._lock:
-            if self._faults != faults:
+            if self.faults != faults:
                 return False
             self._set(self.mode is WatchMode.NATIVE, self.mode)
             return True

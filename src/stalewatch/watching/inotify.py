@@ -35,7 +35,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.shared import Shared
@@ -80,14 +80,6 @@ class _Registration(Registration):
     wd: int = -1  # the kernel's watch descriptor (shared by every registration of the inode)
 
 
-@dataclass(eq=False)
-class _Watch:
-    wd: int
-    # In the order they came; a dict: the worktrees' common parent directory holds one
-    # registration per checkout, and removing one of ten thousand must not walk them all.
-    registrations: dict[_Registration, None] = field(default_factory=dict)
-
-
 class Inotify:
     """One inotify instance and its reader thread: a :class:`~.notifier.Notifier`.
     Use :func:`acquire` / :meth:`release`.
@@ -105,18 +97,16 @@ class Inotify:
         # Closed on exec (hook processes); a forked child closes its copy (see below).
         self._kill_r, self._kill_w = os.pipe()  # non-inheritable by default
         self._lock = threading.Lock()
-        self._watches: dict[int, _Watch] = {}
+        # By watch descriptor, the registrations on it in the order they came; a dict: the
+        # worktrees' common parent holds one per checkout, and removing one of ten
+        # thousand must not walk them all.
+        self._watches: dict[int, dict[_Registration, None]] = {}
         self._doomed: list[int] = []  # kernel watches nobody wants, for the reader to remove
         self._fds_open = True  # under _lock: once closed, their numbers may be reused
         self._closing = False
         self.dead = False
-        self.reads = 0  # reads from the kernel: how often the reader woke (tests, benches)
-        self._thread = threading.Thread(target=self._run, name="stalewatch-inotify", daemon=True)
-        self._thread.start()
-
-    @property
-    def thread(self) -> threading.Thread:
-        return self._thread
+        self.thread = threading.Thread(target=self._run, name="stalewatch-inotify", daemon=True)
+        self.thread.start()
 
     # -- watches (any thread) -------------------------------------------------------
 
@@ -130,22 +120,15 @@ class Inotify:
         mask = ANCHOR_MASK if narrow else REF_MASK
         registration = _Registration(path, narrow, names, listener, mask=mask)
         with self._lock:
-            if self._closing or self.dead:
+            if self._closing:  # closed, or its reader died
                 raise OSError(errno.EBADF, "inotify instance closed")
             # IN_MASK_ADD: another registration of the same inode keeps its events.
             wd = inotify_add_watch(self.fd, os.fsencode(path), mask | abi.IN_MASK_ADD)
             if wd < 0:
                 raise _error("inotify_add_watch", path)
-            watch = self._watches.get(wd)
-            if watch is None:
-                watch = self._watches[wd] = _Watch(wd)
             registration.wd = wd
-            watch.registrations[registration] = None
+            self._watches.setdefault(wd, {})[registration] = None
         return registration
-
-    def rename(self, registration: Registration, names: frozenset[bytes]) -> None:
-        """Change which names in the directory matter to the registration (no syscall)."""
-        registration.names = names
 
     def remove(self, registration: Registration, *, later: bool = False) -> None:
         """Stop delivering to ``registration``; the last one of a directory unwatches it.
@@ -160,14 +143,15 @@ class Inotify:
             registration.alive = False
             if not isinstance(registration, _Registration):
                 return
-            watch = self._watches.get(registration.wd)
-            if watch is None or registration not in watch.registrations:
+            wd = registration.wd
+            watch = self._watches.get(wd)
+            if watch is None or registration not in watch:
                 return
-            del watch.registrations[registration]
-            if not watch.registrations and not self._closing and not self.dead:
-                del self._watches[watch.wd]
+            del watch[registration]
+            if not watch and not self._closing:
+                del self._watches[wd]
                 if later:
-                    self._doomed.append(watch.wd)
+                    self._doomed.append(wd)
                     if len(self._doomed) in (1, _UNWATCH_BATCH) and self._fds_open:
                         # The first wakes the reader to set its deadline; a full batch,
                         # to remove it now.
@@ -175,7 +159,7 @@ class Inotify:
                     return
                 # EINVAL: the kernel dropped it already (directory deleted); its
                 # IN_IGNORED then finds no entry and is skipped.
-                inotify_rm_watch(self.fd, watch.wd)
+                inotify_rm_watch(self.fd, wd)
 
     def _unwatch_doomed(self) -> None:
         """On the reader thread: remove the kernel watches :meth:`remove` left for later."""
@@ -211,8 +195,8 @@ class Inotify:
             self._closing = True
             if self._fds_open:
                 os.write(self._kill_w, b"x")  # wakes the reader's poll
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=1.0)
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=1.0)
 
     def forget_after_fork(self) -> None:
         """In a forked child: close our copies of the descriptors, touch nothing else.
@@ -256,7 +240,6 @@ class Inotify:
                     data = os.read(self.fd, _READ_SIZE)
                 except (BlockingIOError, InterruptedError):
                     continue
-                self.reads += 1
                 self._dispatch(data)
         except BaseException:
             logger.exception("stalewatch: the inotify reader failed")
@@ -282,7 +265,7 @@ class Inotify:
         # Under _lock. Each listener once, whatever the number of its directories.
         seen: dict[int, Listener] = {}
         for watch in self._watches.values():
-            for registration in watch.registrations:
+            for registration in watch:
                 seen.setdefault(id(registration.listener), registration.listener)
         return list(seen.values())
 
@@ -307,7 +290,7 @@ class Inotify:
                 if watch is None:
                     continue  # removed meanwhile (its IN_IGNORED, or a late event)
                 if mask & _SELF and not name:
-                    for registration in watch.registrations:
+                    for registration in watch:
                         calls.append((registration.listener.on_event, registration, b"", True))
                         # Deleted, unmounted or moved away: this registration no longer
                         # watches the directory at its path (a moved one's watch follows
@@ -316,7 +299,7 @@ class Inotify:
                     if mask & abi.IN_IGNORED:  # the kernel dropped the watch
                         del self._watches[wd]
                     continue
-                for registration in watch.registrations:
+                for registration in watch:
                     if registration.mask & mask and name in registration.names:
                         deleted = bool(mask & abi.IN_DELETE)
                         calls.append((registration.listener.on_event, registration, name, deleted))

@@ -52,8 +52,8 @@ class Registration:
     Attributes:
         path: the directory, as the listener named it.
         narrow: only entries created, deleted or renamed matter (no content writes).
-        names: the names in the directory that matter to it; events for others are
-            dropped on the notifier's thread.
+        names: the names in the directory that matter to it (its listener may change
+            them); events for others are dropped on the notifier's thread.
         alive: False once removed, or once the directory went away: watch anew.
     """
 
@@ -78,27 +78,18 @@ class Notifier(Protocol):
             OSError: a limit (``ENOSPC``, ``EMFILE``), ``EACCES``, ``ENOENT``,
                 ``ENOTDIR``, or ``EBADF`` once closed or dead.
         """
-        ...
-
-    def rename(self, registration: Registration, names: frozenset[bytes]) -> None:
-        """Change which names in the directory matter (no system call)."""
-        ...
 
     def remove(self, registration: Registration, *, later: bool = False) -> None:
         """Stop delivering to ``registration`` (``later``: the system's watch may go in a batch)."""
-        ...
 
     def lost(self, registration: Registration) -> bool:
         """Whether ``registration`` no longer watches its directory (gone, or its thread died)."""
-        ...
 
     def watch_count(self) -> int:
         """Directories watched now."""
-        ...
 
     def release(self) -> None:
         """A watcher is done with this notifier; the last one closes it."""
-        ...
 
 
 def platform_default() -> str:

@@ -47,7 +47,7 @@ from watchdog.observers.polling import PollingObserver
 from ..core.shared import Shared
 from .notifier import Listener, Registration
 
-__all__ = ["ObserverNotifier", "acquire", "native", "users"]
+__all__ = ["ObserverNotifier", "acquire", "native"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,10 +157,6 @@ class ObserverNotifier:
             directory.registrations[registration] = None
         return registration
 
-    def rename(self, registration: Registration, names: frozenset[bytes]) -> None:
-        """Change which names matter (no system call)."""
-        registration.names = names
-
     def remove(self, registration: Registration, *, later: bool = False) -> None:
         """Stop delivering to ``registration``; the last one unschedules its directory."""
         with self._lock:
@@ -243,8 +239,3 @@ _shared: Shared[ObserverNotifier] = Shared(
 def acquire() -> ObserverNotifier:
     """The process's observer (started now if there is none, or it died); count a user."""
     return _shared.acquire()
-
-
-def users(notifier: ObserverNotifier) -> int:
-    """The watchers holding ``notifier`` now."""
-    return _shared.users(notifier)

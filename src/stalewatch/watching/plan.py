@@ -56,10 +56,10 @@ class Plan:
         interest: for each watched directory, the names in it that matter.
     """
 
-    watch: frozenset[Path]
-    anchors: frozenset[str]
-    files: frozenset[str]
-    parents: frozenset[str]
+    watch: frozenset[Path] = frozenset()
+    anchors: frozenset[str] = frozenset()
+    files: frozenset[str] = frozenset()
+    parents: frozenset[str] = frozenset()
     narrow: frozenset[Path] = frozenset()
     interest: Mapping[Path, frozenset[str]] = field(default_factory=dict)
 

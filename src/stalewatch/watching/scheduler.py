@@ -1,29 +1,20 @@
 """A few worker threads that run every watcher's turns, and the timers that start them.
 
-A process may watch one checkout or a thousand. Each :class:`Task` (a watcher) is run
-by whichever worker is free, never by two at once; a wake-up while it is queued or
-running coalesces into one more turn after the current one (C12: a write after a
-turn began always gets a turn of its own). Timers (periodic re-verification, retries)
-live in one heap the idle workers wait on, so no thread exists per checkout.
+Each :class:`Task` (a watcher) is run by whichever worker is free, never by two at
+once; a wake-up while it is queued or running coalesces into one more turn after the
+current one (C12: a write after a turn began always gets a turn of its own). Timers
+live in one heap that one idle worker waits on, so no thread exists per checkout.
 
-Wake-ups (a ref changed: someone waits for the event) come first, in the order they
-came, and get an idle worker at once; a watcher's first turn (:meth:`Scheduler.wake`
-with ``urgent=False``: a thousand start together after a reload) and timers' turns
-(periodic verifications, retries) queue behind them, and wait while a wake-up's turn
-runs and for :data:`QUIET` after it: the update's path goes on past the turn (the
-daemon's loop publishes it), and a turn beside it costs it more than its own time,
-since the two take the GIL in turns at every system call (issue 17: the updates that
-met a verification pass took 5 to 9 ms, against 2 ms). Held back for at most
-:data:`MAX_HOLD`, so a checkout written without pause cannot starve the others'
-verifications. So a verification pass or a reload's thousand new watchers hold a
-worker for one turn at most while an update waits.
+Wake-ups (a ref changed: someone waits) come first and get an idle worker at once.
+First turns (``urgent=False``: a reload starts a thousand) and timers' turns queue
+behind them, and wait while a wake-up's turn runs and for :data:`QUIET` after it, for
+at most :data:`MAX_HOLD`: the update's path goes on past the turn, and a turn beside
+it takes the GIL in turns with it at every system call (issue 17: updates that met a
+verification pass took 5 to 9 ms, against 2).
 
-Workers start on demand, up to :data:`MAX_WORKERS` (one for a single guard), so a
-subscriber that blocks one worker delays only its own checkout. One idle worker keeps
-time (waits for the next timer); the others wait for work without a timeout, so a
-timer wakes one thread, not all of them. A worker that dies
-(a ``SystemExit`` from a callback, a bug here) is reported, its task told that its
-turn was lost, and a new worker takes its place.
+Workers start on demand, up to :data:`MAX_WORKERS`, so a subscriber that blocks one
+delays only its own checkout. A worker that dies (``SystemExit`` from a callback) is
+reported, its task told its turn was lost, and another takes its place.
 """
 
 from __future__ import annotations
@@ -60,10 +51,8 @@ class Task(Protocol):
 
 
 class _Gone:
-    """The task of a removed slot: runs nothing. A removed slot may stay in the timer
-    heap until its timer comes due (a verification period: 200 s at 10,000 checkouts);
-    the watcher it ran must not stay with it, or a reload that drops thousands of
-    checkouts keeps them all (issue 17: RSS stayed at 240 MB back at one checkout)."""
+    """The task of a removed slot, which may stay in the timer heap until due: the
+    watcher must not stay with it (issue 17: RSS stayed at 240 MB after a reload)."""
 
     def turn(self) -> float:
         return _NEVER
@@ -113,8 +102,6 @@ class Scheduler:
         self.slots = 0  # tasks added and not removed
         self.turns = 0  # turns run (tests, benches)
 
-    # -- tasks (any thread) -----------------------------------------------------------
-
     def add(self, task: Task) -> Slot:
         """Add ``task``; it runs once :meth:`wake` or a timer asks."""
         slot = Slot(task)
@@ -123,11 +110,8 @@ class Scheduler:
         return slot
 
     def remove(self, slot: Slot, wait: float = 1.0) -> bool:
-        """Run ``slot`` no more; wait up to ``wait`` s for a turn in progress to end.
-
-        Returns:
-            False when a turn is still running (a slow callback) after the wait.
-        """
+        """Run ``slot`` no more; wait up to ``wait`` s for a turn under way to end (False:
+        it still runs, in a slow callback)."""
         deadline = time.monotonic() + wait
         with self._cond:
             if slot.active:
@@ -146,8 +130,7 @@ class Scheduler:
 
     def halt(self, slots: Iterable[Slot]) -> None:
         """Run ``slots`` no more, without waiting for a turn under way: one pass under the
-        lock for thousands (a daemon's exit), where :meth:`remove` one by one would
-        contend with the workers for it. :meth:`remove` still follows for each."""
+        lock for thousands (a daemon's exit); :meth:`remove` still follows for each."""
         with self._cond:
             for slot in slots:
                 if slot.active:
@@ -157,20 +140,15 @@ class Scheduler:
             self._compact()
 
     def _compact(self) -> None:
-        # Under _cond. A removed (or re-timed) slot's entry stays in the heap until due:
-        # after a reload that dropped thousands of checkouts, minutes of dead entries
-        # scattered through memory the daemon would otherwise give back. Dropped once
-        # they outnumber the live ones: O(1) a removal, amortised.
+        # Under _cond. Dead heap entries (removed or re-timed slots) would stay for minutes
+        # after a reload dropped thousands: dropped once they outnumber the live ones.
         if len(self._timers) > 2 * self.slots + 64:
             self._timers = [t for t in self._timers if t[2].active and t[2].deadline == t[0]]
             heapq.heapify(self._timers)
 
     def wake(self, slot: Slot, *, urgent: bool = True) -> None:
-        """Run the task soon (coalesces with a pending or running turn).
-
-        ``urgent``: something changed and someone waits (ahead of first turns and
-        timers); else a turn that may wait its turn (a watcher's first).
-        """
+        """Run the task soon (coalesces with a pending or running turn); ``urgent``: ahead
+        of first turns and timers (something changed and someone waits)."""
         with self._cond:
             self._wake(slot, urgent=urgent)
 
@@ -192,16 +170,9 @@ class Scheduler:
         elif len(self._workers) < self._max:
             self._spawn()
 
-    def _due(self, slot: Slot) -> None:
-        # Under _cond. A timer's turn: queued behind wake-ups, for this worker to run
-        # in turn: a batch of periodic verifications costs one thread wake-up, not one
-        # per idle worker.
-        self._enqueue(slot, urgent=False)
-
     def _enqueue(self, slot: Slot, *, urgent: bool) -> bool:
-        """Under _cond: queue ``slot`` for a turn; True if it was newly queued (a turn
-        running now is told to run once more instead). A slot queued behind the others
-        and woken urgently moves ahead (it is then in both queues; taken once)."""
+        """Under _cond: queue ``slot``; True if newly queued (a running one runs once more
+        instead). Woken urgently while queued behind, it is in both queues; taken once."""
         if not slot.active or self._closed:
             return False
         if slot.running is not None:
@@ -242,8 +213,6 @@ class Scheduler:
                 # turn ends): a slow turn must not hold back the timers.
                 self._spawn()
 
-    # -- lifecycle ----------------------------------------------------------------------
-
     def close(self, timeout: float = 1.0) -> None:
         """Stop every worker, joining them within ``timeout`` (not the calling one)."""
         with self._cond:
@@ -261,8 +230,6 @@ class Scheduler:
     def workers(self) -> int:
         with self._cond:
             return len(self._workers)
-
-    # -- workers --------------------------------------------------------------------------
 
     def _spawn(self) -> None:
         # Under _cond.
@@ -283,7 +250,9 @@ class Scheduler:
                 when, _, slot = heapq.heappop(self._timers)
                 if slot.deadline == when:  # else replaced by a later at()
                     slot.deadline = _NEVER
-                    self._due(slot)
+                    # Behind wake-ups, for this worker to run in turn: a batch of
+                    # verifications costs one thread wake-up, not one per idle worker.
+                    self._enqueue(slot, urgent=False)
             taken = self._take(self._urgent)
             if taken is not None:
                 return taken, True
@@ -322,8 +291,7 @@ class Scheduler:
         return None
 
     def _hold(self, now: float) -> float:
-        """Under _cond: seconds before a turn of ``_ready`` may start (0: now). While a
-        wake-up's turn runs, the wait is up to the bound: its end wakes the time keeper."""
+        """Under _cond: seconds before a turn of ``_ready`` may start (0: now)."""
         if not self._ready or (not self._urgent_running and now >= self._quiet_at):
             self._held_since = _NEVER
             return 0.0
@@ -414,11 +382,8 @@ def acquire(task: Task) -> tuple[Scheduler, Slot]:
 
 
 def release(scheduler: Scheduler, slot: Slot, wait: float = 1.0) -> bool:
-    """Remove ``slot``; the last task out stops the workers. False if a turn still runs.
-
-    Returns within about ``wait`` seconds in all: a worker stuck in a slow callback
-    is left to end when the callback returns.
-    """
+    """Remove ``slot``; the last task out stops the workers. False if a turn still runs
+    after about ``wait`` s in all (a slow callback: its worker ends when it returns)."""
     deadline = time.monotonic() + wait
     finished = scheduler.remove(slot, wait)
     if _shared.release(scheduler):

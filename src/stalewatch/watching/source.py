@@ -43,11 +43,9 @@ class Workload(Protocol):
     @property
     def stale(self) -> bool:
         """True while the guard refuses (its code is not HEAD's)."""
-        ...
 
     def inflight(self) -> int:
         """The guard's work in flight now (may call the application's counters)."""
-        ...
 
 
 class Watch(Protocol):
@@ -82,7 +80,6 @@ class Source(Protocol):
         source may also take ``work`` (a :class:`Workload`: what to tell the daemon of
         the work in flight, R8); :func:`start_watch` passes it only to one that does.
         """
-        ...
 
 
 def _reads(watch: Callable[..., object]) -> tuple[bool, bool]:
@@ -103,12 +100,6 @@ def _class_reads(kind: type) -> tuple[bool, bool]:
     return _reads(kind.watch)  # type: ignore[attr-defined]
 
 
-def _takes(source: Source) -> tuple[bool, bool]:
-    if "watch" in getattr(source, "__dict__", {}) or not hasattr(type(source), "watch"):
-        return _reads(source.watch)  # set on the instance: asked each time
-    return _class_reads(type(source))
-
-
 def start_watch(
     source: Source,
     dirs: GitDirs,
@@ -125,7 +116,10 @@ def start_watch(
     arguments, and keeps working (without restart notices); one written before
     ``work`` gets the restart keywords without it.
     """
-    restart, work_too = _takes(source)
+    if "watch" in getattr(source, "__dict__", {}) or not hasattr(type(source), "watch"):
+        restart, work_too = _reads(source.watch)  # set on the instance: asked each time
+    else:
+        restart, work_too = _class_reads(type(source))
     if not restart:
         return source.watch(dirs, on_change, on_health)
     if work_too:

@@ -21,12 +21,12 @@ from . import notifier
 from .notifier import Listener, Notifier, Registration
 from .plan import Plan
 
-__all__ = ["Watches", "identity_of"]
+__all__ = ["Identity", "Watches", "identity_of"]
 
-_Identity = tuple[int, int] | None
+Identity = tuple[int, int] | None
 
 
-def identity_of(path: str) -> _Identity:
+def identity_of(path: str) -> Identity:
     """(device, inode) of ``path``, ``None`` when gone or unreadable (no Path object:
     it is called for every anchor and directory on every verification)."""
     try:
@@ -39,9 +39,8 @@ def identity_of(path: str) -> _Identity:
 @dataclass
 class _Watched:
     registration: Registration | None  # None: a narrow directory we may not read
-    identity: _Identity
+    identity: Identity
     narrow: bool
-    names: frozenset[bytes]
 
 
 def _want(plan: Plan, path: Path) -> tuple[bool, frozenset[bytes]]:
@@ -85,16 +84,14 @@ class Watches:
             if self._instance is None:
                 self._instance = notifier.acquire(self._kind)
             for path in plan.watch:
-                self._add(plan, path)
+                self._add(self._instance, plan, path)
 
-    def _add(self, plan: Plan, path: Path) -> None:
-        # Under _lock, with an instance.
-        if self._instance is None:
-            raise OSError(errno.EBADF, "no notifier")
+    def _add(self, hub: Notifier, plan: Plan, path: Path) -> None:
+        # Under _lock.
         ident = identity_of(str(path))  # before the watch: a later swap shows up as a mismatch
         narrow, names = _want(plan, path)
         try:
-            registration: Registration | None = self._instance.add(path, narrow, names, self._listener)
+            registration: Registration | None = hub.add(path, narrow, names, self._listener)
         except (FileNotFoundError, NotADirectoryError):
             self._replan()  # git removed it since the plan was made: plan again
             return
@@ -103,7 +100,7 @@ class Watches:
                 raise  # a git or ref directory we cannot watch: changes would go unseen
             # A traverse-only parent: the identity check of each verification backs it up.
             registration = None
-        self._watched[path] = _Watched(registration, ident, narrow, names)
+        self._watched[path] = _Watched(registration, ident, narrow)
 
     def follow(self, old: Plan, new: Plan, *, recheck: bool = False) -> bool:
         """Move the watches from plan ``old`` to ``new``; True if any changed.
@@ -139,14 +136,13 @@ class Watches:
                 moved = True
             for path, watched in self._watched.items():
                 names = _want(new, path)[1]
-                if watched.registration is not None and names != watched.names:
+                if watched.registration is not None and names != watched.registration.names:
                     # The reader sorted events with the old names until now: the caller
                     # resolves again, so a write to the new branch is never lost.
-                    hub.rename(watched.registration, names)
-                    watched.names = names
+                    watched.registration.names = names
                     moved = True
             for path in new.watch - self._watched.keys():
-                self._add(new, path)
+                self._add(hub, new, path)
                 moved = True
         return moved
 
