@@ -143,7 +143,8 @@ def test_a_file_no_repository_tracks_is_a_usage_error_not_a_silent_watch(
     stray = git_repo.write("notes.txt", "not added\n")
     assert main([command, str(stray)]) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not tracked by any git repository" in err, err
+    assert err.count("\n") == 1 and "is not committed to the git repository" in err, err
+    assert "git add notes.txt && git commit" in err
 
 
 def test_the_first_watch_line_says_how_the_checkout_is_watched(git_repo: Repo) -> None:

@@ -88,7 +88,9 @@ class Guard:
         self._mode = WatchMode.NONE
         self._ready = threading.Event()  # set while the watcher runs (see wait_ready)
         status, loaded, current = head.initial(binding, loaded_revision)
-        self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time())
+        self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time(), error=binding.reason)
+        if binding.reason is not None:  # once per guard: its status never changes
+            logger.warning("stalewatch: this guard will never block: %s %s", binding.source, binding.reason)
         self._stale = status.blocks
         # The barrier flag (C9): True only when the flag may be trusted and passes.
         self._pass = status is Status.UNTRACKED
@@ -125,7 +127,8 @@ class Guard:
         """Guard the checkout whose repository tracks exactly this source file (C2).
 
         Example: ``Guard.for_file(run_agent.__file__)``. An untracked file gives an
-        ``UNTRACKED`` guard that never blocks.
+        ``UNTRACKED`` guard that never blocks: it logs one warning naming the file and
+        the fix, and its snapshot's ``error`` says the same.
         """
         binding = identity.bind_file(os.fspath(path))
         return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
@@ -167,10 +170,10 @@ class Guard:
         """
         if not Path(path).is_file():
             return cls.for_checkout(path, loaded_revision=loaded_revision, latch=latch, source=source)
-        guard = cls.for_file(path, loaded_revision=loaded_revision, latch=latch, source=source)
-        if not guard.binding.tracked:
-            raise BindError(Path(path), "is not tracked by any git repository; there is nothing to watch")
-        return guard
+        binding = identity.bind_file(os.fspath(path))
+        if binding.reason is not None:
+            raise BindError(Path(path), f"{binding.reason}; there is nothing to watch")
+        return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
 
     # -- the barrier ------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ binding is in-process.
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +28,14 @@ class Binding:
         checkout: top of the working tree; for an untracked file, its directory.
         source: the source file that supplied the code, ``None`` for a whole checkout.
         dirs: the git directories, ``None`` when the source is untracked (C2).
+        reason: for an untracked source, why a guard of it never blocks and what to
+            do about it (the guard's one warning, its snapshot's ``error``).
     """
 
     checkout: Path
     source: Path | None
     dirs: GitDirs | None
+    reason: str | None = None
 
     @property
     def tracked(self) -> bool:
@@ -74,8 +78,15 @@ def bind_file(path: str | Path) -> Binding:
     if not source.is_file():
         raise BindError(path, "is not a regular file")
     dirs = _git_dirs(source.parent)
-    if dirs is None or not command.is_tracked(dirs.worktree, source):
-        return Binding(checkout=source.parent, source=source, dirs=None)
+    if dirs is None:
+        reason = "is not in a git checkout: nothing can move under it (run the code from a git clone)"
+        return Binding(checkout=source.parent, source=source, dirs=None, reason=reason)
+    if not command.is_tracked(dirs.worktree, source):
+        reason = (
+            f"is not committed to the git repository at {dirs.worktree}: commit it "
+            f"(git add {os.path.relpath(source, dirs.worktree)} && git commit), then restart the process"
+        )
+        return Binding(checkout=source.parent, source=source, dirs=None, reason=reason)
     return Binding(checkout=dirs.worktree, source=source, dirs=dirs)
 
 
