@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.cli import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, main
+from stalewatch.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, main
 from stalewatch.cli.run import parser
 from tests.support.repos import Repo
 
@@ -98,7 +98,7 @@ def test_watch_process_prints_changes_and_exits_cleanly(git_repo: Repo, stop_sig
         event = json.loads(proc.stdout.readline())
         assert (event["type"], event["status"], event["current_revision"]) == ("event", "stale", new)
         proc.send_signal(stop_signal)
-        assert proc.wait(timeout=5) == EXIT_OK
+        assert proc.wait(timeout=5) == (EXIT_INTERRUPTED if stop_signal == signal.SIGINT else EXIT_OK)
         assert "Traceback" not in proc.stderr.read()
 
 
@@ -111,7 +111,7 @@ def test_watch_process_human_lines(git_repo: Repo) -> None:
         assert line.startswith("stale")
         assert new[:7] in line
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=5) == EXIT_OK
+        assert proc.wait(timeout=5) == EXIT_INTERRUPTED
 
 
 def test_watch_process_on_bad_path_exits_2(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from stalewatch import Guard, StaleError
-from stalewatch.cli import EXIT_OK
+from stalewatch.cli import EXIT_INTERRUPTED
 from stalewatch.git import reflog
 from stalewatch.guard import guard as guard_module
 from tests.support.recorder import Recorder
@@ -164,6 +164,6 @@ def test_watch_command_lines_say_what_moved(git_repo: Repo) -> None:
                 f"current {new[:7]} (generation 1): commit (1 commit ahead) by stalewatch tests at " in line
             )
             proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=5) == EXIT_OK
+            assert proc.wait(timeout=5) == EXIT_INTERRUPTED
         finally:
             proc.kill()

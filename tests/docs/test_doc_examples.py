@@ -287,7 +287,7 @@ def run_cli_quickstart(block: Block, box: Sandbox) -> None:
     assert watch.first.startswith("current ")
     box.run('git commit -q --allow-empty -m "a change"', cwd=box.checkout.path)  # "another terminal"
     assert str(box.checkout.path) in watch.line_starting("stale ")
-    assert watch.interrupt(signal.SIGINT) == 0  # Ctrl-C
+    assert watch.interrupt(signal.SIGINT) == 130  # Ctrl-C
 
 
 def run_cli_watch_json(block: Block, box: Sandbox) -> None:
@@ -306,8 +306,8 @@ def run_daemon_quickstart(block: Block, box: Sandbox) -> None:
     events.line_starting("current ")
     assert events.line_starting("stale ").split()[1] == str(box.checkout.path)
     assert str(box.checkout.path) in status
-    assert events.interrupt(signal.SIGINT) == 0
-    assert daemon.interrupt(signal.SIGINT) == 0
+    assert events.interrupt(signal.SIGINT) == 130
+    assert daemon.interrupt(signal.SIGINT) == 130
 
 
 def run_first_screen(block: Block, box: Sandbox) -> None:
@@ -321,7 +321,7 @@ def run_first_screen(block: Block, box: Sandbox) -> None:
     checkout = str(box.checkout.path)
     status = box.run(f"stalewatch status --socket {box.sub('/tmp/stalewatch-demo.sock')} {checkout}")
     assert checkout in status and "current" in status, status
-    assert daemon.interrupt(signal.SIGINT) == 0
+    assert daemon.interrupt(signal.SIGINT) == 130
 
 
 def run_example_servers(block: Block, box: Sandbox) -> None:
