@@ -172,3 +172,13 @@ def test_every_help_has_examples_that_the_parser_accepts() -> None:
         assert len(ours) >= 2, words
         for line in ours:
             top.parse_args(shlex.split(line)[1:])  # raises SystemExit on a usage error
+
+
+def test_the_help_gives_the_socket_default_the_docs_give() -> None:
+    """Issue 29: `daemon --help` and `events --help` left out the $XDG_RUNTIME_DIR fallback."""
+    default = "$RUNTIME_DIRECTORY/stalewatch.sock, else $XDG_RUNTIME_DIR/stalewatch.sock"
+    page = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+    assert default in " ".join(page.read_text().replace("`", "").split())
+    (commands,) = [a.choices for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for name in ("daemon", "events"):
+        assert default in " ".join(commands[name].format_help().split()), name

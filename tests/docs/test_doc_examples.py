@@ -11,6 +11,7 @@ sandbox.Sandbox.substitutions.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import signal
@@ -369,9 +370,16 @@ def run_hermes_setup(block: Block, box: Sandbox) -> None:
     webui = box.start(f"python3 {script}")
     assert webui.line().strip() == "serving"
     try:
-        box.run("set -euo pipefail\n" + block.code)
+        out = box.run("set -euo pipefail\n" + block.code)
     finally:
         webui.kill()
+    # The page's commands after setup are the ones setup itself says to run (`# Then:`).
+    told = out.split("\n# Then:\n", 1)[1].splitlines()
+    told = [line.removeprefix("#   ") for line in itertools.takewhile(lambda s: s.startswith("#   "), told)]
+    written = [
+        c.split("#")[0].strip() for c in shell_commands(block) if not c.startswith(("pip ", "stalewatch "))
+    ]
+    assert [part.strip() for c in written for part in c.split("&&")] == told, (written, told)
     config = box.home / ".config" / "stalewatch" / "hermes.toml"
     dropin = (units / "hermes-webui.service.d" / "stalewatch.conf").read_text()
     enabled = [line.split()[-1] for line in calls.read_text().splitlines() if "enable --now" in line]

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..core import exits
 from ..core import settings as core_settings
 from ..core.errors import DaemonConfigError, StalewatchError
-from ..protocol.socket_path import default_socket_path
+from ..protocol.socket_path import DEFAULT_TEXT, default_socket_path
 from ..server import journal
 from ..server.config import DaemonConfig, load, with_checkouts
 from ..server.listening import listen, release, unlink_if_ours
@@ -47,7 +47,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     daemon.add_argument(
         "checkouts", nargs="*", metavar="CHECKOUT", help="a checkout, or a source file in one"
     )
-    daemon.add_argument("--socket", help="socket path (default: $RUNTIME_DIRECTORY/stalewatch.sock)")
+    daemon.add_argument(
+        "--socket", help=f"socket path (default: the configuration's socket, else {DEFAULT_TEXT})"
+    )
     daemon.add_argument("--config", help="a TOML configuration file (reloaded on SIGHUP)")
 
 
