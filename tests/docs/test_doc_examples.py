@@ -116,7 +116,7 @@ guard.subscribe(seen.put)
 subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "a change"], check=True)
 assert seen.get(timeout=20).status.value == "stale"
 status, body = call("/api/chat")
-assert status == 409 and json.loads(body)["retryable"] is True, (status, body)
+assert status == 409 and json.loads(body)["retryable"] is False, (status, body)  # no restart comes
 assert call("/api/chatty")[0] == 200          # per segment: not /api/chat
 assert asyncio.run(asgi_call("/api/chat")) == 409
 guard.stop()
