@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, main
+from stalewatch.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_UNREADABLE, EXIT_USAGE, main
 from stalewatch.cli.run import parser
+from tests.support.daemons import short_dir
 from tests.support.repos import Repo
 
 
@@ -182,3 +184,34 @@ def test_the_help_gives_the_socket_default_the_docs_give() -> None:
     (commands,) = [a.choices for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
     for name in ("daemon", "events"):
         assert default in " ".join(commands[name].format_help().split()), name
+
+
+def test_a_mistyped_option_shows_the_commands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 29: `status --jsn` showed the top level's usage, which does not list --json."""
+    assert main(["status", "--jsn"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("usage: stalewatch status ") and "--json" in err, err
+    assert "unrecognized arguments: --jsn" in err
+    assert main(["hermes", "setup", "--nope"]) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith("usage: stalewatch hermes setup ")
+
+
+@pytest.mark.parametrize("command", [["events"], ["status"]])
+def test_a_socket_path_nobody_listens_on_says_why(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29: a directory and a crashed daemon's leftover socket both said `Connection refused`."""
+    with short_dir() as tmp_path:
+        _nobody_listens(tmp_path, command, capsys)
+
+
+def _nobody_listens(tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*command, "--socket", str(tmp_path)]) == EXIT_UNREACHABLE
+    assert "it is a directory, not a socket" in capsys.readouterr().err
+    leftover = tmp_path / "stalewatch.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as crashed:
+        crashed.bind(str(leftover))  # bound, never listening, never unlinked: what a crash leaves
+    assert main([*command, "--socket", str(leftover)]) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert "no daemon is listening on it" in err and "crashed" in err, err
+    assert "Connection refused" not in err

@@ -6,6 +6,7 @@ a newline or an escape sequence can never break a line or forge another.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..core.escaping import printable
@@ -62,7 +63,7 @@ def _restart_text(restart: dict[str, Any]) -> str:
     if reason:
         text += f": {printable(str(reason))}"
     if isinstance(retry, int | float) and not isinstance(retry, bool):
-        text += f" (retry in {retry:.0f} s)"
+        text += f" (retry in {max(1, math.ceil(retry))} s)"  # as the 409's Retry-After: never 0
     return text
 
 
