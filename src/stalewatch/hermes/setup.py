@@ -61,7 +61,11 @@ UPDATE_MARKER = ".hermes-update-in-progress"
 RECOVERY_MARKERS = (".update-incomplete", ".lazy-refresh-incomplete")
 UPDATE_MAX_AGE = 1200  # Hermes' own: a marker older than 20 minutes is not a live update
 SOCKET_LIMIT = 100  # sun_path holds 104 (macOS) to 108 (Linux) bytes
-_PROBE = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5).close()"
+_PROBE = (  # one line on failure, never a traceback: the daemon's reason quotes its last line
+    "import sys, urllib.request\n"
+    "try:\n    urllib.request.urlopen(sys.argv[1], timeout=5).close()\n"
+    "except Exception as exc:\n    sys.exit(f'{sys.argv[1]}: {exc}')\n"
+)
 
 
 @dataclass(frozen=True)

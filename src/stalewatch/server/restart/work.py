@@ -91,7 +91,9 @@ class Work:
         self.handoff: tuple[int, Handoff] | None = None
         self._pending: tuple[str, float] | None = None  # a handoff under way, first seen at
 
-    def _run(self, argv: tuple[str, ...], what: str, revision: str, timeout: float) -> Outcome:
+    def _run(
+        self, argv: tuple[str, ...], what: str, revision: str, timeout: float, level: int = logging.WARNING
+    ) -> Outcome:
         outcome = commands.run(
             argv,
             cwd=self.worktree,
@@ -102,7 +104,7 @@ class Work:
             label=f"{what} for {self.key}",
         )
         if not outcome.ok and outcome.output:
-            logger.warning("stalewatch: %s for %s printed:\n%s", what, self.key, outcome.output)
+            logger.log(level, "stalewatch: %s for %s printed:\n%s", what, self.key, outcome.output)
         return outcome
 
     def markers(self, request: CheckMarkers) -> Answer:
@@ -195,7 +197,12 @@ class Work:
 
     def confirm_probe(self, request: ProbeConfirm) -> Answer:
         probe = self.policy.confirm or ()
-        outcome = self._run(probe, "the confirm probe", request.revision, self.policy.confirm_timeout)
+        # A probe refused while the new server still starts is expected: the machine asks
+        # again until confirm_timeout, and only then warns once (the `failed` phase, with
+        # the probe's last line). Its output meanwhile is for DEBUG.
+        outcome = self._run(
+            probe, "the confirm probe", request.revision, self.policy.confirm_timeout, logging.DEBUG
+        )
         return ConfirmProbed(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
 
     def _of(self, ticket: int) -> Handoff | None:
