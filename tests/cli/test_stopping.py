@@ -58,20 +58,21 @@ def _ctrl_c_moment(proc: subprocess.Popen[str], moment: str, command: str) -> No
 
 
 @pytest.mark.parametrize("moment", ["at-once", "imports", "running"])
-@pytest.mark.parametrize("command", ["daemon", "watch", "events", "status"])
+@pytest.mark.parametrize("command", ["daemon", "watch", "events", "status", "hermes"])
 def test_ctrl_c_at_any_moment_exits_130_without_a_traceback(
     git_repo: Repo, command: str, moment: str
 ) -> None:
     """Issue 29: Ctrl-C in the first ~0.2 s (the imports, before any handler) printed a
     KeyboardInterrupt traceback; after start-up SIGINT exited 0, as SIGTERM does."""
-    if command == "status" and moment == "running":
-        pytest.skip("status prints and exits: nothing runs to interrupt")
+    if command in ("status", "hermes") and moment == "running":
+        pytest.skip(f"{command} prints and exits: nothing runs to interrupt")
     with short_dir() as workdir, start_daemon(workdir, str(git_repo.path)) as daemon:
         words = {
             "daemon": ["daemon", "--socket", str(workdir / "own.sock"), str(git_repo.path)],
             "watch": ["watch", str(git_repo.path)],
             "events": ["events", "--socket", str(daemon.socket)],
             "status": ["status", str(git_repo.path)],
+            "hermes": ["hermes", "setup", "--hermes-home", str(workdir / "nowhere")],
         }[command]
         python = [sys.executable, "-X", "importtime"] if moment == "imports" else [sys.executable, "-u"]
         proc = subprocess.Popen(
