@@ -88,9 +88,13 @@ class Guard:
         self._mode = WatchMode.NONE
         self._ready = threading.Event()  # set while the watcher runs (see wait_ready)
         status, loaded, current = head.initial(binding, loaded_revision)
-        self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time(), error=binding.reason)
-        if binding.reason is not None:  # once per guard: its status never changes
-            logger.warning("stalewatch: this guard will never block: %s %s", binding.source, binding.reason)
+        # An untracked guard's status never changes: its reason is told once, and kept.
+        why = (
+            None if binding.reason is None else f"{binding.source} {binding.reason}, then restart the process"
+        )
+        self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time(), error=why)
+        if why is not None:
+            logger.warning("stalewatch: this guard will never block: %s", why)
         self._stale = status.blocks
         # The barrier flag (C9): True only when the flag may be trusted and passes.
         self._pass = status is Status.UNTRACKED

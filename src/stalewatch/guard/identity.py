@@ -79,12 +79,12 @@ def bind_file(path: str | Path) -> Binding:
         raise BindError(path, "is not a regular file")
     dirs = _git_dirs(source.parent)
     if dirs is None:
-        reason = "is not in a git checkout: nothing can move under it (run the code from a git clone)"
+        reason = "is not in a git checkout: run the code from a git clone"
         return Binding(checkout=source.parent, source=source, dirs=None, reason=reason)
     if not command.is_tracked(dirs.worktree, source):
         reason = (
             f"is not committed to the git repository at {dirs.worktree}: commit it "
-            f"(git add {os.path.relpath(source, dirs.worktree)} && git commit), then restart the process"
+            f"(git add {os.path.relpath(source, dirs.worktree)} && git commit)"
         )
         return Binding(checkout=source.parent, source=source, dirs=None, reason=reason)
     return Binding(checkout=dirs.worktree, source=source, dirs=dirs)
