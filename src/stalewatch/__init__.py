@@ -6,19 +6,46 @@ Example::
 
     guard = Guard.for_module("run_agent").start()
     guard.check()          # None while current; raises StaleError after a git pull
+
+Each public name is imported when first asked for: importing the package itself runs
+nothing, so the command line (:mod:`stalewatch.__main__`) is in charge of Ctrl-C from
+its first instant.
 """
 
 from __future__ import annotations
 
-from .client.daemon import Daemon
-from .core.errors import BindError, ConfigError, RefError, StaleError, StalewatchError
-from .core.phases import RestartPhase, RestartState
-from .core.refusal import Refusal
-from .core.status import Event, Snapshot, Status
-from .core.version import __version__
-from .guard.guard import Guard
-from .watching.local import LocalSource
-from .watching.source import Source
+import importlib
+
+TYPE_CHECKING = False  # not typing's: importing typing takes ~25 ms a Ctrl-C could land in
+if TYPE_CHECKING:
+    from .client.daemon import Daemon
+    from .core.errors import BindError, ConfigError, RefError, StaleError, StalewatchError
+    from .core.phases import RestartPhase, RestartState
+    from .core.refusal import Refusal
+    from .core.status import Event, Snapshot, Status
+    from .core.version import __version__
+    from .guard.guard import Guard
+    from .watching.local import LocalSource
+    from .watching.source import Source
+
+_HOMES = {
+    "BindError": "core.errors",
+    "ConfigError": "core.errors",
+    "Daemon": "client.daemon",
+    "Event": "core.status",
+    "Guard": "guard.guard",
+    "LocalSource": "watching.local",
+    "RefError": "core.errors",
+    "Refusal": "core.refusal",
+    "RestartPhase": "core.phases",
+    "RestartState": "core.phases",
+    "Snapshot": "core.status",
+    "Source": "watching.source",
+    "StaleError": "core.errors",
+    "StalewatchError": "core.errors",
+    "Status": "core.status",
+    "__version__": "core.version",
+}
 
 __all__ = [
     "BindError",
@@ -38,3 +65,16 @@ __all__ = [
     "Status",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # asked once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

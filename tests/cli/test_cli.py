@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.cli import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, main
+from stalewatch.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_UNREADABLE, EXIT_USAGE, main
 from stalewatch.cli.run import parser
+from tests.support.daemons import short_dir
 from tests.support.repos import Repo
 
 
@@ -98,7 +100,7 @@ def test_watch_process_prints_changes_and_exits_cleanly(git_repo: Repo, stop_sig
         event = json.loads(proc.stdout.readline())
         assert (event["type"], event["status"], event["current_revision"]) == ("event", "stale", new)
         proc.send_signal(stop_signal)
-        assert proc.wait(timeout=5) == EXIT_OK
+        assert proc.wait(timeout=5) == (EXIT_INTERRUPTED if stop_signal == signal.SIGINT else EXIT_OK)
         assert "Traceback" not in proc.stderr.read()
 
 
@@ -111,7 +113,7 @@ def test_watch_process_human_lines(git_repo: Repo) -> None:
         assert line.startswith("stale")
         assert new[:7] in line
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=5) == EXIT_OK
+        assert proc.wait(timeout=5) == EXIT_INTERRUPTED
 
 
 def test_watch_process_on_bad_path_exits_2(tmp_path: Path) -> None:
@@ -143,7 +145,8 @@ def test_a_file_no_repository_tracks_is_a_usage_error_not_a_silent_watch(
     stray = git_repo.write("notes.txt", "not added\n")
     assert main([command, str(stray)]) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not tracked by any git repository" in err, err
+    assert err.count("\n") == 1 and "is not committed to the git repository" in err, err
+    assert "git add notes.txt && git commit" in err
 
 
 def test_the_first_watch_line_says_how_the_checkout_is_watched(git_repo: Repo) -> None:
@@ -171,3 +174,44 @@ def test_every_help_has_examples_that_the_parser_accepts() -> None:
         assert len(ours) >= 2, words
         for line in ours:
             top.parse_args(shlex.split(line)[1:])  # raises SystemExit on a usage error
+
+
+def test_the_help_gives_the_socket_default_the_docs_give() -> None:
+    """Issue 29: `daemon --help` and `events --help` left out the $XDG_RUNTIME_DIR fallback."""
+    default = "$RUNTIME_DIRECTORY/stalewatch.sock, else $XDG_RUNTIME_DIR/stalewatch.sock"
+    page = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+    assert default in " ".join(page.read_text().replace("`", "").split())
+    (commands,) = [a.choices for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for name in ("daemon", "events"):
+        assert default in " ".join(commands[name].format_help().split()), name
+
+
+def test_a_mistyped_option_shows_the_commands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 29: `status --jsn` showed the top level's usage, which does not list --json."""
+    assert main(["status", "--jsn"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("usage: stalewatch status ") and "--json" in err, err
+    assert "unrecognized arguments: --jsn" in err
+    assert main(["hermes", "setup", "--nope"]) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith("usage: stalewatch hermes setup ")
+
+
+@pytest.mark.parametrize("command", [["events"], ["status"]])
+def test_a_socket_path_nobody_listens_on_says_why(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29: a directory and a crashed daemon's leftover socket both said `Connection refused`."""
+    with short_dir() as tmp_path:
+        _nobody_listens(tmp_path, command, capsys)
+
+
+def _nobody_listens(tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*command, "--socket", str(tmp_path)]) == EXIT_UNREACHABLE
+    assert "it is a directory, not a socket" in capsys.readouterr().err
+    leftover = tmp_path / "stalewatch.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as crashed:
+        crashed.bind(str(leftover))  # bound, never listening, never unlinked: what a crash leaves
+    assert main([*command, "--socket", str(leftover)]) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert "no daemon is listening on it" in err and "crashed" in err, err
+    assert "Connection refused" not in err

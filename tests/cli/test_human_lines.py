@@ -222,3 +222,14 @@ def test_status_socket_with_a_path_shows_that_checkout_or_says_it_is_not_watched
         assert refused.returncode == 2 and refused.stdout == ""
         assert "is not watched by the daemon" in refused.stderr
         assert str(watched.path.resolve()) in refused.stderr  # and says what it watches
+
+
+@pytest.mark.unit
+def test_causes_and_waits_read_alike() -> None:
+    """Issue 29: `commit (1 commit ahead)` beside `pull (fast-forward, ahead)`, and `(retry in 0 s)`."""
+    from stalewatch.core.cause import Cause
+
+    pull = Cause("pull", "fast-forward", "pull: Fast-forward", "alice", "", 0.0, "+0000", "ahead")
+    assert pull.describe(now=0.0) == "pull (fast-forward, some commits ahead) by alice at 00:00"
+    restart = {"type": "restart", "checkout": "/srv/app", "phase": "scheduled", "retry_after": 0.3}
+    assert format_message(restart) == f"{'restart':<10} /srv/app scheduled (retry in 1 s)"

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from stalewatch import Guard, StaleError
-from stalewatch.cli import EXIT_OK
+from stalewatch.cli import EXIT_INTERRUPTED
 from stalewatch.git import reflog
-from stalewatch.guard import guard as guard_module
+from stalewatch.guard import head as head_module
 from tests.support.recorder import Recorder
 from tests.support.repos import Repo
 
@@ -31,7 +31,7 @@ class CountingExplain:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0
         self._real = reflog.explain_move
-        monkeypatch.setattr(guard_module.reflog, "explain_move", self)
+        monkeypatch.setattr(head_module.reflog, "explain_move", self)
 
     def __call__(self, *args: Any) -> reflog.Cause | None:
         self.calls += 1
@@ -164,6 +164,6 @@ def test_watch_command_lines_say_what_moved(git_repo: Repo) -> None:
                 f"current {new[:7]} (generation 1): commit (1 commit ahead) by stalewatch tests at " in line
             )
             proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=5) == EXIT_OK
+            assert proc.wait(timeout=5) == EXIT_INTERRUPTED
         finally:
             proc.kill()

@@ -11,6 +11,7 @@ sandbox.Sandbox.substitutions.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import signal
@@ -115,7 +116,7 @@ guard.subscribe(seen.put)
 subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "a change"], check=True)
 assert seen.get(timeout=20).status.value == "stale"
 status, body = call("/api/chat")
-assert status == 409 and json.loads(body)["retryable"] is True, (status, body)
+assert status == 409 and json.loads(body)["retryable"] is False, (status, body)  # no restart comes
 assert call("/api/chatty")[0] == 200          # per segment: not /api/chat
 assert asyncio.run(asgi_call("/api/chat")) == 409
 guard.stop()
@@ -287,7 +288,7 @@ def run_cli_quickstart(block: Block, box: Sandbox) -> None:
     assert watch.first.startswith("current ")
     box.run('git commit -q --allow-empty -m "a change"', cwd=box.checkout.path)  # "another terminal"
     assert str(box.checkout.path) in watch.line_starting("stale ")
-    assert watch.interrupt(signal.SIGINT) == 0  # Ctrl-C
+    assert watch.interrupt(signal.SIGINT) == 130  # Ctrl-C
 
 
 def run_cli_watch_json(block: Block, box: Sandbox) -> None:
@@ -306,8 +307,8 @@ def run_daemon_quickstart(block: Block, box: Sandbox) -> None:
     events.line_starting("current ")
     assert events.line_starting("stale ").split()[1] == str(box.checkout.path)
     assert str(box.checkout.path) in status
-    assert events.interrupt(signal.SIGINT) == 0
-    assert daemon.interrupt(signal.SIGINT) == 0
+    assert events.interrupt(signal.SIGINT) == 130
+    assert daemon.interrupt(signal.SIGINT) == 130
 
 
 def run_first_screen(block: Block, box: Sandbox) -> None:
@@ -321,7 +322,7 @@ def run_first_screen(block: Block, box: Sandbox) -> None:
     checkout = str(box.checkout.path)
     status = box.run(f"stalewatch status --socket {box.sub('/tmp/stalewatch-demo.sock')} {checkout}")
     assert checkout in status and "current" in status, status
-    assert daemon.interrupt(signal.SIGINT) == 0
+    assert daemon.interrupt(signal.SIGINT) == 130
 
 
 def run_example_servers(block: Block, box: Sandbox) -> None:
@@ -369,9 +370,16 @@ def run_hermes_setup(block: Block, box: Sandbox) -> None:
     webui = box.start(f"python3 {script}")
     assert webui.line().strip() == "serving"
     try:
-        box.run("set -euo pipefail\n" + block.code)
+        out = box.run("set -euo pipefail\n" + block.code)
     finally:
         webui.kill()
+    # The page's commands after setup are the ones setup itself says to run (`# Then:`).
+    told = out.split("\n# Then:\n", 1)[1].splitlines()
+    told = [line.removeprefix("#   ") for line in itertools.takewhile(lambda s: s.startswith("#   "), told)]
+    written = [
+        c.split("#")[0].strip() for c in shell_commands(block) if not c.startswith(("pip ", "stalewatch "))
+    ]
+    assert [part.strip() for c in written for part in c.split("&&")] == told, (written, told)
     config = box.home / ".config" / "stalewatch" / "hermes.toml"
     dropin = (units / "hermes-webui.service.d" / "stalewatch.conf").read_text()
     enabled = [line.split()[-1] for line in calls.read_text().splitlines() if "enable --now" in line]

@@ -105,7 +105,7 @@ def test_amend_of_the_loaded_commit_diverges(git_repo: Repo) -> None:
     cause = cause_of(git_repo.path, loaded)
     assert cause is not None
     assert (cause.action, cause.relation, cause.ahead, cause.behind) == ("amend", "diverged", 1, 1)
-    assert phrase(cause).startswith("amend (diverged: 1 ahead, 1 behind) by alice")
+    assert phrase(cause).startswith("amend (diverged: 1 commit ahead, 1 commit behind) by alice")
 
 
 def test_amend_of_a_later_commit_stays_ahead(git_repo: Repo) -> None:
@@ -127,7 +127,7 @@ def test_pull_fast_forward_is_ahead(pair: tuple[Repo, Repo]) -> None:
     assert cause is not None
     assert (cause.action, cause.detail, cause.relation) == ("pull", "fast-forward", "ahead")
     assert cause.ahead is None  # a fast-forward's length is not in the reflog
-    assert phrase(cause).startswith("pull (fast-forward, ahead) by alice at ")
+    assert phrase(cause).startswith("pull (fast-forward, some commits ahead) by alice at ")
 
 
 def test_pull_with_a_merge_is_ahead(pair: tuple[Repo, Repo]) -> None:
@@ -647,16 +647,16 @@ def a_cause(
     [
         (a_cause("same"), "commit (back to the loaded commit) by alice at 22:13"),
         (a_cause("unknown"), "commit (ahead/behind unknown) by alice at 22:13"),
-        (a_cause("diverged", 1, 1), "commit (diverged: 1 ahead, 1 behind) by alice at 22:13"),
-        (a_cause("diverged", 2, None), "commit (diverged: 2 ahead) by alice at 22:13"),
-        (a_cause("diverged", None, 3), "commit (diverged: 3 behind) by alice at 22:13"),
+        (a_cause("diverged", 1, 1), "commit (diverged: 1 commit ahead, 1 commit behind) by alice at 22:13"),
+        (a_cause("diverged", 2, None), "commit (diverged: 2 commits ahead) by alice at 22:13"),
+        (a_cause("diverged", None, 3), "commit (diverged: 3 commits behind) by alice at 22:13"),
         (a_cause("diverged"), "commit (diverged) by alice at 22:13"),
         (a_cause("ahead", 1, 0), "commit (1 commit ahead) by alice at 22:13"),
         (a_cause("ahead", 3), "commit (3 commits ahead) by alice at 22:13"),
-        (a_cause("ahead"), "commit (ahead) by alice at 22:13"),
+        (a_cause("ahead"), "commit (some commits ahead) by alice at 22:13"),
         (a_cause("behind", None, 1), "commit (1 commit behind) by alice at 22:13"),
         (a_cause("behind", None, 2), "commit (2 commits behind) by alice at 22:13"),
-        (a_cause("behind"), "commit (behind) by alice at 22:13"),
+        (a_cause("behind"), "commit (some commits behind) by alice at 22:13"),
         (
             a_cause("ahead", 1, detail="fast-forward"),
             "commit (fast-forward, 1 commit ahead) by alice at 22:13",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import sys
 import types
 from collections.abc import Iterator
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch import BindError, Guard, Status
+from stalewatch.cli.human_lines import human_line
 from stalewatch.guard.identity import bind_checkout, bind_file, bind_module
 from tests.support.repos import Repo, make_repo
 
@@ -130,3 +133,48 @@ def test_c2_inherited_git_dir_does_not_point_binding_elsewhere(
     monkeypatch.setenv("GIT_WORK_TREE", str(other.path))
     assert not bind_file(stray).tracked
     assert bind_file(git_repo.path / "module.py").tracked
+
+
+def _import(name: str, path: Path) -> types.ModuleType:
+    """Import ``path`` as module ``name`` for real (the caller removes it from ``sys.modules``)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("where", ["uncommitted", "outside"])
+def test_a_guard_that_can_never_block_says_so_once_with_the_fix(
+    git_repo: Repo, tmp_path: Path, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The quick start's first mistake (the app not committed) used to pass every request
+    for ever without a word, even at DEBUG."""
+    if where == "uncommitted":
+        source, fix = git_repo.write("webapp.py", "app = None\n"), "git add webapp.py && git commit"
+    else:
+        source, fix = tmp_path / "outside" / "webapp.py", "is not in a git checkout"
+        source.parent.mkdir()
+        source.write_text("app = None\n")
+    _import("stalewatch_test_webapp", source)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="stalewatch"):
+            guard = Guard.for_module("stalewatch_test_webapp")
+            with guard:
+                guard.check()
+                guard.check(strict=True)
+                snap = guard.snapshot()
+    finally:
+        sys.modules.pop("stalewatch_test_webapp", None)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    (warning,) = warnings
+    assert warning.name.startswith("stalewatch.")
+    assert str(source.resolve()) in warning.getMessage() and fix in warning.getMessage()
+    assert "never block" in warning.getMessage()
+    assert snap.status is Status.UNTRACKED
+    assert snap.error is not None and fix in snap.error
+    assert snap.to_dict()["error"] == snap.error  # the wire's snapshot says it too (`error`)
+    line = human_line({"type": "snapshot", **snap.to_dict()})
+    assert line is not None and fix in line

@@ -441,7 +441,7 @@ def test_a_web_barrier_answers_409_with_the_hermes_payload(agent: Repo) -> None:
     assert statuses == ["409 Conflict"]
     payload = json.loads(body)
     assert payload["type"] == "agent_runtime_stale"
-    assert payload["retryable"] is True
+    assert payload["retryable"] is False  # no daemon: retrying changes nothing until a restart
     assert "Restart Hermes WebUI" in payload["error"]
 
 

@@ -185,3 +185,44 @@ def test_setup_finds_supervisord_and_its_daemon_program_restarts_the_webui(
     subprocess.run(list(action), capture_output=True, timeout=WAIT, check=True)
     until(lambda: health(port) == 200, "the WebUI answers again")
     assert ctl(root, "pid", "hermes-webui") not in (before, "0", "")
+
+
+def test_a_port_other_than_the_running_webuis_names_the_one_it_found(
+    world: tuple[Path, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29: `--port 8787` while the WebUI ran on another port said `no running server found`."""
+    root, port = world
+    other = free_port()
+    args = ["--config", str(root / "h.toml"), "--webui-dir", str(root / "hermes-webui"), "--port", str(other)]
+    assert main(["hermes", "setup", *args]) == 2
+    err = capsys.readouterr().err
+    assert f"no Hermes WebUI server runs on port {other}, but one runs here" in err, err
+    assert f"on port {port}" in err and "no running server found" not in err, err
+
+
+@pytest.mark.parametrize("named", [[], ["--supervisor", "supervisord"]])
+def test_a_stopped_webuis_program_is_found_in_the_file_supervisord_includes(
+    world: tuple[Path, int], named: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29: with the WebUI stopped, `--supervisord-conf` missed the program in
+    `conf.d/` (an `[include]` glob, relative to the configuration's directory) and asked
+    to edit supervisord.conf by hand."""
+    root, port = world
+    ctl(root, "stop", "hermes-webui")
+    until(lambda: health(port) is None, "the WebUI stopped")
+    conf = root / "supervisord.conf"
+    args = [
+        "--write",
+        "--no-check",
+        "--config",
+        str(root / "h.toml"),
+        "--supervisord-conf",
+        str(conf),
+        *named,
+    ]
+    assert main(["hermes", "setup", *args]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert f"supervisord program hermes-webui in {root / 'conf.d' / 'hermes-webui.conf'}" in out, out
+    assert "append the" not in out, out  # nothing to edit by hand
+    assert (root / "conf.d" / "stalewatch-hermes.conf").is_file()
+    assert f"http://127.0.0.1:{port}/health" in out  # the port, from the program's environment

@@ -7,6 +7,7 @@ import json
 import queue
 import signal
 import stat
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.daemons import REQUIRED, WAIT, LineReader, Subscriber, greet, short_dir, start_daemon
+from tests.support.daemons import (
+    REQUIRED,
+    WAIT,
+    LineReader,
+    Subscriber,
+    daemon_command,
+    greet,
+    short_dir,
+    start_daemon,
+)
 from tests.support.repos import Repo, make_repo
 
 
@@ -226,7 +236,7 @@ def test_stops_within_a_second(workdir: Path, git_repo: Repo, signum: int) -> No
         assert mode == 0o660
         started = time.monotonic()
         daemon.signal(signum)
-        assert daemon.proc.wait(timeout=WAIT) == 0
+        assert daemon.proc.wait(timeout=WAIT) == (130 if signum == signal.SIGINT else 0)  # Ctrl-C: 130
         assert time.monotonic() - started < 1.0
         assert sub.rest() == []
         assert not daemon.socket.exists()
@@ -252,6 +262,28 @@ def test_a_live_daemon_is_not_replaced(workdir: Path, git_repo: Repo) -> None:
         assert done == 2
         with Subscriber(daemon.socket) as sub:  # the running daemon is untouched
             greet(sub)
+
+
+def test_the_log_says_stopped_only_for_a_daemon_that_started(workdir: Path, git_repo: Repo) -> None:
+    """Issue 29: a daemon refused at start-up (another one listens) logged `daemon stopped
+    (1 checkouts, in 0.00 s)`; a started one logged `trusted=False mode=none` at INFO."""
+    with start_daemon(workdir, str(git_repo.path)) as daemon:
+        daemon.notes.wait_for(lambda m: m.startswith("STATUS="))
+        refused = subprocess.run(
+            daemon_command("--socket", str(daemon.socket), str(git_repo.path)),
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+            check=False,
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert "stopped" not in refused.stderr and "serving" not in refused.stderr, refused.stderr
+        assert daemon.stop() == 0
+    log = daemon.log_text()
+    assert f"for 1 checkout: {git_repo.path.resolve()}" in log, log
+    assert "daemon stopped (1 checkout, in " in log, log
+    assert "trusted=False mode=none" not in log, log  # DEBUG: a watcher not running yet
+    assert "trusted=True mode=native" in log, log
 
 
 def test_a_foreign_listener_is_not_replaced(

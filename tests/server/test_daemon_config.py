@@ -102,7 +102,7 @@ def test_untracked_file_and_duplicates_exit_2(
 ) -> None:
     loose = git_repo.write("loose.py", "")
     assert main(["daemon", "--socket", str(workdir / "s.sock"), str(loose)]) == 2
-    assert "not tracked" in capsys.readouterr().err
+    assert "is not committed to the git repository" in capsys.readouterr().err
     module = git_repo.path / "module.py"
     assert main(["daemon", "--socket", str(workdir / "s.sock"), str(git_repo.path), str(module)]) == 2
     assert "configured twice" in capsys.readouterr().err

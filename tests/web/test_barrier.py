@@ -6,11 +6,13 @@ import asyncio
 import json
 import queue
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from stalewatch import Event, Guard, StaleError, Status
+from stalewatch.core.phases import RestartPhase, RestartState
 from stalewatch.web import CONFLICT, ASGIBarrier, Routes, WSGIBarrier, refusal, stale_payload
 from stalewatch.web.barrier import NO_RESTART
 from tests.support.repos import Repo
@@ -52,7 +54,7 @@ def test_named_routes_answer_409_once_a_commit_lands(kind: str, git_repo: Repo, 
         assert payload == {
             "error": payload["error"],
             "type": "code_stale",
-            "retryable": True,
+            "retryable": False,  # retrying changes nothing until someone restarts the server
             "restart_scheduled": False,  # a local guard: no daemon restarts this server
             "restart_reason": NO_RESTART,
         }
@@ -182,7 +184,7 @@ def test_asgi_never_calls_receive_for_a_passed_request(git_repo: Repo) -> None:
     assert json.loads(sent[1]["body"]) == {
         "error": str(exc),
         "type": "custom",
-        "retryable": True,
+        "retryable": False,
         "restart_scheduled": False,
         "restart_reason": NO_RESTART,
     }
@@ -201,3 +203,22 @@ def test_refusal_returns_only_stale_errors(git_repo: Repo) -> None:
 
     with pytest.raises(KeyError):
         refusal(broken)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("restart", "retryable"),
+    [
+        (None, False),  # no daemon: nothing restarts the server
+        (RestartState(RestartPhase.IDLE), False),
+        (RestartState(RestartPhase.SCHEDULED, revision="b" * 40, retry_after=3.0), True),
+        (RestartState(RestartPhase.WAITING, reason="drain: 2 in flight", revision="b" * 40), True),
+        (RestartState(RestartPhase.REFUSED, reason="verify-failed: ImportError", revision="b" * 40), False),
+        (RestartState(RestartPhase.FAILED, reason="action exited 1", revision="b" * 40), False),
+    ],
+)
+def test_retryable_says_whether_retrying_will_help(restart: RestartState | None, retryable: bool) -> None:
+    """Issue 29: `retryable` was true with no restart coming, so a client retried in vain."""
+    exc = StaleError(Path("/srv/app"), "a" * 40, "b" * 40, Status.STALE, restart=restart)
+    payload = stale_payload(exc)
+    assert payload["retryable"] is retryable is payload["restart_scheduled"], payload

@@ -43,7 +43,7 @@ def test_example_serves_a_page_a_barrier_and_events(name: str, git_repo: Repo) -
             assert reader.message()["event"] == "stale"
             status, _, body = request(port, "POST", "/api/chat", b"hello")
             assert status == 409
-            assert b'"retryable": true' in body
+            assert b'"retryable": false' in body  # no daemon: nothing restarts it
 
             # Stopping with a stream still open ends the stream and the process.
             proc.send_signal(signal.SIGINT)

@@ -62,7 +62,7 @@ def refused_while_frozen(daemon: DaemonProcess, repo: Repo, port: int) -> Refusa
 
 
 def assert_pending(payload: dict[str, Any], headers: dict[str, str]) -> None:
-    assert payload["restart_scheduled"] is True, payload
+    assert payload["restart_scheduled"] is True and payload["retryable"] is True, payload
     assert payload["restart_phase"] == "scheduled", payload
     assert "restart_reason" not in payload, payload
     assert isinstance(payload["retry_after"], int) and payload["retry_after"] >= 1, payload

@@ -1,4 +1,5 @@
-"""The ``stalewatch`` command line (the console script ``stalewatch`` is :func:`main`).
+"""The ``stalewatch`` command line: :func:`main` (the console script and ``python -m
+stalewatch`` run it through :func:`stalewatch.__main__.run`, which answers Ctrl-C).
 
 - :mod:`.run`: the parser and :func:`~.run.main`.
 - :mod:`.watch`: ``watch`` and ``status`` (a checkout watched from this process).
@@ -10,10 +11,19 @@
 """
 
 from ..core.exits import FAILED as EXIT_FAILED
+from ..core.exits import INTERRUPTED as EXIT_INTERRUPTED
 from ..core.exits import OK as EXIT_OK
 from ..core.exits import UNREACHABLE as EXIT_UNREACHABLE
 from ..core.exits import UNREADABLE as EXIT_UNREADABLE
 from ..core.exits import USAGE as EXIT_USAGE
 from .run import main
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_UNREADABLE", "EXIT_USAGE", "main"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_UNREACHABLE",
+    "EXIT_UNREADABLE",
+    "EXIT_USAGE",
+    "main",
+]

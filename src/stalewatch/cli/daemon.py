@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..core import exits
 from ..core.errors import StalewatchError
+from ..protocol.socket_path import DEFAULT_TEXT
 from ..server import journal, startup
 from ..server.config import DaemonConfig, load, with_checkouts
 from ..server.listening import listen, release, unlink_if_ours
@@ -46,7 +47,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     daemon.add_argument(
         "checkouts", nargs="*", metavar="CHECKOUT", help="a checkout, or a source file in one"
     )
-    daemon.add_argument("--socket", help="socket path (default: $RUNTIME_DIRECTORY/stalewatch.sock)")
+    daemon.add_argument(
+        "--socket", help=f"socket path (default: the configuration's socket, else {DEFAULT_TEXT})"
+    )
     daemon.add_argument("--config", help="a TOML configuration file (reloaded on SIGHUP)")
     daemon.add_argument(
         "--check",

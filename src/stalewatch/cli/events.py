@@ -14,7 +14,7 @@ from ..core import exits, signals
 from ..core.errors import DaemonUnavailableError, SocketPathError
 from ..core.escaping import printable
 from ..guard import Guard
-from ..protocol.socket_path import default_socket_path
+from ..protocol.socket_path import DEFAULT_TEXT, default_socket_path
 from .human_lines import human_line
 
 __all__ = ["add_commands", "cmd_events", "cmd_status"]
@@ -32,7 +32,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "  stalewatch events --socket /tmp/sw.sock\n"
         "  stalewatch events --socket /tmp/sw.sock --json | jq -c 'select(.type == \"event\")'",
     )
-    events.add_argument("--socket", help="socket path (default: $RUNTIME_DIRECTORY/stalewatch.sock)")
+    events.add_argument("--socket", help=f"socket path (default: {DEFAULT_TEXT})")
     events.add_argument("--json", action="store_true", help="print the protocol's JSON lines")
 
 

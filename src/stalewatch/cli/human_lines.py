@@ -91,8 +91,8 @@ def human_line(message: dict[str, Any]) -> str | None:
         summary = cause.get("summary") if isinstance(cause, dict) else None
         moved = f": {printable(summary)}" if isinstance(summary, str) and summary else ""
         error = raw.get("error")
-        if raw.get("status") == "unreadable" and error:
-            moved = f": {printable(str(error))}"  # why HEAD cannot be read, as --json says
+        if raw.get("status") in ("unreadable", "untracked") and error:
+            moved = f": {printable(str(error))}"  # why HEAD cannot be read (or never blocks), as --json says
         line = (
             f"{message['status']:<10} {message['checkout']} loaded {short(message['loaded_revision'])} "
             f"current {short(message['current_revision'])} (generation {message['generation']}){moved}"

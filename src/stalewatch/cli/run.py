@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any, cast
 
 from ..core import exits
 from ..core.errors import HeadUnreadableError, StalewatchError
@@ -18,6 +19,17 @@ from . import check, daemon, events, hermes, watch
 __all__ = ["main", "parser"]
 
 
+class _Command(argparse.ArgumentParser):
+    """A command's parser: an argument it does not know is its usage error (its own
+    usage printed), not the top level's (argparse hands unknown words up by default)."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
     top = argparse.ArgumentParser(
@@ -25,7 +37,8 @@ def parser() -> argparse.ArgumentParser:
         description="Watch a git checkout and report when its HEAD moves away from the loaded code.",
     )
     top.add_argument("--version", action="version", version=f"stalewatch {__version__}")
-    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Command)
+    sub = cast("argparse._SubParsersAction[argparse.ArgumentParser]", commands)
     watch.add_commands(sub)
     daemon.add_commands(sub)
     events.add_commands(sub)

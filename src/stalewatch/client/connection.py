@@ -8,8 +8,10 @@ three keepalive intervals; anything else raises
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +36,25 @@ def connect(path: Path, timeout: float = 2.0) -> socket.socket:
         sock.connect(os.fspath(path))
     except OSError as exc:
         sock.close()
-        raise DaemonUnavailableError(path, exc.strerror or str(exc) or type(exc).__name__) from None
+        raise DaemonUnavailableError(path, _refused(path, exc)) from None
     return sock
+
+
+def _refused(path: Path, exc: OSError) -> str:
+    """Why ``connect`` failed: the kernel's "Connection refused" covers three cases a
+    user fixes differently (a directory, another kind of file, a socket nobody listens on)."""
+    plain = exc.strerror or str(exc) or type(exc).__name__
+    if exc.errno != errno.ECONNREFUSED:
+        return plain
+    try:
+        mode = Path(path).stat().st_mode
+    except OSError:
+        return plain
+    if stat.S_ISDIR(mode):
+        return f"it is a directory, not a socket (the daemon's socket in it: {path}/stalewatch.sock?)"
+    if not stat.S_ISSOCK(mode):
+        return "it is not a socket"
+    return "no daemon is listening on it (a leftover of a daemon that crashed? start the daemon)"
 
 
 def receive(sock: socket.socket, reader: LineReader, path: Path) -> list[dict[str, Any]] | None:

@@ -55,12 +55,11 @@ class Cause:
         if self.relation == "unknown":
             return "ahead/behind unknown"
         if self.relation == "diverged":
-            counts = ", ".join(f"{n} {w}" for n, w in ((self.ahead, "ahead"), (self.behind, "behind")) if n)
+            counts = ", ".join(
+                _commits(n, w) for n, w in ((self.ahead, "ahead"), (self.behind, "behind")) if n
+            )
             return f"diverged: {counts}" if counts else "diverged"
-        count = self.ahead if self.relation == "ahead" else self.behind
-        if count is None:
-            return self.relation
-        return f"{count} commit{'s' if count != 1 else ''} {self.relation}"
+        return _commits(self.ahead if self.relation == "ahead" else self.behind, self.relation)
 
     def _when(self, now: float | None) -> str:
         """``12:03`` in the entry's own offset; with the date unless it is today there."""
@@ -88,3 +87,11 @@ class Cause:
             "behind": self.behind,
             "summary": self.describe(),
         }
+
+
+def _commits(count: int | None, relation: str) -> str:
+    """``1 commit ahead``, ``3 commits behind``; ``some commits ahead`` when the reflog
+    does not tell how many (a fast-forward, a merge): one wording for every cause."""
+    if count is None:
+        return f"some commits {relation}"
+    return f"{count} commit{'s' if count != 1 else ''} {relation}"

@@ -63,9 +63,10 @@ class Refusal:
 
     @property
     def retryable(self) -> bool:
-        """Whether the same request will succeed once the server has restarted: decided here
-        alone, so every payload says the same."""
-        return True
+        """Whether the same request, sent again after ``retry_after``, is expected to
+        succeed: only while a restart is coming (else nothing changes until someone
+        restarts the server). Decided here alone, so every payload says the same."""
+        return self.restart is not None and self.restart.scheduled
 
     @property
     def restart_phase(self) -> RestartPhase | None:

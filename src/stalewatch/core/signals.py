@@ -19,7 +19,14 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 
-__all__ = ["Wakeup", "handling"]
+__all__ = ["Wakeup", "handling", "interrupted"]
+
+_interrupted = False  # a SIGINT reached a handler of handling(): the command line exits 130
+
+
+def interrupted() -> bool:
+    """Whether a SIGINT (Ctrl-C) reached a handler installed by :func:`handling`."""
+    return _interrupted
 
 
 @contextlib.contextmanager
@@ -50,6 +57,9 @@ def handling(handlers: Mapping[signal.Signals, Callable[[], object]]) -> Iterato
 
 def _handler(call: Callable[[], object]) -> Callable[[int, FrameType | None], None]:
     def handle(signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT:
+            global _interrupted  # noqa: PLW0603 - one flag, set from a handler
+            _interrupted = True
         call()
 
     return handle

@@ -90,7 +90,8 @@ class Snapshot:
         changed_at: ``time.time()`` of the last change.
         trusted: whether the barrier may decide from the flag alone right now (C9).
         mode: how changes are noticed (:class:`WatchMode`, a string enum).
-        error: why HEAD is unreadable, when it is.
+        error: why HEAD is unreadable, when it is; for ``UNTRACKED``, why the guard
+            never blocks and what to do (commit the file; run from a git checkout).
         restart: where an automatic restart stands, when a daemon with a restart
             policy feeds this guard (R7); ``None`` otherwise.
         cause: what moved HEAD to the current revision, read from the reflog when it

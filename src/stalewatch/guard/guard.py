@@ -88,7 +88,13 @@ class Guard:
         self._ready = threading.Event()  # set while the watcher runs (see wait_ready)
         self._reader = binding.reader()  # HEAD, or the release a deploy link names
         status, loaded, current = head.initial(binding, self._reader, loaded_revision)
-        self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time())
+        # An untracked guard's status never changes: its reason is told once, and kept.
+        why = (
+            None if binding.reason is None else f"{binding.source} {binding.reason}, then restart the process"
+        )
+        self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time(), error=why)
+        if why is not None:
+            logger.warning("stalewatch: this guard will never block: %s", why)
         self._stale = status.blocks
         # The barrier flag (C9): True only when the flag may be trusted and passes.
         self._pass = status is Status.UNTRACKED
@@ -130,7 +136,8 @@ class Guard:
         """Guard the checkout whose repository tracks exactly this source file (C2).
 
         Example: ``Guard.for_file(run_agent.__file__)``. An untracked file gives an
-        ``UNTRACKED`` guard that never blocks (unless behind a deploy link).
+        ``UNTRACKED`` guard that never blocks (unless behind a deploy link): it logs one
+        warning naming the file and the fix, and its snapshot's ``error`` says the same.
         ``deploy_link`` as for :meth:`for_module`.
         """
         binding = identity.bind_file(os.fspath(path), deploy_link)
@@ -178,12 +185,10 @@ class Guard:
             return cls.for_checkout(
                 path, loaded_revision=loaded_revision, latch=latch, source=source, deploy_link=deploy_link
             )
-        guard = cls.for_file(
-            path, loaded_revision=loaded_revision, latch=latch, source=source, deploy_link=deploy_link
-        )
-        if not guard.binding.tracked:
-            raise BindError(Path(path), "is not tracked by any git repository; there is nothing to watch")
-        return guard
+        binding = identity.bind_file(os.fspath(path), deploy_link)
+        if binding.reason is not None:
+            raise BindError(Path(path), f"{binding.reason}; there is nothing to watch")
+        return cls(binding, loaded_revision=loaded_revision, latch=latch, source=source)
 
     # -- the barrier ------------------------------------------------------------------
 

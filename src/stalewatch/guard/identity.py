@@ -33,12 +33,15 @@ class Binding:
         dirs: the git directories, ``None`` when the source is untracked (C2); behind
             a deploy link, with the link (:attr:`GitDirs.deploy_link`).
         link: the deploy link the code came through (``current -> releases/X``), if any.
+        reason: for an untracked source, why a guard of it never blocks and what to
+            do about it (the guard's one warning, its snapshot's ``error``).
     """
 
     checkout: Path
     source: Path | None
     dirs: GitDirs | None
     link: DeployLink | None = None
+    reason: str | None = None
 
     @property
     def tracked(self) -> bool:
@@ -104,8 +107,15 @@ def _bind_file(path: str | Path) -> Binding:
     if not source.is_file():
         raise BindError(path, "is not a regular file")
     dirs = _git_dirs(source.parent)
-    if dirs is None or not command.is_tracked(dirs.worktree, source):
-        return Binding(checkout=source.parent, source=source, dirs=None)
+    if dirs is None:
+        reason = "is not in a git checkout: run the code from a git clone"
+        return Binding(checkout=source.parent, source=source, dirs=None, reason=reason)
+    if not command.is_tracked(dirs.worktree, source):
+        reason = (
+            f"is not committed to the git repository at {dirs.worktree}: commit it "
+            f"(git add {os.path.relpath(source, dirs.worktree)} && git commit)"
+        )
+        return Binding(checkout=source.parent, source=source, dirs=None, reason=reason)
     return Binding(checkout=dirs.worktree, source=source, dirs=dirs)
 
 

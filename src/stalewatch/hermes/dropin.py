@@ -144,7 +144,8 @@ def agent_runtime_stale_payload(exc: BaseException) -> dict[str, Any]:
     Example: ``agent_runtime_stale_payload(exc)`` ->
     ``{"error": str(exc), "type": "agent_runtime_stale", "retryable": True}``.
     """
-    return Refusal.of(exc).body("agent_runtime_stale")
+    # The mirrored version's payload, byte for byte: its clients always retried.
+    return {**Refusal.of(exc).body("agent_runtime_stale"), "retryable": True}
 
 
 def _changed_error(

@@ -61,7 +61,11 @@ UPDATE_MARKER = ".hermes-update-in-progress"
 RECOVERY_MARKERS = (".update-incomplete", ".lazy-refresh-incomplete")
 UPDATE_MAX_AGE = 1200  # Hermes' own: a marker older than 20 minutes is not a live update
 SOCKET_LIMIT = 100  # sun_path holds 104 (macOS) to 108 (Linux) bytes
-_PROBE = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5).close()"
+_PROBE = (  # one line on failure, never a traceback: the daemon's reason quotes its last line
+    "import sys, urllib.request\n"
+    "try:\n    urllib.request.urlopen(sys.argv[1], timeout=5).close()\n"
+    "except Exception as exc:\n    sys.exit(f'{sys.argv[1]}: {exc}')\n"
+)
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,17 @@ def _running(args: argparse.Namespace) -> tuple[processes.Process, Path] | None:
         home = os.environ.get("HOME", "")
         servers = [(p, d) for p, d in servers if home and p.environ.get("HOME") == home]
     if args.port:
+        elsewhere = servers
         servers = [(p, d) for p, d in servers if p.environ.get("HERMES_WEBUI_PORT", "8787") == str(args.port)]
+        if elsewhere and not servers:
+            listed = ", ".join(
+                f"pid {p.pid} ({d}) on port {p.environ.get('HERMES_WEBUI_PORT', '8787')}"
+                for p, d in elsewhere
+            )
+            raise SetupError(
+                f"no Hermes WebUI server runs on port {args.port}, but one runs here: {listed}; pass its "
+                "port (or no --port), or restart it on the port you mean first"
+            )
     if len(servers) > 1:
         listed = ", ".join(
             f"pid {p.pid} ({d}, port {p.environ.get('HERMES_WEBUI_PORT', '8787')})" for p, d in servers
@@ -143,7 +157,10 @@ def _supervisor(
                 "could restart it. Run it under one (systemd, launchd, supervisord, runit, s6) or with "
                 "`ctl.sh start`, or pass --supervisor"
             )
-    candidates = supervisors.from_definitions(webui_dir, home, os.environ)
+    if args.supervisord_conf:  # named: its programs, in the files it includes too
+        candidates = supervisors.supervisord_webui(Path(args.supervisord_conf).expanduser(), webui_dir)
+    else:
+        candidates = supervisors.from_definitions(webui_dir, home, os.environ)
     if args.supervisor is not None:
         candidates = [c for c in candidates if c.kind == args.supervisor]
         if args.unit or args.label or args.program:

@@ -185,6 +185,18 @@ def _supervisord_environment(raw: str) -> dict[str, str]:
     return environ
 
 
+def supervisord_webui(config: Path, webui_dir: Path | None) -> list[Found]:
+    """The programs of supervisord's ``config`` running the WebUI, in it or in a file it
+    includes (``[include] files =``: globs relative to its directory)."""
+    found = []
+    for program, file, variables, user in _supervisord_programs(config):
+        text = file.read_text(errors="replace") if file.is_file() else ""
+        if program == "hermes-webui" or _mentions_webui(text, webui_dir):
+            evidence = f"supervisord program {program} in {file}"
+            found.append(Found(Kind.SUPERVISORD, program, evidence, file, config, user, variables))
+    return found
+
+
 def from_definitions(webui_dir: Path | None, home: Path | None, environ: Mapping[str, str]) -> list[Found]:
     """Every definition on disk that runs the WebUI (several: ask which with ``--supervisor``)."""
     found: list[Found] = []
@@ -216,11 +228,7 @@ def from_definitions(webui_dir: Path | None, home: Path | None, environ: Mapping
                 found.append(Found(Kind.LAUNCHD, name, f"LaunchAgent {plist}", plist, environ=variables))
     for config in (Path("/etc/supervisor/supervisord.conf"), Path("/etc/supervisord.conf")):
         if config.is_file():
-            for program, file, variables, user in _supervisord_programs(config):
-                text = file.read_text(errors="replace") if file.is_file() else ""
-                if program == "hermes-webui" or _mentions_webui(text, webui_dir):
-                    evidence = f"supervisord program {program} in {file}"
-                    found.append(Found(Kind.SUPERVISORD, program, evidence, file, config, user, variables))
+            found += supervisord_webui(config, webui_dir)
             break
     scan = [
         Path("/etc/sv"),

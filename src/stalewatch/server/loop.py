@@ -142,6 +142,7 @@ class DaemonServer:
             systemd=self._systemd,
         )
         self._metrics_started = False
+        self._served = False  # serve() was called: what stops was started
 
     @property
     def settings(self) -> DaemonConfig:
@@ -202,6 +203,7 @@ class DaemonServer:
         # a turn within milliseconds (restored after: an embedded daemon's process).
         interval = sys.getswitchinterval()
         sys.setswitchinterval(min(interval, _SWITCH_INTERVAL))
+        self._served = True
         with signals.handling(wakeups):  # only on the main thread: an embedded daemon is its owner's
             try:
                 self._serve(listener)
@@ -220,10 +222,10 @@ class DaemonServer:
         self._selector.register(listener, selectors.EVENT_READ, "listen")
         self._selector.register(self._wakeup.fileno(), selectors.EVENT_READ, "wake")
         logger.info(
-            "stalewatch: daemon %s serving %s for %d checkouts: %s",
+            "stalewatch: daemon %s serving %s for %s: %s",
             __version__,
             listener.getsockname(),
-            len(self._entries),
+            _checkouts(len(self._entries)),
             ", ".join(self._entries),
         )
         self._loop(listener)
@@ -317,7 +319,9 @@ class DaemonServer:
             return
         if trusted or mode is WatchMode.POLLING:  # running (polling is never trusted)
             self._systemd.running(entry.key)
-        level = logging.WARNING if lost else logging.INFO
+        # A watcher not running yet (trusted=False mode=none, before its first turn) is
+        # no news: only a lost trust is a warning.
+        level = logging.WARNING if lost else logging.DEBUG if mode is WatchMode.NONE else logging.INFO
         logger.log(level, "stalewatch: watcher for %s: trusted=%s mode=%s", entry.key, trusted, mode.value)
         self._publisher.health(entry, trusted, mode)
         self._observer.changed()
@@ -363,8 +367,14 @@ class DaemonServer:
         self._drain.stop()
         self._selector.close()
         self._wakeup.close()
-        logger.info(
-            "stalewatch: daemon stopped (%d checkouts, in %.2f s)",
-            len(self._entries),
-            time.monotonic() - began,
-        )
+        if self._served:  # one that never served (no socket: another daemon runs) did not stop
+            logger.info(
+                "stalewatch: daemon stopped (%s, in %.2f s)",
+                _checkouts(len(self._entries)),
+                time.monotonic() - began,
+            )
+
+
+def _checkouts(count: int) -> str:
+    """``1 checkout``, ``2 checkouts``: the log's count."""
+    return f"{count} checkout{'' if count == 1 else 's'}"

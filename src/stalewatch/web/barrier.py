@@ -68,11 +68,12 @@ App = TypeVar("App")
 def stale_payload(exc: BaseException, *, kind: str = "code_stale") -> dict[str, Any]:
     """The JSON body of a refusal: :meth:`stalewatch.Refusal.payload`.
 
-    ``{"error": str(exc), "type": kind, "retryable": True, "restart_scheduled": ...}``;
-    ``retryable`` tells a client the same request will succeed once the server has
-    restarted. While a daemon's automatic restart is coming (R7), ``restart_scheduled``
-    is true with ``retry_after`` (seconds, an estimate) and ``restart_phase``;
-    otherwise it is false with ``restart_reason`` (why no restart is coming).
+    ``{"error": str(exc), "type": kind, "retryable": ..., "restart_scheduled": ...}``.
+    While a daemon's automatic restart is coming (R7), ``restart_scheduled`` is true with
+    ``retry_after`` (seconds, an estimate) and ``restart_phase``; otherwise it is false
+    with ``restart_reason`` (why no restart is coming). ``retryable`` is true only then:
+    the same request, sent again after ``retry_after``, is expected to succeed; false,
+    nothing changes until someone restarts the server.
     Example: ``stale_payload(exc, kind="agent_runtime_stale")``.
     """
     return Refusal.of(exc).payload(kind)

@@ -100,7 +100,9 @@ class Work:
         self._policy = policy
         self.action: Action = action_of(policy)
 
-    def _run(self, argv: tuple[str, ...], what: str, revision: str, timeout: float) -> Outcome:
+    def _run(
+        self, argv: tuple[str, ...], what: str, revision: str, timeout: float, level: int = logging.WARNING
+    ) -> Outcome:
         outcome = commands.run(
             argv,
             cwd=self.worktree,
@@ -111,7 +113,7 @@ class Work:
             label=f"{what} for {self.key}",
         )
         if not outcome.ok and outcome.output:
-            logger.warning("stalewatch: %s for %s printed:\n%s", what, self.key, outcome.output)
+            logger.log(level, "stalewatch: %s for %s printed:\n%s", what, self.key, outcome.output)
         return outcome
 
     def markers(self, request: CheckMarkers) -> Answer:
@@ -190,7 +192,12 @@ class Work:
 
     def confirm_probe(self, request: ProbeConfirm) -> Answer:
         probe = self.policy.confirm or ()
-        outcome = self._run(probe, "the confirm probe", request.revision, self.policy.confirm_timeout)
+        # A probe refused while the new server still starts is expected: the machine asks
+        # again until confirm_timeout, and only then warns once (the `failed` phase, with
+        # the probe's last line). Its output meanwhile is for DEBUG.
+        outcome = self._run(
+            probe, "the confirm probe", request.revision, self.policy.confirm_timeout, logging.DEBUG
+        )
         return ConfirmProbed(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
 
     def _of(self, ticket: int) -> Started | None:
