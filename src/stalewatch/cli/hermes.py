@@ -8,7 +8,7 @@ import sys
 from ..core import exits
 from ..core.errors import SetupError
 from ..hermes import setup
-from ..hermes.supervisors import Kind
+from ..hermes.supervisors import KINDS
 
 __all__ = ["add_commands", "cmd_setup"]
 
@@ -40,7 +40,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     parser.add_argument(
         "--supervisor",
-        choices=[k.value for k in Kind],
+        choices=list(KINDS),
         help="what runs the WebUI (default: found from its running server, else its definitions)",
     )
     parser.add_argument("--port", type=int, help="the WebUI's port (default: the running WebUI's)")
@@ -69,8 +69,9 @@ def cmd_setup(args: argparse.Namespace) -> int:
         files = setup.render(install)
         if args.write:
             setup.write(files, force=args.force)
-            if install.supervisor.kind not in (Kind.SYSTEMD_USER, Kind.SYSTEMD_SYSTEM):
-                setup.make_private_dirs(install.socket.parent)  # systemd makes its RuntimeDirectory=
+            socket_dir = install.supervisor.kind.socket_dir(install.socket)
+            if socket_dir is not None:
+                setup.make_private_dirs(socket_dir)
     except (SetupError, OSError) as exc:
         print(f"stalewatch: {exc}", file=sys.stderr)
         return exits.USAGE
@@ -83,7 +84,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
                 f"# Hermes WebUI checkout: {install.webui_dir or 'not found (pass --webui-dir)'}",
                 f"# Hermes home:           {install.hermes_home}",
                 f"# Agent's Python:        {install.python or 'not found: the probe uses python3'}",
-                f"# supervisor:            {found.kind.value} {found.name} ({found.evidence})",
+                f"# supervisor:            {found.kind.option} {found.name} ({found.evidence})",
                 f"# the WebUI answers:     {install.health}",
                 f"# the daemon's socket:   {install.socket}",
                 *(f"# checked: {line}" for line in install.checked),

@@ -15,7 +15,7 @@ checkout, with a restart policy made of what ``hermes update`` leaves behind (it
 marker, its recovery markers in the checkout and the venv's root, a probe that imports
 ``run_agent`` with the Agent's Python, the supervisor's restart of the WebUI, and the
 WebUI's ``/health`` as the confirmation), a service running the daemon under the same
-supervisor, and the socket path for the WebUI (:mod:`.services`). Files are never
+supervisor, and the socket path for the WebUI (each supervisor's file in :mod:`.supervisors`). Files are never
 overwritten without ``--force``; directories it creates are 0700, whatever the umask.
 """
 
@@ -35,8 +35,8 @@ from .. import __version__
 from ..core.errors import SetupError
 from ..core.files import write_atomically
 from . import discovery, processes, supervisors
-from .services import Service, service_for, socket_for
-from .supervisors import Found, Kind
+from .supervisors import KINDS, Found, Service, Where
+from .supervisors.supervisord import webui_programs
 
 __all__ = [
     "ACCELERATOR_FIGURE",
@@ -149,7 +149,7 @@ def _supervisor(
 ) -> Found:
     if running is not None:
         found = supervisors.from_process(running[0], running[1], hermes_home)
-        if found is not None and (args.supervisor is None or args.supervisor == found.kind):
+        if found is not None and args.supervisor in (None, found.kind.option):
             return found
         if found is None and args.supervisor is None:
             raise SetupError(
@@ -158,46 +158,23 @@ def _supervisor(
                 "`ctl.sh start`, or pass --supervisor"
             )
     if args.supervisord_conf:  # named: its programs, in the files it includes too
-        candidates = supervisors.supervisord_webui(Path(args.supervisord_conf).expanduser(), webui_dir)
+        candidates = webui_programs(Path(args.supervisord_conf).expanduser(), webui_dir)
     else:
-        candidates = supervisors.from_definitions(webui_dir, home, os.environ)
+        candidates = supervisors.from_definitions(webui_dir, home)
     if args.supervisor is not None:
-        candidates = [c for c in candidates if c.kind == args.supervisor]
-        if args.unit or args.label or args.program:
-            name = args.unit or args.label or args.program
-            candidates = [c for c in candidates if c.name == name] or [_named(args, webui_dir)]
-        if not candidates:
-            candidates = [_named(args, webui_dir)]
+        kind, name = KINDS[args.supervisor], args.unit or args.label or args.program or None
+        candidates = [c for c in candidates if c.kind is kind and name in (None, c.name)]
+        candidates = candidates or [kind.named(args, webui_dir)]
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
         raise SetupError(
             "cannot tell what runs Hermes WebUI (no running server found, no unit, LaunchAgent, supervisord "
             "program or service directory naming it): pass --supervisor "
-            f"({', '.join(k.value for k in Kind)})"
+            f"({', '.join(KINDS)})"
         )
-    listed = "; ".join(f"{c.kind.value}: {c.evidence}" for c in candidates)
+    listed = "; ".join(f"{c.kind.option}: {c.evidence}" for c in candidates)
     raise SetupError(f"more than one supervisor may run Hermes WebUI ({listed}): pass --supervisor")
-
-
-def _named(args: argparse.Namespace, webui_dir: Path | None) -> Found:
-    """The supervisor the flags name, without a definition found on disk."""
-    kind = Kind(args.supervisor)
-    if kind in (Kind.SYSTEMD_USER, Kind.SYSTEMD_SYSTEM):
-        return Found(kind, discovery.webui_unit() if not args.unit else args.unit, "--supervisor")
-    if kind is Kind.LAUNCHD:
-        label = args.label or os.environ.get("HERMES_WEBUI_LAUNCHD_LABEL", "").strip()
-        if not label:
-            raise SetupError("--supervisor launchd: pass --label (the WebUI's LaunchAgent label)")
-        return Found(kind, label, "--supervisor")
-    if kind is Kind.SUPERVISORD:
-        conf = Path(args.supervisord_conf) if args.supervisord_conf else None
-        return Found(kind, args.program or "hermes-webui", "--supervisor", conf, conf)
-    if kind is Kind.CTL:
-        if webui_dir is None:
-            raise SetupError("--supervisor ctl.sh: pass --webui-dir")
-        return Found(kind, str(webui_dir / "ctl.sh"), "--supervisor")
-    raise SetupError(f"--supervisor {kind.value}: pass --service-dir (the WebUI's service directory)")
 
 
 def discover(args: argparse.Namespace) -> Install:
@@ -218,15 +195,8 @@ def discover(args: argparse.Namespace) -> Install:
         raise SetupError(
             "cannot tell Hermes' home (no $HERMES_HOME and no home directory); pass --hermes-home"
         )
-    if args.supervisor in (Kind.RUNIT, Kind.S6) and args.service_dir:
-        supervisor = Found(
-            Kind(args.supervisor),
-            str(Path(args.service_dir).resolve()),
-            "--service-dir",
-            Path(args.service_dir) / "run",
-        )
-    else:
-        supervisor = _supervisor(args, running, webui_dir, home, hermes_home)
+    flagged = KINDS[args.supervisor].given(args) if args.supervisor else None
+    supervisor = flagged or _supervisor(args, running, webui_dir, home, hermes_home)
     if webui_dir is None:
         webui_dir = supervisors.webui_dir_of(supervisor)
     if args.agent_dir:
@@ -270,7 +240,7 @@ def discover(args: argparse.Namespace) -> Install:
     if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard bind is probed on loopback
         host = "127.0.0.1"
     python = Path(args.python).expanduser() if args.python else discovery.agent_python(agent_dir, env)
-    system = supervisor.kind is Kind.SYSTEMD_SYSTEM
+    system = supervisor.kind.system
     config = (
         Path(args.config).expanduser()
         if args.config
@@ -280,7 +250,7 @@ def discover(args: argparse.Namespace) -> Install:
             else _config_home(home) / "stalewatch" / "hermes.toml"
         )
     )
-    socket = Path(args.socket) if args.socket else socket_for(supervisor, os.getuid(), hermes_home)
+    socket = Path(args.socket) if args.socket else supervisor.kind.socket(os.getuid(), hermes_home)
     if len(os.fsencode(socket)) > SOCKET_LIMIT:
         raise SetupError(f"the socket path {socket} is too long for a Unix socket: pass --socket")
     unit_dir = (
@@ -288,17 +258,9 @@ def discover(args: argparse.Namespace) -> Install:
         if args.unit_dir
         else (None if system else _config_home(home) / "systemd" / "user")
     )
-    service = service_for(
-        supervisor,
-        daemon=_daemon_command(),
-        config=config,
-        socket=socket,
-        webui_dir=webui_dir,
-        hermes_home=hermes_home,
-        home=home,
-        unit_dir=unit_dir,
-        uid=os.getuid(),
-    )
+    run = [*_daemon_command(), "daemon", "--config", str(config)]
+    where = Where(run, socket, webui_dir, hermes_home, home, unit_dir, os.getuid())
+    service = supervisor.kind.service(supervisor, where)
     install = Install(
         agent_dir, hermes_home, python, webui_dir, host, port, supervisor, config, socket, service
     )
@@ -317,7 +279,7 @@ def _check(install: Install, port_from: str) -> tuple[str, ...]:
     ok, said = supervisors.answers(install.supervisor)
     if not ok:
         raise SetupError(
-            f"{install.supervisor.kind.value} does not answer for {install.supervisor.name}: {said} "
+            f"{install.supervisor.kind.option} does not answer for {install.supervisor.name}: {said} "
             "(pass --supervisor if another runs the WebUI, or --no-check to write anyway)"
         )
     try:
@@ -346,7 +308,7 @@ def _as_webui_user(install: Install, argv: list[str]) -> list[str]:
     # A system unit's daemon runs as root: the Agent's code is imported as the WebUI's
     # user, never as root (the checkout is that user's to write).
     user = install.supervisor.user
-    if install.supervisor.kind is Kind.SYSTEMD_SYSTEM and user and user != "root":
+    if install.supervisor.kind.system and user and user != "root":
         return ["runuser", "-u", user, "--", *argv]
     return argv
 
@@ -377,7 +339,7 @@ def render(install: Install) -> dict[Path, tuple[str, int]]:
         # a stopped one is never started (R10).
         policy["pid_command"] = install.service.pid_command
     config = (
-        f"# stalewatch for Hermes: restart Hermes WebUI ({install.supervisor.kind.value}: "
+        f"# stalewatch for Hermes: restart Hermes WebUI ({install.supervisor.kind.option}: "
         f"{install.supervisor.name}) after `hermes update`, safely.\n"
         f"# Written by `stalewatch hermes setup` ({__version__}) on {time.strftime('%Y-%m-%d')}.\n"
         "# Every key: docs/restart.md. Reloaded on SIGHUP.\n"

@@ -1,0 +1,58 @@
+"""The WebUI's ``ctl.sh``: not a supervisor, a PID file (``start.sh`` by hand has nothing).
+
+Setup writes the action ``ctl.sh restart``, no service (it prints a ``nohup`` command to
+run), and the socket in the WebUI's ``.env``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from ...core.errors import SetupError
+from ..processes import Process
+from .base import Found, Service, Supervisor, Where
+
+
+class Ctl(Supervisor):
+    option = "ctl.sh"
+
+    def process(self, server: Process, webui_dir: Path, hermes_home: Path | None) -> Found | None:
+        pidfile = Path(
+            server.environ.get("HERMES_WEBUI_PID_FILE", "")
+            or (hermes_home or Path("/nonexistent")) / "webui.pid"
+        )
+        try:
+            recorded = int(pidfile.read_text(encoding="ascii", errors="replace").split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        if recorded != server.pid or not (webui_dir / "ctl.sh").is_file():
+            return None
+        return Found(self, str(webui_dir / "ctl.sh"), f"ctl.sh started it (pid {server.pid} in {pidfile})")
+
+    def named(self, args: argparse.Namespace, webui_dir: Path | None) -> Found:
+        if webui_dir is None:
+            raise SetupError("--supervisor ctl.sh: pass --webui-dir")
+        return Found(self, str(webui_dir / "ctl.sh"), "--supervisor")
+
+    def status(self, found: Found, uid: int) -> list[str]:
+        return ["/bin/bash", found.name, "status"]
+
+    def service(self, found: Found, where: Where) -> Service:
+        return Service(
+            ["/bin/bash", found.name, "restart"],
+            {},
+            where.env_file,
+            [
+                f"nohup {shlex.join(where.run)} >> {shlex.quote(str(where.log))} 2>&1 &",
+                f"/bin/bash {shlex.quote(found.name)} restart",
+            ],
+            [
+                "ctl.sh is not a supervisor: nothing restarts the daemon if it stops; start it at "
+                "login (e.g. from your crontab: @reboot) with the nohup line below"
+            ],
+        )
+
+
+KINDS = (Ctl(),)

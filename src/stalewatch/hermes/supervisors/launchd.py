@@ -1,0 +1,92 @@
+"""launchd (macOS): a LaunchAgent in ``~/Library/LaunchAgents`` naming the WebUI.
+
+Setup writes the action ``launchctl kickstart -k gui/UID/LABEL``, the daemon's
+LaunchAgent ``com.stalewatch.hermes``, and the socket in the WebUI's ``.env``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import plistlib
+import shlex
+from pathlib import Path
+
+from ...core.errors import SetupError
+from .base import Found, Service, Supervisor, Where, mentions_webui
+
+DAEMON_LABEL = "com.stalewatch.hermes"
+"""The daemon's LaunchAgent label."""
+
+
+class Launchd(Supervisor):
+    option = "launchd"
+
+    def definitions(self, webui_dir: Path | None, home: Path | None) -> list[Found]:
+        found: list[Found] = []
+        agents = home / "Library" / "LaunchAgents" if home is not None else Path("/nonexistent")
+        label = os.environ.get("HERMES_WEBUI_LAUNCHD_LABEL", "").strip()
+        for plist in sorted(agents.glob("*.plist")) if agents.is_dir() else []:
+            entry = _launch_agent(plist)
+            if entry is None or entry[0].startswith("com.stalewatch."):
+                continue
+            name, arguments, variables = entry
+            if name == label or mentions_webui(" ".join(arguments), webui_dir):
+                found.append(Found(self, name, f"LaunchAgent {plist}", plist, environ=variables))
+        return found
+
+    def named(self, args: argparse.Namespace, webui_dir: Path | None) -> Found:
+        label = args.label or os.environ.get("HERMES_WEBUI_LAUNCHD_LABEL", "").strip()
+        if not label:
+            raise SetupError("--supervisor launchd: pass --label (the WebUI's LaunchAgent label)")
+        return Found(self, label, "--supervisor")
+
+    def status(self, found: Found, uid: int) -> list[str]:
+        return ["launchctl", "print", f"gui/{uid}/{found.name}"]
+
+    def arguments(self, definition: Path) -> list[str]:
+        entry = _launch_agent(definition)
+        return entry[1] if entry else []
+
+    def service(self, found: Found, where: Where) -> Service:
+        plist = (where.home or Path("~").expanduser()) / "Library" / "LaunchAgents" / f"{DAEMON_LABEL}.plist"
+        data = {
+            "Label": DAEMON_LABEL,
+            "ProgramArguments": where.run,
+            "RunAtLoad": True,
+            "KeepAlive": True,
+            "ProcessType": "Background",
+            "StandardOutPath": str(where.log),
+            "StandardErrorPath": str(where.log),
+        }
+        domain = f"gui/{where.uid}"
+        return Service(
+            ["launchctl", "kickstart", "-k", f"{domain}/{found.name}"],
+            {plist: (plistlib.dumps(data).decode(), 0o644)},
+            where.env_file,
+            [
+                f"launchctl bootstrap {domain} {shlex.quote(str(plist))}",
+                f"launchctl kickstart -k {domain}/{found.name}",
+            ],
+        )
+
+
+def _launch_agent(plist: Path) -> tuple[str, list[str], dict[str, str]] | None:
+    try:
+        with plist.open("rb") as file:
+            data = plistlib.load(file)
+    except (OSError, plistlib.InvalidFileException, ValueError):
+        return None
+    label = data.get("Label") if isinstance(data, dict) else None
+    if not isinstance(label, str):
+        return None
+    arguments = [str(a) for a in data.get("ProgramArguments", []) if isinstance(a, str)]
+    program = data.get("Program")
+    if isinstance(program, str):
+        arguments.insert(0, program)
+    variables = data.get("EnvironmentVariables")
+    environ = {str(k): str(v) for k, v in variables.items()} if isinstance(variables, dict) else {}
+    return label, arguments, environ
+
+
+KINDS = (Launchd(),)

@@ -1,0 +1,96 @@
+"""runit and s6: a service directory whose ``run`` script starts the WebUI.
+
+Setup writes the action ``sv restart DIR`` or ``s6-svc -r DIR``, a service directory
+``stalewatch-hermes`` beside DIR (linking it where the scanner looks is the user's
+step), and the socket in the WebUI's ``.env``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from ...core.errors import SetupError
+from ..processes import Process
+from .base import DAEMON_NAME, Found, Service, Supervisor, Where, mentions_webui
+
+_SCANNED = (
+    Path("/etc/sv"),
+    Path("/etc/service"),
+    Path("/var/service"),
+    Path("/etc/s6/sv"),
+    Path("/run/service"),
+)
+
+
+class ServiceDirectory(Supervisor):
+    """runit's (``s6=False``) or s6's service directories."""
+
+    def __init__(self, s6: bool) -> None:
+        self.s6 = s6
+        self.option, self.supervise, self.scanner = (
+            ("s6", "s6-supervise", "s6-svscan") if s6 else ("runit", "runsv", "runsvdir")
+        )
+
+    def parent(self, parent: Process, server: Process, webui_dir: Path) -> Found | None:
+        if parent.name != self.supervise or parent.cwd is None:
+            return None
+        return Found(
+            self, str(parent.cwd), f"{self.supervise} {parent.pid} supervises it", parent.cwd / "run"
+        )
+
+    def definitions(self, webui_dir: Path | None, home: Path | None) -> list[Found]:
+        found = []
+        for directory in (*_SCANNED, *([home / "service"] if home is not None else [])):
+            for run in sorted(directory.glob("*/run")) if directory.is_dir() else []:
+                try:
+                    text = run.read_text(errors="replace")[:65536]
+                except OSError:
+                    continue
+                s6 = "s6" in str(directory) or (run.parent / "type").exists()  # s6-rc's definition
+                if (
+                    s6 == self.s6
+                    and mentions_webui(text, webui_dir)
+                    and not run.parent.name.startswith("stalewatch")
+                ):
+                    found.append(Found(self, str(run.parent), f"service directory {run.parent}", run))
+        return found
+
+    def given(self, args: argparse.Namespace) -> Found | None:
+        if not args.service_dir:
+            return None
+        return Found(
+            self, str(Path(args.service_dir).resolve()), "--service-dir", Path(args.service_dir) / "run"
+        )
+
+    def named(self, args: argparse.Namespace, webui_dir: Path | None) -> Found:
+        raise SetupError(f"--supervisor {self.option}: pass --service-dir (the WebUI's service directory)")
+
+    def status(self, found: Found, uid: int) -> list[str]:
+        return ["s6-svstat", found.name] if self.s6 else ["sv", "status", found.name]
+
+    def service(self, found: Found, where: Where) -> Service:
+        directory = Path(found.name).parent / DAEMON_NAME
+        script = (
+            "#!/bin/sh\n# stalewatch for Hermes WebUI (stalewatch hermes setup)\n"
+            f"exec 2>&1\nexec {shlex.join(where.run)}\n"
+        )
+        action = ["s6-svc", "-r", found.name] if self.s6 else ["sv", "restart", found.name]
+        return Service(
+            action,
+            {directory / "run": (script, 0o755)},
+            where.env_file,
+            [
+                f"ln -s {shlex.quote(str(directory))} <the directory {self.scanner} scans, "
+                f"where {Path(found.name).name} is linked>",
+                shlex.join(action),
+            ],
+            [
+                f"the daemon runs as whoever {self.scanner} runs it as: "
+                "the WebUI's user (chpst -u / s6-setuidgid)"
+            ],
+        )
+
+
+KINDS = (ServiceDirectory(s6=False), ServiceDirectory(s6=True))
