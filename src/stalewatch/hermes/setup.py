@@ -240,16 +240,9 @@ def discover(args: argparse.Namespace) -> Install:
     if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard bind is probed on loopback
         host = "127.0.0.1"
     python = Path(args.python).expanduser() if args.python else discovery.agent_python(agent_dir, env)
-    system = supervisor.kind.system
-    config = (
-        Path(args.config).expanduser()
-        if args.config
-        else (
-            Path("/etc/stalewatch/hermes.toml")
-            if system
-            else _config_home(home) / "stalewatch" / "hermes.toml"
-        )
-    )
+    system = supervisor.kind.system  # the daemon runs as root: its configuration is in /etc
+    config = Path(args.config).expanduser() if args.config else None
+    config = config or (Path("/etc") if system else _config_home(home)) / "stalewatch" / "hermes.toml"
     socket = Path(args.socket) if args.socket else supervisor.kind.socket(os.getuid(), hermes_home)
     if len(os.fsencode(socket)) > SOCKET_LIMIT:
         raise SetupError(f"the socket path {socket} is too long for a Unix socket: pass --socket")

@@ -29,8 +29,6 @@ _MODULES = (systemd, launchd, supervisord, servicedir, ctl)  # a new kind's modu
 KINDS: dict[str, Supervisor] = {kind.option: kind for module in _MODULES for kind in module.KINDS}
 """Every way of running the WebUI by its ``--supervisor`` name, in the order they are tried."""
 
-_TIMEOUT = 15
-
 
 def from_process(server: Process, webui_dir: Path, hermes_home: Path | None) -> Found | None:
     """Who runs ``server``: its nearest supervising ancestor, its service, or ``ctl.sh``."""
@@ -64,7 +62,7 @@ def answers(found: Found, uid: int | None = None) -> tuple[bool, str]:
     """Ask the supervisor about the WebUI's service: ``(answered, what it said)``."""
     command = found.kind.status(found, os.getuid() if uid is None else uid)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=15, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"`{shlex.join(command)}`: {exc}"
     said = (done.stdout + done.stderr).strip().replace("\n", "; ")[:300]

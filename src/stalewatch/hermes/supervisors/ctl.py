@@ -19,10 +19,8 @@ class Ctl(Supervisor):
     option = "ctl.sh"
 
     def process(self, server: Process, webui_dir: Path, hermes_home: Path | None) -> Found | None:
-        pidfile = Path(
-            server.environ.get("HERMES_WEBUI_PID_FILE", "")
-            or (hermes_home or Path("/nonexistent")) / "webui.pid"
-        )
+        default = (hermes_home or Path("/nonexistent")) / "webui.pid"
+        pidfile = Path(server.environ.get("HERMES_WEBUI_PID_FILE", "") or default)
         try:
             recorded = int(pidfile.read_text(encoding="ascii", errors="replace").split()[0])
         except (OSError, ValueError, IndexError):

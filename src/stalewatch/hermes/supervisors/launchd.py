@@ -50,15 +50,9 @@ class Launchd(Supervisor):
 
     def service(self, found: Found, where: Where) -> Service:
         plist = (where.home or Path("~").expanduser()) / "Library" / "LaunchAgents" / f"{DAEMON_LABEL}.plist"
-        data = {
-            "Label": DAEMON_LABEL,
-            "ProgramArguments": where.run,
-            "RunAtLoad": True,
-            "KeepAlive": True,
-            "ProcessType": "Background",
-            "StandardOutPath": str(where.log),
-            "StandardErrorPath": str(where.log),
-        }
+        data: dict[str, object] = {"Label": DAEMON_LABEL, "ProgramArguments": where.run, "RunAtLoad": True}
+        data |= {"KeepAlive": True, "ProcessType": "Background"}  # plistlib sorts the keys
+        data |= {"StandardOutPath": str(where.log), "StandardErrorPath": str(where.log)}
         domain = f"gui/{where.uid}"
         return Service(
             ["launchctl", "kickstart", "-k", f"{domain}/{found.name}"],

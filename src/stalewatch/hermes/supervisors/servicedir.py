@@ -15,13 +15,7 @@ from ...core.errors import SetupError
 from ..processes import Process
 from .base import DAEMON_NAME, Found, Service, Supervisor, Where, mentions_webui
 
-_SCANNED = (
-    Path("/etc/sv"),
-    Path("/etc/service"),
-    Path("/var/service"),
-    Path("/etc/s6/sv"),
-    Path("/run/service"),
-)
+_SCANNED = tuple(map(Path, ("/etc/sv", "/etc/service", "/var/service", "/etc/s6/sv", "/run/service")))
 
 
 class ServiceDirectory(Supervisor):
@@ -34,11 +28,10 @@ class ServiceDirectory(Supervisor):
         )
 
     def parent(self, parent: Process, server: Process, webui_dir: Path) -> Found | None:
-        if parent.name != self.supervise or parent.cwd is None:
+        cwd = parent.cwd
+        if parent.name != self.supervise or cwd is None:
             return None
-        return Found(
-            self, str(parent.cwd), f"{self.supervise} {parent.pid} supervises it", parent.cwd / "run"
-        )
+        return Found(self, str(cwd), f"{self.supervise} {parent.pid} supervises it", cwd / "run")
 
     def definitions(self, webui_dir: Path | None, home: Path | None) -> list[Found]:
         found = []
@@ -49,19 +42,15 @@ class ServiceDirectory(Supervisor):
                 except OSError:
                     continue
                 s6 = "s6" in str(directory) or (run.parent / "type").exists()  # s6-rc's definition
-                if (
-                    s6 == self.s6
-                    and mentions_webui(text, webui_dir)
-                    and not run.parent.name.startswith("stalewatch")
-                ):
+                ours = s6 == self.s6 and not run.parent.name.startswith("stalewatch")
+                if ours and mentions_webui(text, webui_dir):
                     found.append(Found(self, str(run.parent), f"service directory {run.parent}", run))
         return found
 
     def given(self, args: argparse.Namespace) -> Found | None:
-        if not args.service_dir:
-            return None
-        return Found(
-            self, str(Path(args.service_dir).resolve()), "--service-dir", Path(args.service_dir) / "run"
+        directory = Path(args.service_dir) if args.service_dir else None
+        return (
+            Found(self, str(directory.resolve()), "--service-dir", directory / "run") if directory else None
         )
 
     def named(self, args: argparse.Namespace, webui_dir: Path | None) -> Found:

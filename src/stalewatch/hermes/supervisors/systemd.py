@@ -37,19 +37,11 @@ class Systemd(Supervisor):
 
     def definitions(self, webui_dir: Path | None, home: Path | None) -> list[Found]:
         unit = webui_unit()
-        directories = (
-            ([home / ".config" / "systemd" / "user"] if home is not None else [])
-            if self.user
-            else _SYSTEM_UNITS
-        )
-        for directory in directories:
-            if (directory / unit).is_file():
-                variables, user = _unit_environment(directory / unit)
-                return [
-                    Found(
-                        self, unit, f"unit file {directory / unit}", directory / unit, None, user, variables
-                    )
-                ]
+        user_units = [home / ".config" / "systemd" / "user"] if home is not None else []
+        for file in (directory / unit for directory in (user_units if self.user else _SYSTEM_UNITS)):
+            if file.is_file():
+                variables, user = _unit_environment(file)
+                return [Found(self, unit, f"unit file {file}", file, None, user, variables)]
         return []
 
     def named(self, args: argparse.Namespace, webui_dir: Path | None) -> Found:
