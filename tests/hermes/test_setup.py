@@ -301,8 +301,16 @@ def test_launchd_gets_a_launch_agent_and_kickstart(
     )
     with (hermes / "Library" / "LaunchAgents" / "com.stalewatch.hermes.plist").open("rb") as file:
         agent = plistlib.load(file)
-    assert agent["Label"] == "com.stalewatch.hermes" and agent["KeepAlive"] is True
     assert agent["ProgramArguments"][-3:] == ["daemon", "--config", str(config)]
+    log = str(hermes / ".hermes" / "stalewatch-hermes.log")
+    assert {key: value for key, value in agent.items() if key != "ProgramArguments"} == {
+        "Label": "com.stalewatch.hermes",
+        "RunAtLoad": True,
+        "KeepAlive": True,  # launchd restarts the daemon; every key launchd reads, none other
+        "ProcessType": "Background",
+        "StandardOutPath": log,
+        "StandardErrorPath": log,
+    }
     assert loaded.socket == hermes / ".hermes" / "stalewatch" / "stalewatch.sock"
     assert discovery.read_dotenv(webui / ".env")["STALEWATCH_SOCKET"] == str(loaded.socket)
     assert f"launchctl bootstrap gui/{os.getuid()}" in capsys.readouterr().out
