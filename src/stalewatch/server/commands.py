@@ -41,7 +41,6 @@ __all__ = [
     "parse_pid",
     "pidfd",
     "run",
-    "signal_group",
 ]
 
 KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
@@ -266,7 +265,8 @@ class ProcessWait:
         is an orphan, found only by its mark.
         """
         found = descendants.find(self.proc.pid, self.mark) if strays else []
-        signal_group(self.proc, signum)
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+            os.killpg(self.proc.pid, signum)
         if found:
             descendants.send(found, signum)
 
@@ -275,12 +275,6 @@ class ProcessWait:
             self.proc.stdout.close()
         if not keep:
             self.pipe = None
-
-
-def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
-    """Send ``signum`` to the command's process group (its own session)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-        os.killpg(proc.pid, signum)
 
 
 MAX_PID = 2**22  # Linux's PID_MAX_LIMIT: a larger number names no process

@@ -57,7 +57,7 @@ class Registry:
         process = Process(pid, checkout, revision, time.time(), connection, inflight, time.monotonic())
         with self._cond:
             self._by_connection[connection] = process
-            self._changed()
+            self._cond.notify_all()
         return process
 
     def set_inflight(self, connection: int, inflight: int) -> Process | None:
@@ -68,7 +68,7 @@ class Registry:
                 return None
             process = replace(process, inflight=inflight)
             self._by_connection[connection] = process
-            self._changed()
+            self._cond.notify_all()
         return process
 
     def unregister(self, connection: int) -> Process | None:
@@ -76,7 +76,7 @@ class Registry:
         with self._cond:
             process = self._by_connection.pop(connection, None)
             if process is not None:
-                self._changed()
+                self._cond.notify_all()
             return process
 
     def processes(self, checkout: str) -> list[Process]:
@@ -84,13 +84,6 @@ class Registry:
         with self._cond:
             found = [p for p in self._by_connection.values() if p.checkout == checkout]
         return sorted(found, key=lambda p: (p.since, p.connection))
-
-    def by_revision(self, checkout: str) -> dict[str, list[int]]:
-        """``{revision: [pid, ...]}`` for ``checkout``: who runs which code."""
-        table: dict[str, list[int]] = {}
-        for process in self.processes(checkout):
-            table.setdefault(process.revision, []).append(process.pid)
-        return table
 
     def wait(
         self,
@@ -114,6 +107,3 @@ class Registry:
         """Wake every waiter (to notice a stop)."""
         with self._cond:
             self._cond.notify_all()
-
-    def _changed(self) -> None:
-        self._cond.notify_all()

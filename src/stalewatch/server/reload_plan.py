@@ -187,10 +187,6 @@ class Binder:
         """Stop between two checkouts (the result is then a :class:`Bound` with neither)."""
         self._cancel.set()
 
-    @property
-    def cancelled(self) -> bool:
-        return self._cancel.is_set()
-
     def join(self, timeout: float) -> bool:
         """Wait for the thread; False if it still runs (binding one slow checkout)."""
         if self._thread.ident is not None:
