@@ -29,6 +29,7 @@ from pathlib import Path
 
 from . import descendants
 from .capture import CHUNK, BoundedOutput, read_available
+from .descendants import pidfd
 from .drain import OutputDrain
 from .sdnotify import SD_ENV
 
@@ -66,25 +67,6 @@ class Outcome:
     detail: str
 
 
-def pidfd(pid: int) -> int | None:
-    """A descriptor that becomes readable when ``pid`` exits (Linux >= 5.3), else None.
-
-    With it, one poll() waits for a command's output and its exit together.
-    """
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        fd: int = opener(pid)
-    except OSError:  # ENOSYS on an old kernel, EPERM under some seccomp filters
-        return None
-    return fd
-
-
-def _text(output: BoundedOutput) -> str:
-    return "\n".join(output.lines()).strip()
-
-
 _runs = itertools.count(1)
 
 
@@ -114,27 +96,11 @@ def run(
     pipe goes when a background child still holds it (``sh -c './serve &'``), so that
     child never dies of SIGPIPE on its next write; its rest is logged under ``label``.
     """
-    env = environment(env)
+    sink = BoundedOutput()
     try:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        ending = ProcessWait.start(argv, environment(env), sink, timeout, stop or threading.Event(), cwd=cwd)
     except OSError as exc:
         return Outcome(False, None, "", f"cannot run {argv[0]!r}: {exc.strerror or exc}")
-    sink = BoundedOutput()
-    ending = ProcessWait(
-        proc,
-        sink,
-        deadline=time.monotonic() + timeout,
-        stop=stop or threading.Event(),
-        mark=env[descendants.MARK],
-    )
     try:
         timed_out = ending.run()
     finally:
@@ -142,12 +108,12 @@ def run(
             drain.adopt(ending.pipe, label or repr(argv[0]), BoundedOutput())
         elif ending.pipe is not None:  # never wait for it
             os.close(ending.pipe)
-    output = _text(sink)
+    output = "\n".join(sink.lines()).strip()
     if timed_out:
         return Outcome(False, None, output, f"timed out after {timeout:g} s; killed")
     if ending.ended:
         return Outcome(False, None, output, "stopped; killed")
-    code = proc.returncode
+    code = ending.proc.returncode
     if code == 0:
         return Outcome(True, 0, output, "exited 0")
     what = f"killed by signal {-code}" if code < 0 else f"exited {code}"
@@ -187,6 +153,35 @@ class ProcessWait:
         self.ended = False
         self.pipe: int | None = proc.stdout.fileno()  # still open after run(): held by another writer
         os.set_blocking(self.pipe, False)
+
+    @classmethod
+    def start(
+        cls,
+        argv: Sequence[str],
+        env: dict[str, str],
+        output: BoundedOutput,
+        timeout: float,
+        stop: threading.Event,
+        *,
+        cwd: Path | None = None,
+    ) -> ProcessWait:
+        """Start ``argv`` with ``env`` (from :func:`environment`): no stdin, its output
+        on one pipe, a session of its own (a timeout kills its whole group).
+
+        Raises:
+            OSError, ValueError: it cannot be started (ValueError: a NUL in an argument).
+        """
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        return cls(proc, output, deadline=deadline, stop=stop, mark=env[descendants.MARK])
 
     def run(self) -> bool:
         """Wait until the command's process exited (ending it when due); True if it timed out.

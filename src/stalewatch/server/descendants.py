@@ -24,7 +24,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MARK", "Process", "find", "send"]
+__all__ = ["MARK", "Process", "find", "pidfd", "send"]
 
 MARK = "STALEWATCH_COMMAND_ID"
 """The environment variable that marks every process of one command's run."""
@@ -95,7 +95,8 @@ def send(processes: list[Process], signum: int) -> int:
     """Signal each of ``processes`` that is still the process found; how many were."""
     sent = 0
     for process in processes:
-        fd = _open(process.pid)
+        # A pidfd pins the pid while it is checked and signalled.
+        fd = pidfd(process.pid) if hasattr(signal, "pidfd_send_signal") else None
         try:
             now = _stat(process.pid)
             if now is None or now.started != process.started:
@@ -113,13 +114,16 @@ def send(processes: list[Process], signum: int) -> int:
     return sent
 
 
-def _open(pid: int) -> int | None:
-    """A pidfd pinning ``pid`` while it is checked and signalled (Linux >= 5.3)."""
+def pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits (Linux >= 5.3), else None.
+
+    With it, one poll() waits for a command's output and its exit together.
+    """
     opener = getattr(os, "pidfd_open", None)
-    if opener is None or not hasattr(signal, "pidfd_send_signal"):
+    if opener is None:
         return None
     try:
         fd: int = opener(pid)
-    except OSError:
+    except OSError:  # ENOSYS on an old kernel, EPERM under some seccomp filters
         return None
     return fd

@@ -112,24 +112,20 @@ class OutputDrain:
 
     def _run(self) -> None:
         selector = selectors.DefaultSelector()
-        registered: set[int] = set()
+        watched = selector.get_map()  # the pipes registered, and the wake-up
         try:
             selector.register(self._wake_r, selectors.EVENT_READ)
             while True:
                 with self._lock:
                     for fd in self._closed_early:
-                        self._budgets.pop(fd, None)
-                        if fd in registered:
+                        if fd in watched:
                             selector.unregister(fd)
-                            registered.discard(fd)
-                        os.close(fd)
-                    self._closed_early.clear()
                     if self._stopping or not self._pipes:
-                        self._finish(selector, registered)
+                        self._finish()
                         return
-                    for fd in self._pipes.keys() - registered:
+                    self._close_early()
+                    for fd in self._pipes.keys() - watched.keys():
                         selector.register(fd, selectors.EVENT_READ)
-                        registered.add(fd)
                 for key, _ in selector.select():
                     if key.fd == self._wake_r:
                         with contextlib.suppress(OSError):
@@ -143,7 +139,6 @@ class OutputDrain:
                     flooding = not ended and not self._allow(key.fd, output.total - before)
                     if ended or flooding:
                         selector.unregister(key.fd)
-                        registered.discard(key.fd)
                         with self._lock:
                             del self._pipes[key.fd]
                             self._budgets.pop(key.fd, None)
@@ -159,21 +154,25 @@ class OutputDrain:
         except Exception:
             logger.exception("stalewatch: draining hook output failed")
             with self._lock:
-                self._finish(selector, registered)
+                self._finish()
         finally:
             selector.close()
 
-    def _finish(self, selector: selectors.BaseSelector, registered: set[int]) -> None:
-        # Under _lock: close what is left, and let the next adopt() start a thread.
+    def _close_early(self) -> None:
+        # Under _lock, by the thread: evicted pipes, unregistered from its selector.
         for fd in self._closed_early:
+            self._budgets.pop(fd, None)
             os.close(fd)
         self._closed_early.clear()
+
+    def _finish(self) -> None:
+        # Under _lock: close what is left, and let the next adopt() start a thread.
+        self._close_early()
         for fd, (label, output) in self._pipes.items():
             os.close(fd)
             _log_rest(label, output, closed=True)
         self._pipes.clear()
         self._budgets.clear()
-        registered.clear()
         os.close(self._wake_r)
         os.close(self._wake_w)
         self._wake_r = self._wake_w = -1

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +23,6 @@ from pathlib import Path
 
 from ..core.escaping import printable
 from ..core.status import Event, Status
-from . import descendants
 from .capture import BoundedOutput
 from .commands import KILL_GRACE, ProcessWait, environment
 from .config import HookConfig
@@ -36,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 _HOLD_POLL = 0.1  # seconds between checks of the hold_while marker
 _HOLD_REMIND = 60.0  # repeat the "held" log line this often
+_HOOKS = {Status.STALE: "on_stale", Status.CURRENT: "on_current", Status.UNREADABLE: "on_unreadable"}
 
 
 def hook_environment(event: Event, generation: int, hook: str) -> dict[str, str]:
@@ -228,38 +227,21 @@ class HookRunner:
 
     def _execute(self, event: Event, generation: int) -> None:
         config = self._config
-        name = {
-            Status.STALE: "on_stale",
-            Status.CURRENT: "on_current",
-            Status.UNREADABLE: "on_unreadable",
-        }.get(event.status)
-        argv = getattr(config, name) if name else None
-        if not argv or name is None:
+        name = _HOOKS.get(event.status)
+        argv: tuple[str, ...] | None = getattr(config, name) if name else None
+        if not argv or name is None or self._stop.is_set():
             return
         env = environment(hook_environment(event, generation, name))
-        if self._stop.is_set():
-            return
         started = time.monotonic()
+        output = BoundedOutput()
         try:
-            # A new session: the timeout kills the hook's whole process group.
-            proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-        except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL in an argument
+            ending = ProcessWait.start(argv, env, output, config.timeout, self._stop)
+        except (OSError, ValueError) as exc:
             logger.warning(
                 "stalewatch: cannot run %s hook %s for %s: %s", name, _argv(argv), self.checkout, exc
             )
             self._outcome(name, "not_started")
             return
-        output = BoundedOutput()
-        ending = ProcessWait(
-            proc, output, deadline=started + config.timeout, stop=self._stop, mark=env[descendants.MARK]
-        )
         timed_out = ending.run()
         if ending.pipe is not None:
             logger.warning(
@@ -269,38 +251,21 @@ class HookRunner:
                 self.checkout,
             )
             self._drain.adopt(ending.pipe, f"{name} hook for {self.checkout}", BoundedOutput())
-        self._log(
-            name,
-            argv,
-            proc.returncode,
-            output,
-            elapsed=time.monotonic() - started,
-            timeout=config.timeout if timed_out else None,
-        )
-
-    def _log(
-        self,
-        name: str,
-        argv: tuple[str, ...],
-        code: int,
-        output: BoundedOutput,
-        *,
-        elapsed: float,
-        timeout: float | None,
-    ) -> None:
         for line in output.lines():
             logger.info("stalewatch: %s hook for %s: %s", name, self.checkout, line)
-        if timeout is not None:
+        code = ending.proc.returncode
+        if timed_out:
             self._outcome(name, "timeout")
             logger.error(
                 "stalewatch: %s hook %s for %s timed out after %.1f s; killed",
                 name,
                 _argv(argv),
                 self.checkout,
-                timeout,
+                config.timeout,
             )
         elif code == 0:
             self._outcome(name, "success")
+            elapsed = time.monotonic() - started
             logger.info("stalewatch: %s hook for %s exited 0 in %.3f s", name, self.checkout, elapsed)
         else:
             self._outcome(name, "killed" if code < 0 else "failure")

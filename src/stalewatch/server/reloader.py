@@ -91,7 +91,7 @@ class Reloader:
     def turn(self) -> None:
         """Start reading a reload, or apply a few more of its steps (bounded: see :mod:`.reload_plan`)."""
         if self._applying is not None:
-            self._apply_some()
+            self._apply_some(self._applying)
             return
         if not self._requested:
             return
@@ -123,13 +123,10 @@ class Reloader:
         self.settings = plan.settings
         self._clients.burst = 1 + len(plan.reused) + len(plan.fresh)  # before fresh snapshots are queued
         self._applying = Applier(plan, self._entries, self._observer, self._publisher, self._refresh_view)
-        self._apply_some()
+        self._apply_some(self._applying)
 
-    def _apply_some(self) -> None:
+    def _apply_some(self, applying: Applier) -> None:
         """Apply the next :data:`RELOAD_STEPS_PER_TURN` steps of the reload; finish it."""
-        applying = self._applying
-        if applying is None:
-            return
         try:
             applying.run(RELOAD_STEPS_PER_TURN, RELOAD_TURN_BUDGET)
         except Exception:

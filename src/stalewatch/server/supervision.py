@@ -52,7 +52,7 @@ class ObservedSource:
 
     def __init__(self) -> None:
         self._inner = LocalSource()
-        self._watcher: Watcher | None = None
+        self.watcher: Watcher | None = None  # the watcher it made (None: not watching yet)
         self.beat: float | None = None
         self.since: float | None = None  # when its watcher was made (before its first turn)
         self.on_report: Callable[[bool, WatchMode], None] | None = None  # set by the checkout
@@ -60,13 +60,8 @@ class ObservedSource:
     @property
     def verify_interval(self) -> float:
         """Seconds between the watcher's verifications now (more checkouts: longer)."""
-        watcher = self._watcher
+        watcher = self.watcher
         return watcher.verify_period if watcher is not None else self._inner.verify_interval
-
-    @property
-    def watcher(self) -> Watcher | None:
-        """The watcher it made (``None``: not watching yet)."""
-        return self._watcher
 
     def _beat(self) -> None:
         self.beat = time.monotonic()
@@ -92,7 +87,7 @@ class ObservedSource:
         watcher = self._inner.watch(dirs, changed, health)
         watcher.on_verified = self._beat
         self.since = time.monotonic()
-        self._watcher = watcher
+        self.watcher = watcher
         return watcher
 
 
