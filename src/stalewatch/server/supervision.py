@@ -202,7 +202,8 @@ class SystemdNotifier:
                 sdnotify.notify(f"STATUS={text}")
 
     def reloading(self) -> None:
-        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={sdnotify.monotonic_usec()}")
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}")
 
     def reloaded(self) -> None:
         sdnotify.notify(f"READY=1\nSTATUS={self._text()}")
