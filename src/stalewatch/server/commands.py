@@ -124,13 +124,10 @@ def run(
 class ProcessWait:
     """Waits for one command: reads its output, ends it on timeout or stop, reaps it.
 
-    The command is done when its process exits, not when its output pipe closes: a
-    background process it started (``cmd &``) may hold the pipe for ever. The pipe
-    and a pidfd for the process are waited on together (without a pidfd: the pipe,
-    and an exit check every few milliseconds). Ending it: SIGTERM to its group, then
-    SIGKILL, then the process itself (it may have left its group). On a timeout, the
-    processes it started that left the group (found by ``mark``, the run's
-    ``STALEWATCH_COMMAND_ID``, and by parent links) get the same signals. ``ended``: it
+    Its output pipe and a pidfd for its process are waited on together (without a
+    pidfd: the pipe, and an exit check every few milliseconds). Ending it: SIGTERM to
+    its group, then SIGKILL, then the process itself (it may have left its group); on
+    a timeout, what it started outside the group too (found by ``mark``). ``ended``: it
     was ended.
     """
 

@@ -97,13 +97,12 @@ def status_text(states: Iterable[tuple[Status, bool]], clients: int) -> str:
     ``states``: each checkout's ``(status, trusted)``.
     """
     counts = dict.fromkeys(Status, 0)
-    checkouts = untrusted = 0
+    untrusted = 0
     for status, trusted in states:
-        checkouts += 1
         counts[status] += 1
         untrusted += not trusted
     parts = [f"{counts[s]} {s.value}" for s in Status if counts[s]]
-    text = f"{checkouts} checkouts ({', '.join(parts) or 'none'}); {clients} clients"
+    text = f"{sum(counts.values())} checkouts ({', '.join(parts) or 'none'}); {clients} clients"
     return text + (f"; {untrusted} watchers untrusted" if untrusted else "")
 
 
