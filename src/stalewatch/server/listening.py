@@ -67,8 +67,12 @@ def listen(path: Path) -> tuple[socket.socket, int]:
     return sock, lock
 
 
+def _lock_path(path: Path) -> Path:
+    return Path(f"{path}.lock")
+
+
 def _take_lock(path: Path) -> int:
-    lock_path = Path(f"{path}.lock")
+    lock_path = _lock_path(path)
     for _ in range(8):  # each retry means another daemon removed the file as we opened it
         lock = _open_lock(lock_path)
         try:
@@ -98,7 +102,7 @@ def release(path: Path, lock: int) -> None:
     Removed while still held, so a daemon starting now either waits out our lock and
     finds the path gone (it then locks a new file), or opens the new file itself.
     """
-    lock_path = Path(f"{path}.lock")
+    lock_path = _lock_path(path)
     with contextlib.suppress(OSError):
         if _names(lock_path, lock):
             lock_path.unlink()
