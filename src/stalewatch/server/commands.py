@@ -98,16 +98,14 @@ def run(
     """
     sink = BoundedOutput()
     try:
-        ending = ProcessWait.start(argv, environment(env), sink, timeout, stop or threading.Event(), cwd=cwd)
+        ending = ProcessWait(argv, environment(env), sink, timeout, stop or threading.Event(), cwd=cwd)
     except OSError as exc:
         return Outcome(False, None, "", f"cannot run {argv[0]!r}: {exc.strerror or exc}")
-    try:
-        timed_out = ending.run()
-    finally:
-        if ending.pipe is not None and drain is not None:  # a background child holds it
-            drain.adopt(ending.pipe, label or repr(argv[0]), BoundedOutput())
-        elif ending.pipe is not None:  # never wait for it
-            os.close(ending.pipe)
+    timed_out = ending.run()  # on an error, it closed the pipe
+    if ending.pipe is not None and drain is not None:  # a background child holds it
+        drain.adopt(ending.pipe, label or repr(argv[0]), BoundedOutput())
+    elif ending.pipe is not None:  # never wait for it
+        os.close(ending.pipe)
     output = "\n".join(sink.lines()).strip()
     if timed_out:
         return Outcome(False, None, output, f"timed out after {timeout:g} s; killed")
@@ -133,27 +131,6 @@ class ProcessWait:
 
     def __init__(
         self,
-        proc: subprocess.Popen[bytes],
-        output: BoundedOutput,
-        *,
-        deadline: float,
-        stop: threading.Event,
-        mark: str | None = None,
-    ) -> None:
-        if proc.stdout is None:
-            raise ValueError("the command's stdout must be a pipe")
-        self.proc = proc
-        self.output = output
-        self.deadline = deadline
-        self.stop = stop
-        self.mark = mark
-        self.ended = False
-        self.pipe: int | None = proc.stdout.fileno()  # still open after run(): held by another writer
-        os.set_blocking(self.pipe, False)
-
-    @classmethod
-    def start(
-        cls,
         argv: Sequence[str],
         env: dict[str, str],
         output: BoundedOutput,
@@ -161,14 +138,14 @@ class ProcessWait:
         stop: threading.Event,
         *,
         cwd: Path | None = None,
-    ) -> ProcessWait:
+    ) -> None:
         """Start ``argv`` with ``env`` (from :func:`environment`): no stdin, its output
         on one pipe, a session of its own (a timeout kills its whole group).
 
         Raises:
             OSError, ValueError: it cannot be started (ValueError: a NUL in an argument).
         """
-        proc = subprocess.Popen(
+        self.proc = proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
             env=env,
@@ -177,8 +154,15 @@ class ProcessWait:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        return cls(proc, output, deadline=deadline, stop=stop, mark=env[descendants.MARK])
+        self.output = output
+        self.deadline = time.monotonic() + timeout
+        self.stop = stop
+        self.mark = env[descendants.MARK]
+        self.ended = False
+        if proc.stdout is None:  # never: stdout=PIPE (for the type checker)
+            raise ValueError("the command's stdout must be a pipe")
+        self.pipe: int | None = proc.stdout.fileno()  # still open after run(): held by another writer
+        os.set_blocking(self.pipe, False)
 
     def run(self) -> bool:
         """Wait until the command's process exited (ending it when due); True if it timed out.

@@ -235,7 +235,7 @@ class HookRunner:
         started = time.monotonic()
         output = BoundedOutput()
         try:
-            ending = ProcessWait.start(argv, env, output, config.timeout, self._stop)
+            ending = ProcessWait(argv, env, output, config.timeout, self._stop)
         except (OSError, ValueError) as exc:
             logger.warning(
                 "stalewatch: cannot run %s hook %s for %s: %s", name, _argv(argv), self.checkout, exc
