@@ -91,21 +91,11 @@ class HookRunner:
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._pending: tuple[Event, int] | None = None
-        self._state = "idle"
+        self.state = "idle"  # or held (waiting for the marker to go), or running
         self._started = False
-        self._thread: threading.Thread | None = None
+        self.thread: threading.Thread | None = None  # while it has work
         self._own_drain = drain is None
         self._drain = drain if drain is not None else OutputDrain()
-
-    @property
-    def state(self) -> str:
-        """``idle``, ``held`` (waiting for the marker to go) or ``running``."""
-        return self._state
-
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The runner's thread while it has work, else ``None``."""
-        return self._thread
 
     def start(self) -> HookRunner:
         """Accept work: from now on a submitted event starts the thread."""
@@ -126,23 +116,23 @@ class HookRunner:
             self._spawn()
 
     def _spawn(self) -> None:
-        # Under _cond: the thread clears self._thread under _cond before it ends, so
+        # Under _cond: the thread clears self.thread under _cond before it ends, so
         # an event submitted meanwhile either is seen by it or starts a new one.
-        if self._started and self._pending is not None and self._thread is None and not self._stop.is_set():
-            self._thread = threading.Thread(
+        if self._started and self._pending is not None and self.thread is None and not self._stop.is_set():
+            self.thread = threading.Thread(
                 target=self._run, name=f"stalewatch-hooks:{self.checkout}", daemon=True
             )
-            self._thread.start()
+            self.thread.start()
 
     def wait_until_idle(self, timeout: float) -> bool:
         """Wait until nothing is pending or running; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._pending is None and self._state == "idle", timeout)
+            return self._cond.wait_for(lambda: self._pending is None and self.state == "idle", timeout)
 
     def wait_for_state(self, state: str, timeout: float) -> bool:
         """Wait until the runner is in ``state``; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._state == state, timeout)
+            return self._cond.wait_for(lambda: self.state == state, timeout)
 
     def request_stop(self) -> None:
         """Begin stopping without waiting: a running hook's group gets SIGTERM now and
@@ -159,7 +149,7 @@ class HookRunner:
         """Stop: end a running hook's process group, join the thread. Harmless twice."""
         self.request_stop()
         with self._cond:
-            thread = self._thread
+            thread = self.thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2 * KILL_GRACE + 1.0)
         if self._own_drain:
@@ -169,7 +159,7 @@ class HookRunner:
 
     def _set_state(self, state: str) -> None:
         with self._cond:
-            self._state = state
+            self.state = state
             self._cond.notify_all()
 
     def _run(self) -> None:
@@ -179,16 +169,16 @@ class HookRunner:
                     if self._stop.is_set() or self._pending is None:
                         # Decided and cleared under one lock: an event submitted after
                         # this sees no thread and starts one (none is ever stranded).
-                        self._thread = None
+                        self.thread = None
                         return
                 if not self._hold():
                     return
                 with self._cond:
                     pending, self._pending = self._pending, None
                     if pending is None:
-                        self._state = "idle"
+                        self.state = "idle"
                         continue
-                    self._state = "running"
+                    self.state = "running"
                 try:
                     self._execute(*pending)
                 except Exception:  # a broken hook must never stop later ones
@@ -197,9 +187,9 @@ class HookRunner:
                     self._set_state("idle")
         finally:
             with self._cond:
-                if self._thread is threading.current_thread():  # stopped, or a bug
-                    self._thread = None
-                self._state = "idle"
+                if self.thread is threading.current_thread():  # stopped, or a bug
+                    self.thread = None
+                self.state = "idle"
                 self._cond.notify_all()
 
     def _hold(self) -> bool:
