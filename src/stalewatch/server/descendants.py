@@ -62,7 +62,7 @@ def _marked(pid: int, mark: bytes) -> bool:
     return mark in environ.split(b"\0")
 
 
-def find(root: int, mark: str | None) -> list[Process]:
+def find(root: int, mark: str) -> list[Process]:
     """Every process descending from ``root`` or carrying ``MARK=mark`` (``root`` excluded).
 
     Empty where there is no ``/proc``.
@@ -82,18 +82,16 @@ def find(root: int, mark: str | None) -> list[Process]:
         if pid not in chosen and pid in table:
             chosen[pid] = table[pid]
             stack.extend(children.get(pid, ()))
-    if mark is not None:
-        wanted = f"{MARK}={mark}".encode()
-        me = os.getpid()
-        for pid, process in table.items():
-            if pid not in chosen and pid not in (root, me) and _marked(pid, wanted):
-                chosen[pid] = process
+    wanted = f"{MARK}={mark}".encode()
+    me = os.getpid()
+    for pid, process in table.items():
+        if pid not in chosen and pid not in (root, me) and _marked(pid, wanted):
+            chosen[pid] = process
     return list(chosen.values())
 
 
-def send(processes: list[Process], signum: int) -> int:
-    """Signal each of ``processes`` that is still the process found; how many were."""
-    sent = 0
+def send(processes: list[Process], signum: int) -> None:
+    """Signal each of ``processes`` that is still the process found."""
     for process in processes:
         # A pidfd pins the pid while it is checked and signalled.
         fd = pidfd(process.pid) if hasattr(signal, "pidfd_send_signal") else None
@@ -105,13 +103,11 @@ def send(processes: list[Process], signum: int) -> int:
                 signal.pidfd_send_signal(fd, signum)
             else:
                 os.kill(process.pid, signum)
-            sent += 1
         except OSError:
             continue  # exited meanwhile, or not ours to signal
         finally:
             if fd is not None:
                 os.close(fd)
-    return sent
 
 
 def pidfd(pid: int) -> int | None:
