@@ -186,11 +186,9 @@ class Binder:
         """Stop between two checkouts (the result is then a :class:`Bound` with neither)."""
         self._cancel.set()
 
-    def join(self, timeout: float) -> bool:
-        """Wait for the thread; False if it still runs (binding one slow checkout)."""
-        if self._thread.ident is not None:
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
+    def join(self, timeout: float) -> None:
+        """Wait for the thread (it may still run after: binding one slow checkout)."""
+        self._thread.join(timeout)
 
     def _run(self) -> None:
         result = Bound(None)
