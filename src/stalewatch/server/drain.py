@@ -42,7 +42,7 @@ class OutputDrain:
         self._lock = threading.Lock()
         self._pipes: dict[int, tuple[str, BoundedOutput]] = {}
         self._closed_early: list[int] = []  # evicted by adopt(): closed by the thread
-        self._budgets: dict[int, tuple[float, float]] = {}  # fd -> (bytes allowed, when)
+        self._budgets: dict[int, tuple[float, float]] = {}  # fd -> (bytes allowed, when); set by adopt
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = -1, -1
         self._stopping = False
@@ -71,6 +71,7 @@ class OutputDrain:
                 )
                 _log_rest(old_label, old_output, closed=True)
             self._pipes[fd] = (label, output)
+            self._budgets[fd] = (float(DRAIN_BURST), time.monotonic())
             if self._thread is None:
                 self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
                 self._thread = threading.Thread(target=self._run, name="stalewatch-hook-output", daemon=True)
@@ -86,7 +87,7 @@ class OutputDrain:
         ever; ``yes &`` is cut off instead of keeping this thread busy for ever.
         """
         now = time.monotonic()
-        allowance, since = self._budgets.get(fd, (float(DRAIN_BURST), now))
+        allowance, since = self._budgets[fd]
         allowance = min(float(DRAIN_BURST), allowance + (now - since) * DRAIN_RATE) - taken
         self._budgets[fd] = (allowance, now)
         return allowance >= 0
@@ -141,7 +142,6 @@ class OutputDrain:
                         selector.unregister(key.fd)
                         with self._lock:
                             del self._pipes[key.fd]
-                            self._budgets.pop(key.fd, None)
                         os.close(key.fd)
                         if flooding:
                             logger.warning(
@@ -161,7 +161,6 @@ class OutputDrain:
     def _close_early(self) -> None:
         # Under _lock, by the thread: evicted pipes, unregistered from its selector.
         for fd in self._closed_early:
-            self._budgets.pop(fd, None)
             os.close(fd)
         self._closed_early.clear()
 
@@ -172,7 +171,6 @@ class OutputDrain:
             os.close(fd)
             _log_rest(label, output, closed=True)
         self._pipes.clear()
-        self._budgets.clear()
         os.close(self._wake_r)
         os.close(self._wake_w)
         self._wake_r = self._wake_w = -1
