@@ -86,17 +86,7 @@ class RestartState:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (the protocol's ``restart`` fields)."""
-        return {
-            "phase": self.phase.value,
-            "reason": self.reason,
-            "revision": self.revision,
-            "attempt": self.attempt,
-            "retry_after": self.retry_after,
-            "at": self.at,
-            "inflight": self.inflight,
-            "estimate": self.estimate,
-            "earliest": self.earliest,
-        }
+        return dict(vars(self), phase=self.phase.value)  # the fields, in their order
 
     @classmethod
     def from_dict(cls, data: object) -> RestartState | None:
