@@ -157,8 +157,7 @@ def _compatible(function: object) -> bool:
     if not callable(function):
         return False
     try:
-        signature = inspect.signature(function)
-        signature.bind(None, module_path=None)  # its callers' one calling convention
+        inspect.signature(function).bind(None, module_path=None)  # its callers' one convention
     except (TypeError, ValueError):
         return False
     return True
