@@ -112,12 +112,10 @@ class _Client:
         self.closed = True
         self._notify()
 
-    def take(self) -> tuple[list[Event], list[RestartState], bool]:
+    def take(self) -> tuple[deque[Event], deque[RestartState], bool]:
         with self._lock:
-            events = list(self._events)
-            restarts = list(self._restarts)
-            self._events.clear()
-            self._restarts.clear()
+            events, self._events = self._events, deque()
+            restarts, self._restarts = self._restarts, deque(maxlen=self._limit)
             overflowed, self._overflowed = self._overflowed, False
         return events, restarts, overflowed
 
