@@ -164,7 +164,7 @@ def test_checkouts_on_the_command_line_alone(workdir: Path, git_repo: Repo) -> N
         ),
         pytest.param(
             '[[checkout]]\npath = "{repo}/loose.py"\n',
-            "{repo}/loose.py: is not tracked by any git repository",
+            "{repo}/loose.py: is not committed to the git repository",
             id="untracked",
         ),
         pytest.param(

@@ -35,14 +35,14 @@ def test_a_refusal_is_built_from_the_guards_error_with_every_field() -> None:
     }
 
 
-def test_without_a_daemon_the_payload_says_why_no_restart_comes_and_the_body_stays_bare() -> None:
+def test_without_a_daemon_the_payload_says_why_no_restart_comes_and_that_retrying_is_vain() -> None:
     said = Refusal.of(_stale())
     assert (said.restart_phase, said.retry_after) == (None, None)
     assert said.payload("code_stale")["restart_reason"] == NO_RESTART
     assert said.body("agent_runtime_stale") == {
         "error": str(_stale()),
         "type": "agent_runtime_stale",
-        "retryable": True,
+        "retryable": False,
     }
 
 

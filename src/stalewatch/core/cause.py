@@ -74,19 +74,7 @@ class Cause:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values, with ``summary`` (:meth:`describe`) for human lines."""
-        return {
-            "action": self.action,
-            "detail": self.detail,
-            "message": self.message,
-            "name": self.name,
-            "email": self.email,
-            "at": self.at,
-            "tz": self.tz,
-            "relation": self.relation,
-            "ahead": self.ahead,
-            "behind": self.behind,
-            "summary": self.describe(),
-        }
+        return {**vars(self), "summary": self.describe()}  # the fields, in their order
 
 
 def _commits(count: int | None, relation: str) -> str:

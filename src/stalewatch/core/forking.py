@@ -34,12 +34,10 @@ def in_child(callback: Callable[[], object]) -> None:
 
     Example: ``forking.in_child(self._after_fork_in_child)`` in an owner's ``__init__``.
     """
-    global _pruned_at  # noqa: PLW0603 - the registry is the process's, by design
-    ref: _Ref = weakref.WeakMethod(callback) if inspect.ismethod(callback) else _strong(callback)
+    ref: _Ref = weakref.WeakMethod(callback) if inspect.ismethod(callback) else lambda: callback
     _callbacks.append(ref)  # list.append is atomic: no lock a fork could leave held
     if len(_callbacks) > 2 * max(_pruned_at, 32):  # amortised: dead owners do not pile up
-        _callbacks[:] = [r for r in _callbacks if r() is not None]
-        _pruned_at = len(_callbacks)
+        prune()
 
 
 def prune() -> None:
@@ -49,10 +47,6 @@ def prune() -> None:
     global _pruned_at  # noqa: PLW0603 - the registry is the process's, by design
     _callbacks[:] = [r for r in _callbacks if r() is not None]
     _pruned_at = len(_callbacks)
-
-
-def _strong(callback: Callable[[], object]) -> _Ref:
-    return lambda: callback
 
 
 def _run_in_child() -> None:

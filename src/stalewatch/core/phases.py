@@ -86,17 +86,7 @@ class RestartState:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (the protocol's ``restart`` fields)."""
-        return {
-            "phase": self.phase.value,
-            "reason": self.reason,
-            "revision": self.revision,
-            "attempt": self.attempt,
-            "retry_after": self.retry_after,
-            "at": self.at,
-            "inflight": self.inflight,
-            "estimate": self.estimate,
-            "earliest": self.earliest,
-        }
+        return dict(vars(self), phase=self.phase.value)  # the fields, in their order
 
     @classmethod
     def from_dict(cls, data: object) -> RestartState | None:
@@ -109,18 +99,14 @@ class RestartState:
             return None
         reason, revision = data.get("reason"), data.get("revision")
         attempt, retry_after, at = data.get("attempt", 0), data.get("retry_after"), data.get("at", 0.0)
-        if not all(value is None or isinstance(value, str) for value in (reason, revision)):
-            return None
-        if isinstance(attempt, bool) or not isinstance(attempt, int):
-            return None
-        if retry_after is not None and not _finite(retry_after):
-            return None
-        if not _finite(at):
-            return None
         inflight, estimate, earliest = data.get("inflight"), data.get("estimate"), data.get("earliest")
-        if inflight is not None and (isinstance(inflight, bool) or not isinstance(inflight, int)):
-            return None
-        if not all(value is None or _finite(value) for value in (estimate, earliest)):
+        if not (
+            all(value is None or isinstance(value, str) for value in (reason, revision))
+            and _whole(attempt)
+            and (inflight is None or _whole(inflight))
+            and _finite(at)
+            and all(value is None or _finite(value) for value in (retry_after, estimate, earliest))
+        ):
             return None
         return cls(
             phase,
@@ -133,6 +119,10 @@ class RestartState:
             None if estimate is None else max(0.0, float(estimate)),
             None if earliest is None else float(earliest),
         )
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _finite(value: object) -> bool:

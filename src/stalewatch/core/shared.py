@@ -9,7 +9,6 @@ the parent's instance and its threads are the parent's (see :mod:`.forking`).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -44,7 +43,6 @@ class Shared(Generic[T]):
         self._forget = forget
         self._lock = threading.Lock()
         self._current: T | None = None
-        self._pid = os.getpid()
         self._users: dict[int, int] = {}  # id(instance) -> users: an old instance is counted too
         forking.in_child(self._after_fork_in_child)
 
@@ -56,13 +54,8 @@ class Shared(Generic[T]):
         """
         with self._lock:
             current = self._current
-            if (
-                current is None
-                or self._pid != os.getpid()
-                or (self._usable is not None and not self._usable(current))
-            ):
+            if current is None or (self._usable is not None and not self._usable(current)):
                 current = self._current = self._make()
-                self._pid = os.getpid()
             self._users[id(current)] = self._users.get(id(current), 0) + 1
             return current
 
@@ -97,6 +90,5 @@ class Shared(Generic[T]):
         self._lock = threading.Lock()
         current, self._current = self._current, None
         self._users.clear()
-        self._pid = os.getpid()
         if current is not None and self._forget is not None:
             self._forget(current)

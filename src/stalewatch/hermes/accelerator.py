@@ -70,14 +70,8 @@ def accelerate(module: ModuleType, *, daemon: str | os.PathLike[str] | bool | No
         module: the WebUI's ``api.agent_runtime``.
         daemon: a stalewatch daemon's socket; ``True``: ``$STALEWATCH_SOCKET``, else
             the daemon's default socket (``$XDG_RUNTIME_DIR/stalewatch.sock``);
-            ``None``, ``False`` or ``""``: no daemon. With one (see
-            :mod:`.restart_view`), on every WebUI version the WebUI registers the
-            revision it loaded with the daemon (one client thread, from the Agent's
-            binding on); where the WebUI restarts itself after an Agent update (its
-            ``_schedule_automatic_restart``) the daemon's restart replaces it; and
-            where it has ``agent_runtime_stale_payload`` the payload also says whether
-            the daemon's restart is coming (``restart_scheduled``, ``retry_after``,
-            ``restart_phase``). Without one, the module is upstream's but for its read.
+            ``None``, ``False`` or ``""``: no daemon. What a daemon adds (registration,
+            its restarts, restart-aware payloads): :mod:`.restart_view`.
 
     Example (the last two lines of ``api/agent_runtime.py``)::
 
@@ -157,8 +151,7 @@ def _compatible(function: object) -> bool:
     if not callable(function):
         return False
     try:
-        signature = inspect.signature(function)
-        signature.bind(None, module_path=None)  # its callers' one calling convention
+        inspect.signature(function).bind(None, module_path=None)  # its callers' one convention
     except (TypeError, ValueError):
         return False
     return True

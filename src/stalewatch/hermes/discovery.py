@@ -9,7 +9,7 @@ in ``/srv/hermes-webui`` + ``/srv/hermes-agent`` is found with an empty HOME).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 __all__ = [
@@ -44,12 +44,16 @@ def _home(environ: Mapping[str, str]) -> Path | None:
         return None
 
 
+def _named(env: Mapping[str, str], variable: str) -> Path | None:
+    value = env.get(variable, "").strip()
+    return Path(value).expanduser() if value else None
+
+
 def hermes_home(environ: Mapping[str, str] | None = None) -> Path | None:
     """``$HERMES_HOME``, else ``~/.hermes``: where Hermes keeps its state and update marker."""
     env = os.environ if environ is None else environ
-    explicit = env.get("HERMES_HOME", "").strip()
-    if explicit:
-        return Path(explicit).expanduser()
+    if explicit := _named(env, "HERMES_HOME"):
+        return explicit
     home = _home(env)
     return home / ".hermes" if home is not None else None
 
@@ -60,10 +64,8 @@ def agent_python(agent_dir: Path, environ: Mapping[str, str] | None = None) -> P
     ``$HERMES_WEBUI_PYTHON``, else the Agent's ``venv`` or ``.venv``; ``None`` when
     neither exists (the WebUI then falls back to the system's python3).
     """
-    env = os.environ if environ is None else environ
-    explicit = env.get("HERMES_WEBUI_PYTHON", "").strip()
-    if explicit:
-        return Path(explicit).expanduser()
+    if explicit := _named(os.environ if environ is None else environ, "HERMES_WEBUI_PYTHON"):
+        return explicit
     for venv in ("venv", ".venv"):
         for binary in (Path("bin") / "python", Path("Scripts") / "python.exe"):
             candidate = agent_dir / venv / binary
@@ -79,37 +81,34 @@ def webui_unit(environ: Mapping[str, str] | None = None) -> str:
     return unit if "." in unit else f"{unit}.service"
 
 
-def looks_like_webui(path: Path) -> bool:
-    """Whether ``path`` is a Hermes WebUI checkout (its start script and its guard's module)."""
+def _is(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
     try:
-        return (path / "start.sh").is_file() and (path / "api" / "agent_runtime.py").is_file()
-    except OSError:
-        return False
-
-
-def _has_agent(path: Path) -> bool:
-    try:
-        return (path / f"{AGENT_MODULE}.py").is_file()
+        return test(path)
     except OSError:  # unreadable parent, symlink loop
         return False
 
 
+def looks_like_webui(path: Path) -> bool:
+    """Whether ``path`` is a Hermes WebUI checkout (its start script and its guard's module)."""
+    return _is(path / "start.sh") and _is(path / "api" / "agent_runtime.py")
+
+
+def _has_agent(path: Path) -> bool:
+    return _is(path / f"{AGENT_MODULE}.py")
+
+
 def _pip_style(path: Path) -> bool:
-    try:
-        return (path / "cron" / "jobs.py").is_file() and (
-            (path / "hermes").is_dir() or (path / "hermes_cli").is_dir()
-        )
-    except OSError:
-        return False
+    return _is(path / "cron" / "jobs.py") and any(
+        _is(path / name, Path.is_dir) for name in ("hermes", "hermes_cli")
+    )
 
 
 def agent_candidates(webui_dir: Path | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
     """Where the WebUI looks for the Agent, in its order (``api/config.py``)."""
     env = os.environ if environ is None else environ
     candidates: list[Path] = []
-    explicit = env.get("HERMES_WEBUI_AGENT_DIR", "").strip()
-    if explicit:
-        candidates.append(Path(explicit).expanduser())
+    if explicit := _named(env, "HERMES_WEBUI_AGENT_DIR"):
+        candidates.append(explicit)
     home = hermes_home(env)
     if home is not None:
         candidates.append(home / "hermes-agent")
@@ -118,16 +117,10 @@ def agent_candidates(webui_dir: Path | None = None, environ: Mapping[str, str] |
     user_home = _home(env)
     if user_home is not None:
         candidates += [user_home / ".hermes" / "hermes-agent", user_home / "hermes-agent"]
-        xdg = env.get("XDG_DATA_HOME", "").strip()
-        candidates.append(
-            (Path(xdg).expanduser() if xdg else user_home / ".local" / "share") / "hermes-agent"
-        )
+        data = _named(env, "XDG_DATA_HOME") or user_home / ".local" / "share"
+        candidates.append(data / "hermes-agent")
     candidates += [Path(p) for p in _SYSTEM_CANDIDATES]
-    unique: list[Path] = []
-    for candidate in candidates:
-        if candidate not in unique:
-            unique.append(candidate)
-    return unique
+    return list(dict.fromkeys(candidates))  # each once, in order
 
 
 def discover_agent_dir(

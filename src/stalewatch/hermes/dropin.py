@@ -21,13 +21,9 @@ tests, they are this module's globals, and every function here looks them up at 
 time, as the WebUI's own file does. ``_AGENT_DIR`` is discovered on first use, not at
 import.
 
-What changes is the cost. Binding starts a guard on the checkout that supplied the
-loaded ``run_agent`` (C1). While that guard is healthy and bound to exactly the
-directory, file and revision held in the module attributes, it decides each check
-with its strict in-process read (~20 µs, no subprocess, and a commit completed before
-the call is seen by it). Otherwise — not bound yet, stopped, not yet healthy, or the
-attributes were replaced — ``_read_agent_revision`` decides, as before (by default
-:func:`~.agent_head.read_agent_revision`, the read the accelerator uses too).
+What changes is the cost: binding starts a guard on the checkout that supplied the
+loaded ``run_agent`` (C1), whose strict in-process read (~20 µs, no subprocess)
+decides each check (see :func:`ensure_agent_runtime_current`).
 """
 
 from __future__ import annotations

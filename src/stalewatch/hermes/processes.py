@@ -128,11 +128,7 @@ def cgroup_unit(pid: int, proc: Path = PROC) -> tuple[str, bool] | None:
         if hierarchy != "0" or not path:
             continue
         parts = [p for p in path.split("/") if p]
-        if not parts or not parts[-1].endswith(".service"):
-            return None
-        unit = parts[-1]
-        user = any(p.startswith("user@") and p.endswith(".service") for p in parts[:-1])
-        if unit.startswith("user@"):
-            return None  # the user manager itself, not a unit of it
-        return unit, user
+        if not parts or not parts[-1].endswith(".service") or parts[-1].startswith("user@"):
+            return None  # a scope, or the user manager itself (not a unit of it)
+        return parts[-1], any(p.startswith("user@") and p.endswith(".service") for p in parts[:-1])
     return None

@@ -31,7 +31,6 @@ from types import ModuleType
 from typing import Any
 
 from .. import Daemon, Guard, Refusal, RestartPhase, RestartState
-from ..core import forking
 
 __all__ = ["RestartView", "daemon_restarts", "restart_aware", "stop_all"]
 
@@ -40,28 +39,9 @@ logger = logging.getLogger(__name__)
 _GAVE_UP = (RestartPhase.REFUSED, RestartPhase.FAILED)
 
 
-class _Views:
-    """Every view of the process, so a test suite or a shutdown can stop their client threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._views: list[RestartView] = []
-        forking.in_child(self._after_fork_in_child)
-
-    def add(self, view: RestartView) -> None:
-        with self._lock:
-            self._views.append(view)
-
-    def take_all(self) -> list[RestartView]:
-        with self._lock:
-            views, self._views = self._views, []
-        return views
-
-    def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()  # the views stay: each restarts its own client in the child
-
-
-_VIEWS = _Views()
+# Every view of the process, so a test suite or a shutdown can stop their client threads.
+# No lock (list.append and list.pop are atomic): nothing a fork could leave held.
+_VIEWS: list[RestartView] = []
 
 
 class RestartView:
@@ -80,7 +60,7 @@ class RestartView:
         self._guard: Guard | None = None
         self._bound: tuple[Path, str] | None = None  # (checkout, loaded revision)
         self._pid = os.getpid()
-        _VIEWS.add(self)
+        _VIEWS.append(self)
 
     def bound(self, checkout: Path, revision: str) -> None:
         """The WebUI bound the Agent at ``checkout``, loaded at ``revision``: follow it."""
@@ -88,14 +68,11 @@ class RestartView:
             if self._bound is not None and self._pid == os.getpid():
                 return  # bound once per process: the loaded revision does not change
             self._bound, self._pid = (checkout, revision), os.getpid()
-            self._start()
+            self._start(checkout, revision)
 
-    def _start(self) -> None:
+    def _start(self, checkout: Path, revision: str) -> None:
         # Under _lock. A guard fed by the daemon: its client thread registers the
         # revision and receives the restart phases; the flag itself is not used here.
-        if self._bound is None:
-            return
-        checkout, revision = self._bound
         try:
             self._guard = Guard.for_checkout(checkout, loaded_revision=revision, source=Daemon(self.socket))
             # The WebUI's chat turns are its work in flight: the daemon's restart waits
@@ -117,7 +94,7 @@ class RestartView:
         with self._lock:
             if self._bound is not None and self._pid != os.getpid():
                 self._pid = os.getpid()
-                self._start()  # a forked worker: the parent's client thread is not ours
+                self._start(*self._bound)  # a forked worker: the parent's client thread is not ours
             guard = self._guard
         if guard is None:
             return None
@@ -229,5 +206,9 @@ def daemon_restarts(original: Callable[..., Any], view: RestartView) -> Callable
 
 def stop_all() -> None:
     """Stop every view's client thread (for test suites and shutdown)."""
-    for view in _VIEWS.take_all():
+    while True:
+        try:
+            view = _VIEWS.pop()
+        except IndexError:
+            return
         view.stop()

@@ -10,7 +10,6 @@ exited is read by :mod:`.drain`.
 from __future__ import annotations
 
 import os
-from collections import deque
 
 from ..core.escaping import printable
 
@@ -37,8 +36,7 @@ class BoundedOutput:
         self._head_limit = head
         self._tail_limit = tail
         self.head = bytearray()
-        self._tail: deque[bytes] = deque()
-        self._tail_size = 0
+        self.tail = bytearray()  # the last bytes after the head (at most ``tail``)
         self.total = 0
 
     def feed(self, data: bytes) -> None:
@@ -48,18 +46,8 @@ class BoundedOutput:
         if room > 0:
             self.head += data[:room]
             data = data[room:]
-        if not data:
-            return
-        data = data[-self._tail_limit :]
-        self._tail.append(data)
-        self._tail_size += len(data)
-        while self._tail_size - len(self._tail[0]) >= self._tail_limit:
-            self._tail_size -= len(self._tail.popleft())
-
-    @property
-    def tail(self) -> bytes:
-        """The last bytes after the head (at most ``tail``)."""
-        return b"".join(self._tail)[-self._tail_limit :]
+        self.tail += data[-self._tail_limit :]
+        del self.tail[: -self._tail_limit]
 
     @property
     def dropped(self) -> int:
@@ -72,7 +60,7 @@ class BoundedOutput:
         At most :data:`MAX_LINES` lines from each end (``yes`` makes thousands of
         lines of a few KiB); the note counts every byte not shown.
         """
-        head, tail = bytes(self.head), self.tail
+        head, tail = bytes(self.head), bytes(self.tail)
         if not self.dropped:  # head and tail are contiguous
             head, tail = head + tail, b""
         first = head.split(b"\n")[:MAX_LINES]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from . import descendants
 from .capture import CHUNK, BoundedOutput, read_available
+from .descendants import pidfd
 from .drain import OutputDrain
 from .sdnotify import SD_ENV
 
@@ -41,7 +42,6 @@ __all__ = [
     "parse_pid",
     "pidfd",
     "run",
-    "signal_group",
 ]
 
 KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
@@ -65,25 +65,6 @@ class Outcome:
     code: int | None
     output: str
     detail: str
-
-
-def pidfd(pid: int) -> int | None:
-    """A descriptor that becomes readable when ``pid`` exits (Linux >= 5.3), else None.
-
-    With it, one poll() waits for a command's output and its exit together.
-    """
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        fd: int = opener(pid)
-    except OSError:  # ENOSYS on an old kernel, EPERM under some seccomp filters
-        return None
-    return fd
-
-
-def _text(output: BoundedOutput) -> str:
-    return "\n".join(output.lines()).strip()
 
 
 _runs = itertools.count(1)
@@ -115,40 +96,22 @@ def run(
     pipe goes when a background child still holds it (``sh -c './serve &'``), so that
     child never dies of SIGPIPE on its next write; its rest is logged under ``label``.
     """
-    env = environment(env)
+    sink = BoundedOutput()
     try:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        ending = ProcessWait(argv, environment(env), sink, timeout, stop or threading.Event(), cwd=cwd)
     except OSError as exc:
         return Outcome(False, None, "", f"cannot run {argv[0]!r}: {exc.strerror or exc}")
-    sink = BoundedOutput()
-    ending = ProcessWait(
-        proc,
-        sink,
-        deadline=time.monotonic() + timeout,
-        stop=stop or threading.Event(),
-        mark=env[descendants.MARK],
-    )
-    try:
-        timed_out = ending.run()
-    finally:
-        if ending.pipe is not None and drain is not None:  # a background child holds it
-            drain.adopt(ending.pipe, label or repr(argv[0]), BoundedOutput())
-        elif ending.pipe is not None:  # never wait for it
-            os.close(ending.pipe)
-    output = _text(sink)
+    timed_out = ending.run()  # on an error, it closed the pipe
+    if ending.pipe is not None and drain is not None:  # a background child holds it
+        drain.adopt(ending.pipe, label or repr(argv[0]), BoundedOutput())
+    elif ending.pipe is not None:  # never wait for it
+        os.close(ending.pipe)
+    output = "\n".join(sink.lines()).strip()
     if timed_out:
         return Outcome(False, None, output, f"timed out after {timeout:g} s; killed")
     if ending.ended:
         return Outcome(False, None, output, "stopped; killed")
-    code = proc.returncode
+    code = ending.proc.returncode
     if code == 0:
         return Outcome(True, 0, output, "exited 0")
     what = f"killed by signal {-code}" if code < 0 else f"exited {code}"
@@ -159,33 +122,45 @@ def run(
 class ProcessWait:
     """Waits for one command: reads its output, ends it on timeout or stop, reaps it.
 
-    The command is done when its process exits, not when its output pipe closes: a
-    background process it started (``cmd &``) may hold the pipe for ever. The pipe
-    and a pidfd for the process are waited on together (without a pidfd: the pipe,
-    and an exit check every few milliseconds). Ending it: SIGTERM to its group, then
-    SIGKILL, then the process itself (it may have left its group). On a timeout, the
-    processes it started that left the group (found by ``mark``, the run's
-    ``STALEWATCH_COMMAND_ID``, and by parent links) get the same signals. ``ended``: it
+    Its output pipe and a pidfd for its process are waited on together (without a
+    pidfd: the pipe, and an exit check every few milliseconds). Ending it: SIGTERM to
+    its group, then SIGKILL, then the process itself (it may have left its group); on
+    a timeout, what it started outside the group too (found by ``mark``). ``ended``: it
     was ended.
     """
 
     def __init__(
         self,
-        proc: subprocess.Popen[bytes],
+        argv: Sequence[str],
+        env: dict[str, str],
         output: BoundedOutput,
-        *,
-        deadline: float,
+        timeout: float,
         stop: threading.Event,
-        mark: str | None = None,
+        *,
+        cwd: Path | None = None,
     ) -> None:
-        if proc.stdout is None:
-            raise ValueError("the command's stdout must be a pipe")
-        self.proc = proc
+        """Start ``argv`` with ``env`` (from :func:`environment`): no stdin, its output
+        on one pipe, a session of its own (a timeout kills its whole group).
+
+        Raises:
+            OSError, ValueError: it cannot be started (ValueError: a NUL in an argument).
+        """
+        self.proc = proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.output = output
-        self.deadline = deadline
+        self.deadline = time.monotonic() + timeout
         self.stop = stop
-        self.mark = mark
+        self.mark = env[descendants.MARK]
         self.ended = False
+        if proc.stdout is None:  # never: stdout=PIPE (for the type checker)
+            raise ValueError("the command's stdout must be a pipe")
         self.pipe: int | None = proc.stdout.fileno()  # still open after run(): held by another writer
         os.set_blocking(self.pipe, False)
 
@@ -266,7 +241,8 @@ class ProcessWait:
         is an orphan, found only by its mark.
         """
         found = descendants.find(self.proc.pid, self.mark) if strays else []
-        signal_group(self.proc, signum)
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+            os.killpg(self.proc.pid, signum)
         if found:
             descendants.send(found, signum)
 
@@ -275,12 +251,6 @@ class ProcessWait:
             self.proc.stdout.close()
         if not keep:
             self.pipe = None
-
-
-def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
-    """Send ``signum`` to the command's process group (its own session)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-        os.killpg(proc.pid, signum)
 
 
 MAX_PID = 2**22  # Linux's PID_MAX_LIMIT: a larger number names no process

@@ -1,12 +1,9 @@
 """The daemon's socket clients: bounded queues, non-blocking writes, dropping.
 
-Every write is non-blocking. A line that does not fit in a client's socket buffer
-waits in that client's queue; a queue that grows past its bound means the client is
-not reading, so it is told (an ``error`` line, if it reads within a grace period) and
-dropped. Nothing here ever waits for a client, so one stuck subscriber cannot delay
-another, and nothing a client sends can hurt another: every client's handling runs
-under :meth:`ClientSet.isolated`, which drops that client (with a log line) on any
-unexpected exception instead of letting it reach the daemon's loop.
+A line that does not fit in a client's socket buffer waits in its queue; past the
+queue's bound the client is told (an ``error`` line, if it reads within a grace period)
+and dropped. Nothing waits for a client, and each client's handling runs under
+:meth:`ClientSet.isolated`: one client's bug drops that client only.
 """
 
 from __future__ import annotations
@@ -50,9 +47,7 @@ class Client:
         self.gens: dict[str, int] = {}  # last generation sent per checkout (exactly once)
         self.closing_at: float | None = None
         self.mask = 0
-        # The client shut down its write side (SHUT_WR): it still reads, so keep
-        # sending; the socket is then watched only for the hang-up of the whole peer.
-        self.half_closed = False
+        self.half_closed = False  # it shut down its write side only: it still reads
         self.pid = _peer_pid(sock)
         self.registered: tuple[str, str] | None = None  # (checkout, revision): one per connection
 
@@ -64,12 +59,7 @@ LOCAL_PEERPID = 2
 
 
 def _peer_pid(sock: socket.socket, platform: str = sys.platform) -> int:
-    """The connecting process's pid, from the kernel, not its word; 0 when unknown.
-
-    Linux: ``SO_PEERCRED`` (pid, uid, gid). macOS: ``LOCAL_PEERPID`` (an int).
-    Registration (R5) keys servers by this pid: without it, a restart is confirmed by
-    the ``confirm`` probe alone.
-    """
+    """The connecting process's pid, from the kernel, not its word; 0 when unknown."""
     option = getattr(socket, "SO_PEERCRED", None)
     try:
         if option is not None:
@@ -86,17 +76,11 @@ def _peer_pid(sock: socket.socket, platform: str = sys.platform) -> int:
 class ClientSet:
     """All connected clients of one daemon; used from the daemon's loop thread only.
 
-    Args:
-        selector: the loop's selector (clients register with themselves as data).
-        max_clients: connections past this are told and closed at once.
-        queue_limit: lines a client may have queued unread before it is dropped.
-        buffer: the kernel send buffer per client (``SO_SNDBUF``), in bytes.
-        on_register: a client registered a server process (checkout, revision, work
-            in flight).
-        on_inflight: a registered client's work in flight changed (checkout, count).
-        on_close: an admitted client's connection was closed.
-        on_drop: a client was dropped or refused, with the reason (``bad-request``,
-            ``slow-client``, ``too-many-clients``, or ``error``: a bug its input reached).
+    Clients register with the loop's ``selector`` with themselves as data.
+    ``queue_limit``: lines a client may have queued unread; ``buffer``: its
+    ``SO_SNDBUF``. ``on_register``/``on_inflight`` get a server process's lines,
+    ``on_close`` an admitted client's end, ``on_drop`` the reason a client was dropped
+    or refused (``bad-request``, ``slow-client``, ``too-many-clients``, ``error``).
     """
 
     def __init__(
@@ -113,7 +97,6 @@ class ClientSet:
     ) -> None:
         self._selector = selector
         self._on_drop = on_drop
-        # A server process tells which revision it loaded (R5); the server owns that.
         self._on_register = on_register
         self._on_inflight = on_inflight
         self._on_close = on_close
@@ -141,25 +124,16 @@ class ClientSet:
 
     @property
     def limit(self) -> int:
-        """Lines a client may have queued: ``queue_limit`` beyond one greeting burst.
-
-        A greeting is 1 + one snapshot per checkout (a daemon may watch a thousand),
-        so a small ``client_queue`` must not count it, or every client is dropped
-        before it could read a line.
-        """
+        """Lines a client may have queued: ``queue_limit`` beyond one greeting (1 + a
+        snapshot per checkout), which a small ``client_queue`` must not count."""
         return self.queue_limit + self.burst
 
     def accept(self, listener: socket.socket, greet: Callable[[Client], None], limit: int) -> bool:
-        """Accept up to ``limit`` pending connections; ``greet`` queues their first lines.
+        """Accept up to ``limit`` pending connections (the rest wait in the backlog for
+        the next turns); ``greet`` queues their first lines.
 
-        The rest wait in the backlog for the next turns (the listener stays readable):
-        a client that connects in a loop costs one turn ``limit`` accepts, never the
-        whole turn, so every other client is served between two of its batches.
-
-        Returns False when out of file descriptors (``EMFILE``): the pending
-        connection stays in the backlog and keeps the listener readable, so the
-        caller must stop watching the listener for :data:`ACCEPT_PAUSE` seconds
-        (else the loop spins and floods the log).
+        Returns False when out of file descriptors: the pending connection keeps the
+        listener readable, so the caller must rest it for :data:`ACCEPT_PAUSE` seconds.
         """
         for _ in range(limit):
             try:
@@ -208,12 +182,8 @@ class ClientSet:
 
     @contextlib.contextmanager
     def isolated(self, client: Client | None, sock: socket.socket | None = None) -> Iterator[None]:
-        """Run one client's handling; an unexpected exception drops only that client.
-
-        Whatever a client sends is refused at decode time (:class:`ProtocolError`);
-        this is the second line: a bug triggered by one client's input must cost
-        that client its connection, never the daemon's loop or the other clients.
-        """
+        """Run one client's handling; an unexpected exception (a bug its input reached:
+        bad input is refused at decode time) drops only that client."""
         try:
             yield
         except Exception:
@@ -231,12 +201,7 @@ class ClientSet:
         with self.isolated(client):
             if mask & selectors.EVENT_WRITE:
                 self.flush(client)
-            if (
-                mask & selectors.EVENT_READ
-                and client.number in self._clients
-                and client.closing_at is None
-                and not client.half_closed
-            ):
+            if mask & client.mask & selectors.EVENT_READ:  # still reading: see _update_mask
                 self._read(client)
 
     def _read(self, client: Client) -> None:
@@ -275,9 +240,8 @@ class ClientSet:
             self.flush(client)  # the pongs of one read together
 
     def _register(self, client: Client, line: bytes, checkout: str, revision: str, inflight: int) -> None:
-        # One registration per connection: a process loads its code once. A repeat only
-        # reports its work in flight; another claim on the same connection is a client
-        # that floods the registry (each change wakes the restart sequence): refused.
+        # One registration per connection (a process loads its code once): a repeat only
+        # reports its work in flight; another claim would flood the registry.
         if client.registered == (checkout, revision):
             self._inflight(client, line, checkout, inflight)
             return
@@ -297,8 +261,8 @@ class ClientSet:
     def send(self, client: Client, line: bytes, *, flush: bool = True) -> None:
         """Queue ``line`` for ``client`` and write what fits; drop it past the bound.
 
-        ``flush=False``: written by the next :meth:`flush_pending` (the loop's, in the
-        same turn): a turn's lines to one client cost one system call, not one each.
+        ``flush=False``: written by the loop's next :meth:`flush_pending`, in the same
+        turn (a turn's lines to one client cost one system call).
         """
         if client.closing_at is not None:
             return
@@ -344,11 +308,8 @@ class ClientSet:
                 self._on_drop(reason)
 
     def flush(self, client: Client) -> None:
-        """Write as much of the queue as the socket takes now, without blocking.
-
-        Lines go out many to a system call (``sendmsg``): a greeting of a thousand
-        snapshots is a few calls, not a thousand.
-        """
+        """Write as much of the queue as the socket takes now, many lines to a
+        ``sendmsg`` (a greeting of a thousand snapshots is a few calls)."""
         out = client.out
         try:
             while out:
@@ -397,6 +358,7 @@ class ClientSet:
                 logger.exception("stalewatch: while closing client %d", client.number)
         if client.mask:
             self._selector.unregister(client.sock)
+            client.mask = 0
         # Closing with unread input makes the kernel reset the connection, and the
         # client may then lose the error line it was sent: discard the input first.
         with contextlib.suppress(OSError):

@@ -24,7 +24,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MARK", "Process", "find", "send"]
+__all__ = ["MARK", "Process", "find", "pidfd", "send"]
 
 MARK = "STALEWATCH_COMMAND_ID"
 """The environment variable that marks every process of one command's run."""
@@ -62,7 +62,7 @@ def _marked(pid: int, mark: bytes) -> bool:
     return mark in environ.split(b"\0")
 
 
-def find(root: int, mark: str | None) -> list[Process]:
+def find(root: int, mark: str) -> list[Process]:
     """Every process descending from ``root`` or carrying ``MARK=mark`` (``root`` excluded).
 
     Empty where there is no ``/proc``.
@@ -82,20 +82,19 @@ def find(root: int, mark: str | None) -> list[Process]:
         if pid not in chosen and pid in table:
             chosen[pid] = table[pid]
             stack.extend(children.get(pid, ()))
-    if mark is not None:
-        wanted = f"{MARK}={mark}".encode()
-        me = os.getpid()
-        for pid, process in table.items():
-            if pid not in chosen and pid not in (root, me) and _marked(pid, wanted):
-                chosen[pid] = process
+    wanted = f"{MARK}={mark}".encode()
+    me = os.getpid()
+    for pid, process in table.items():
+        if pid not in chosen and pid not in (root, me) and _marked(pid, wanted):
+            chosen[pid] = process
     return list(chosen.values())
 
 
-def send(processes: list[Process], signum: int) -> int:
-    """Signal each of ``processes`` that is still the process found; how many were."""
-    sent = 0
+def send(processes: list[Process], signum: int) -> None:
+    """Signal each of ``processes`` that is still the process found."""
     for process in processes:
-        fd = _open(process.pid)
+        # A pidfd pins the pid while it is checked and signalled.
+        fd = pidfd(process.pid) if hasattr(signal, "pidfd_send_signal") else None
         try:
             now = _stat(process.pid)
             if now is None or now.started != process.started:
@@ -104,22 +103,23 @@ def send(processes: list[Process], signum: int) -> int:
                 signal.pidfd_send_signal(fd, signum)
             else:
                 os.kill(process.pid, signum)
-            sent += 1
         except OSError:
             continue  # exited meanwhile, or not ours to signal
         finally:
             if fd is not None:
                 os.close(fd)
-    return sent
 
 
-def _open(pid: int) -> int | None:
-    """A pidfd pinning ``pid`` while it is checked and signalled (Linux >= 5.3)."""
+def pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits (Linux >= 5.3), else None.
+
+    With it, one poll() waits for a command's output and its exit together.
+    """
     opener = getattr(os, "pidfd_open", None)
-    if opener is None or not hasattr(signal, "pidfd_send_signal"):
+    if opener is None:
         return None
     try:
         fd: int = opener(pid)
-    except OSError:
+    except OSError:  # ENOSYS on an old kernel, EPERM under some seccomp filters
         return None
     return fd

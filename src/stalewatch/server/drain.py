@@ -42,7 +42,7 @@ class OutputDrain:
         self._lock = threading.Lock()
         self._pipes: dict[int, tuple[str, BoundedOutput]] = {}
         self._closed_early: list[int] = []  # evicted by adopt(): closed by the thread
-        self._budgets: dict[int, tuple[float, float]] = {}  # fd -> (bytes allowed, when)
+        self._budgets: dict[int, tuple[float, float]] = {}  # fd -> (bytes allowed, when); set by adopt
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = -1, -1
         self._stopping = False
@@ -71,6 +71,7 @@ class OutputDrain:
                 )
                 _log_rest(old_label, old_output, closed=True)
             self._pipes[fd] = (label, output)
+            self._budgets[fd] = (float(DRAIN_BURST), time.monotonic())
             if self._thread is None:
                 self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
                 self._thread = threading.Thread(target=self._run, name="stalewatch-hook-output", daemon=True)
@@ -86,7 +87,7 @@ class OutputDrain:
         ever; ``yes &`` is cut off instead of keeping this thread busy for ever.
         """
         now = time.monotonic()
-        allowance, since = self._budgets.get(fd, (float(DRAIN_BURST), now))
+        allowance, since = self._budgets[fd]
         allowance = min(float(DRAIN_BURST), allowance + (now - since) * DRAIN_RATE) - taken
         self._budgets[fd] = (allowance, now)
         return allowance >= 0
@@ -112,24 +113,20 @@ class OutputDrain:
 
     def _run(self) -> None:
         selector = selectors.DefaultSelector()
-        registered: set[int] = set()
+        watched = selector.get_map()  # the pipes registered, and the wake-up
         try:
             selector.register(self._wake_r, selectors.EVENT_READ)
             while True:
                 with self._lock:
                     for fd in self._closed_early:
-                        self._budgets.pop(fd, None)
-                        if fd in registered:
+                        if fd in watched:
                             selector.unregister(fd)
-                            registered.discard(fd)
-                        os.close(fd)
-                    self._closed_early.clear()
                     if self._stopping or not self._pipes:
-                        self._finish(selector, registered)
+                        self._finish()
                         return
-                    for fd in self._pipes.keys() - registered:
+                    self._close_early()
+                    for fd in self._pipes.keys() - watched.keys():
                         selector.register(fd, selectors.EVENT_READ)
-                        registered.add(fd)
                 for key, _ in selector.select():
                     if key.fd == self._wake_r:
                         with contextlib.suppress(OSError):
@@ -143,10 +140,8 @@ class OutputDrain:
                     flooding = not ended and not self._allow(key.fd, output.total - before)
                     if ended or flooding:
                         selector.unregister(key.fd)
-                        registered.discard(key.fd)
                         with self._lock:
                             del self._pipes[key.fd]
-                            self._budgets.pop(key.fd, None)
                         os.close(key.fd)
                         if flooding:
                             logger.warning(
@@ -159,21 +154,23 @@ class OutputDrain:
         except Exception:
             logger.exception("stalewatch: draining hook output failed")
             with self._lock:
-                self._finish(selector, registered)
+                self._finish()
         finally:
             selector.close()
 
-    def _finish(self, selector: selectors.BaseSelector, registered: set[int]) -> None:
-        # Under _lock: close what is left, and let the next adopt() start a thread.
+    def _close_early(self) -> None:
+        # Under _lock, by the thread: evicted pipes, unregistered from its selector.
         for fd in self._closed_early:
             os.close(fd)
         self._closed_early.clear()
+
+    def _finish(self) -> None:
+        # Under _lock: close what is left, and let the next adopt() start a thread.
+        self._close_early()
         for fd, (label, output) in self._pipes.items():
             os.close(fd)
             _log_rest(label, output, closed=True)
         self._pipes.clear()
-        self._budgets.clear()
-        registered.clear()
         os.close(self._wake_r)
         os.close(self._wake_w)
         self._wake_r = self._wake_w = -1

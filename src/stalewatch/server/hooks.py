@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +23,6 @@ from pathlib import Path
 
 from ..core.escaping import printable
 from ..core.status import Event, Status
-from . import descendants
 from .capture import BoundedOutput
 from .commands import KILL_GRACE, ProcessWait, environment
 from .config import HookConfig
@@ -36,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 _HOLD_POLL = 0.1  # seconds between checks of the hold_while marker
 _HOLD_REMIND = 60.0  # repeat the "held" log line this often
+_HOOKS = {Status.STALE: "on_stale", Status.CURRENT: "on_current", Status.UNREADABLE: "on_unreadable"}
 
 
 def hook_environment(event: Event, generation: int, hook: str) -> dict[str, str]:
@@ -92,21 +91,11 @@ class HookRunner:
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._pending: tuple[Event, int] | None = None
-        self._state = "idle"
+        self.state = "idle"  # or held (waiting for the marker to go), or running
         self._started = False
-        self._thread: threading.Thread | None = None
+        self.thread: threading.Thread | None = None  # while it has work
         self._own_drain = drain is None
         self._drain = drain if drain is not None else OutputDrain()
-
-    @property
-    def state(self) -> str:
-        """``idle``, ``held`` (waiting for the marker to go) or ``running``."""
-        return self._state
-
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The runner's thread while it has work, else ``None``."""
-        return self._thread
 
     def start(self) -> HookRunner:
         """Accept work: from now on a submitted event starts the thread."""
@@ -127,23 +116,23 @@ class HookRunner:
             self._spawn()
 
     def _spawn(self) -> None:
-        # Under _cond: the thread clears self._thread under _cond before it ends, so
+        # Under _cond: the thread clears self.thread under _cond before it ends, so
         # an event submitted meanwhile either is seen by it or starts a new one.
-        if self._started and self._pending is not None and self._thread is None and not self._stop.is_set():
-            self._thread = threading.Thread(
+        if self._started and self._pending is not None and self.thread is None and not self._stop.is_set():
+            self.thread = threading.Thread(
                 target=self._run, name=f"stalewatch-hooks:{self.checkout}", daemon=True
             )
-            self._thread.start()
+            self.thread.start()
 
     def wait_until_idle(self, timeout: float) -> bool:
         """Wait until nothing is pending or running; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._pending is None and self._state == "idle", timeout)
+            return self._cond.wait_for(lambda: self._pending is None and self.state == "idle", timeout)
 
     def wait_for_state(self, state: str, timeout: float) -> bool:
         """Wait until the runner is in ``state``; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._state == state, timeout)
+            return self._cond.wait_for(lambda: self.state == state, timeout)
 
     def request_stop(self) -> None:
         """Begin stopping without waiting: a running hook's group gets SIGTERM now and
@@ -160,7 +149,7 @@ class HookRunner:
         """Stop: end a running hook's process group, join the thread. Harmless twice."""
         self.request_stop()
         with self._cond:
-            thread = self._thread
+            thread = self.thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2 * KILL_GRACE + 1.0)
         if self._own_drain:
@@ -170,7 +159,7 @@ class HookRunner:
 
     def _set_state(self, state: str) -> None:
         with self._cond:
-            self._state = state
+            self.state = state
             self._cond.notify_all()
 
     def _run(self) -> None:
@@ -180,16 +169,16 @@ class HookRunner:
                     if self._stop.is_set() or self._pending is None:
                         # Decided and cleared under one lock: an event submitted after
                         # this sees no thread and starts one (none is ever stranded).
-                        self._thread = None
+                        self.thread = None
                         return
                 if not self._hold():
                     return
                 with self._cond:
                     pending, self._pending = self._pending, None
                     if pending is None:
-                        self._state = "idle"
+                        self.state = "idle"
                         continue
-                    self._state = "running"
+                    self.state = "running"
                 try:
                     self._execute(*pending)
                 except Exception:  # a broken hook must never stop later ones
@@ -198,9 +187,9 @@ class HookRunner:
                     self._set_state("idle")
         finally:
             with self._cond:
-                if self._thread is threading.current_thread():  # stopped, or a bug
-                    self._thread = None
-                self._state = "idle"
+                if self.thread is threading.current_thread():  # stopped, or a bug
+                    self.thread = None
+                self.state = "idle"
                 self._cond.notify_all()
 
     def _hold(self) -> bool:
@@ -228,38 +217,21 @@ class HookRunner:
 
     def _execute(self, event: Event, generation: int) -> None:
         config = self._config
-        name = {
-            Status.STALE: "on_stale",
-            Status.CURRENT: "on_current",
-            Status.UNREADABLE: "on_unreadable",
-        }.get(event.status)
-        argv = getattr(config, name) if name else None
-        if not argv or name is None:
+        name = _HOOKS.get(event.status)
+        argv: tuple[str, ...] | None = getattr(config, name) if name else None
+        if not argv or name is None or self._stop.is_set():
             return
         env = environment(hook_environment(event, generation, name))
-        if self._stop.is_set():
-            return
         started = time.monotonic()
+        output = BoundedOutput()
         try:
-            # A new session: the timeout kills the hook's whole process group.
-            proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-        except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL in an argument
+            ending = ProcessWait(argv, env, output, config.timeout, self._stop)
+        except (OSError, ValueError) as exc:
             logger.warning(
                 "stalewatch: cannot run %s hook %s for %s: %s", name, _argv(argv), self.checkout, exc
             )
             self._outcome(name, "not_started")
             return
-        output = BoundedOutput()
-        ending = ProcessWait(
-            proc, output, deadline=started + config.timeout, stop=self._stop, mark=env[descendants.MARK]
-        )
         timed_out = ending.run()
         if ending.pipe is not None:
             logger.warning(
@@ -269,38 +241,21 @@ class HookRunner:
                 self.checkout,
             )
             self._drain.adopt(ending.pipe, f"{name} hook for {self.checkout}", BoundedOutput())
-        self._log(
-            name,
-            argv,
-            proc.returncode,
-            output,
-            elapsed=time.monotonic() - started,
-            timeout=config.timeout if timed_out else None,
-        )
-
-    def _log(
-        self,
-        name: str,
-        argv: tuple[str, ...],
-        code: int,
-        output: BoundedOutput,
-        *,
-        elapsed: float,
-        timeout: float | None,
-    ) -> None:
         for line in output.lines():
             logger.info("stalewatch: %s hook for %s: %s", name, self.checkout, line)
-        if timeout is not None:
+        code = ending.proc.returncode
+        if timed_out:
             self._outcome(name, "timeout")
             logger.error(
                 "stalewatch: %s hook %s for %s timed out after %.1f s; killed",
                 name,
                 _argv(argv),
                 self.checkout,
-                timeout,
+                config.timeout,
             )
         elif code == 0:
             self._outcome(name, "success")
+            elapsed = time.monotonic() - started
             logger.info("stalewatch: %s hook for %s exited 0 in %.3f s", name, self.checkout, elapsed)
         else:
             self._outcome(name, "killed" if code < 0 else "failure")

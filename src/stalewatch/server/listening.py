@@ -148,14 +148,12 @@ def _remove_stale(path: Path) -> None:
 
 
 def unlink_if_same(path: Path, seen: os.stat_result) -> None:
-    """Unlink ``path`` only if it still is the file ``seen`` (lstat: links are not followed)."""
-    with contextlib.suppress(FileNotFoundError):
+    """Unlink ``path`` only if it still is the file ``seen``, never a successor's (or a
+    link) that replaced it meanwhile (lstat: links are not followed)."""
+    with contextlib.suppress(OSError):
         now = path.lstat()
         if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino):
             path.unlink()  # unlink removes a link itself, never its target
 
 
-def unlink_if_ours(path: Path, bound: os.stat_result) -> None:
-    """Remove our socket file, never a successor's (or a link) that replaced it meanwhile."""
-    with contextlib.suppress(OSError):
-        unlink_if_same(path, bound)
+unlink_if_ours = unlink_if_same  # the daemon's own socket, on its way out

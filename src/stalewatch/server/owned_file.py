@@ -22,39 +22,33 @@ MAX_CONFIG_BYTES = 1 << 20
 
 def read_checked(file: Path) -> str:
     """The file's text, after checking the opened file: regular, small, safely owned."""
-
-    def refuse(reason: str) -> DaemonConfigError:
-        return DaemonConfigError("config", str(file), reason, file=file)
-
     try:
         # O_NONBLOCK: a FIFO planted at the path must not hang the daemon (or a reload).
         fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:
-        raise refuse(f"cannot read: {exc.strerror or exc}") from None
+        raise _refusal(file, f"cannot read: {exc.strerror or exc}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise refuse("cannot read: not a regular file")
+            raise _refusal(file, "cannot read: not a regular file")
         check_ownership(file, info)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_CONFIG_BYTES:
+        data = bytearray()
+        while len(data) <= MAX_CONFIG_BYTES:
             try:
                 chunk = os.read(fd, 65536)
             except OSError as exc:
-                raise refuse(f"cannot read: {exc.strerror or exc}") from None
+                raise _refusal(file, f"cannot read: {exc.strerror or exc}") from None
             if not chunk:
                 break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_CONFIG_BYTES:
-            raise refuse(f"cannot read: larger than {MAX_CONFIG_BYTES} bytes")
+            data += chunk
+        if len(data) > MAX_CONFIG_BYTES:
+            raise _refusal(file, f"cannot read: larger than {MAX_CONFIG_BYTES} bytes")
     finally:
         os.close(fd)
     try:
-        return b"".join(chunks).decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise refuse(f"cannot read: {exc}") from None
+        raise _refusal(file, f"cannot read: {exc}") from None
 
 
 def check_ownership(file: Path, info: os.stat_result, euid: int | None = None) -> None:
@@ -67,19 +61,14 @@ def check_ownership(file: Path, info: os.stat_result, euid: int | None = None) -
     """
     euid = os.geteuid() if euid is None else euid
     if info.st_uid not in (0, euid):
-        raise DaemonConfigError(
-            "config",
-            str(file),
-            f"owned by uid {info.st_uid}, neither root nor the daemon's user (uid {euid}); "
-            "it names commands the daemon runs",
-            file=file,
-        )
+        owner = f"owned by uid {info.st_uid}, neither root nor the daemon's user (uid {euid})"
+        raise _refusal(file, f"{owner}; it names commands the daemon runs")
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o022:
         who = "group and others" if mode & 0o022 == 0o022 else "group" if mode & 0o020 else "others"
-        raise DaemonConfigError(
-            "config",
-            str(file),
-            f"writable by {who} (mode {mode:04o}); it names commands the daemon runs: chmod go-w {file}",
-            file=file,
-        )
+        reason = f"writable by {who} (mode {mode:04o}); it names commands the daemon runs"
+        raise _refusal(file, f"{reason}: chmod go-w {file}")
+
+
+def _refusal(file: Path, reason: str) -> DaemonConfigError:
+    return DaemonConfigError("config", str(file), reason, file=file)

@@ -80,7 +80,6 @@ class Publisher:
         # The greeting for one tuple of checkouts: (entries, hello split around its `at`,
         # the snapshot lines joined, their generations).
         self._greeting: tuple[Sequence[Checkout], tuple[bytes, bytes], bytes, dict[str, int]] | None = None
-        self.encoded = 0  # snapshot lines encoded (tests: greetings encode none)
         self._unlogged: list[tuple[str, Event, int]] = []  # sent, for log_events
 
     def changed(self, entry: Checkout) -> None:
@@ -104,7 +103,6 @@ class Publisher:
             # The version read before the snapshot: a change in between only makes the
             # next greeting encode again.
             cached = self._lines[entry.key] = _Line(entry, version, restart, generation, line)
-            self.encoded += 1
         return cached
 
     def greet(self, client: Client, entries: Sequence[Checkout], keepalive: float) -> None:

@@ -57,15 +57,14 @@ class ReloadPlan:
 
     Attributes:
         settings: the new configuration, with the :data:`AT_START` settings kept.
-        reused: checkouts whose ``path`` and ``revision`` did not change (keep their
-            watcher and loaded revision; their hooks and restart policy are updated).
-        updates: the new configuration of each reused checkout, by key.
+        reused: the new configuration of each checkout whose ``path`` and ``revision``
+            did not change, by key (it keeps its watcher and loaded revision; its hooks
+            and restart policy are updated).
         fresh: checkouts to start (new, or re-bound), already bound.
     """
 
     settings: DaemonConfig
-    reused: dict[str, Checkout]
-    updates: dict[str, CheckoutConfig]
+    reused: dict[str, CheckoutConfig]
     fresh: dict[str, Checkout]
 
 
@@ -84,8 +83,7 @@ def plan_reload(
         DaemonConfigError: a checkout is configured twice.
         BindError: a new checkout cannot be bound.
     """
-    reused: dict[str, Checkout] = {}
-    updates: dict[str, CheckoutConfig] = {}
+    reused: dict[str, CheckoutConfig] = {}
     fresh: dict[str, Checkout] = {}
     by_config = {(e.config.path, e.config.revision): e for e in entries.values()}
     for number, checkout in enumerate(settings.checkouts, 1):
@@ -97,9 +95,10 @@ def plan_reload(
         entry = old if old is not None else make(checkout, 0)
         if entry.key in reused or entry.key in fresh:
             raise DaemonConfigError("checkout", str(checkout.path), f"{entry.key} is configured twice")
-        (reused if old is not None else fresh)[entry.key] = entry
         if old is not None:
-            updates[entry.key] = checkout
+            reused[entry.key] = checkout
+        else:
+            fresh[entry.key] = entry
     changed = [
         key
         for key in AT_START
@@ -109,7 +108,7 @@ def plan_reload(
     if changed:
         logger.warning("stalewatch: changed %s take effect only after a restart", ", ".join(changed))
     settings = replace(settings, **{key: getattr(running, key) for key in AT_START})
-    return ReloadPlan(settings, reused, updates, fresh)
+    return ReloadPlan(settings, reused, fresh)
 
 
 @dataclass(frozen=True)
@@ -134,7 +133,7 @@ def steps(plan: ReloadPlan, entries: Mapping[str, Checkout]) -> list[Step]:
         for key, entry in entries.items()
         if key not in plan.reused
     ]
-    out += [Step(key, old=entry, config=plan.updates[key]) for key, entry in plan.reused.items()]
+    out += [Step(key, old=entries[key], config=config) for key, config in plan.reused.items()]
     out += [Step(key, new=entry) for key, entry in plan.fresh.items() if key not in entries]
     return out
 
@@ -187,15 +186,9 @@ class Binder:
         """Stop between two checkouts (the result is then a :class:`Bound` with neither)."""
         self._cancel.set()
 
-    @property
-    def cancelled(self) -> bool:
-        return self._cancel.is_set()
-
-    def join(self, timeout: float) -> bool:
-        """Wait for the thread; False if it still runs (binding one slow checkout)."""
-        if self._thread.ident is not None:
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
+    def join(self, timeout: float) -> None:
+        """Wait for the thread (it may still run after: binding one slow checkout)."""
+        self._thread.join(timeout)
 
     def _run(self) -> None:
         result = Bound(None)

@@ -36,14 +36,8 @@ _BINDER_JOIN = 0.5  # seconds a stop waits for the reload thread (it stops betwe
 class Reloader:
     """A SIGHUP's course on the loop's thread, from the request to ``READY=1``.
 
-    One reload at a time. :meth:`request` (a signal handler's: it only sets a flag) is
-    looked at on the loop's next :meth:`turn`, which starts a :class:`~.reload_plan.Binder`
-    and tells systemd ``RELOADING=1``; a newer request while it binds cancels it, and
-    the newer configuration is bound once the first has ended. Its
-    :class:`~.reload_plan.Bound` comes back through the loop's inbox (:meth:`bound`); the
-    plan is then applied :data:`RELOAD_STEPS_PER_TURN` steps a turn at most
-    (:class:`~.reload_plan.Applier`), and systemd told ``READY=1`` when it ends, applied or
-    not.
+    One reload at a time: a newer request while one binds cancels it, and the newer
+    configuration is bound once the first has ended.
 
     Args:
         load: reads the configuration file (``None``: there is none to reload).
@@ -91,7 +85,7 @@ class Reloader:
     def turn(self) -> None:
         """Start reading a reload, or apply a few more of its steps (bounded: see :mod:`.reload_plan`)."""
         if self._applying is not None:
-            self._apply_some()
+            self._apply_some(self._applying)
             return
         if not self._requested:
             return
@@ -123,13 +117,10 @@ class Reloader:
         self.settings = plan.settings
         self._clients.burst = 1 + len(plan.reused) + len(plan.fresh)  # before fresh snapshots are queued
         self._applying = Applier(plan, self._entries, self._observer, self._publisher, self._refresh_view)
-        self._apply_some()
+        self._apply_some(self._applying)
 
-    def _apply_some(self) -> None:
+    def _apply_some(self, applying: Applier) -> None:
         """Apply the next :data:`RELOAD_STEPS_PER_TURN` steps of the reload; finish it."""
-        applying = self._applying
-        if applying is None:
-            return
         try:
             applying.run(RELOAD_STEPS_PER_TURN, RELOAD_TURN_BUDGET)
         except Exception:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 from collections.abc import Mapping
 
-__all__ = ["SD_ENV", "monotonic_usec", "notify", "watchdog_interval"]
+__all__ = ["SD_ENV", "notify", "watchdog_interval"]
 
 logger = logging.getLogger(__name__)
 
@@ -21,14 +20,13 @@ SD_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTE
 """Variables meant for this process only: never passed on to hook commands."""
 
 
-def notify(state: str, environ: Mapping[str, str] | None = None) -> bool:
+def notify(state: str, environ: Mapping[str, str] = os.environ) -> bool:
     """Send ``state`` (e.g. ``"READY=1\\nSTATUS=watching 2 checkouts"``) to systemd.
 
     Returns True when a datagram was sent, False when not under systemd or the send
     failed (logged: the service must keep running even if systemd went away).
     """
-    env = os.environ if environ is None else environ
-    address = env.get("NOTIFY_SOCKET", "")
+    address = environ.get("NOTIFY_SOCKET", "")
     if not address:
         return False
     if address.startswith("@"):
@@ -43,19 +41,18 @@ def notify(state: str, environ: Mapping[str, str] | None = None) -> bool:
         logger.debug("stalewatch: systemd's notification queue is full; dropped %r", state)
         return False
     except OSError as exc:
-        logger.warning("stalewatch: cannot notify systemd at %s: %s", env.get("NOTIFY_SOCKET"), exc)
+        logger.warning("stalewatch: cannot notify systemd at %s: %s", environ.get("NOTIFY_SOCKET"), exc)
         return False
     return True
 
 
-def watchdog_interval(environ: Mapping[str, str] | None = None) -> float | None:
+def watchdog_interval(environ: Mapping[str, str] = os.environ) -> float | None:
     """Seconds between ``WATCHDOG=1`` pings (half of ``WatchdogSec=``), or ``None``.
 
     ``None`` when no watchdog is configured or it is meant for another process
     (``WATCHDOG_PID`` names a different pid).
     """
-    env = os.environ if environ is None else environ
-    usec, pid = env.get("WATCHDOG_USEC", ""), env.get("WATCHDOG_PID", "")
+    usec, pid = environ.get("WATCHDOG_USEC", ""), environ.get("WATCHDOG_PID", "")
     if pid and pid != str(os.getpid()):
         return None
     try:
@@ -63,8 +60,3 @@ def watchdog_interval(environ: Mapping[str, str] | None = None) -> float | None:
     except ValueError:
         return None
     return value / 2e6 if value > 0 else None
-
-
-def monotonic_usec() -> int:
-    """CLOCK_MONOTONIC in microseconds, for ``RELOADING=1`` + ``MONOTONIC_USEC=``."""
-    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000

@@ -52,7 +52,7 @@ class ObservedSource:
 
     def __init__(self) -> None:
         self._inner = LocalSource()
-        self._watcher: Watcher | None = None
+        self.watcher: Watcher | None = None  # the watcher it made (None: not watching yet)
         self.beat: float | None = None
         self.since: float | None = None  # when its watcher was made (before its first turn)
         self.on_report: Callable[[bool, WatchMode], None] | None = None  # set by the checkout
@@ -60,13 +60,8 @@ class ObservedSource:
     @property
     def verify_interval(self) -> float:
         """Seconds between the watcher's verifications now (more checkouts: longer)."""
-        watcher = self._watcher
+        watcher = self.watcher
         return watcher.verify_period if watcher is not None else self._inner.verify_interval
-
-    @property
-    def watcher(self) -> Watcher | None:
-        """The watcher it made (``None``: not watching yet)."""
-        return self._watcher
 
     def _beat(self) -> None:
         self.beat = time.monotonic()
@@ -92,7 +87,7 @@ class ObservedSource:
         watcher = self._inner.watch(dirs, changed, health)
         watcher.on_verified = self._beat
         self.since = time.monotonic()
-        self._watcher = watcher
+        self.watcher = watcher
         return watcher
 
 
@@ -102,13 +97,12 @@ def status_text(states: Iterable[tuple[Status, bool]], clients: int) -> str:
     ``states``: each checkout's ``(status, trusted)``.
     """
     counts = dict.fromkeys(Status, 0)
-    checkouts = untrusted = 0
+    untrusted = 0
     for status, trusted in states:
-        checkouts += 1
         counts[status] += 1
         untrusted += not trusted
     parts = [f"{counts[s]} {s.value}" for s in Status if counts[s]]
-    text = f"{checkouts} checkouts ({', '.join(parts) or 'none'}); {clients} clients"
+    text = f"{sum(counts.values())} checkouts ({', '.join(parts) or 'none'}); {clients} clients"
     return text + (f"; {untrusted} watchers untrusted" if untrusted else "")
 
 
@@ -207,7 +201,8 @@ class SystemdNotifier:
                 sdnotify.notify(f"STATUS={text}")
 
     def reloading(self) -> None:
-        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={sdnotify.monotonic_usec()}")
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}")
 
     def reloaded(self) -> None:
         sdnotify.notify(f"READY=1\nSTATUS={self._text()}")

@@ -1,16 +1,6 @@
-"""Route barriers for WSGI and ASGI applications: answer 409 once the code is stale.
-
-Wrap an application and name the routes to protect; every other request goes to the
-application untouched. Server-Sent Events of each status change live in
-:mod:`stalewatch.web.sse` (also importable as :mod:`stalewatch.sse`).
-
-Example (WSGI)::
-
-    from stalewatch import Guard
-    from stalewatch.web import WSGIBarrier
-
-    guard = Guard.for_module("myapp.handlers").start()
-    app = WSGIBarrier(app, guard, routes=["/api/chat"], methods=["POST"])
+"""Route barriers for WSGI and ASGI applications (:mod:`.barrier`): answer 409 once the
+code is stale. Server-Sent Events of each status change: :mod:`stalewatch.web.sse`
+(also importable as :mod:`stalewatch.sse`).
 """
 
 from .barrier import (

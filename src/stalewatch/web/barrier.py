@@ -52,8 +52,6 @@ __all__ = [
 CONFLICT = 409
 """The status code of a refused request: the server's code conflicts with the checkout."""
 
-_CONFLICT_LINE = "409 Conflict"
-
 Check = Guard | Callable[[], object]
 """What a barrier asks: a :class:`~stalewatch.Guard`, or a callable raising StaleError."""
 
@@ -87,17 +85,6 @@ def retry_after(exc: BaseException) -> int | None:
 def stale_body(exc: BaseException, *, kind: str = "code_stale") -> bytes:
     """:func:`stale_payload` encoded as UTF-8 JSON, ready to send."""
     return json.dumps(stale_payload(exc, kind=kind)).encode()
-
-
-def _headers(body: bytes, wait: int | None = None) -> list[tuple[str, str]]:
-    headers = [
-        ("Content-Type", "application/json"),
-        ("Content-Length", str(len(body))),
-        ("Cache-Control", "no-store"),  # a refusal must never be served from a cache
-    ]
-    if wait is not None:
-        headers.append(("Retry-After", str(wait)))  # RFC 9110: delay-seconds
-    return headers
 
 
 def refusal(check: Check, *, strict: bool = False) -> StaleError | None:
@@ -158,18 +145,16 @@ class Routes:
         return any(not p or path == p or path.startswith(f"{p}/") for p in self._prefixes)
 
 
-def _routes(
-    routes: Routes | Iterable[str] | Callable[[str, str], bool], methods: Iterable[str] | None
-) -> Routes:
+RouteSpec = Routes | Iterable[str] | Callable[[str, str], bool]
+"""Route prefixes, a ``(method, path)`` predicate, or a :class:`Routes`."""
+
+
+def _routes(routes: RouteSpec, methods: Iterable[str] | None) -> Routes:
     if isinstance(routes, Routes):
         if methods is not None:
             raise ValueError("give methods to Routes(...) or to the barrier, not both")
         return routes
     return Routes(routes, methods)
-
-
-RouteSpec = Routes | Iterable[str] | Callable[[str, str], bool]
-"""Route prefixes, a ``(method, path)`` predicate, or a :class:`Routes`."""
 
 
 class _Counted:
@@ -227,7 +212,14 @@ class _Barrier(Generic[App]):
             return None
         said = Refusal.of(exc)
         body = json.dumps(said.payload(self.kind)).encode()
-        return body, _headers(body, said.retry_after)
+        headers = [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),  # a refusal must never be served from a cache
+        ]
+        if said.retry_after is not None:
+            headers.append(("Retry-After", str(said.retry_after)))  # RFC 9110: delay-seconds
+        return body, headers
 
     def _count(self) -> _Counted | None:
         return None if self._unit is None else _Counted(self._unit)
@@ -294,7 +286,7 @@ class WSGIBarrier(_Barrier[WSGIApplication]):
             raise
         body, headers = refused
         try:
-            start_response(_CONFLICT_LINE, headers)
+            start_response(f"{CONFLICT} Conflict", headers)
         finally:
             if counted is not None:
                 counted.end()  # a 409 counts nothing once answered

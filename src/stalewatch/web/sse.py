@@ -58,6 +58,8 @@ _HEADERS = [
     ("Cache-Control", "no-cache"),
     ("X-Accel-Buffering", "no"),  # nginx would otherwise buffer the stream
 ]
+_ASGI_HEADERS = [(k.lower().encode(), v.encode()) for k, v in _HEADERS]  # copied: middleware appends
+_NOT_ALLOWED = [(b"allow", b"GET, HEAD"), (b"content-length", b"0")]
 
 
 def format_message(event: str, data: Mapping[str, Any], *, id: int | None = None) -> bytes:
@@ -72,10 +74,6 @@ def format_message(event: str, data: Mapping[str, Any], *, id: int | None = None
 
 def _snapshot_message(snap: Snapshot) -> bytes:
     return format_message(snap.status.value, {"type": "snapshot", **snap.to_dict()}, id=snap.generation)
-
-
-def _event_message(event: Event) -> bytes:
-    return format_message(event.status.value, {"type": "event", **event.to_dict()}, id=event.generation)
 
 
 def _restart_message(checkout: str, state: RestartState) -> bytes:
@@ -114,12 +112,10 @@ class _Client:
         self.closed = True
         self._notify()
 
-    def take(self) -> tuple[list[Event], list[RestartState], bool]:
+    def take(self) -> tuple[deque[Event], deque[RestartState], bool]:
         with self._lock:
-            events = list(self._events)
-            restarts = list(self._restarts)
-            self._events.clear()
-            self._restarts.clear()
+            events, self._events = self._events, deque()
+            restarts, self._restarts = self._restarts, deque(maxlen=self._limit)
             overflowed, self._overflowed = self._overflowed, False
         return events, restarts, overflowed
 
@@ -221,7 +217,8 @@ class EventStream:
                 last = snap.generation
         for event in events:
             if event.generation > last:
-                chunks.append(_event_message(event))
+                data = {"type": "event", **event.to_dict()}
+                chunks.append(format_message(event.status.value, data, id=event.generation))
                 last = event.generation
         checkout = str(self.guard.checkout)
         chunks.extend(_restart_message(checkout, state) for state in restarts)
@@ -235,13 +232,12 @@ class EventStream:
         A gone client is noticed at the next write (a change or a keep-alive), when
         the server closes the iterator; that unsubscribes it.
         """
-        if str(environ.get("REQUEST_METHOD", "GET")).upper() not in ("GET", "HEAD"):
+        method = str(environ.get("REQUEST_METHOD", "GET")).upper()
+        if method not in ("GET", "HEAD"):
             start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Length", "0")])
             return iter(())
         start_response("200 OK", list(_HEADERS))
-        if str(environ.get("REQUEST_METHOD", "GET")).upper() == "HEAD":
-            return iter(())
-        return self._wsgi_stream()
+        return iter(()) if method == "HEAD" else self._wsgi_stream()
 
     def _wsgi_stream(self) -> Iterator[bytes]:
         # A generator: subscribing happens on the first next(), inside the try whose
@@ -272,14 +268,10 @@ class EventStream:
         """
         if scope["type"] != "http":
             raise ValueError(f"EventStream serves HTTP only, not {scope['type']!r}")
-        if str(scope.get("method", "GET")).upper() not in ("GET", "HEAD"):
-            headers = [(b"allow", b"GET, HEAD"), (b"content-length", b"0")]
-            await send({"type": "http.response.start", "status": 405, "headers": headers})
-            await send({"type": "http.response.body", "body": b""})
-            return
-        if str(scope.get("method", "GET")).upper() == "HEAD":
-            headers = [(k.lower().encode(), v.encode()) for k, v in _HEADERS]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
+        method = str(scope.get("method", "GET")).upper()
+        if method != "GET":  # HEAD: the stream's headers; any other: 405
+            status, headers = (200, _ASGI_HEADERS) if method == "HEAD" else (405, _NOT_ALLOWED)
+            await send({"type": "http.response.start", "status": status, "headers": list(headers)})
             await send({"type": "http.response.body", "body": b""})
             return
         loop = asyncio.get_running_loop()
@@ -293,8 +285,7 @@ class EventStream:
         client, unsubscribe, snap = self._open(notify)
         listener = asyncio.ensure_future(_await_disconnect(receive, client))
         try:
-            headers = [(k.lower().encode(), v.encode()) for k, v in _HEADERS]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.start", "status": 200, "headers": list(_ASGI_HEADERS)})
             await send({"type": "http.response.body", "body": self._start(snap), "more_body": True})
             last = snap.generation
             while not client.closed:
