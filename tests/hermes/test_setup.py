@@ -316,6 +316,18 @@ def test_launchd_gets_a_launch_agent_and_kickstart(
     assert f"launchctl bootstrap gui/{os.getuid()}" in capsys.readouterr().out
 
 
+def test_a_supervisord_program_whose_environment_has_an_open_quote_is_read_without_it(
+    hermes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "supervisord.conf"
+    webui = hermes / "hermes-webui"
+    conf.write_text(
+        f'[supervisord]\n[program:hermes-webui]\ncommand=/bin/bash {webui}/start.sh\nenvironment=A="b\n'
+    )
+    assert setup("--supervisord-conf", str(conf), "--port", "8800") == 0  # never a traceback
+    assert "# supervisor:            supervisord hermes-webui" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("kind", ["runit", "s6"])
 def test_a_runit_or_s6_service_gets_its_restart_and_a_daemon_service_beside_it(
     hermes: Path, capsys: pytest.CaptureFixture[str], kind: str

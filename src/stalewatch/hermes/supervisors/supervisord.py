@@ -118,7 +118,10 @@ def _programs(config: Path) -> list[Found]:
         for section in (s for s in parser.sections() if s.startswith("program:")):
             name = section.split(":", 1)[1]
             raw = parser.get(section, "environment", fallback="")
-            pairs = (p.partition("=") for p in shlex.split(raw.replace(",", " ")))
+            try:
+                pairs = [p.partition("=") for p in shlex.split(raw.replace(",", " "))]
+            except ValueError:  # an open quote (supervisord refuses it): the program, without it
+                pairs = []
             environ = {k.strip(): v for k, s, v in pairs if s}
             user = parser.get(section, "user", fallback=None)
             evidence = f"supervisord program {name} in {file}"
