@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import glob
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -102,6 +103,12 @@ def _config(parent: Process) -> Path | None:
     return next((c for c in _CONFIGS if c.is_file()), None)
 
 
+MOST_BYTES = 1 << 20
+"""Bytes of one configuration file read at most."""
+MOST_INCLUDED = 256
+"""Files one ``[include]`` pattern may add (a configuration is outside input)."""
+
+
 def _programs(config: Path) -> list[Found]:
     """Every program the configuration defines, in it or in a file it includes
     (``[include] files =``: globs relative to its directory)."""
@@ -109,12 +116,15 @@ def _programs(config: Path) -> list[Found]:
     for file in files:  # supervisord's own first: the files it includes are added as it is read
         parser = configparser.RawConfigParser(strict=False, interpolation=None)
         try:
-            parser.read(file)
+            parser.read_string(_read_bounded(file), str(file))
         except (configparser.Error, OSError, UnicodeDecodeError):
             continue
         for pattern in parser.get("include", "files", fallback="").split() if file is config else []:
-            absolute = Path(pattern).is_absolute()
-            files += sorted(Path("/").glob(pattern[1:]) if absolute else config.parent.glob(pattern))
+            # supervisord's own glob: relative to the configuration's directory, and `**`
+            # is `*` (never a walk of the whole disk); only files, and a bounded number.
+            # (Path.glob would walk for `**` and refuses `/`.)
+            matches = map(Path, glob.glob(str(config.parent / pattern)))  # noqa: PTH207
+            files += sorted(m for m in matches if _is_file(m))[:MOST_INCLUDED]
         for section in (s for s in parser.sections() if s.startswith("program:")):
             name = section.split(":", 1)[1]
             raw = parser.get(section, "environment", fallback="")
@@ -129,8 +139,28 @@ def _programs(config: Path) -> list[Found]:
     return found
 
 
+def _read_bounded(file: Path) -> str:
+    """A configuration's text, refused past :data:`MOST_BYTES` (an include may name
+    ``/proc/kcore``: read whole, it fills the memory)."""
+    with file.open("rb") as stream:
+        data = stream.read(MOST_BYTES + 1)
+    if len(data) > MOST_BYTES:
+        raise OSError(f"{file}: larger than {MOST_BYTES} bytes")
+    return data.decode()
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # Python 3.11 raises for a path it may not look at (EACCES)
+        return False
+
+
 def _text(file: Path | None) -> str:
-    return file.read_text(errors="replace") if file is not None and file.is_file() else ""
+    try:
+        return "" if file is None else _read_bounded(file)
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def webui_programs(config: Path, webui_dir: Path | None) -> list[Found]:
