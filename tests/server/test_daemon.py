@@ -160,7 +160,7 @@ def test_stuck_client_is_dropped_without_delaying_others(workdir: Path, git_repo
             assert message["type"] == "ping", message  # never an error: the reader is served
         assert message["current_revision"] == before_drop
         # The stuck client's buffer fills with pings; then it is dropped.
-        daemon.notes.wait_for(lambda m: m.endswith("; 1 clients"))
+        daemon.notes.wait_for(lambda m: m.endswith("; 1 client"))
         new = git_repo.commit("after the stuck client was dropped")
         while (message := lines.get(timeout=WAIT))["type"] != "event":
             assert message["type"] == "ping", message

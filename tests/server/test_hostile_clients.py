@@ -126,7 +126,7 @@ def test_a_client_that_half_closes_keeps_receiving_events(workdir: Path, git_rep
         for n in range(2):
             new = git_repo.commit(f"after half-close {n}")
             assert sub.next("event")["current_revision"] == new
-        daemon.notes.wait_for(lambda m: m.endswith("; 1 clients"))
+        daemon.notes.wait_for(lambda m: m.endswith("; 1 client"))
         sub.close()  # now the whole connection: noticed without any write to it
         daemon.notes.wait_for(lambda m: m.endswith("; 0 clients"))
 
@@ -162,7 +162,7 @@ def test_polling_daemon_answers_at_once_and_reports_ready(workdir: Path, git_rep
             assert waited < 2.5, f"first client answered after {waited:.1f} s"  # was 5 s
             assert snap["trusted"] is False
         ready = daemon.notes.wait_for(lambda m: "READY=1" in m.split("\n"))
-        assert "STATUS=1 checkouts (1 current)" in ready
+        assert "STATUS=1 checkout (1 current)" in ready
     assert "not running yet" not in daemon.log_text()
 
 

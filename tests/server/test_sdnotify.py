@@ -63,16 +63,16 @@ def test_daemon_under_a_fake_notify_socket(workdir: Path, git_repo: Repo) -> Non
     with start_daemon(workdir, "--config", str(config), env=env) as daemon:
         ready = daemon.notes.received[-1].split("\n")
         assert "READY=1" in ready
-        assert "STATUS=1 checkouts (1 current); 0 clients" in ready
+        assert "STATUS=1 checkout (1 current); 0 clients" in ready
         assert f"MAINPID={daemon.proc.pid}" in ready
         daemon.notes.wait_for(lambda m: m == "WATCHDOG=1")
         daemon.notes.wait_for(lambda m: m == "WATCHDOG=1")
         with Subscriber(daemon.socket) as sub:
             greet(sub)
-            daemon.notes.wait_for(lambda m: m == "STATUS=1 checkouts (1 current); 1 clients")
+            daemon.notes.wait_for(lambda m: m == "STATUS=1 checkout (1 current); 1 client")
             git_repo.commit()
             sub.next("event")
-            daemon.notes.wait_for(lambda m: m == "STATUS=1 checkouts (1 stale); 1 clients")
+            daemon.notes.wait_for(lambda m: m == "STATUS=1 checkout (1 stale); 1 client")
         daemon.signal(signal.SIGHUP)
         reloading = daemon.notes.wait_for(lambda m: m.startswith("RELOADING=1"))
         assert reloading.split("\n")[1].startswith("MONOTONIC_USEC=")

@@ -50,7 +50,7 @@ from .registrations import Registrations
 from .registry import Registry
 from .reload_plan import Bound
 from .reloader import Reloader
-from .supervision import ObservedSource, SystemdNotifier, status_text
+from .supervision import ObservedSource, SystemdNotifier, counted, status_text
 
 __all__ = [
     "ACCEPTS_PER_TURN",
@@ -225,7 +225,7 @@ class DaemonServer:
             "stalewatch: daemon %s serving %s for %s: %s",
             __version__,
             listener.getsockname(),
-            _checkouts(len(self._entries)),
+            counted(len(self._entries), "checkout"),
             ", ".join(self._entries),
         )
         self._loop(listener)
@@ -370,11 +370,6 @@ class DaemonServer:
         if self._served:  # one that never served (no socket: another daemon runs) did not stop
             logger.info(
                 "stalewatch: daemon stopped (%s, in %.2f s)",
-                _checkouts(len(self._entries)),
+                counted(len(self._entries), "checkout"),
                 time.monotonic() - began,
             )
-
-
-def _checkouts(count: int) -> str:
-    """``1 checkout``, ``2 checkouts``: the log's count."""
-    return f"{count} checkout{'' if count == 1 else 's'}"

@@ -30,7 +30,7 @@ from ..watching.source import OnChange, OnHealth, OnRestart, Watch
 from ..watching.watcher import Watcher
 from . import sdnotify
 
-__all__ = ["READY_WAIT", "ObservedSource", "SystemdNotifier", "status_text"]
+__all__ = ["READY_WAIT", "ObservedSource", "SystemdNotifier", "counted", "status_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +102,14 @@ def status_text(states: Iterable[tuple[Status, bool]], clients: int) -> str:
         counts[status] += 1
         untrusted += not trusted
     parts = [f"{counts[s]} {s.value}" for s in Status if counts[s]]
-    text = f"{sum(counts.values())} checkouts ({', '.join(parts) or 'none'}); {clients} clients"
-    return text + (f"; {untrusted} watchers untrusted" if untrusted else "")
+    checkouts = counted(sum(counts.values()), "checkout")
+    text = f"{checkouts} ({', '.join(parts) or 'none'}); {counted(clients, 'client')}"
+    return text + (f"; {counted(untrusted, 'watcher')} untrusted" if untrusted else "")
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 checkout``, ``2 checkouts``: a count on a line the daemon writes."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 class SystemdNotifier:
