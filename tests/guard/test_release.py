@@ -169,6 +169,10 @@ def test_a_named_deploy_link_must_be_a_symlink_to_the_code(origin: Repo, tmp_pat
     elsewhere.write_text("x = 1\n")
     with pytest.raises(BindError, match="in none of the releases"):
         Guard.for_file(elsewhere, deploy_link=deploys.current)
+    # Code in a git checkout that is no release of the link: a mistyped link, refused
+    # (not a guard stale from its first request).
+    with pytest.raises(BindError, match="in none of the releases"):
+        Guard.for_file(origin.path / "module.py", deploy_link=deploys.current)
 
 
 def test_a_symlink_above_a_checkout_is_no_deploy_link(git_repo: Repo, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ pattern, never an exception, a walk of the whole disk, or an unbounded list."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -55,3 +56,14 @@ def test_an_included_file_past_the_bound_is_skipped_unread(tmp_path: Path) -> No
     assert webui_programs(config, None) == []
     big.write_text("[program:hermes-webui]\ncommand=true\n")
     assert [f.name for f in webui_programs(config, None)] == ["hermes-webui"]
+
+
+def test_patterns_repeated_add_each_file_once_and_a_fifo_never_blocks(tmp_path: Path) -> None:
+    included = tmp_path / "inc"
+    included.mkdir()
+    for n in range(20):
+        (included / f"p{n:02}.conf").write_text(f"[program:p{n}]\ncommand=true\n")
+    os.mkfifo(included / "zz.conf")  # nobody writes it: a blocking open would wait for ever
+    config = tmp_path / "supervisord.cfg"
+    config.write_text("[include]\nfiles = " + "inc/*.conf " * 400 + "\n")
+    assert sorted(f.name for f in _programs(config)) == sorted(f"p{n}" for n in range(20))

@@ -234,6 +234,7 @@ def test_the_webui_registers_and_leaves_restarts_to_the_daemon(
                 assert "will restart after the Agent update finishes" in payload["error"]
                 assert payload["restart_scheduled"] is True and payload["restart_phase"] == "waiting"
                 assert payload["retry_after"] >= 1 and payload["server_started_at"] == 1234.5
+                assert payload["retryable"] is True
             else:  # the routes build it inline: only the message, upstream's
                 assert set(payload) == {"error"} and "Restart Hermes WebUI" in payload["error"]
             # The update dies half-way: the daemon refuses, and the WebUI says no restart comes.
@@ -252,6 +253,7 @@ def test_the_webui_registers_and_leaves_restarts_to_the_daemon(
                 assert "could not be scheduled" in payload["error"]
                 assert payload["restart_scheduled"] is False and payload["restart_phase"] == "refused"
                 assert payload["restart_reason"].startswith("incomplete")
+                assert payload["retryable"] is False  # retrying changes nothing now
             else:
                 assert set(payload) == {"error"}
             child.send("work\n")

@@ -65,7 +65,8 @@ class Refusal:
     def retryable(self) -> bool:
         """Whether the same request, sent again after ``retry_after``, is expected to
         succeed: only while a restart is coming (else nothing changes until someone
-        restarts the server). Decided here alone, so every payload says the same."""
+        restarts the server). Decided here alone; only the drop-in, a copy of an older
+        WebUI's file, keeps that version's ``True``."""
         return self.restart is not None and self.restart.scheduled
 
     @property

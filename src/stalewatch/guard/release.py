@@ -240,7 +240,10 @@ def find_link(
         named = Path(os.path.abspath(Path(deploy_link).expanduser()))  # noqa: PTH100
         if not named.is_symlink():
             raise BindError(named, "deploy_link must be a symlink (current -> releases/X)")
-        loaded = worktree if worktree is not None else _release_among(named, absolute.resolve())
+        # A checkout too must be one of the link's releases: a mistyped link would
+        # otherwise make every guarded request a 409.
+        loaded = _release_among(named, worktree if worktree is not None else absolute.resolve())
+        loaded = worktree if worktree is not None else loaded
         return DeployLink(named, Release(loaded, _read_loaded(loaded)))
     link = _nearest_link(absolute)
     if link is None:

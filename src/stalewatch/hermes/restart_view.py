@@ -177,7 +177,7 @@ def _annotate(payload: dict[str, Any], refusal: Refusal) -> None:
         # 7160: from daemon_restarts, a moment ago); the daemon moved on since. Add
         # nothing that would contradict its text: the next request says the new phase.
         return
-    payload.update(fields)
+    payload.update(fields, retryable=refusal.retryable)  # retrying helps only while a restart comes
 
 
 def daemon_restarts(original: Callable[..., Any], view: RestartView) -> Callable[[], bool]:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import configparser
 import glob
+import itertools
+import os
 import shlex
+import stat
 from dataclasses import replace
 from pathlib import Path
 
@@ -106,7 +109,7 @@ def _config(parent: Process) -> Path | None:
 MOST_BYTES = 1 << 20
 """Bytes of one configuration file read at most."""
 MOST_INCLUDED = 256
-"""Files one ``[include]`` pattern may add (a configuration is outside input)."""
+"""Files the ``[include]`` patterns may add in all (a configuration is outside input)."""
 
 
 def _programs(config: Path) -> list[Found]:
@@ -120,11 +123,15 @@ def _programs(config: Path) -> list[Found]:
         except (configparser.Error, OSError, UnicodeDecodeError):
             continue
         for pattern in parser.get("include", "files", fallback="").split() if file is config else []:
+            if len(files) > MOST_INCLUDED:
+                break
             # supervisord's own glob: relative to the configuration's directory, and `**`
-            # is `*` (never a walk of the whole disk); only files, and a bounded number.
-            # (Path.glob would walk for `**` and refuses `/`.)
-            matches = map(Path, glob.glob(str(config.parent / pattern)))  # noqa: PTH207
-            files += sorted(m for m in matches if _is_file(m))[:MOST_INCLUDED]
+            # is `*` (Path.glob would walk for it, and refuses `/`). Taken lazily and cut
+            # short: at most MOST_INCLUDED files in all, each once, however many patterns.
+            matches = itertools.islice(glob.iglob(str(config.parent / pattern)), 4 * MOST_INCLUDED)  # noqa: PTH207
+            for match in sorted(matches):
+                if len(files) <= MOST_INCLUDED and Path(match) not in files and _is_file(Path(match)):
+                    files.append(Path(match))
         for section in (s for s in parser.sections() if s.startswith("program:")):
             name = section.split(":", 1)[1]
             raw = parser.get(section, "environment", fallback="")
@@ -142,7 +149,10 @@ def _programs(config: Path) -> list[Found]:
 def _read_bounded(file: Path) -> str:
     """A configuration's text, refused past :data:`MOST_BYTES` (an include may name
     ``/proc/kcore``: read whole, it fills the memory)."""
-    with file.open("rb") as stream:
+    # Non-blocking, and a regular file only: a FIFO named there must not hang setup.
+    with os.fdopen(os.open(file, os.O_RDONLY | os.O_NONBLOCK), "rb") as stream:
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            raise OSError(f"{file}: not a regular file")
         data = stream.read(MOST_BYTES + 1)
     if len(data) > MOST_BYTES:
         raise OSError(f"{file}: larger than {MOST_BYTES} bytes")
