@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from stalewatch.core.errors import DaemonConfigError, SupervisedHandoffError
 from stalewatch.server.restart.actions import Handoff, Signal
+from stalewatch.server.restart.procs import read_proc
 from stalewatch.server.restart.supervised import Supervised, parse_environ, supervised
 from tests.support.children import Child, python_child
 from tests.support.properties import budget
@@ -114,7 +115,8 @@ def test_a_parent_named_supervisord_is_supervisord(tmp_path: Path) -> None:
 def test_a_plain_child_a_gone_pid_and_a_missing_pidfile_are_no_supervisor(tmp_path: Path) -> None:
     with _master(tmp_path) as child:
         assert supervised(child.proc.pid) is None
-    assert supervised(child.proc.pid) is None  # gone
+    assert read_proc(child.proc.pid) is None  # gone (reaped): not a live plain child
+    assert supervised(child.proc.pid) is None
     (tmp_path / "master.pid").unlink()
     Handoff(tmp_path / "master.pid").check()  # no master yet: looked at again before each handoff
 

@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,18 +88,20 @@ def answer(port: int, wanted: int, loaded: str | None = None) -> dict[str, str]:
     """Ask until the server answers ``wanted`` (and, for a 200, serves ``loaded``); each
     try is a real request, the deadline bounds them."""
     deadline = time.monotonic() + WAIT
+    pause = threading.Event()
     last: object = None
     while time.monotonic() < deadline:
         try:
             status, _, body = request(port, "GET", "/api")
         except OSError as exc:  # not listening yet, or its workers being replaced
             last = exc
-            continue
-        last = (status, body)
-        if status == wanted:
-            payload: dict[str, str] = json.loads(body)
-            if loaded is None or payload.get("loaded") == loaded:
-                return payload
+        else:
+            last = (status, body)
+            if status == wanted:
+                payload: dict[str, str] = json.loads(body)
+                if loaded is None or payload.get("loaded") == loaded:
+                    return payload
+        pause.wait(0.02)  # between two requests (no spin while gunicorn starts), not instead of a condition
     raise AssertionError(f"no {wanted} within {WAIT} s; last: {last}")
 
 
