@@ -89,28 +89,22 @@ class _Pages:
 
     def find(self, sub: bytes, start: int, end: int, /) -> int:
         end = min(end, self._size)  # a file grown since it was sized is not read further
-        number = start // _PAGE
-        while number * _PAGE < end:
+        for number in range(start // _PAGE, (end - 1) // _PAGE + 1):
             base = number * _PAGE
             page = self._page(number)
             found = page.find(sub, max(start - base, 0), end - base)
             if found >= 0:
                 return base + found
             if len(page) < _PAGE:  # the file ended (or shrank) here
-                return -1
-            number += 1
+                break
         return -1
 
     def rfind(self, sub: bytes, start: int, end: int, /) -> int:
-        if end <= start:
-            return -1
-        number = (end - 1) // _PAGE
-        while number >= start // _PAGE:
+        for number in range((end - 1) // _PAGE, start // _PAGE - 1, -1):
             base = number * _PAGE
             found = self._page(number).rfind(sub, max(start - base, 0), end - base)
             if found >= 0:
                 return base + found
-            number -= 1
         return -1
 
     def startswith(self, prefix: bytes, start: int, /) -> bool:
@@ -158,10 +152,8 @@ class PackedFile:
             RefError: the file changed since this snapshot, cannot be read, or a line
                 the search read is malformed (its number is named).
         """
-        try:
+        if name in self.found:
             return self.found[name]
-        except KeyError:
-            pass
         fd = _open(self.path)
         try:
             if fd is None or _key(os.fstat(fd)) != self.key:
@@ -355,12 +347,8 @@ def lookup(path: Path, name: str) -> str | None:
     except OSError as exc:
         raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
     snap = _cache.get(where)
-    if snap is not None and snap.key != key:
-        snap = None  # another version of the file
-    if snap is not None:
-        answer = snap.found.get(name, snap)
-        if answer is not snap:
-            return answer  # type: ignore[return-value]  # str | None: a remembered answer
+    if snap is not None and snap.key == key and name in snap.found:
+        return snap.found[name]  # a remembered answer about this version of the file
     now = time.time_ns()
     fd = _open(path)
     if fd is None:
