@@ -87,10 +87,8 @@ def _steps_back(target: str) -> int:
     match = _RESET_BACK.fullmatch(target.strip())
     if match is None:
         return 0
-    total = 0
-    for part in re.findall(r"~[0-9]*|\^1?", match.group(1)):
-        total += int(part[1:]) if part.startswith("~") and part[1:] else 1
-    return total
+    parts = re.findall(r"~[0-9]*|\^1?", match.group(1))
+    return sum(int(part[1:]) if part.startswith("~") and part[1:] else 1 for part in parts)
 
 
 Rel = tuple[str, int | None, int | None]  # (relation, ahead, behind)

@@ -123,8 +123,7 @@ def parse_log(data: bytes, *, whole: bool) -> list[Entry]:
 def _complete_lines(data: bytes, *, whole: bool) -> list[bytes]:
     """The lines of a log's tail that are whole: not the one after the last newline
     (being written, or torn), nor the first unless the tail starts at the file's start."""
-    lines = data.split(b"\n")[:-1]
-    return lines if whole else lines[1:]
+    return data.split(b"\n")[0 if whole else 1 : -1]
 
 
 def _relation(entries: Sequence[Entry], target: int, loaded: str) -> moves.Rel:
@@ -155,10 +154,8 @@ def _relation(entries: Sequence[Entry], target: int, loaded: str) -> moves.Rel:
 
 def explain_entries(entries: Sequence[Entry], loaded: str | None, current: str) -> Cause | None:
     """The cause of HEAD being at ``current`` (the newest entry that moved it there)."""
-    for target in range(len(entries) - 1, -1, -1):
-        if entries[target].new == current:
-            break
-    else:
+    target = next((i for i in reversed(range(len(entries))) if entries[i].new == current), None)
+    if target is None:
         return None
     entry = entries[target]
     if loaded == current:
