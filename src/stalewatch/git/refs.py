@@ -7,8 +7,9 @@ checkout: :mod:`.reftable` when the repository says so, else :mod:`.files`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from ..core.errors import RefError
@@ -77,42 +78,28 @@ class GitDirs:
         """``logs/HEAD``: HEAD's reflog."""
         return self.git_dir / "logs" / "HEAD"
 
-    def ref_path(self, name: str) -> Path:
+    @cached_property
+    def ref_path(self) -> Callable[[str], Path]:
         """The loose file of ref ``name`` (per-worktree refs in the worktree's git dir)."""
-        paths = self._ref_paths
-        path = paths.get(name)
-        if path is None:
-            if len(paths) >= 256:  # a long life of branch switches: start over
-                paths.clear()
-            base = self.git_dir if name.startswith(_PER_WORKTREE_PREFIXES) else self.common_dir
-            path = paths[name] = base / name
-        return path
 
-    def log_path(self, ref: Path) -> Path | None:
+        @lru_cache(maxsize=256)  # bounded over a long life of branch switches
+        def ref_path(name: str) -> Path:
+            return (self.git_dir if name.startswith(_PER_WORKTREE_PREFIXES) else self.common_dir) / name
+
+        return ref_path
+
+    @cached_property
+    def log_path(self) -> Callable[[Path], Path | None]:
         """The reflog of the loose ref file ``ref`` (``None``: not under either git dir)."""
-        paths = self._log_paths
-        cached = paths.get(ref)  # one read: another thread may clear() meanwhile
-        if cached is not None:
-            return cached[0]
-        if len(paths) >= 256:
-            paths.clear()
-        found = None
-        # Per-worktree refs live under the worktree's git dir, which may itself sit
-        # inside the common dir (.git/worktrees/x): look there first.
-        for base in (self.git_dir, self.common_dir):
-            if ref.is_relative_to(base):
-                found = base / "logs" / ref.relative_to(base)
-                break
-        paths[ref] = (found,)
-        return found
 
-    @cached_property
-    def _ref_paths(self) -> dict[str, Path]:
-        return {}
+        @lru_cache(maxsize=256)
+        def log_path(ref: Path) -> Path | None:
+            # Per-worktree refs live under the worktree's git dir, which may itself sit
+            # inside the common dir (.git/worktrees/x): look there first.
+            base = next((b for b in (self.git_dir, self.common_dir) if ref.is_relative_to(b)), None)
+            return None if base is None else base / "logs" / ref.relative_to(base)
 
-    @cached_property
-    def _log_paths(self) -> dict[Path, tuple[Path | None]]:
-        return {}
+        return log_path
 
 
 def find_git_dirs(start: Path) -> GitDirs | None:

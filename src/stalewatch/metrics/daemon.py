@@ -78,9 +78,7 @@ class DaemonMetrics(DaemonObserver, Collector):
             ProcessCollector(registry=http)
             self.server = MetricsServer(address[0], address[1], http)
         if textfile is not None:
-            plain = CollectorRegistry(auto_describe=False)
-            plain.register(self)
-            self.textfile = TextfileWriter(textfile, lambda: generate_latest(plain), interval)
+            self.textfile = TextfileWriter(textfile, lambda: generate_latest(self), interval)
             self.tally.on_change = self.textfile.changed
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -117,12 +115,8 @@ class DaemonMetrics(DaemonObserver, Collector):
 
     def track(self, entry: Checkout) -> None:
         """A checkout begins to be watched (at start, or a reload's new guard)."""
-
-        def track() -> None:
-            written = newest_ref_write(entry.guard.binding.dirs)
-            self.tally.track(entry.key, entry.guard.snapshot(), written)
-
-        self._safely(track)
+        key, guard = entry.key, entry.guard
+        self._safely(lambda: self.tally.track(key, guard.snapshot(), newest_ref_write(guard.binding.dirs)))
 
     def forget(self, key: str) -> None:
         """A reload stopped watching ``key``."""
@@ -130,7 +124,6 @@ class DaemonMetrics(DaemonObserver, Collector):
 
     def event(self, entry: Checkout, event: Event) -> None:
         """An event was fanned out to the clients (the loop's thread)."""
-
         self._safely(lambda: self.tally.seen(entry.key, event, entry.guard.binding.dirs))
 
     def hook(self, key: str, hook: str, outcome: str) -> None:
