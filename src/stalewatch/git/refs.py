@@ -81,22 +81,24 @@ class GitDirs:
     @cached_property
     def ref_path(self) -> Callable[[str], Path]:
         """The loose file of ref ``name`` (per-worktree refs in the worktree's git dir)."""
+        git_dir, common_dir = self.git_dir, self.common_dir  # not self: no reference cycle
 
         @lru_cache(maxsize=256)  # bounded over a long life of branch switches
         def ref_path(name: str) -> Path:
-            return (self.git_dir if name.startswith(_PER_WORKTREE_PREFIXES) else self.common_dir) / name
+            return (git_dir if name.startswith(_PER_WORKTREE_PREFIXES) else common_dir) / name
 
         return ref_path
 
     @cached_property
     def log_path(self) -> Callable[[Path], Path | None]:
         """The reflog of the loose ref file ``ref`` (``None``: not under either git dir)."""
+        # Per-worktree refs live under the worktree's git dir, which may itself sit
+        # inside the common dir (.git/worktrees/x): look there first.
+        bases = (self.git_dir, self.common_dir)
 
         @lru_cache(maxsize=256)
         def log_path(ref: Path) -> Path | None:
-            # Per-worktree refs live under the worktree's git dir, which may itself sit
-            # inside the common dir (.git/worktrees/x): look there first.
-            base = next((b for b in (self.git_dir, self.common_dir) if ref.is_relative_to(b)), None)
+            base = next((b for b in bases if ref.is_relative_to(b)), None)
             return None if base is None else base / "logs" / ref.relative_to(base)
 
         return log_path
