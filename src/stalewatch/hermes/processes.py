@@ -16,9 +16,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.errors import SetupError
 from .discovery import looks_like_webui
 
-__all__ = ["Process", "ancestors", "cgroup_unit", "webui_servers"]
+__all__ = ["Process", "ancestors", "cgroup_unit", "port_of", "running_webui", "webui_servers"]
 
 PROC = Path("/proc")
 _LIMIT = 256 * 1024
@@ -98,6 +99,40 @@ def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Proce
         if looks_like_webui(script.parent):
             found.append((process, script.parent))
     return found
+
+
+def running_webui(webui_dir: Path | None, port: int | None) -> tuple[Process, Path] | None:
+    """The running WebUI server ``--webui-dir`` and ``--port`` point at (``None``: none runs).
+
+    Without ``webui_dir``, this user's (the same ``$HOME``: root sees every user's servers).
+
+    Raises:
+        SetupError: several run (the user must say which), or none on ``port`` but another.
+    """
+    servers = webui_servers()
+    if webui_dir is not None:
+        servers = [(p, d) for p, d in servers if d.resolve() == webui_dir]
+    else:
+        home = os.environ.get("HOME", "")
+        servers = [(p, d) for p, d in servers if home and p.environ.get("HOME") == home]
+    if port:
+        elsewhere = servers
+        servers = [(p, d) for p, d in servers if port_of(p) == str(port)]
+        if elsewhere and not servers:
+            listed = ", ".join(f"pid {p.pid} ({d}) on port {port_of(p)}" for p, d in elsewhere)
+            raise SetupError(
+                f"no Hermes WebUI server runs on port {port}, but one runs here: {listed}; pass its "
+                "port (or no --port), or restart it on the port you mean first"
+            )
+    if len(servers) > 1:
+        listed = ", ".join(f"pid {p.pid} ({d}, port {port_of(p)})" for p, d in servers)
+        raise SetupError(f"several Hermes WebUI servers run: {listed}; pass --webui-dir or --port")
+    return servers[0] if servers else None
+
+
+def port_of(server: Process) -> str:
+    """The port ``server`` listens on (its environment's, as its ``bootstrap.py`` set it)."""
+    return server.environ.get("HERMES_WEBUI_PORT", "8787")  # the WebUI's default
 
 
 def ancestors(pid: int, proc: Path = PROC, limit: int = 64) -> list[Process]:
