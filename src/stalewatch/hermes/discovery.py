@@ -19,8 +19,11 @@ __all__ = [
     "discover_agent_dir",
     "hermes_home",
     "looks_like_webui",
+    "probe",
     "read_dotenv",
     "read_dotenv_text",
+    "read_text",
+    "user_home",
     "webui_unit",
 ]
 
@@ -29,10 +32,30 @@ AGENT_MODULE = "run_agent"
 WEBUI_UNIT = "hermes-webui.service"
 """The WebUI's systemd unit when ``$HERMES_WEBUI_SYSTEMD_UNIT`` does not name another."""
 _SYSTEM_CANDIDATES = ("/opt/hermes-agent", "/usr/local/hermes-agent", "/usr/local/share/hermes-agent")
-_DOTENV_LIMIT = 64 * 1024
 
 
-def _home(environ: Mapping[str, str]) -> Path | None:
+def read_text(path: Path, limit: int = 64 * 1024) -> str | None:
+    """The first ``limit`` bytes of ``path`` as text (odd bytes replaced); ``None`` if unreadable.
+
+    Everything setup reads of the machine is outside input: a bounded read that never raises.
+    """
+    try:
+        with path.open("rb") as file:
+            return file.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def probe(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
+    """``test(path)``, false where the path cannot be looked at (an unreadable parent, a loop)."""
+    try:
+        return test(path)
+    except OSError:  # Python 3.11 raises for a path it may not look at (EACCES)
+        return False
+
+
+def user_home(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """``$HOME`` (this process's: else its passwd entry), ``None`` when neither says."""
     home = environ.get("HOME", "").strip()
     if home:
         return Path(home)
@@ -54,7 +77,7 @@ def hermes_home(environ: Mapping[str, str] | None = None) -> Path | None:
     env = os.environ if environ is None else environ
     if explicit := _named(env, "HERMES_HOME"):
         return explicit
-    home = _home(env)
+    home = user_home(env)
     return home / ".hermes" if home is not None else None
 
 
@@ -81,25 +104,18 @@ def webui_unit(environ: Mapping[str, str] | None = None) -> str:
     return unit if "." in unit else f"{unit}.service"
 
 
-def _is(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
-    try:
-        return test(path)
-    except OSError:  # unreadable parent, symlink loop
-        return False
-
-
 def looks_like_webui(path: Path) -> bool:
     """Whether ``path`` is a Hermes WebUI checkout (its start script and its guard's module)."""
-    return _is(path / "start.sh") and _is(path / "api" / "agent_runtime.py")
+    return probe(path / "start.sh") and probe(path / "api" / "agent_runtime.py")
 
 
 def _has_agent(path: Path) -> bool:
-    return _is(path / f"{AGENT_MODULE}.py")
+    return probe(path / f"{AGENT_MODULE}.py")
 
 
 def _pip_style(path: Path) -> bool:
-    return _is(path / "cron" / "jobs.py") and any(
-        _is(path / name, Path.is_dir) for name in ("hermes", "hermes_cli")
+    return probe(path / "cron" / "jobs.py") and any(
+        probe(path / name, Path.is_dir) for name in ("hermes", "hermes_cli")
     )
 
 
@@ -109,15 +125,14 @@ def agent_candidates(webui_dir: Path | None = None, environ: Mapping[str, str] |
     candidates: list[Path] = []
     if explicit := _named(env, "HERMES_WEBUI_AGENT_DIR"):
         candidates.append(explicit)
-    home = hermes_home(env)
-    if home is not None:
-        candidates.append(home / "hermes-agent")
+    if (hermes := hermes_home(env)) is not None:
+        candidates.append(hermes / "hermes-agent")
     if webui_dir is not None:
         candidates += [webui_dir.parent / "hermes-agent", webui_dir.parent]
-    user_home = _home(env)
-    if user_home is not None:
-        candidates += [user_home / ".hermes" / "hermes-agent", user_home / "hermes-agent"]
-        data = _named(env, "XDG_DATA_HOME") or user_home / ".local" / "share"
+    home = user_home(env)
+    if home is not None:
+        candidates += [home / ".hermes" / "hermes-agent", home / "hermes-agent"]
+        data = _named(env, "XDG_DATA_HOME") or home / ".local" / "share"
         candidates.append(data / "hermes-agent")
     candidates += [Path(p) for p in _SYSTEM_CANDIDATES]
     return list(dict.fromkeys(candidates))  # each once, in order
@@ -153,12 +168,7 @@ def read_dotenv(path: Path) -> dict[str, str]:
 
     At most 64 KiB read; never raises for a missing or unreadable file.
     """
-    try:
-        with path.open("rb") as file:
-            raw = file.read(_DOTENV_LIMIT)
-    except OSError:
-        return {}
-    return read_dotenv_text(raw.decode("utf-8", "replace"))
+    return read_dotenv_text(read_text(path) or "")
 
 
 def read_dotenv_text(text: str) -> dict[str, str]:

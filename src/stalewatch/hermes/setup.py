@@ -97,13 +97,6 @@ def _config_home(home: Path | None) -> Path:
     return home / ".config"
 
 
-def _home() -> Path | None:
-    try:
-        return Path("~").expanduser()
-    except RuntimeError:
-        return None
-
-
 def discover(args: argparse.Namespace) -> Install:
     """The install the arguments, the running WebUI and the environment point at.
 
@@ -111,7 +104,7 @@ def discover(args: argparse.Namespace) -> Install:
         SetupError: something is unknown or ambiguous (the message names the flag that
             decides), or a check before writing failed.
     """
-    home = _home()
+    home = discovery.user_home()
     webui_dir = Path(args.webui_dir).expanduser().resolve() if args.webui_dir else None
     running = processes.running_webui(webui_dir, args.port)
     env = running[0].environ if running is not None else dict(os.environ)

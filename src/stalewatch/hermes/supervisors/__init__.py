@@ -104,11 +104,7 @@ def which(
 
 def webui_dir_of(found: Found) -> Path | None:
     """The WebUI checkout a definition runs (its ``start.sh`` or ``directory=``), if it says."""
-    try:
-        words = found.kind.arguments(found.definition) if found.definition is not None else []
-    except OSError:
-        return None
-    for word in words:
+    for word in found.kind.arguments(found.definition) if found.definition is not None else []:
         path = Path(word.strip("\"'"))
         for candidate in (path.parent, path):
             if candidate.is_absolute() and looks_like_webui(candidate):

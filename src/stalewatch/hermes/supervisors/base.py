@@ -8,6 +8,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..discovery import read_text
 from ..processes import Process
 
 DAEMON_NAME = "stalewatch-hermes"
@@ -131,7 +132,7 @@ class Supervisor(abc.ABC):
 
     def arguments(self, definition: Path) -> list[str]:
         """The words of ``definition`` that may name the WebUI's checkout."""
-        return definition.read_bytes()[:65536].decode("utf-8", "replace").replace("=", " ").split()
+        return (read_text(definition) or "").replace("=", " ").split()
 
     @abc.abstractmethod
     def service(self, found: Found, where: Where) -> Service:

@@ -18,6 +18,7 @@ import stat
 from dataclasses import replace
 from pathlib import Path
 
+from ..discovery import probe
 from ..processes import Process
 from .base import DAEMON_NAME, Found, Service, Supervisor, Where, mentions_webui
 
@@ -130,7 +131,7 @@ def _programs(config: Path) -> list[Found]:
             # short: at most MOST_INCLUDED files in all, each once, however many patterns.
             matches = itertools.islice(glob.iglob(str(config.parent / pattern)), 4 * MOST_INCLUDED)  # noqa: PTH207
             for match in sorted(matches):
-                if len(files) <= MOST_INCLUDED and Path(match) not in files and _is_file(Path(match)):
+                if len(files) <= MOST_INCLUDED and Path(match) not in files and probe(Path(match)):
                     files.append(Path(match))
         for section in (s for s in parser.sections() if s.startswith("program:")):
             name = section.split(":", 1)[1]
@@ -157,13 +158,6 @@ def _read_bounded(file: Path) -> str:
     if len(data) > MOST_BYTES:
         raise OSError(f"{file}: larger than {MOST_BYTES} bytes")
     return data.decode()
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except OSError:  # Python 3.11 raises for a path it may not look at (EACCES)
-        return False
 
 
 def _text(file: Path | None) -> str:

@@ -12,7 +12,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from ..discovery import webui_unit
+from ..discovery import read_text, webui_unit
 from ..processes import Process, cgroup_unit
 from .base import DAEMON_NAME, Found, Service, Supervisor, Where
 
@@ -114,11 +114,7 @@ def _unit_environment(unit: Path) -> tuple[dict[str, str], str | None]:
     """``Environment=`` assignments and ``User=`` of a unit file (a bounded, plain read)."""
     variables: dict[str, str] = {}
     user = None
-    try:
-        text = unit.read_text(errors="replace")[:65536]
-    except OSError:
-        return variables, user
-    for line in text.splitlines():
+    for line in (read_text(unit) or "").splitlines():
         key, sep, value = line.strip().partition("=")
         if sep and key == "Environment":
             try:
