@@ -146,7 +146,7 @@ def discover(args: argparse.Namespace) -> Install:
         else (None if system else _config_home(home) / "systemd" / "user")
     )
     run = [*_daemon_command(), "daemon", "--config", str(config)]
-    where = Where(run, socket, webui_dir, hermes_home, home, unit_dir, os.getuid())
+    where = Where(run, socket, hermes_home, home, unit_dir, os.getuid())
     service = supervisor.kind.service(supervisor, where)
     install = Install(
         agent_dir, hermes_home, python, webui_dir, host, port, supervisor, config, socket, service
@@ -196,12 +196,7 @@ def _daemon_command() -> list[str]:
 
 def _check(install: Install, port_from: str) -> tuple[str, ...]:
     """Ask the supervisor and the WebUI before anything is written (SetupError if either is silent)."""
-    ok, said = supervisors.answers(install.supervisor)
-    if not ok:
-        raise SetupError(
-            f"{install.supervisor.kind.option} does not answer for {install.supervisor.name}: {said} "
-            "(pass --supervisor if another runs the WebUI, or --no-check to write anyway)"
-        )
+    said = supervisors.answers(install.supervisor)
     try:
         with urllib.request.urlopen(install.health, timeout=5) as answer:  # noqa: S310 - http on loopback
             status = answer.status
@@ -274,8 +269,10 @@ def render(install: Install) -> dict[Path, tuple[str, int]]:
         f"# lock = {_toml(str(install.hermes_home / 'update.lock'))}\n"
     )
     files = {install.config: (config, 0o600), **install.service.files}
-    if install.service.env_file is not None:
-        files[install.service.env_file] = (_env_text(install.service.env_file, install.socket), 0o600)
+    if install.webui_dir is not None and not install.supervisor.kind.dropin:
+        # The WebUI's .env, read by every way it starts (start.sh, bootstrap.py, ctl.sh).
+        env = install.webui_dir / ".env"
+        files[env] = (_env_text(env, install.socket), 0o600)
     return files
 
 

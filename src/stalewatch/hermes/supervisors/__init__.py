@@ -6,10 +6,10 @@ a runit or s6 service directory, and ``ctl.sh`` (a PID file; ``start.sh`` by han
 no one to restart it). Each is a :class:`~.base.Supervisor` in a file of its own,
 listed in :data:`KINDS`. :func:`from_process` reads it off the running server (Linux:
 its nearest supervising ancestor, else its systemd service from its control group,
-else the PID file ``ctl.sh`` keeps); :func:`from_definitions` reads the definitions
-on disk (every platform; the WebUI may be stopped); :func:`which` picks the one setup
-serves, asking the user (``--supervisor``) rather than guessing; :func:`answers` asks
-the supervisor itself before anything is written.
+else the PID file ``ctl.sh`` keeps); :func:`which` also reads the definitions on disk
+(every platform; the WebUI may be stopped) and picks the one setup serves, asking the
+user (``--supervisor``) rather than guessing; :func:`answers` asks the supervisor
+itself before anything is written.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ __all__ = [
     "Supervisor",
     "Where",
     "answers",
-    "from_definitions",
     "from_process",
     "which",
 ]
@@ -51,11 +50,6 @@ def from_process(server: Process, webui_dir: Path, hermes_home: Path | None) -> 
             if found := kind.parent(parent, server, webui_dir):
                 return found
     return next((f for kind in KINDS.values() if (f := kind.process(server, webui_dir, hermes_home))), None)
-
-
-def from_definitions(webui_dir: Path | None, home: Path | None) -> list[Found]:
-    """Every definition on disk that runs the WebUI (several: ask which with ``--supervisor``)."""
-    return [found for kind in KINDS.values() for found in kind.definitions(webui_dir, home)]
 
 
 def which(
@@ -85,8 +79,8 @@ def which(
             )
     if args.supervisord_conf:  # named: its programs, in the files it includes too
         candidates = webui_programs(Path(args.supervisord_conf).expanduser(), webui_dir)
-    else:
-        candidates = from_definitions(webui_dir, home)
+    else:  # every definition on disk that runs the WebUI (several: ask which)
+        candidates = [found for kind in KINDS.values() for found in kind.definitions(webui_dir, home)]
     if args.supervisor is not None:
         kind, name = KINDS[args.supervisor], args.unit or args.label or args.program or None
         candidates = [c for c in candidates if c.kind is kind and name in (None, c.name)]
@@ -112,13 +106,24 @@ def webui_dir_of(found: Found) -> Path | None:
     return None
 
 
-def answers(found: Found, uid: int | None = None) -> tuple[bool, str]:
-    """Ask the supervisor about the WebUI's service: ``(answered, what it said)``."""
-    command = found.kind.status(found, os.getuid() if uid is None else uid)
+def answers(found: Found) -> str:
+    """Ask the supervisor about the WebUI's service: what it said.
+
+    Raises:
+        SetupError: it did not answer (the message says what it said instead).
+    """
+    command = found.kind.status(found, os.getuid())
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=15, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"`{shlex.join(command)}`: {exc}"
-    said = (done.stdout + done.stderr).strip().replace("\n", "; ")[:300]
-    ok = found.kind.answered(found, done.stdout, done.returncode)
-    return ok, f"`{shlex.join(command)}`: {said or f'exit {done.returncode}'}"
+        out, ok = str(exc), False
+    else:
+        out = (done.stdout + done.stderr).strip().replace("\n", "; ")[:300] or f"exit {done.returncode}"
+        ok = found.kind.answered(found, done.stdout, done.returncode)
+    said = f"`{shlex.join(command)}`: {out}"
+    if not ok:
+        raise SetupError(
+            f"{found.kind.option} does not answer for {found.name}: {said} "
+            "(pass --supervisor if another runs the WebUI, or --no-check to write anyway)"
+        )
+    return said

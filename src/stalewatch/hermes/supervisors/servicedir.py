@@ -66,7 +66,6 @@ class ServiceDirectory(Supervisor):
         return Service(
             action,
             {directory / "run": (script, 0o755)},
-            where.env_file,
             [
                 f"ln -s {shlex.quote(str(directory))} <the directory {self.scanner} scans, "
                 f"where {Path(found.name).name} is linked>",

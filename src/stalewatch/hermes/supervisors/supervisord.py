@@ -69,26 +69,18 @@ class Supervisord(Supervisor):
             "redirect_stderr=true\n"
             f"stdout_logfile={where.log}\n"
         )
+        allowed = f"the daemon runs `{shlex.join(ctl)}`: its user must be allowed by [unix_http_server]"
+        then = [f"{shlex.join(ctl)} update", f"{shlex.join(ctl)} restart {found.name}"]
+        pid = [*ctl, "pid", found.name]
         definition = found.definition
-        notes = []
-        files: dict[Path, tuple[str, int]] = {}
-        included = definition is not None and found.config is not None and definition != found.config
-        if included and definition is not None:
-            files[definition.with_name(f"{DAEMON_NAME}{definition.suffix}")] = (block, 0o644)
-        else:
-            notes.append(
-                f"the WebUI's program is in supervisord's own file ({found.config}): append the "
-                f"[program:{DAEMON_NAME}] block printed below to it (setup never edits that file)"
-            )
-        notes.append(f"the daemon runs `{shlex.join(ctl)}`: its user must be allowed by [unix_http_server]")
-        return Service(
-            [*ctl, "restart", found.name],
-            files,
-            where.env_file,
-            [f"{shlex.join(ctl)} update", f"{shlex.join(ctl)} restart {found.name}"],
-            notes + ([] if included else [block]),
-            pid_command=[*ctl, "pid", found.name],
+        if definition is not None and found.config not in (None, definition):  # a file it includes
+            beside = definition.with_name(f"{DAEMON_NAME}{definition.suffix}")
+            return Service([*ctl, "restart", found.name], {beside: (block, 0o644)}, then, [allowed], pid)
+        own = (
+            f"the WebUI's program is in supervisord's own file ({found.config}): append the "
+            f"[program:{DAEMON_NAME}] block printed below to it (setup never edits that file)"
         )
+        return Service([*ctl, "restart", found.name], {}, then, [own, allowed, block], pid)
 
 
 def _ctl(found: Found) -> list[str]:

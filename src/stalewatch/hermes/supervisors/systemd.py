@@ -22,6 +22,8 @@ _SYSTEM_UNITS = (Path("/etc/systemd/system"), Path("/usr/lib/systemd/system"), P
 class Systemd(Supervisor):
     """A unit of the user's manager (``user``) or of the system's."""
 
+    dropin = True
+
     def __init__(self, user: bool) -> None:
         self.user = user
         self.system = not user
@@ -100,7 +102,6 @@ class Systemd(Supervisor):
                 directory / f"{DAEMON_NAME}.service": (text, 0o644),
                 directory / f"{unit}.d" / "stalewatch.conf": (dropin, 0o644),
             },
-            None,
             [
                 f"{systemctl} daemon-reload",
                 f"{systemctl} enable --now {DAEMON_NAME}.service",
