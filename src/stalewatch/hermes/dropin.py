@@ -58,7 +58,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _CLASS = "AIAgent"
-_UNKNOWN: Any = object()  # _AGENT_DIR not discovered yet
 
 
 @dataclass(frozen=True)
