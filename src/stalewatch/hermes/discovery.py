@@ -54,12 +54,12 @@ def probe(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
         return False
 
 
-def user_home(environ: Mapping[str, str] = os.environ) -> Path | None:
+def user_home(env: Mapping[str, str] = os.environ) -> Path | None:
     """``$HOME`` (this process's: else its passwd entry), ``None`` when neither says."""
-    home = environ.get("HOME", "").strip()
+    home = env.get("HOME", "").strip()
     if home:
         return Path(home)
-    if environ is not os.environ:
+    if env is not os.environ:
         return None
     try:
         return Path("~").expanduser()
@@ -72,22 +72,21 @@ def _named(env: Mapping[str, str], variable: str) -> Path | None:
     return Path(value).expanduser() if value else None
 
 
-def hermes_home(environ: Mapping[str, str] | None = None) -> Path | None:
+def hermes_home(env: Mapping[str, str] = os.environ) -> Path | None:
     """``$HERMES_HOME``, else ``~/.hermes``: where Hermes keeps its state and update marker."""
-    env = os.environ if environ is None else environ
     if explicit := _named(env, "HERMES_HOME"):
         return explicit
     home = user_home(env)
     return home / ".hermes" if home is not None else None
 
 
-def agent_python(agent_dir: Path, environ: Mapping[str, str] | None = None) -> Path | None:
+def agent_python(agent_dir: Path, env: Mapping[str, str] = os.environ) -> Path | None:
     """The Python with the Agent's dependencies, found as the WebUI finds it.
 
     ``$HERMES_WEBUI_PYTHON``, else the Agent's ``venv`` or ``.venv``; ``None`` when
     neither exists (the WebUI then falls back to the system's python3).
     """
-    if explicit := _named(os.environ if environ is None else environ, "HERMES_WEBUI_PYTHON"):
+    if explicit := _named(env, "HERMES_WEBUI_PYTHON"):
         return explicit
     for venv in ("venv", ".venv"):
         for binary in (Path("bin") / "python", Path("Scripts") / "python.exe"):
@@ -97,9 +96,8 @@ def agent_python(agent_dir: Path, environ: Mapping[str, str] | None = None) -> P
     return None
 
 
-def webui_unit(environ: Mapping[str, str] | None = None) -> str:
+def webui_unit(env: Mapping[str, str] = os.environ) -> str:
     """The WebUI's systemd unit: ``$HERMES_WEBUI_SYSTEMD_UNIT``, else ``hermes-webui.service``."""
-    env = os.environ if environ is None else environ
     unit = env.get("HERMES_WEBUI_SYSTEMD_UNIT", "").strip() or WEBUI_UNIT
     return unit if "." in unit else f"{unit}.service"
 
@@ -119,9 +117,8 @@ def _pip_style(path: Path) -> bool:
     )
 
 
-def agent_candidates(webui_dir: Path | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
+def agent_candidates(webui_dir: Path | None = None, env: Mapping[str, str] = os.environ) -> list[Path]:
     """Where the WebUI looks for the Agent, in its order (``api/config.py``)."""
-    env = os.environ if environ is None else environ
     candidates: list[Path] = []
     if explicit := _named(env, "HERMES_WEBUI_AGENT_DIR"):
         candidates.append(explicit)
@@ -138,9 +135,7 @@ def agent_candidates(webui_dir: Path | None = None, environ: Mapping[str, str] |
     return list(dict.fromkeys(candidates))  # each once, in order
 
 
-def discover_agent_dir(
-    webui_dir: Path | None = None, environ: Mapping[str, str] | None = None
-) -> Path | None:
+def discover_agent_dir(webui_dir: Path | None = None, env: Mapping[str, str] = os.environ) -> Path | None:
     """Find the Hermes Agent checkout the way Hermes WebUI does.
 
     Candidates in the WebUI's order (:func:`agent_candidates`): ``$HERMES_WEBUI_AGENT_DIR``,
@@ -152,7 +147,7 @@ def discover_agent_dir(
     when none is. For the guard this is a diagnostic value: its identity always comes
     from the loaded module (C1).
     """
-    candidates = agent_candidates(webui_dir, environ)
+    candidates = agent_candidates(webui_dir, env)
     for test in (_has_agent, _pip_style):
         for candidate in candidates:
             if test(candidate):
