@@ -96,7 +96,7 @@ def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Proce
 
 
 def running_webui(webui_dir: Path | None, port: int | None) -> tuple[Process, Path] | None:
-    """The running WebUI server ``--webui-dir`` and ``--port`` point at (``None``: none runs).
+    """The running WebUI server ``--webui-dir`` (resolved) and ``--port`` point at (``None``: none runs).
 
     Without ``webui_dir``, this user's (the same ``$HOME``: root sees every user's servers).
 
