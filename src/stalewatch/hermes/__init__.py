@@ -42,9 +42,8 @@ __all__ = [
 ]
 
 
-_DROP_IN_NAMES = frozenset(
+_DROP_IN_STATE = frozenset(  # besides its public names (this package's __all__)
     {
-        *(name for name in __all__ if name != "accelerate"),
         "_capture_loaded_agent_revision",
         "_reset_for_tests",
         "_AGENT_DIR",
@@ -62,6 +61,6 @@ _DROP_IN_NAMES = frozenset(
 def __getattr__(name: str) -> Any:
     # PEP 562: the drop-in's names, read from it on every access (never copied here, so
     # a value replaced on the drop-in is the one read through the package).
-    if name not in _DROP_IN_NAMES:
+    if name not in __all__ and name not in _DROP_IN_STATE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__name__}.dropin"), name)

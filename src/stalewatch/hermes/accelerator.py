@@ -117,19 +117,17 @@ def _socket(daemon: str | os.PathLike[str] | bool | None, name: str) -> Path | N
 
 def _hand_to_daemon(module: ModuleType, name: str, view: RestartView) -> None:
     """Restart-aware payload and the daemon's restarts, where the WebUI has the seams."""
-    payload = getattr(module, PAYLOAD, None)
-    if callable(payload) and getattr(payload, "__stalewatch_view__", None) is None:
-        setattr(module, PAYLOAD, restart_aware(payload, view))
-    elif payload is None:
+    for attribute, stand_in in ((PAYLOAD, restart_aware), (SELF_RESTART, daemon_restarts)):
+        own = getattr(module, attribute, None)
+        if callable(own) and getattr(own, "__stalewatch_view__", None) is None:
+            setattr(module, attribute, stand_in(own, view))
+    if getattr(module, PAYLOAD, None) is None:
         logger.info(
             "stalewatch.hermes: %s builds its stale payloads elsewhere (no %s): they stay upstream's; "
             "the WebUI registers with the daemon all the same",
             name,
             PAYLOAD,
         )
-    own = getattr(module, SELF_RESTART, None)
-    if callable(own) and getattr(own, "__stalewatch_view__", None) is None:
-        setattr(module, SELF_RESTART, daemon_restarts(own, view))
 
 
 def _accelerate_read(module: ModuleType, name: str, view: RestartView | None) -> bool:

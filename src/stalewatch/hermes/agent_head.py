@@ -89,8 +89,8 @@ def read(agent_dir: Any, module_path: Any) -> str | Defer | None:
     binding = BINDINGS.get(key)
     if binding is None or (not binding.tracked and binding.index != _index_signature(binding.dirs)):
         found = _bind(agent_dir, module_path)
-        if not isinstance(found, AgentFile):
-            return found
+        if found is None:
+            return None
         BINDINGS.put(key, found)
         binding = found
     if not binding.tracked:
@@ -139,7 +139,7 @@ def loaded_agent_identity() -> tuple[Path, Path] | None:
     return None if module_path is None else (module_path.parent, module_path)
 
 
-def _bind(agent_dir: Any, module_path: PurePath) -> AgentFile | Defer | None:
+def _bind(agent_dir: Any, module_path: PurePath) -> AgentFile | None:
     """Which checkout ``agent_dir`` is in, and whether it tracks ``module_path`` (C2).
 
     ``None`` (not cached) when ``agent_dir`` is in no checkout or the file lies outside

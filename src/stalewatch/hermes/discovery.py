@@ -19,8 +19,11 @@ __all__ = [
     "discover_agent_dir",
     "hermes_home",
     "looks_like_webui",
+    "probe",
     "read_dotenv",
     "read_dotenv_text",
+    "read_text",
+    "user_home",
     "webui_unit",
 ]
 
@@ -29,14 +32,34 @@ AGENT_MODULE = "run_agent"
 WEBUI_UNIT = "hermes-webui.service"
 """The WebUI's systemd unit when ``$HERMES_WEBUI_SYSTEMD_UNIT`` does not name another."""
 _SYSTEM_CANDIDATES = ("/opt/hermes-agent", "/usr/local/hermes-agent", "/usr/local/share/hermes-agent")
-_DOTENV_LIMIT = 64 * 1024
 
 
-def _home(environ: Mapping[str, str]) -> Path | None:
-    home = environ.get("HOME", "").strip()
+def read_text(path: Path, limit: int = 64 * 1024) -> str | None:
+    """The first ``limit`` bytes of ``path`` as text (odd bytes replaced); ``None`` if unreadable.
+
+    Everything setup reads of the machine is outside input: a bounded read that never raises.
+    """
+    try:
+        with path.open("rb") as file:
+            return file.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def probe(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
+    """``test(path)``, false where the path cannot be looked at (an unreadable parent, a loop)."""
+    try:
+        return test(path)
+    except OSError:  # Python 3.11 raises for a path it may not look at (EACCES)
+        return False
+
+
+def user_home(env: Mapping[str, str] = os.environ) -> Path | None:
+    """``$HOME`` (this process's: else its passwd entry), ``None`` when neither says."""
+    home = env.get("HOME", "").strip()
     if home:
         return Path(home)
-    if environ is not os.environ:
+    if env is not os.environ:
         return None
     try:
         return Path("~").expanduser()
@@ -49,22 +72,21 @@ def _named(env: Mapping[str, str], variable: str) -> Path | None:
     return Path(value).expanduser() if value else None
 
 
-def hermes_home(environ: Mapping[str, str] | None = None) -> Path | None:
+def hermes_home(env: Mapping[str, str] = os.environ) -> Path | None:
     """``$HERMES_HOME``, else ``~/.hermes``: where Hermes keeps its state and update marker."""
-    env = os.environ if environ is None else environ
     if explicit := _named(env, "HERMES_HOME"):
         return explicit
-    home = _home(env)
+    home = user_home(env)
     return home / ".hermes" if home is not None else None
 
 
-def agent_python(agent_dir: Path, environ: Mapping[str, str] | None = None) -> Path | None:
+def agent_python(agent_dir: Path, env: Mapping[str, str] = os.environ) -> Path | None:
     """The Python with the Agent's dependencies, found as the WebUI finds it.
 
     ``$HERMES_WEBUI_PYTHON``, else the Agent's ``venv`` or ``.venv``; ``None`` when
     neither exists (the WebUI then falls back to the system's python3).
     """
-    if explicit := _named(os.environ if environ is None else environ, "HERMES_WEBUI_PYTHON"):
+    if explicit := _named(env, "HERMES_WEBUI_PYTHON"):
         return explicit
     for venv in ("venv", ".venv"):
         for binary in (Path("bin") / "python", Path("Scripts") / "python.exe"):
@@ -74,58 +96,46 @@ def agent_python(agent_dir: Path, environ: Mapping[str, str] | None = None) -> P
     return None
 
 
-def webui_unit(environ: Mapping[str, str] | None = None) -> str:
+def webui_unit(env: Mapping[str, str] = os.environ) -> str:
     """The WebUI's systemd unit: ``$HERMES_WEBUI_SYSTEMD_UNIT``, else ``hermes-webui.service``."""
-    env = os.environ if environ is None else environ
     unit = env.get("HERMES_WEBUI_SYSTEMD_UNIT", "").strip() or WEBUI_UNIT
     return unit if "." in unit else f"{unit}.service"
 
 
-def _is(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
-    try:
-        return test(path)
-    except OSError:  # unreadable parent, symlink loop
-        return False
-
-
 def looks_like_webui(path: Path) -> bool:
     """Whether ``path`` is a Hermes WebUI checkout (its start script and its guard's module)."""
-    return _is(path / "start.sh") and _is(path / "api" / "agent_runtime.py")
+    return probe(path / "start.sh") and probe(path / "api" / "agent_runtime.py")
 
 
 def _has_agent(path: Path) -> bool:
-    return _is(path / f"{AGENT_MODULE}.py")
+    return probe(path / f"{AGENT_MODULE}.py")
 
 
 def _pip_style(path: Path) -> bool:
-    return _is(path / "cron" / "jobs.py") and any(
-        _is(path / name, Path.is_dir) for name in ("hermes", "hermes_cli")
+    return probe(path / "cron" / "jobs.py") and any(
+        probe(path / name, Path.is_dir) for name in ("hermes", "hermes_cli")
     )
 
 
-def agent_candidates(webui_dir: Path | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
+def agent_candidates(webui_dir: Path | None = None, env: Mapping[str, str] = os.environ) -> list[Path]:
     """Where the WebUI looks for the Agent, in its order (``api/config.py``)."""
-    env = os.environ if environ is None else environ
     candidates: list[Path] = []
     if explicit := _named(env, "HERMES_WEBUI_AGENT_DIR"):
         candidates.append(explicit)
-    home = hermes_home(env)
-    if home is not None:
-        candidates.append(home / "hermes-agent")
+    if (hermes := hermes_home(env)) is not None:
+        candidates.append(hermes / "hermes-agent")
     if webui_dir is not None:
         candidates += [webui_dir.parent / "hermes-agent", webui_dir.parent]
-    user_home = _home(env)
-    if user_home is not None:
-        candidates += [user_home / ".hermes" / "hermes-agent", user_home / "hermes-agent"]
-        data = _named(env, "XDG_DATA_HOME") or user_home / ".local" / "share"
+    home = user_home(env)
+    if home is not None:
+        candidates += [home / ".hermes" / "hermes-agent", home / "hermes-agent"]
+        data = _named(env, "XDG_DATA_HOME") or home / ".local" / "share"
         candidates.append(data / "hermes-agent")
     candidates += [Path(p) for p in _SYSTEM_CANDIDATES]
     return list(dict.fromkeys(candidates))  # each once, in order
 
 
-def discover_agent_dir(
-    webui_dir: Path | None = None, environ: Mapping[str, str] | None = None
-) -> Path | None:
+def discover_agent_dir(webui_dir: Path | None = None, env: Mapping[str, str] = os.environ) -> Path | None:
     """Find the Hermes Agent checkout the way Hermes WebUI does.
 
     Candidates in the WebUI's order (:func:`agent_candidates`): ``$HERMES_WEBUI_AGENT_DIR``,
@@ -137,7 +147,7 @@ def discover_agent_dir(
     when none is. For the guard this is a diagnostic value: its identity always comes
     from the loaded module (C1).
     """
-    candidates = agent_candidates(webui_dir, environ)
+    candidates = agent_candidates(webui_dir, env)
     for test in (_has_agent, _pip_style):
         for candidate in candidates:
             if test(candidate):
@@ -153,12 +163,7 @@ def read_dotenv(path: Path) -> dict[str, str]:
 
     At most 64 KiB read; never raises for a missing or unreadable file.
     """
-    try:
-        with path.open("rb") as file:
-            raw = file.read(_DOTENV_LIMIT)
-    except OSError:
-        return {}
-    return read_dotenv_text(raw.decode("utf-8", "replace"))
+    return read_dotenv_text(read_text(path) or "")
 
 
 def read_dotenv_text(text: str) -> dict[str, str]:

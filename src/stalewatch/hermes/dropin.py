@@ -58,7 +58,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _CLASS = "AIAgent"
-_UNKNOWN: Any = object()  # _AGENT_DIR not discovered yet
 
 
 @dataclass(frozen=True)
@@ -151,18 +150,16 @@ def _changed_error(
     where = f" in {checkout}" if checkout is not None else ""
     if current is None:
         what = f"loaded {short(loaded)}, now unknown: the checkout{where} can no longer be read"
-        status = Status.UNREADABLE
     else:
         moved = f": {cause.describe()}" if cause is not None else ""
         what = f"loaded {short(loaded)}, now {short(current)}{where}{moved}"
-        status = Status.STALE
     return AgentRuntimeChangedError(
         f"Hermes Agent was updated while Hermes WebUI was running ({what}). "
         "Restart Hermes WebUI to load the new Agent, then retry.",
         checkout=checkout,
         loaded_revision=loaded,
         current_revision=current,
-        status=status,
+        status=Status.UNREADABLE if current is None else Status.STALE,
         cause=cause,
     )
 

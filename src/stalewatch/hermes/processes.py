@@ -16,20 +16,17 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .discovery import looks_like_webui
+from ..core.errors import SetupError
+from .discovery import looks_like_webui, read_text
 
-__all__ = ["Process", "ancestors", "cgroup_unit", "webui_servers"]
+__all__ = ["Process", "ancestors", "cgroup_unit", "port_of", "running_webui", "webui_servers"]
 
 PROC = Path("/proc")
 _LIMIT = 256 * 1024
 
 
-def _read(path: Path) -> bytes | None:
-    try:
-        with path.open("rb") as file:
-            return file.read(_LIMIT)
-    except OSError:
-        return None
+def _read(path: Path) -> str:
+    return read_text(path, _LIMIT) or ""
 
 
 @dataclass(frozen=True)
@@ -48,17 +45,15 @@ class Process:
         """The process ``pid`` now; ``None`` once it is gone or unreadable."""
         base = proc / str(pid)
         stat = _read(base / "stat")
-        if stat is None:
-            return None
-        try:
-            name = stat[stat.index(b"(") + 1 : stat.rindex(b")")].decode("utf-8", "replace")
-            ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        try:  # "" (gone, unreadable) included
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         except (ValueError, IndexError):
             return None
-        argv = tuple(a.decode("utf-8", "replace") for a in (_read(base / "cmdline") or b"").split(b"\0") if a)
+        argv = tuple(a for a in _read(base / "cmdline").split("\0") if a)
         environ: dict[str, str] = {}
-        for entry in (_read(base / "environ") or b"").split(b"\0"):
-            key, sep, value = entry.decode("utf-8", "replace").partition("=")
+        for entry in _read(base / "environ").split("\0"):
+            key, sep, value = entry.partition("=")
             if sep and key:
                 environ[key] = value
         cwd = None
@@ -85,8 +80,8 @@ def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Proce
                 continue
         except OSError:
             continue
-        argv = tuple(a for a in (_read(proc / str(pid) / "cmdline") or b"").split(b"\0") if a)
-        scripts = [a.decode("utf-8", "replace") for a in argv[1:3] if a.endswith(b"server.py")]
+        argv = [a for a in _read(proc / str(pid) / "cmdline").split("\0") if a]
+        scripts = [a for a in argv[1:3] if a.endswith("server.py")]
         if not scripts:
             continue
         process = Process.read(pid, proc)
@@ -98,6 +93,40 @@ def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Proce
         if looks_like_webui(script.parent):
             found.append((process, script.parent))
     return found
+
+
+def running_webui(webui_dir: Path | None, port: int | None) -> tuple[Process, Path] | None:
+    """The running WebUI server ``--webui-dir`` (resolved) and ``--port`` point at (``None``: none runs).
+
+    Without ``webui_dir``, this user's (the same ``$HOME``: root sees every user's servers).
+
+    Raises:
+        SetupError: several run (the user must say which), or none on ``port`` but another.
+    """
+    servers = webui_servers()
+    if webui_dir is not None:
+        servers = [(p, d) for p, d in servers if d.resolve() == webui_dir]
+    else:
+        home = os.environ.get("HOME", "")
+        servers = [(p, d) for p, d in servers if home and p.environ.get("HOME") == home]
+    if port:
+        elsewhere = servers
+        servers = [(p, d) for p, d in servers if port_of(p) == str(port)]
+        if elsewhere and not servers:
+            listed = ", ".join(f"pid {p.pid} ({d}) on port {port_of(p)}" for p, d in elsewhere)
+            raise SetupError(
+                f"no Hermes WebUI server runs on port {port}, but one runs here: {listed}; pass its "
+                "port (or no --port), or restart it on the port you mean first"
+            )
+    if len(servers) > 1:
+        listed = ", ".join(f"pid {p.pid} ({d}, port {port_of(p)})" for p, d in servers)
+        raise SetupError(f"several Hermes WebUI servers run: {listed}; pass --webui-dir or --port")
+    return servers[0] if servers else None
+
+
+def port_of(server: Process) -> str:
+    """The port ``server`` listens on (its environment's, as its ``bootstrap.py`` set it)."""
+    return server.environ.get("HERMES_WEBUI_PORT", "8787")  # the WebUI's default
 
 
 def ancestors(pid: int, proc: Path = PROC, limit: int = 64) -> list[Process]:
@@ -120,10 +149,7 @@ def cgroup_unit(pid: int, proc: Path = PROC) -> tuple[str, bool] | None:
     component; ``user`` when it is under a user manager (``user@UID.service``).
     A session or terminal scope (``*.scope``) is not a service: ``None``.
     """
-    raw = _read(proc / str(pid) / "cgroup")
-    if raw is None:
-        return None
-    for line in raw.decode("utf-8", "replace").splitlines():
+    for line in _read(proc / str(pid) / "cgroup").splitlines():
         hierarchy, _, path = line.partition("::")
         if hierarchy != "0" or not path:
             continue

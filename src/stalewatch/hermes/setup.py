@@ -28,15 +28,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import __version__
 from ..core.errors import SetupError
 from ..core.files import write_atomically
 from . import discovery, processes, supervisors
-from .supervisors import KINDS, Found, Service, Where
-from .supervisors.supervisord import webui_programs
+from .supervisors import Found, Service, Where
 
 __all__ = [
     "ACCELERATOR_FIGURE",
@@ -98,85 +97,6 @@ def _config_home(home: Path | None) -> Path:
     return home / ".config"
 
 
-def _port(raw: str | None, source: str) -> int:
-    if raw is None or not raw.strip().isdigit() or not 0 < int(raw) < 65536:
-        raise SetupError(f"{source} is not a port ({raw!r}): pass --port")
-    return int(raw)
-
-
-def _home() -> Path | None:
-    try:
-        return Path("~").expanduser()
-    except RuntimeError:
-        return None
-
-
-def _running(args: argparse.Namespace) -> tuple[processes.Process, Path] | None:
-    """The running WebUI server the arguments point at; several: the user must say which."""
-    servers = processes.webui_servers()
-    if args.webui_dir:
-        wanted = Path(args.webui_dir).expanduser().resolve()
-        servers = [(p, d) for p, d in servers if d.resolve() == wanted]
-    else:  # this user's WebUI: the same home (root sees every user's servers)
-        home = os.environ.get("HOME", "")
-        servers = [(p, d) for p, d in servers if home and p.environ.get("HOME") == home]
-    if args.port:
-        elsewhere = servers
-        servers = [(p, d) for p, d in servers if p.environ.get("HERMES_WEBUI_PORT", "8787") == str(args.port)]
-        if elsewhere and not servers:
-            listed = ", ".join(
-                f"pid {p.pid} ({d}) on port {p.environ.get('HERMES_WEBUI_PORT', '8787')}"
-                for p, d in elsewhere
-            )
-            raise SetupError(
-                f"no Hermes WebUI server runs on port {args.port}, but one runs here: {listed}; pass its "
-                "port (or no --port), or restart it on the port you mean first"
-            )
-    if len(servers) > 1:
-        listed = ", ".join(
-            f"pid {p.pid} ({d}, port {p.environ.get('HERMES_WEBUI_PORT', '8787')})" for p, d in servers
-        )
-        raise SetupError(f"several Hermes WebUI servers run: {listed}; pass --webui-dir or --port")
-    return servers[0] if servers else None
-
-
-def _supervisor(
-    args: argparse.Namespace,
-    running: tuple[processes.Process, Path] | None,
-    webui_dir: Path | None,
-    home: Path | None,
-    hermes_home: Path,
-) -> Found:
-    if running is not None:
-        found = supervisors.from_process(running[0], running[1], hermes_home)
-        if found is not None and args.supervisor in (None, found.kind.option):
-            return found
-        if found is None and args.supervisor is None:
-            raise SetupError(
-                f"the WebUI (pid {running[0].pid}) runs without a supervisor (start.sh by hand?): nothing "
-                "could restart it. Run it under one (systemd, launchd, supervisord, runit, s6) or with "
-                "`ctl.sh start`, or pass --supervisor"
-            )
-    if args.supervisord_conf:  # named: its programs, in the files it includes too
-        candidates = webui_programs(Path(args.supervisord_conf).expanduser(), webui_dir)
-    else:
-        candidates = supervisors.from_definitions(webui_dir, home)
-    if args.supervisor is not None:
-        kind, name = KINDS[args.supervisor], args.unit or args.label or args.program or None
-        candidates = [c for c in candidates if c.kind is kind and name in (None, c.name)]
-        candidates = candidates or [kind.named(args, webui_dir)]
-    if len(candidates) == 1:
-        return candidates[0]
-    if not candidates:
-        raise SetupError(
-            "cannot tell what runs Hermes WebUI (no running server found, no unit, LaunchAgent, supervisord "
-            "program or service directory naming it): pass --supervisor "
-            f"({', '.join(KINDS)})"
-        )
-    listed = "; ".join(f"{c.kind.option}: {c.evidence}" for c in candidates)
-    raise SetupError(f"more than one supervisor may run Hermes WebUI ({listed}): pass --supervisor")
-
-
 def discover(args: argparse.Namespace) -> Install:
     """The install the arguments, the running WebUI and the environment point at.
 
@@ -184,19 +104,17 @@ def discover(args: argparse.Namespace) -> Install:
         SetupError: something is unknown or ambiguous (the message names the flag that
             decides), or a check before writing failed.
     """
-    home = _home()
-    running = _running(args)
+    home = discovery.user_home()
+    webui_dir = Path(args.webui_dir).expanduser().resolve() if args.webui_dir else None
+    running = processes.running_webui(webui_dir, args.port)
     env = running[0].environ if running is not None else dict(os.environ)
-    webui_dir = (
-        Path(args.webui_dir).expanduser().resolve() if args.webui_dir else (running[1] if running else None)
-    )
+    webui_dir = webui_dir or (running[1] if running else None)
     hermes_home = Path(args.hermes_home).expanduser() if args.hermes_home else discovery.hermes_home(env)
     if hermes_home is None:
         raise SetupError(
             "cannot tell Hermes' home (no $HERMES_HOME and no home directory); pass --hermes-home"
         )
-    flagged = KINDS[args.supervisor].given(args) if args.supervisor else None
-    supervisor = flagged or _supervisor(args, running, webui_dir, home, hermes_home)
+    supervisor = supervisors.which(args, running, webui_dir, home, hermes_home)
     if webui_dir is None:
         webui_dir = supervisors.webui_dir_of(supervisor)
     if args.agent_dir:
@@ -211,31 +129,7 @@ def discover(args: argparse.Namespace) -> Install:
             + ("" if webui_dir else " (or --webui-dir: the WebUI also looks beside its own checkout)")
         )
     dotenv = discovery.read_dotenv(webui_dir / ".env") if webui_dir else {}
-    if args.port:
-        port, port_from = args.port, "--port"
-    elif running is not None:
-        port, port_from = (
-            _port(env.get("HERMES_WEBUI_PORT", "8787"), "the running WebUI's port"),
-            f"the running WebUI (pid {running[0].pid})",
-        )
-    else:
-        sources = [
-            ("$HERMES_WEBUI_PORT", os.environ),
-            (str(supervisor.definition), supervisor.environ),
-            (f"{webui_dir}/.env", dotenv),
-        ]
-        given = [
-            (where, values["HERMES_WEBUI_PORT"])
-            for where, values in sources
-            if values.get("HERMES_WEBUI_PORT")
-        ]
-        if not given:
-            raise SetupError(
-                "the WebUI's port is not known (it is not running here, and neither $HERMES_WEBUI_PORT, its "
-                "service definition nor its .env names one): pass --port"
-            )
-        port_from, raw = given[0]
-        port = _port(raw, port_from)
+    port, port_from = _port(args, running, supervisor, webui_dir, dotenv)
     host = (env.get("HERMES_WEBUI_HOST") or dotenv.get("HERMES_WEBUI_HOST") or "127.0.0.1").strip()
     if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard bind is probed on loopback
         host = "127.0.0.1"
@@ -252,13 +146,46 @@ def discover(args: argparse.Namespace) -> Install:
         else (None if system else _config_home(home) / "systemd" / "user")
     )
     run = [*_daemon_command(), "daemon", "--config", str(config)]
-    where = Where(run, socket, webui_dir, hermes_home, home, unit_dir, os.getuid())
+    where = Where(run, socket, hermes_home, home, unit_dir, os.getuid())
     service = supervisor.kind.service(supervisor, where)
     install = Install(
         agent_dir, hermes_home, python, webui_dir, host, port, supervisor, config, socket, service
     )
-    checked = () if args.no_check else _check(install, port_from)
-    return Install(**{**install.__dict__, "checked": checked})
+    return replace(install, checked=() if args.no_check else _check(install, port_from))
+
+
+def _port(
+    args: argparse.Namespace,
+    running: tuple[processes.Process, Path] | None,
+    supervisor: Found,
+    webui_dir: Path | None,
+    dotenv: dict[str, str],
+) -> tuple[int, str]:
+    """The WebUI's port and where it was found: the flag, the running server, its definitions."""
+    if args.port:
+        return args.port, "--port"
+    if running is not None:
+        given = [("the running WebUI's port", processes.port_of(running[0]))]
+    else:
+        sources = [
+            ("$HERMES_WEBUI_PORT", os.environ),
+            (str(supervisor.definition), supervisor.environ),
+            (f"{webui_dir}/.env", dotenv),
+        ]
+        given = [
+            (where, values["HERMES_WEBUI_PORT"])
+            for where, values in sources
+            if values.get("HERMES_WEBUI_PORT")
+        ]
+    if not given:
+        raise SetupError(
+            "the WebUI's port is not known (it is not running here, and neither $HERMES_WEBUI_PORT, its "
+            "service definition nor its .env names one): pass --port"
+        )
+    source, raw = given[0]
+    if not raw.strip().isdigit() or not 0 < int(raw) < 65536:
+        raise SetupError(f"{source} is not a port ({raw!r}): pass --port")
+    return int(raw), source if running is None else f"the running WebUI (pid {running[0].pid})"
 
 
 def _daemon_command() -> list[str]:
@@ -269,12 +196,7 @@ def _daemon_command() -> list[str]:
 
 def _check(install: Install, port_from: str) -> tuple[str, ...]:
     """Ask the supervisor and the WebUI before anything is written (SetupError if either is silent)."""
-    ok, said = supervisors.answers(install.supervisor)
-    if not ok:
-        raise SetupError(
-            f"{install.supervisor.kind.option} does not answer for {install.supervisor.name}: {said} "
-            "(pass --supervisor if another runs the WebUI, or --no-check to write anyway)"
-        )
+    said = supervisors.answers(install.supervisor)
     try:
         with urllib.request.urlopen(install.health, timeout=5) as answer:  # noqa: S310 - http on loopback
             status = answer.status
@@ -347,8 +269,10 @@ def render(install: Install) -> dict[Path, tuple[str, int]]:
         f"# lock = {_toml(str(install.hermes_home / 'update.lock'))}\n"
     )
     files = {install.config: (config, 0o600), **install.service.files}
-    if install.service.env_file is not None:
-        files[install.service.env_file] = (_env_text(install.service.env_file, install.socket), 0o600)
+    if install.webui_dir is not None and not install.supervisor.kind.dropin:
+        # The WebUI's .env, read by every way it starts (start.sh, bootstrap.py, ctl.sh).
+        env = install.webui_dir / ".env"
+        files[env] = (_env_text(env, install.socket), 0o600)
     return files
 
 

@@ -6,24 +6,37 @@ a runit or s6 service directory, and ``ctl.sh`` (a PID file; ``start.sh`` by han
 no one to restart it). Each is a :class:`~.base.Supervisor` in a file of its own,
 listed in :data:`KINDS`. :func:`from_process` reads it off the running server (Linux:
 its nearest supervising ancestor, else its systemd service from its control group,
-else the PID file ``ctl.sh`` keeps); :func:`from_definitions` reads the definitions
-on disk (every platform; the WebUI may be stopped); :func:`answers` asks the
-supervisor itself before anything is written.
+else the PID file ``ctl.sh`` keeps); :func:`which` also reads the definitions on disk
+(every platform; the WebUI may be stopped) and picks the one setup serves, asking the
+user (``--supervisor``) rather than guessing; :func:`answers` asks the supervisor
+itself before anything is written.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import subprocess
 from pathlib import Path
 
+from ...core.errors import SetupError
 from ..discovery import looks_like_webui
 from ..processes import Process, ancestors
 from . import ctl, launchd, servicedir, supervisord, systemd
 from .base import Found, Service, Supervisor, Where
+from .supervisord import webui_programs
 
-__all__ = ["KINDS", "Found", "Service", "Supervisor", "Where", "answers", "from_definitions", "from_process"]
+__all__ = [
+    "KINDS",
+    "Found",
+    "Service",
+    "Supervisor",
+    "Where",
+    "answers",
+    "from_process",
+    "which",
+]
 
 _MODULES = (systemd, launchd, supervisord, servicedir, ctl)  # a new kind's module is added here
 KINDS: dict[str, Supervisor] = {kind.option: kind for module in _MODULES for kind in module.KINDS}
@@ -39,18 +52,53 @@ def from_process(server: Process, webui_dir: Path, hermes_home: Path | None) -> 
     return next((f for kind in KINDS.values() if (f := kind.process(server, webui_dir, hermes_home))), None)
 
 
-def from_definitions(webui_dir: Path | None, home: Path | None) -> list[Found]:
-    """Every definition on disk that runs the WebUI (several: ask which with ``--supervisor``)."""
-    return [found for kind in KINDS.values() for found in kind.definitions(webui_dir, home)]
+def which(
+    args: argparse.Namespace,
+    running: tuple[Process, Path] | None,
+    webui_dir: Path | None,
+    home: Path | None,
+    hermes_home: Path,
+) -> Found:
+    """What runs the WebUI: named in full by setup's flags, else found from the ``running``
+    server, else from the definitions on disk, narrowed by ``--supervisor`` and its name.
+
+    Raises:
+        SetupError: nothing, or more than one, may run it (the message names the flag).
+    """
+    if args.supervisor and (given := KINDS[args.supervisor].given(args)):
+        return given
+    if running is not None:
+        found = from_process(running[0], running[1], hermes_home)
+        if found is not None and args.supervisor in (None, found.kind.option):
+            return found
+        if found is None and args.supervisor is None:
+            raise SetupError(
+                f"the WebUI (pid {running[0].pid}) runs without a supervisor (start.sh by hand?): nothing "
+                "could restart it. Run it under one (systemd, launchd, supervisord, runit, s6) or with "
+                "`ctl.sh start`, or pass --supervisor"
+            )
+    if args.supervisord_conf:  # named: its programs, in the files it includes too
+        candidates = webui_programs(Path(args.supervisord_conf).expanduser(), webui_dir)
+    else:  # every definition on disk that runs the WebUI (several: ask which)
+        candidates = [found for kind in KINDS.values() for found in kind.definitions(webui_dir, home)]
+    if args.supervisor is not None:
+        kind, name = KINDS[args.supervisor], args.unit or args.label or args.program or None
+        candidates = [c for c in candidates if c.kind is kind and name in (None, c.name)]
+        candidates = candidates or [kind.named(args, webui_dir)]
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise SetupError(
+            "cannot tell what runs Hermes WebUI (no running server found, no unit, LaunchAgent, supervisord "
+            f"program or service directory naming it): pass --supervisor ({', '.join(KINDS)})"
+        )
+    listed = "; ".join(f"{c.kind.option}: {c.evidence}" for c in candidates)
+    raise SetupError(f"more than one supervisor may run Hermes WebUI ({listed}): pass --supervisor")
 
 
 def webui_dir_of(found: Found) -> Path | None:
     """The WebUI checkout a definition runs (its ``start.sh`` or ``directory=``), if it says."""
-    try:
-        words = found.kind.arguments(found.definition) if found.definition is not None else []
-    except OSError:
-        return None
-    for word in words:
+    for word in found.kind.arguments(found.definition) if found.definition is not None else []:
         path = Path(word.strip("\"'"))
         for candidate in (path.parent, path):
             if candidate.is_absolute() and looks_like_webui(candidate):
@@ -58,13 +106,24 @@ def webui_dir_of(found: Found) -> Path | None:
     return None
 
 
-def answers(found: Found, uid: int | None = None) -> tuple[bool, str]:
-    """Ask the supervisor about the WebUI's service: ``(answered, what it said)``."""
-    command = found.kind.status(found, os.getuid() if uid is None else uid)
+def answers(found: Found) -> str:
+    """Ask the supervisor about the WebUI's service: what it said.
+
+    Raises:
+        SetupError: it did not answer (the message says what it said instead).
+    """
+    command = found.kind.status(found, os.getuid())
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=15, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"`{shlex.join(command)}`: {exc}"
-    said = (done.stdout + done.stderr).strip().replace("\n", "; ")[:300]
-    ok = found.kind.answered(found, done.stdout, done.returncode)
-    return ok, f"`{shlex.join(command)}`: {said or f'exit {done.returncode}'}"
+        out, ok = str(exc), False
+    else:
+        out = (done.stdout + done.stderr).strip().replace("\n", "; ")[:300] or f"exit {done.returncode}"
+        ok = found.kind.answered(found, done.stdout, done.returncode)
+    said = f"`{shlex.join(command)}`: {out}"
+    if not ok:
+        raise SetupError(
+            f"{found.kind.option} does not answer for {found.name}: {said} "
+            "(pass --supervisor if another runs the WebUI, or --no-check to write anyway)"
+        )
+    return said

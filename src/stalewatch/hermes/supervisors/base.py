@@ -8,6 +8,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..discovery import read_text
 from ..processes import Process
 
 DAEMON_NAME = "stalewatch-hermes"
@@ -44,7 +45,6 @@ class Service:
     Attributes:
         action: the daemon's restart action (an argv).
         files: files to write, by path: (text, mode).
-        env_file: the WebUI's ``.env``, to hold ``STALEWATCH_SOCKET`` (``None``: a drop-in does).
         then: the commands that start the daemon and restart the WebUI once (printed).
         notes: what the user must know (printed).
         pid_command: an argv printing the WebUI's pid (0 or nothing: not running), so
@@ -55,7 +55,6 @@ class Service:
 
     action: list[str]
     files: dict[Path, tuple[str, int]] = field(default_factory=dict)
-    env_file: Path | None = None
     then: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     pid_command: list[str] | None = None
@@ -67,16 +66,10 @@ class Where:
 
     run: list[str]
     socket: Path
-    webui_dir: Path | None
     hermes_home: Path
     home: Path | None
     unit_dir: Path | None
     uid: int
-
-    @property
-    def env_file(self) -> Path | None:
-        """The WebUI's ``.env``, read by every way it starts (``start.sh``, ``bootstrap.py``, ``ctl.sh``)."""
-        return self.webui_dir / ".env" if self.webui_dir is not None else None
 
     @property
     def log(self) -> Path:
@@ -100,6 +93,8 @@ class Supervisor(abc.ABC):
     """Its ``--supervisor`` value."""
     system = False
     """A system-wide service: the daemon runs as root (configuration in ``/etc``)."""
+    dropin = False
+    """The WebUI learns the socket from a drop-in :meth:`service` writes, not from its ``.env``."""
 
     def parent(self, parent: Process, server: Process, webui_dir: Path) -> Found | None:
         """It, if ``parent`` (an ancestor of the running ``server``, nearest first) is it."""
@@ -131,7 +126,7 @@ class Supervisor(abc.ABC):
 
     def arguments(self, definition: Path) -> list[str]:
         """The words of ``definition`` that may name the WebUI's checkout."""
-        return definition.read_bytes()[:65536].decode("utf-8", "replace").replace("=", " ").split()
+        return (read_text(definition) or "").replace("=", " ").split()
 
     @abc.abstractmethod
     def service(self, found: Found, where: Where) -> Service:

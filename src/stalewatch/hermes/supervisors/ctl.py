@@ -41,7 +41,6 @@ class Ctl(Supervisor):
         return Service(
             ["/bin/bash", found.name, "restart"],
             {},
-            where.env_file,
             [
                 f"nohup {shlex.join(where.run)} >> {shlex.quote(str(where.log))} 2>&1 &",
                 f"/bin/bash {shlex.quote(found.name)} restart",

@@ -57,7 +57,6 @@ class Launchd(Supervisor):
         return Service(
             ["launchctl", "kickstart", "-k", f"{domain}/{found.name}"],
             {plist: (plistlib.dumps(data).decode(), 0o644)},
-            where.env_file,
             [
                 f"launchctl bootstrap {domain} {shlex.quote(str(plist))}",
                 f"launchctl kickstart -k {domain}/{found.name}",

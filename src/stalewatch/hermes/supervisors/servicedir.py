@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 from ...core.errors import SetupError
+from ..discovery import read_text
 from ..processes import Process
 from .base import DAEMON_NAME, Found, Service, Supervisor, Where, mentions_webui
 
@@ -37,13 +38,9 @@ class ServiceDirectory(Supervisor):
         found = []
         for directory in (*_SCANNED, *([home / "service"] if home is not None else [])):
             for run in sorted(directory.glob("*/run")) if directory.is_dir() else []:
-                try:
-                    text = run.read_text(errors="replace")[:65536]
-                except OSError:
-                    continue
                 s6 = "s6" in str(directory) or (run.parent / "type").exists()  # s6-rc's definition
                 ours = s6 == self.s6 and not run.parent.name.startswith("stalewatch")
-                if ours and mentions_webui(text, webui_dir):
+                if ours and mentions_webui(read_text(run) or "", webui_dir):
                     found.append(Found(self, str(run.parent), f"service directory {run.parent}", run))
         return found
 
@@ -69,7 +66,6 @@ class ServiceDirectory(Supervisor):
         return Service(
             action,
             {directory / "run": (script, 0o755)},
-            where.env_file,
             [
                 f"ln -s {shlex.quote(str(directory))} <the directory {self.scanner} scans, "
                 f"where {Path(found.name).name} is linked>",

@@ -18,6 +18,7 @@ import stat
 from dataclasses import replace
 from pathlib import Path
 
+from ..discovery import probe
 from ..processes import Process
 from .base import DAEMON_NAME, Found, Service, Supervisor, Where, mentions_webui
 
@@ -68,26 +69,18 @@ class Supervisord(Supervisor):
             "redirect_stderr=true\n"
             f"stdout_logfile={where.log}\n"
         )
+        allowed = f"the daemon runs `{shlex.join(ctl)}`: its user must be allowed by [unix_http_server]"
+        then = [f"{shlex.join(ctl)} update", f"{shlex.join(ctl)} restart {found.name}"]
+        pid = [*ctl, "pid", found.name]
         definition = found.definition
-        notes = []
-        files: dict[Path, tuple[str, int]] = {}
-        included = definition is not None and found.config is not None and definition != found.config
-        if included and definition is not None:
-            files[definition.with_name(f"{DAEMON_NAME}{definition.suffix}")] = (block, 0o644)
-        else:
-            notes.append(
-                f"the WebUI's program is in supervisord's own file ({found.config}): append the "
-                f"[program:{DAEMON_NAME}] block printed below to it (setup never edits that file)"
-            )
-        notes.append(f"the daemon runs `{shlex.join(ctl)}`: its user must be allowed by [unix_http_server]")
-        return Service(
-            [*ctl, "restart", found.name],
-            files,
-            where.env_file,
-            [f"{shlex.join(ctl)} update", f"{shlex.join(ctl)} restart {found.name}"],
-            notes + ([] if included else [block]),
-            pid_command=[*ctl, "pid", found.name],
+        if definition is not None and found.config not in (None, definition):  # a file it includes
+            beside = definition.with_name(f"{DAEMON_NAME}{definition.suffix}")
+            return Service([*ctl, "restart", found.name], {beside: (block, 0o644)}, then, [allowed], pid)
+        own = (
+            f"the WebUI's program is in supervisord's own file ({found.config}): append the "
+            f"[program:{DAEMON_NAME}] block printed below to it (setup never edits that file)"
         )
+        return Service([*ctl, "restart", found.name], {}, then, [own, allowed, block], pid)
 
 
 def _ctl(found: Found) -> list[str]:
@@ -130,7 +123,7 @@ def _programs(config: Path) -> list[Found]:
             # short: at most MOST_INCLUDED files in all, each once, however many patterns.
             matches = itertools.islice(glob.iglob(str(config.parent / pattern)), 4 * MOST_INCLUDED)  # noqa: PTH207
             for match in sorted(matches):
-                if len(files) <= MOST_INCLUDED and Path(match) not in files and _is_file(Path(match)):
+                if len(files) <= MOST_INCLUDED and Path(match) not in files and probe(Path(match)):
                     files.append(Path(match))
         for section in (s for s in parser.sections() if s.startswith("program:")):
             name = section.split(":", 1)[1]
@@ -157,13 +150,6 @@ def _read_bounded(file: Path) -> str:
     if len(data) > MOST_BYTES:
         raise OSError(f"{file}: larger than {MOST_BYTES} bytes")
     return data.decode()
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except OSError:  # Python 3.11 raises for a path it may not look at (EACCES)
-        return False
 
 
 def _text(file: Path | None) -> str:

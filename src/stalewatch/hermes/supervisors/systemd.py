@@ -12,7 +12,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from ..discovery import webui_unit
+from ..discovery import read_text, webui_unit
 from ..processes import Process, cgroup_unit
 from .base import DAEMON_NAME, Found, Service, Supervisor, Where
 
@@ -21,6 +21,8 @@ _SYSTEM_UNITS = (Path("/etc/systemd/system"), Path("/usr/lib/systemd/system"), P
 
 class Systemd(Supervisor):
     """A unit of the user's manager (``user``) or of the system's."""
+
+    dropin = True
 
     def __init__(self, user: bool) -> None:
         self.user = user
@@ -100,7 +102,6 @@ class Systemd(Supervisor):
                 directory / f"{DAEMON_NAME}.service": (text, 0o644),
                 directory / f"{unit}.d" / "stalewatch.conf": (dropin, 0o644),
             },
-            None,
             [
                 f"{systemctl} daemon-reload",
                 f"{systemctl} enable --now {DAEMON_NAME}.service",
@@ -114,11 +115,7 @@ def _unit_environment(unit: Path) -> tuple[dict[str, str], str | None]:
     """``Environment=`` assignments and ``User=`` of a unit file (a bounded, plain read)."""
     variables: dict[str, str] = {}
     user = None
-    try:
-        text = unit.read_text(errors="replace")[:65536]
-    except OSError:
-        return variables, user
-    for line in text.splitlines():
+    for line in (read_text(unit) or "").splitlines():
         key, sep, value = line.strip().partition("=")
         if sep and key == "Environment":
             try:
