@@ -466,3 +466,28 @@ def test_a_refused_confirm_probe_while_the_webui_starts_is_debug_without_a_trace
     (printed,) = [r for r in caplog.records if "the confirm probe" in r.getMessage()]
     assert printed.levelno == logging.DEBUG and "Traceback" not in printed.getMessage()
     assert isinstance(answered, ConfirmProbed) and answered.ok
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"A=1\nNAME=caf\xe9\n", "is not UTF-8"),  # latin-1: rewriting it would change the line
+        (None, "cannot read"),  # a directory where the .env belongs
+    ],
+)
+def test_setup_refuses_a_dotenv_it_cannot_rewrite_exactly_and_writes_nothing(
+    hermes: Path, capsys: pytest.CaptureFixture[str], content: bytes | None, said: str
+) -> None:
+    webui = hermes / "hermes-webui"
+    dotenv = webui / ".env"
+    if content is None:
+        dotenv.mkdir()
+    else:
+        dotenv.write_bytes(content)
+    config = hermes / "c.toml"
+    assert setup("--supervisor", "ctl.sh", "--port", "8787", "--config", str(config), "--write") == 2
+    err = capsys.readouterr().err
+    assert said in err and str(dotenv) in err and "Traceback" not in err
+    assert not config.exists()
+    if content is not None:
+        assert dotenv.read_bytes() == content

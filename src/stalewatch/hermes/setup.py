@@ -276,12 +276,26 @@ def render(install: Install) -> dict[Path, tuple[str, int]]:
     return files
 
 
+_MAX_ENV = 1024 * 1024  # bytes of a .env setup rewrites
+
+
 def _env_text(path: Path, socket: Path) -> str:
     """The WebUI's ``.env`` with ``STALEWATCH_SOCKET`` set (its other lines kept)."""
+    # The file is rewritten with its other lines kept, so it is read whole and exactly;
+    # what cannot be kept so is the user's to fix, said as such (never a traceback).
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        with path.open("rb") as file:
+            raw = file.read(_MAX_ENV + 1)
     except FileNotFoundError:
-        lines = []
+        raw = b""
+    except OSError as error:
+        raise SetupError(f"cannot read {path}: {error.strerror}") from None
+    if len(raw) > _MAX_ENV:
+        raise SetupError(f"{path} is over {_MAX_ENV // 1024} KiB: not a .env setup rewrites")
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise SetupError(f"{path} is not UTF-8: setup would change its other lines; fix it") from None
     kept = [
         line
         for line in lines
