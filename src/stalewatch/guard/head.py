@@ -29,7 +29,6 @@ __all__ = [
     "RevisionReader",
     "checked_revision",
     "initial",
-    "read_head",
     "read_settled",
 ]
 
@@ -52,28 +51,6 @@ def _exhausted(exc: BaseException) -> OSError | None:
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
-
-
-def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
-    """HEAD's commit for ``binding`` (``None``: an unborn branch); see ``RefStore.resolve_head``.
-
-    Raises:
-        ResourceExhaustedError: this process is out of descriptors or memory: nothing
-            is known about HEAD (never a reason to call the checkout unreadable).
-        RefError: untracked, or HEAD cannot be resolved.
-    """
-    dirs = binding.dirs
-    if dirs is None:
-        raise RefError(binding.checkout, "untracked: nothing to resolve")
-    try:
-        return dirs.store.resolve_head(dirs, chain)
-    except ResourceExhaustedError:
-        raise
-    except RefError as exc:
-        cause = _exhausted(exc)
-        if cause is None or cause.errno is None:
-            raise
-        raise ResourceExhaustedError(exc.path, exc.reason, cause.errno) from exc
 
 
 class RevisionReader(Protocol):
@@ -102,7 +79,15 @@ class HeadReader:
         self._binding = binding
 
     def read(self, chain: list[Path]) -> str | None:
-        return read_head(self._binding, chain)
+        """HEAD's commit (``None``: an unborn branch); see ``RefStore.resolve_head``.
+
+        Raises:
+            RefError: untracked, or HEAD cannot be resolved.
+        """
+        dirs = self._binding.dirs
+        if dirs is None:
+            raise RefError(self._binding.checkout, "untracked: nothing to resolve")
+        return dirs.store.resolve_head(dirs, chain)
 
     def explain(self, chain: Sequence[Path], loaded: str | None, current: str) -> Cause | None:
         dirs = self._binding.dirs
@@ -112,12 +97,33 @@ class HeadReader:
         return now  # the code was just imported from HEAD's tree
 
 
+def _read(read: Callable[[list[Path]], str | None], chain: list[Path]) -> str | None:
+    """``read(chain)``, where whatever failed for want of descriptors or memory raises
+    :class:`ResourceExhaustedError` (a reader raises its ``RefError`` from the
+    ``OSError`` of the read that failed): whichever the reader, the process's
+    shortage is never the checkout's fault.
+
+    Raises:
+        ResourceExhaustedError: nothing is known about the revision.
+        RefError: it cannot be read.
+    """
+    try:
+        return read(chain)
+    except ResourceExhaustedError:
+        raise
+    except RefError as exc:
+        cause = _exhausted(exc)
+        if cause is None or cause.errno is None:
+            raise
+        raise ResourceExhaustedError(exc.path, exc.reason, cause.errno) from exc
+
+
 def _once(read: Callable[[list[Path]], str | None], chain: list[Path]) -> tuple[str | None, str | None, bool]:
     """``(current, error, passing)``: ``passing`` when the reading may be a state git
     passes through (a missing branch, a missing HEAD), worth a second look."""
     chain.clear()  # only the last attempt's chain counts
     try:
-        current = read(chain)
+        current = _read(read, chain)
     except ResourceExhaustedError:
         raise  # not a reading: the caller distrusts its flag and reads again later
     except RefError as exc:
@@ -175,7 +181,7 @@ def initial(
     if binding.dirs is None:
         return Status.UNTRACKED, None, None
     try:
-        current = reader.read([])
+        current = _read(reader.read, [])
     except ResourceExhaustedError as exc:
         raise HeadUnreadableError(binding.checkout, f"cannot read HEAD now: {exc}") from None
     except RefError as exc:
