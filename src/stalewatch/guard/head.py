@@ -40,15 +40,15 @@ EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 """Errors that say the reader is short of descriptors or memory, not that HEAD is bad."""
 
 
-def _exhausted(exc: BaseException) -> OSError | None:
-    """The ``OSError`` behind ``exc`` when it is :data:`EXHAUSTED` (``git/`` raises its
-    ``RefError`` from the ``OSError`` of the read that failed)."""
+def _exhausted(exc: BaseException) -> int | None:
+    """The errno of the ``OSError`` behind ``exc`` when it is :data:`EXHAUSTED` (``git/``
+    raises its ``RefError`` from the ``OSError`` of the read that failed)."""
     seen: BaseException | None = exc
     for _ in range(8):  # a bounded walk: a cycle of causes is not ours to follow
         if seen is None:
             return None
         if isinstance(seen, OSError) and seen.errno in EXHAUSTED:
-            return seen
+            return seen.errno
         seen = seen.__cause__ or seen.__context__
     return None
 
@@ -97,43 +97,34 @@ class HeadReader:
         return now  # the code was just imported from HEAD's tree
 
 
-def _read(read: Callable[[list[Path]], str | None], chain: list[Path]) -> str | None:
-    """``read(chain)``, where whatever failed for want of descriptors or memory raises
-    :class:`ResourceExhaustedError` (a reader raises its ``RefError`` from the
-    ``OSError`` of the read that failed): whichever the reader, the process's
-    shortage is never the checkout's fault.
+Read = Callable[[list[Path]], "str | None"]
+"""A :meth:`RevisionReader.read`."""
+
+
+def _once(read: Read, chain: list[Path]) -> tuple[str | None, str | None, bool]:
+    """``(current, error, passing)``: ``passing`` when the reading may be a state git
+    passes through (a missing branch, a missing HEAD), worth a second look.
 
     Raises:
-        ResourceExhaustedError: nothing is known about the revision.
-        RefError: it cannot be read.
+        ResourceExhaustedError: the read failed for want of descriptors or memory
+            (whatever the reader: each raises its ``RefError`` from the ``OSError`` of
+            the read that failed). Not a reading, and never the checkout's fault: the
+            caller distrusts its flag and reads again later.
     """
+    chain.clear()  # only the last attempt's chain counts
     try:
-        return read(chain)
+        current = read(chain)
     except ResourceExhaustedError:
         raise
     except RefError as exc:
-        cause = _exhausted(exc)
-        if cause is None or cause.errno is None:
-            raise
-        raise ResourceExhaustedError(exc.path, exc.reason, cause.errno) from exc
-
-
-def _once(read: Callable[[list[Path]], str | None], chain: list[Path]) -> tuple[str | None, str | None, bool]:
-    """``(current, error, passing)``: ``passing`` when the reading may be a state git
-    passes through (a missing branch, a missing HEAD), worth a second look."""
-    chain.clear()  # only the last attempt's chain counts
-    try:
-        current = _read(read, chain)
-    except ResourceExhaustedError:
-        raise  # not a reading: the caller distrusts its flag and reads again later
-    except RefError as exc:
+        short = _exhausted(exc)
+        if short is not None:
+            raise ResourceExhaustedError(exc.path, exc.reason, short) from exc
         return None, str(exc), exc.reason == HEAD_MISSING
     return current, None, current is None
 
 
-def read_settled(
-    read: Callable[[list[Path]], str | None], chain: list[Path], *, known: bool
-) -> tuple[str | None, str | None]:
+def read_settled(read: Read, chain: list[Path], *, known: bool) -> tuple[str | None, str | None]:
     """``(current, error)`` from ``read``; a missing branch or HEAD is looked at again when ``known``.
 
     Raises :class:`ResourceExhaustedError` rather than return it as an ``error``.
@@ -181,12 +172,12 @@ def initial(
     if binding.dirs is None:
         return Status.UNTRACKED, None, None
     try:
-        current = _read(reader.read, [])
+        current, error, _ = _once(reader.read, [])
     except ResourceExhaustedError as exc:
         raise HeadUnreadableError(binding.checkout, f"cannot read HEAD now: {exc}") from None
-    except RefError as exc:
+    if error is not None:
         if loaded_revision is None:
-            raise HeadUnreadableError(binding.checkout, f"cannot resolve HEAD: {exc}") from None
+            raise HeadUnreadableError(binding.checkout, f"cannot resolve HEAD: {error}") from None
         return Status.UNREADABLE, checked_revision(loaded_revision), None  # C4: blocks
     loaded = reader.loaded_at_bind(current) if loaded_revision is None else checked_revision(loaded_revision)
     return decide(loaded, current, readable=True), loaded, current
