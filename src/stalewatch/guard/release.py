@@ -56,13 +56,8 @@ def parse_revision_file(data: bytes) -> str | None:
     """The revision a ``REVISION`` file states: its first line, trimmed; ``None`` when it
     states none (empty, not text, control characters, longer than 256 characters)."""
     line = data.split(b"\n", 1)[0].strip()
-    try:
-        text = line.decode("ascii")
-    except UnicodeDecodeError:
-        return None
-    if not text or len(text) > _MAX_REVISION_CHARS or not text.isprintable():
-        return None
-    return text
+    text = line.decode("ascii") if line.isascii() else ""
+    return text if 0 < len(text) <= _MAX_REVISION_CHARS and text.isprintable() else None
 
 
 def _revision_file(directory: Path) -> str | None:
