@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.daemons import LineReader
 from tests.support.repos import Repo
 
@@ -71,10 +73,19 @@ guard.stop()
 """
 
 
-def test_running_out_of_descriptors_distrusts_the_flag_and_reads_again(git_repo: Repo) -> None:
+@pytest.mark.parametrize("through", ["checkout", "deploy link"])
+def test_running_out_of_descriptors_distrusts_the_flag_and_reads_again(
+    git_repo: Repo, tmp_path: Path, through: str
+) -> None:
+    # Through a deploy link, the revision is HEAD of the release the link names: its
+    # read short of descriptors is no more the checkout's fault than HEAD's own.
+    path = git_repo.path
+    if through == "deploy link":
+        path = tmp_path / "current"
+        path.symlink_to(git_repo.path)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(git_repo.path)],
+        [sys.executable, "-c", CHILD, str(path)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -47,10 +47,22 @@ class StalewatchError(Exception):
     """Base class of every error stalewatch raises on purpose."""
 
 
+class _About(StalewatchError):
+    """An error about one path (or name): its ``path`` and ``reason``, said as its class's
+    ``_says`` words them (just the reason when there is no path)."""
+
+    _says = "{path}: {reason}"
+
+    def __init__(self, path: Path | str | None, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(reason if path is None else self._says.format(path=path, reason=reason))
+
+
 # -- binding and reading git -------------------------------------------------------------
 
 
-class BindError(StalewatchError, ValueError):
+class BindError(_About, ValueError):
     """A guard could not be bound to what it was given.
 
     Raised for bad input at binding time: a path that does not exist, a directory
@@ -63,10 +75,7 @@ class BindError(StalewatchError, ValueError):
         reason: a short human explanation, also part of ``str(error)``.
     """
 
-    def __init__(self, path: Path | str, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(f"{path}: {reason}")
+    path: Path | str
 
 
 class HeadUnreadableError(BindError):
@@ -74,7 +83,7 @@ class HeadUnreadableError(BindError):
     (or the process could not read it at all: out of descriptors or memory)."""
 
 
-class RefError(StalewatchError):
+class RefError(_About):
     """HEAD or a ref could not be read or parsed.
 
     Attributes:
@@ -82,10 +91,7 @@ class RefError(StalewatchError):
         reason: what was wrong with it.
     """
 
-    def __init__(self, path: Path | str, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(f"{path}: {reason}")
+    path: Path | str
 
 
 class ResourceExhaustedError(RefError):
@@ -303,7 +309,7 @@ class ProtocolError(StalewatchError):
         super().__init__(f"{reason}: {self.line!r}")
 
 
-class SocketPathError(StalewatchError):
+class SocketPathError(_About):
     """No usable socket path: none given and no runtime directory, or a bad path.
 
     Attributes:
@@ -311,13 +317,10 @@ class SocketPathError(StalewatchError):
         reason: what is wrong.
     """
 
-    def __init__(self, path: Path | None, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(f"{path}: {reason}" if path is not None else reason)
+    path: Path | None
 
 
-class DaemonUnavailableError(StalewatchError):
+class DaemonUnavailableError(_About):
     """The daemon's socket cannot be reached, or it answered something unexpected.
 
     Attributes:
@@ -325,10 +328,8 @@ class DaemonUnavailableError(StalewatchError):
         reason: what went wrong.
     """
 
-    def __init__(self, path: Path, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(f"cannot reach the stalewatch daemon at {path}: {reason}")
+    path: Path
+    _says = "cannot reach the stalewatch daemon at {path}: {reason}"
 
 
 class LockError(StalewatchError, OSError):

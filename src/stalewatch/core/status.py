@@ -159,17 +159,13 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """The event as plain JSON-able values (paths and statuses as strings)."""
-        return {
-            "checkout": str(self.checkout),
-            "status": self.status.value,
-            "previous_status": self.previous_status.value,
-            "loaded_revision": self.loaded_revision,
-            "current_revision": self.current_revision,
-            "generation": self.generation,
-            "at": self.at,
-            "error": self.error,
-            "cause": self.cause.to_dict() if self.cause is not None else None,
-        }
+        return dict(  # the fields, in their order
+            vars(self),
+            checkout=str(self.checkout),
+            status=self.status.value,
+            previous_status=self.previous_status.value,
+            cause=self.cause.to_dict() if self.cause is not None else None,
+        )
 
     def to_json(self) -> str:
         """The event as one line of JSON (no newline)."""

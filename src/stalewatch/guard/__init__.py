@@ -1,6 +1,8 @@
 """The guard: the stale flag, the barrier, and what a guard is bound to.
 
-- :mod:`.guard`: :class:`~.guard.Guard`, the flag, the barrier, the lifecycle.
+- :mod:`.guard`: :class:`~.guard.Guard`, its constructors, the barrier, the lifecycle.
+- :mod:`.state`: :class:`~.state.GuardState`, Guard's base: the flag, the status, the
+  read-and-apply that moves them.
 - :mod:`.delivery`: ordered, exactly-once delivery of events to subscribers (C12).
 - :mod:`.head`: reading a guard's HEAD (grace for ``git branch -m``, first state).
 - :mod:`.identity`: which checkout a guard watches (C1, C2).

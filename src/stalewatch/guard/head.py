@@ -29,7 +29,6 @@ __all__ = [
     "RevisionReader",
     "checked_revision",
     "initial",
-    "read_head",
     "read_settled",
 ]
 
@@ -41,39 +40,17 @@ EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 """Errors that say the reader is short of descriptors or memory, not that HEAD is bad."""
 
 
-def _exhausted(exc: BaseException) -> OSError | None:
-    """The ``OSError`` behind ``exc`` when it is :data:`EXHAUSTED` (``git/`` raises its
-    ``RefError`` from the ``OSError`` of the read that failed)."""
+def _exhausted(exc: BaseException) -> int | None:
+    """The errno of the ``OSError`` behind ``exc`` when it is :data:`EXHAUSTED` (``git/``
+    raises its ``RefError`` from the ``OSError`` of the read that failed)."""
     seen: BaseException | None = exc
     for _ in range(8):  # a bounded walk: a cycle of causes is not ours to follow
         if seen is None:
             return None
         if isinstance(seen, OSError) and seen.errno in EXHAUSTED:
-            return seen
+            return seen.errno
         seen = seen.__cause__ or seen.__context__
     return None
-
-
-def read_head(binding: Binding, chain: list[Path] | None = None) -> str | None:
-    """HEAD's commit for ``binding`` (``None``: an unborn branch); see ``RefStore.resolve_head``.
-
-    Raises:
-        ResourceExhaustedError: this process is out of descriptors or memory: nothing
-            is known about HEAD (never a reason to call the checkout unreadable).
-        RefError: untracked, or HEAD cannot be resolved.
-    """
-    dirs = binding.dirs
-    if dirs is None:
-        raise RefError(binding.checkout, "untracked: nothing to resolve")
-    try:
-        return dirs.store.resolve_head(dirs, chain)
-    except ResourceExhaustedError:
-        raise
-    except RefError as exc:
-        cause = _exhausted(exc)
-        if cause is None or cause.errno is None:
-            raise
-        raise ResourceExhaustedError(exc.path, exc.reason, cause.errno) from exc
 
 
 class RevisionReader(Protocol):
@@ -102,7 +79,15 @@ class HeadReader:
         self._binding = binding
 
     def read(self, chain: list[Path]) -> str | None:
-        return read_head(self._binding, chain)
+        """HEAD's commit (``None``: an unborn branch); see ``RefStore.resolve_head``.
+
+        Raises:
+            RefError: untracked, or HEAD cannot be resolved.
+        """
+        dirs = self._binding.dirs
+        if dirs is None:
+            raise RefError(self._binding.checkout, "untracked: nothing to resolve")
+        return dirs.store.resolve_head(dirs, chain)
 
     def explain(self, chain: Sequence[Path], loaded: str | None, current: str) -> Cause | None:
         dirs = self._binding.dirs
@@ -112,22 +97,34 @@ class HeadReader:
         return now  # the code was just imported from HEAD's tree
 
 
-def _once(read: Callable[[list[Path]], str | None], chain: list[Path]) -> tuple[str | None, str | None, bool]:
+Read = Callable[[list[Path]], "str | None"]
+"""A :meth:`RevisionReader.read`."""
+
+
+def _once(read: Read, chain: list[Path]) -> tuple[str | None, str | None, bool]:
     """``(current, error, passing)``: ``passing`` when the reading may be a state git
-    passes through (a missing branch, a missing HEAD), worth a second look."""
+    passes through (a missing branch, a missing HEAD), worth a second look.
+
+    Raises:
+        ResourceExhaustedError: the read failed for want of descriptors or memory
+            (whatever the reader: each raises its ``RefError`` from the ``OSError`` of
+            the read that failed). Not a reading, and never the checkout's fault: the
+            caller distrusts its flag and reads again later.
+    """
     chain.clear()  # only the last attempt's chain counts
     try:
         current = read(chain)
     except ResourceExhaustedError:
-        raise  # not a reading: the caller distrusts its flag and reads again later
+        raise
     except RefError as exc:
+        short = _exhausted(exc)
+        if short is not None:
+            raise ResourceExhaustedError(exc.path, exc.reason, short) from exc
         return None, str(exc), exc.reason == HEAD_MISSING
     return current, None, current is None
 
 
-def read_settled(
-    read: Callable[[list[Path]], str | None], chain: list[Path], *, known: bool
-) -> tuple[str | None, str | None]:
+def read_settled(read: Read, chain: list[Path], *, known: bool) -> tuple[str | None, str | None]:
     """``(current, error)`` from ``read``; a missing branch or HEAD is looked at again when ``known``.
 
     Raises :class:`ResourceExhaustedError` rather than return it as an ``error``.
@@ -175,12 +172,12 @@ def initial(
     if binding.dirs is None:
         return Status.UNTRACKED, None, None
     try:
-        current = reader.read([])
+        current, error, _ = _once(reader.read, [])
     except ResourceExhaustedError as exc:
         raise HeadUnreadableError(binding.checkout, f"cannot read HEAD now: {exc}") from None
-    except RefError as exc:
+    if error is not None:
         if loaded_revision is None:
-            raise HeadUnreadableError(binding.checkout, f"cannot resolve HEAD: {exc}") from None
+            raise HeadUnreadableError(binding.checkout, f"cannot resolve HEAD: {error}") from None
         return Status.UNREADABLE, checked_revision(loaded_revision), None  # C4: blocks
     loaded = reader.loaded_at_bind(current) if loaded_revision is None else checked_revision(loaded_revision)
     return decide(loaded, current, readable=True), loaded, current

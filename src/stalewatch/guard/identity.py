@@ -70,10 +70,8 @@ def _resolve(path: str | Path) -> Path:
         return Path(path).expanduser().resolve(strict=True)
     except FileNotFoundError:
         raise BindError(path, "does not exist") from None
-    except RuntimeError:  # Python < 3.13 reports a symlink loop this way
-        raise BindError(path, "symlink loop") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
+    except (RuntimeError, OSError) as exc:  # Python < 3.13 reports a symlink loop as a RuntimeError
+        if isinstance(exc, RuntimeError) or exc.errno == errno.ELOOP:
             raise BindError(path, "symlink loop") from None
         raise BindError(path, f"cannot be resolved: {exc.strerror or exc}") from None
 
@@ -81,10 +79,9 @@ def _resolve(path: str | Path) -> Path:
 def _git_dirs(path: Path) -> GitDirs | None:
     try:
         return find_git_dirs(path)
-    except RefError as exc:
-        raise BindError(path, f"cannot read its git repository: {exc}") from None
-    except OSError as exc:
-        raise BindError(path, f"cannot read its git repository: {exc.strerror or exc}") from None
+    except (RefError, OSError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise BindError(path, f"cannot read its git repository: {reason}") from None
 
 
 def bind_file(path: str | Path, deploy_link: DeployLinkArg = None) -> Binding:
@@ -97,26 +94,21 @@ def bind_file(path: str | Path, deploy_link: DeployLinkArg = None) -> Binding:
         BindError: the path does not exist, is not a regular file, or cannot be read;
             ``deploy_link`` is no symlink, or switches between releases without this file.
     """
-    return _linked(path, _bind_file(path), deploy_link)
-
-
-def _bind_file(path: str | Path) -> Binding:
     source = _resolve(path)
     if source.is_dir():
         raise BindError(path, "is a directory, not a source file (use Guard.for_checkout)")
     if not source.is_file():
         raise BindError(path, "is not a regular file")
     dirs = _git_dirs(source.parent)
-    if dirs is None:
-        reason = "is not in a git checkout: run the code from a git clone"
-        return Binding(checkout=source.parent, source=source, dirs=None, reason=reason)
-    if not command.is_tracked(dirs.worktree, source):
+    if dirs is not None and command.is_tracked(dirs.worktree, source):
+        return _linked(path, Binding(dirs.worktree, source, dirs), deploy_link)
+    reason = "is not in a git checkout: run the code from a git clone"
+    if dirs is not None:
         reason = (
             f"is not committed to the git repository at {dirs.worktree}: commit it "
             f"(git add {os.path.relpath(source, dirs.worktree)} && git commit)"
         )
-        return Binding(checkout=source.parent, source=source, dirs=None, reason=reason)
-    return Binding(checkout=dirs.worktree, source=source, dirs=dirs)
+    return _linked(path, Binding(source.parent, source, None, reason=reason), deploy_link)
 
 
 def bind_module(name: str, deploy_link: DeployLinkArg = None) -> Binding:
@@ -147,9 +139,7 @@ def bind_checkout(path: str | Path, deploy_link: DeployLinkArg = None) -> Bindin
     """
     resolved = _resolve(path)
     dirs = _git_dirs(resolved)
-    if dirs is not None:
-        return _linked(path, Binding(checkout=dirs.worktree, source=None, dirs=dirs), deploy_link)
-    linked = _linked(path, Binding(checkout=resolved, source=None, dirs=None), deploy_link)
-    if linked.link is None:
+    linked = _linked(path, Binding(resolved if dirs is None else dirs.worktree, None, dirs), deploy_link)
+    if dirs is None and linked.link is None:
         raise BindError(path, "is not inside a git working tree")
     return linked

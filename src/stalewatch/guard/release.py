@@ -6,7 +6,7 @@ Capistrano, Deployer and ansistrano deploy into ``releases/<id>`` and rename a n
 ``<root>/.worktrees/<hash>`` and renames its ``--link`` onto it. A process that imported
 through the link keeps running the old release while HEAD of that release never moves,
 so for such code the revision is the one of the release the link names *now*:
-:class:`DeployLink` reads it (a :class:`~.head.Revisions`, the guard's other variant
+:class:`DeployLink` reads it (a :class:`~.head.RevisionReader`, the guard's other variant
 besides HEAD). A release's revision is HEAD of its checkout (a worktree or clone), else
 the first line of its ``REVISION`` file (written by Capistrano and Deployer), else its
 directory's name (git-sync's are the commit hash).
@@ -31,9 +31,8 @@ from pathlib import Path
 
 from ..core.cache import BoundedCache
 from ..core.cause import Cause
-from ..core.errors import BindError, RefError, ResourceExhaustedError
+from ..core.errors import BindError, RefError
 from ..git.refs import GitDirs, find_git_dirs
-from .head import EXHAUSTED
 
 __all__ = ["REVISION_FILE", "DeployLink", "Release", "find_link", "parse_revision_file", "read_release"]
 
@@ -57,19 +56,8 @@ def parse_revision_file(data: bytes) -> str | None:
     """The revision a ``REVISION`` file states: its first line, trimmed; ``None`` when it
     states none (empty, not text, control characters, longer than 256 characters)."""
     line = data.split(b"\n", 1)[0].strip()
-    try:
-        text = line.decode("ascii")
-    except UnicodeDecodeError:
-        return None
-    if not text or len(text) > _MAX_REVISION_CHARS or not text.isprintable():
-        return None
-    return text
-
-
-def _fail(where: Path, exc: OSError, what: str) -> RefError:
-    if exc.errno in EXHAUSTED:
-        return ResourceExhaustedError(where, f"cannot read {what}: {exc.strerror}", exc.errno)
-    return RefError(where, f"cannot read {what}: {exc.strerror or exc}")
+    text = line.decode("ascii") if line.isascii() else ""
+    return text if 0 < len(text) <= _MAX_REVISION_CHARS and text.isprintable() else None
 
 
 def _revision_file(directory: Path) -> str | None:
@@ -80,7 +68,7 @@ def _revision_file(directory: Path) -> str | None:
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     except OSError as exc:
-        raise _fail(path, exc, "the release's REVISION") from exc
+        raise RefError(path, f"cannot read the release's REVISION: {exc.strerror or exc}") from exc
 
 
 def _checkout_of(directory: Path) -> GitDirs | None:
@@ -133,8 +121,8 @@ def read_release(link: Path, chain: list[Path] | None = None) -> Release:
 
     Raises:
         RefError: the link is no symlink, dangling, a loop, names no directory, or its
-            release cannot be read (:class:`ResourceExhaustedError`: for want of
-            descriptors or memory, which says nothing of the release).
+            release cannot be read (from the ``OSError``: one for want of descriptors
+            or memory, which says nothing of the release, the guard's read tells apart).
     """
     path = link
     try:
@@ -144,14 +132,12 @@ def read_release(link: Path, chain: list[Path] | None = None) -> Release:
         raise RefError(link, "the deploy link names no release (dangling, or removed)") from None
     except NotADirectoryError:
         raise RefError(link, f"the deploy link names {path}, not a directory") from None
-    except RuntimeError:  # Python < 3.13 reports a symlink loop this way
-        raise RefError(link, "the deploy link is a symlink loop") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
+    except (RuntimeError, OSError) as exc:  # Python < 3.13 reports a symlink loop as a RuntimeError
+        if isinstance(exc, RuntimeError) or exc.errno == errno.ELOOP:
             raise RefError(link, "the deploy link is a symlink loop") from None
         if exc.errno == errno.EINVAL:
             raise RefError(link, "the deploy link is no longer a symlink") from None
-        raise _fail(link, exc, "the deploy link") from exc
+        raise RefError(link, f"cannot read the deploy link: {exc.strerror or exc}") from exc
 
 
 class DeployLink:
