@@ -74,7 +74,9 @@ from .state import (
     REFUSED_POLL,
     Attempt,
     Confirm,
+    Confirming,
     GiveUp,
+    Locking,
     State,
     interval_left,
 )
@@ -143,9 +145,9 @@ def _servers(r: Run, event: Servers) -> None:
         retiring=s.retiring & pids,
         departed=tuple(departed),
     )
-    if a is not None and a.stage is Stage.CONFIRM:
+    if a is not None and a.action is not None and a.stage is Stage.CONFIRM:
         heads = (a.target, r.s.head)
-        if any(x.revision not in heads for x in servers if x.since >= a.acted_at):
+        if any(x.revision not in heads for x in servers if x.since >= a.action.at):
             # A new server loaded a commit the watcher has yet to report (polling):
             # read HEAD now rather than refuse it (R5).
             r.effects.append(ReadHead(r.ticket()))
@@ -154,10 +156,10 @@ def _servers(r: Run, event: Servers) -> None:
 def _reload(r: Run, event: Reload) -> None:
     r.s = replace(r.s, rules=event.rules, gave_up=None, actions=0, drain_since=None)
     a = r.s.attempt
-    if a is not None and a.stage < Stage.ACT:
-        r.drop()  # judged again under the new rules, from the start
+    if a is not None and a.action is not None:
+        r.put(replace(a, action=replace(a.action, reloaded=True)))
     elif a is not None:
-        r.put(replace(a, reloaded=True))
+        r.drop()  # judged again under the new rules, from the start
 
 
 def _answer(r: Run, event: Answer) -> None:
@@ -214,20 +216,21 @@ def _verified(r: Run, a: Attempt, event: Verified) -> None:
 
 def _verified_loaded(r: Run, a: Attempt, event: Verified) -> None:
     """The only probe of what the restarted servers loaded (a commit that landed meanwhile)."""
-    if a.running is None:
+    act, running = a.action, None if a.confirm is None else a.confirm.running
+    if act is None or running is None:
         return
     if event.ok:
-        r.confirmed(a, a.running)
-    elif a.action.aborts:
+        r.confirmed(a, act, running)
+    elif act.traits.aborts:
         # The new servers loaded a commit that landed meanwhile and fails the probe:
         # they go, the old serve on.
-        why = f"the new servers loaded {a.running[:12]}; the probe {event.detail}"
-        r.restart_failed(a, f"not-confirmed: {why}")
+        why = f"the new servers loaded {running[:12]}; the probe {event.detail}"
+        r.restart_failed(a, act, f"not-confirmed: {why}")
     else:
         # They run it already (nothing to restart onto): not confirmed, and the
         # verdict stands while they do (R2).
-        why = f"verify-failed: the servers loaded {a.running[:12]}; the probe {event.detail}"
-        r.give_up(RestartPhase.FAILED, why, a.running, loaded=True)
+        why = f"verify-failed: the servers loaded {running[:12]}; the probe {event.detail}"
+        r.give_up(RestartPhase.FAILED, why, running, loaded=True)
 
 
 def _probed(r: Run, event: Drain) -> None:
@@ -252,43 +255,43 @@ def _drain_final(r: Run, a: Attempt, event: Drain) -> None:
 
 
 def _locked(r: Run, a: Attempt, event: Lock) -> None:
+    lock = a.lock or Locking()
     if event.error is not None:
         r.give_up(RestartPhase.FAILED, f"lock: {event.error}")
     elif event.acquired:
-        r.enter(Stage.LOCKED_HEAD, replace(a, lock_held=True))
+        r.enter(Stage.LOCKED_HEAD, replace(a, lock=replace(lock, held=True)))
     else:
         r.publish(RestartPhase.WAITING, f"lock: {event.detail or 'held'}", Stage.LOCK)
-        delay = a.lock_delay
-        r.put(replace(a, deadline=r.now + delay, lock_delay=min(delay * 2, LOCK_POLL[1])))
+        later = replace(lock, delay=min(lock.delay * 2, LOCK_POLL[1]))
+        r.put(replace(a, deadline=r.now + lock.delay, lock=later))
 
 
 def _acted(r: Run, a: Attempt, event: Acted) -> None:
+    act = a.action
+    if act is None:
+        return  # never: the stage is entered with it
     if event.refused and not event.ok:
         r.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
     elif not event.ok:
         # An action that failed started nothing: nothing to abort (R9).
-        r.restart_failed(a, f"action {event.detail}", signalled=False)
+        r.restart_failed(a, act, f"action {event.detail}", signalled=False)
     else:
         # Decided now, for this restart: a reload meanwhile does not change how.
         rules = r.s.rules
         by = Confirm.PROBE if rules.confirm_probe else Confirm.STATUS
-        if a.action.beside or (r.s.registered and not rules.confirm_probe):
+        if act.traits.beside or (r.s.registered and not rules.confirm_probe):
             by = Confirm.REGISTRATIONS
-        r.enter(Stage.CONFIRM, replace(a, confirm_until=r.now + rules.confirm_timeout, confirm_by=by))
+        r.enter(Stage.CONFIRM, replace(a, confirm=Confirming(by, r.now + rules.confirm_timeout)))
 
 
 def _probed_confirm(r: Run, a: Attempt, event: ConfirmProbed) -> None:
-    delay = a.probe_delay
-    until = min(r.now + delay, a.confirm_until)
-    r.put(
-        replace(
-            a,
-            probe_ok=event.ok,
-            last=f"the probe {event.detail}",
-            deadline=until,
-            probe_delay=min(delay * 2, CONFIRM_POLL[1]),
-        )
-    )
+    c = a.confirm
+    if c is None:
+        return  # never: the stage is entered with it
+    until = min(r.now + c.probe_delay, c.until)
+    delay = min(c.probe_delay * 2, CONFIRM_POLL[1])
+    c = replace(c, probe_ok=event.ok, last=f"the probe {event.detail}", probe_delay=delay)
+    r.put(replace(a, deadline=until, confirm=c))
 
 
 # -- the tables ----------------------------------------------------------------------------
