@@ -35,7 +35,6 @@ from ...core.status import Event
 from ...guard.guard import Guard
 from ..drain import OutputDrain
 from ..registry import Process
-from . import loaded
 from .effects import (
     Abort,
     Act,
@@ -86,7 +85,7 @@ class _Learn:
 
 _LEARN = _Learn()
 Job = Effect | _Learn
-Reply = Answer | Head | None  # what carrying out a job feeds back (None: nothing)
+Reply = Answer | Head | Loaded | None  # what carrying out a job feeds back (None: nothing)
 
 
 def _nothing(error: str) -> Reply:
@@ -136,8 +135,6 @@ class Restarter:
         self._thread: threading.Thread | None = None
         self._busy = False  # the thread carries out a job or a tick now (outside _cond)
         self._head: str | None = None  # HEAD as last noticed (to learn again when it moves)
-        self._learnt = ""  # the last thing learnt, logged when it changes
-        self._drain = drain
         self._work = Work(
             key, worktree, policy, loaded=lambda: guard.loaded_revision, drain=drain, stop=self._stop
         )
@@ -357,7 +354,8 @@ class Restarter:
                 # Its event comes back through notice().
                 return lambda: self._rebind(revision), _nothing
             case _:  # the worker's own job (Publish and Wake are carried out in feed())
-                return self._learn, _nothing
+                guard = self._guard
+                return lambda: work.learn(guard.binding.dirs, guard.snapshot().current_revision), _nothing
 
     def _read_head(self, ticket: int, *, fresh: bool) -> Head:
         """HEAD read now (``fresh``), else as last read (reading it now failed)."""
@@ -377,17 +375,6 @@ class Restarter:
         with contextlib.suppress(Exception):
             self._work.abort(ticket)
         return Acted(ticket, time.monotonic(), False, error)
-
-    def _learn(self) -> None:
-        """What the servers run, when they do not register (R10): tell the machine."""
-        snap = self._guard.snapshot()
-        dirs = self._guard.binding.dirs
-        told = loaded.learn(self._policy, dirs, snap.current_revision, self._stop, self._drain)
-        line = loaded.describe(told)
-        if line != self._learnt:
-            self._learnt = line
-            logger.info("stalewatch: restart of %s: %s", self.key, line)
-        self.feed(Loaded(time.monotonic(), told.revision, told.not_revision, told.stopped, line))
 
     # -- stopping ------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""The restart machine's slow requests, carried out: probes, the lock, the action (R1-R10).
+"""The restart machine's slow requests, carried out: probes, the lock, the action (R1-R10),
+and what servers that do not register run (R10, :mod:`.loaded`).
 
 :class:`Work` runs on the executor's one worker thread (:mod:`.executor`) and turns each
 request of :mod:`.effects` into the answer of :mod:`.inputs` that carries its ticket.
@@ -16,13 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...core.errors import LockError
+from ...git.refs import GitDirs
 from ...protocol.messages import MAX_INFLIGHT
 from .. import commands
 from ..commands import Outcome
 from ..drain import OutputDrain
+from . import loaded
 from .actions import Action, Started, action_of
 from .effects import Act, CheckMarkers, ProbeConfirm, ProbeDrain, TakeLock, Verify
-from .inputs import Acted, ConfirmProbed, Drain, Lock, Markers, Verdict, Verified
+from .inputs import Acted, ConfirmProbed, Drain, Loaded, Lock, Markers, Verdict, Verified
 from .lock import HandoffLock
 from .markers import assess
 from .policy import RestartPolicy
@@ -89,6 +92,7 @@ class Work:
         # Act: Retire and Abort act on it only when they name that very action (R9).
         self.started: tuple[int, Started] | None = None
         self._pending: tuple[str, float] | None = None  # an action under way, first seen at
+        self._learnt = ""  # what runs, as last learnt (logged when it changes)
 
     @property
     def policy(self) -> RestartPolicy:
@@ -205,6 +209,16 @@ class Work:
         if self.started is None or self.started[0] != ticket:
             return None
         return self.started[1]
+
+    def learn(self, dirs: GitDirs | None, head: str | None) -> Loaded:
+        """What the servers run, when they do not register (R10), as the machine is told it;
+        logged when it changes."""
+        told = loaded.learn(self.policy, dirs, head, self._stop, self._drain)
+        line = loaded.describe(told)
+        if line != self._learnt:
+            self._learnt = line
+            logger.info("stalewatch: restart of %s: %s", self.key, line)
+        return Loaded(time.monotonic(), told.revision, told.not_revision, told.stopped, line)
 
     def retire(self, ticket: int) -> None:
         started = self._of(ticket)
