@@ -42,6 +42,13 @@ class Run:
         if a is not None:
             self.put(replace(a, stage=stage, deadline=deadline))
 
+    def next(self, attempt: Attempt | None = None) -> None:
+        """The run under way (or ``attempt``, a change of it) passes its stage: on to the
+        next (the stages are in the order a run moves)."""
+        a = attempt or self.s.attempt
+        if a is not None:
+            self.enter(Stage(a.stage + 1), a)
+
     def wait_until(self, deadline: float | None) -> None:
         """The run under way's timer: its next look (nothing when there is none)."""
         a = self.s.attempt

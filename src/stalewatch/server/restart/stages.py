@@ -99,19 +99,19 @@ def _settle(r: Run, a: Attempt, due: bool) -> None:
 
 def _interval(r: Run, a: Attempt, due: bool) -> None:
     if due:
-        r.enter(Stage.MARKERS)
+        r.next()
 
 
 def _markers(r: Run, a: Attempt, due: bool) -> None:
     if not r.s.rules.markers:
-        r.enter(Stage.VERIFY if a.stage is Stage.MARKERS else Stage.LOCKED_DRAIN)
+        r.next()
     elif due:
         r.ask(CheckMarkers)
 
 
 def _verify(r: Run, a: Attempt, due: bool) -> None:
     if not r.s.rules.verify:
-        r.enter(Stage.DRAIN if a.stage is Stage.VERIFY else Stage.FINAL_HEAD)
+        r.next()
         return
     reason = None
     if a.stage is Stage.LOCKED_VERIFY:
@@ -122,7 +122,7 @@ def _verify(r: Run, a: Attempt, due: bool) -> None:
 
 def _lock(r: Run, a: Attempt, due: bool) -> None:
     if not r.s.rules.lock:
-        r.enter(Stage.LOCKED_HEAD)
+        r.next()
     elif due:
         r.ask(TakeLock)
 
@@ -169,7 +169,7 @@ def drain_stage(r: Run, a: Attempt, due: bool) -> None:
     if verdict is drain.Next.GO and heard is not None:
         verdict = drain.Next.WAIT  # a count from before the announcement proves nothing
     if verdict is not drain.Next.WAIT:
-        drained(r, verdict, total, Stage.LOCK)
+        drained(r, verdict, total)
         return
     told, reason = s.published, f"drain: {drain.describe(total, s.probe_detail)}"
     if total == 0 and s.started is not None and r.now < s.started + drain.grace(s.rules):
@@ -192,24 +192,25 @@ def drain_stage(r: Run, a: Attempt, due: bool) -> None:
 def drain_under_lock(r: Run, a: Attempt) -> None:
     """The work in flight once more, under the lock: more came in, drain again (R8)."""
     if a.note is not None:
-        r.enter(Stage.LOCKED_VERIFY)  # the bound passed: restart anyway
+        r.next()  # the bound passed: restart anyway
         return
     total = r.in_flight()
     verdict = drain.decide(total, r.s.drain_since, r.now, r.s.rules)
     if verdict is drain.Next.WAIT:
         r.again()
     else:
-        drained(r, verdict, total, Stage.LOCKED_VERIFY)
+        drained(r, verdict, total)
 
 
-def drained(r: Run, verdict: drain.Next, total: int | None, nxt: Stage) -> None:
+def drained(r: Run, verdict: drain.Next, total: int | None) -> None:
+    """The drain's verdict (R8): on to the next stage, restart anyway, or give up."""
     left = "unknown" if total is None else str(total)
     if verdict is drain.Next.GO:
-        r.enter(nxt)
+        r.next()
     elif verdict is drain.Next.RESTART:
         a = r.s.attempt
         note = f"drain-timeout: {left} still in flight"
-        r.enter(nxt, a and replace(a, drain=replace(a.drain or Draining(), note=note)))
+        r.next(a and replace(a, drain=replace(a.drain or Draining(), note=note)))
     else:
         why = f"drain-timeout: {left} still in flight after {r.s.rules.drain_timeout:g} s"
         r.give_up(RestartPhase.REFUSED, why)
