@@ -57,7 +57,6 @@ from .inputs import (
     Drain,
     Head,
     Input,
-    Loaded,
     Lock,
     Markers,
     Reload,
@@ -72,7 +71,7 @@ from .policy import RestartPolicy
 from .rules import Rules
 from .running import Belief
 from .waits import estimate
-from .work import Answer, Work
+from .work import Work
 
 __all__ = ["Restarter"]
 
@@ -85,7 +84,7 @@ class _Learn:
 
 _LEARN = _Learn()
 Job = Effect | _Learn
-Reply = Answer | Head | Loaded | None  # what carrying out a job feeds back (None: nothing)
+Reply = Input | None  # what carrying out a job feeds back (None: nothing)
 
 
 def _nothing(error: str) -> Reply:

@@ -35,8 +35,6 @@ __all__ = ["Work", "environment", "parse_count"]
 
 logger = logging.getLogger(__name__)
 
-Answer = Markers | Verified | Drain | Lock | Acted | ConfirmProbed
-
 
 def environment(key: str, target: str, loaded: str | None) -> dict[str, str]:
     """The ``STALEWATCH_*`` variables of a restart's commands: the checkout, the revision
@@ -120,7 +118,7 @@ class Work:
             logger.log(level, "stalewatch: %s for %s printed:\n%s", what, self.key, outcome.output)
         return outcome
 
-    def markers(self, request: CheckMarkers) -> Answer:
+    def markers(self, request: CheckMarkers) -> Markers:
         verdict = assess(self.policy)
         now = time.monotonic()
         if verdict.action == "go":
@@ -147,12 +145,12 @@ class Work:
             return Verdict.REFUSE, f"handoff: {what}: still after {waited:.0f} s"
         return Verdict.WAIT, f"handoff: {what}"
 
-    def verify(self, request: Verify) -> Answer:
+    def verify(self, request: Verify) -> Verified:
         probe = self.policy.verify or ()
         outcome = self._run(probe, "the verify probe", request.revision, self.policy.verify_timeout)
         return Verified(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
 
-    def drain_probe(self, request: ProbeDrain, target: str) -> Answer:
+    def drain_probe(self, request: ProbeDrain, target: str) -> Drain:
         """A look at the drain (R8): the probe's count, and which departed servers are gone."""
         # Their pids came from the kernel (SO_PEERCRED): while the process runs, the work
         # it had in flight may still run.
@@ -165,7 +163,7 @@ class Work:
         detail = outcome.detail if not outcome.ok else "printed no whole number"
         return Drain(request.ticket, time.monotonic(), count, "" if count is not None else detail, gone)
 
-    def take_lock(self, request: TakeLock) -> Answer:
+    def take_lock(self, request: TakeLock) -> Lock:
         path = self.policy.lock
         if path is None:
             return Lock(request.ticket, time.monotonic(), acquired=True)
@@ -184,7 +182,7 @@ class Work:
             if lock is not None:
                 lock.release()
 
-    def act(self, request: Act) -> Answer:
+    def act(self, request: Act) -> Acted:
         """Restart through the supervisor (R4): the policy's action (:mod:`.actions`)."""
         self.started = None  # whatever happens now, an earlier action's is never aborted
         done = self.action.act(request.revision, self._run, self._stop)
@@ -194,7 +192,7 @@ class Work:
         log("stalewatch: restart of %s: %s", self.key, done.detail)
         return Acted(request.ticket, time.monotonic(), done.ok, done.detail, refused=done.refused)
 
-    def confirm_probe(self, request: ProbeConfirm) -> Answer:
+    def confirm_probe(self, request: ProbeConfirm) -> ConfirmProbed:
         probe = self.policy.confirm or ()
         # A probe refused while the new server still starts is expected: the machine asks
         # again until confirm_timeout, and only then warns once (the `failed` phase, with
