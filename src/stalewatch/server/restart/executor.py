@@ -121,7 +121,6 @@ class Restarter:
         self.key = key
         self._guard = guard
         self._publish = publish
-        self._policy = policy
         self._stop = threading.Event()
         self._cond = threading.Condition()
         belief = known or Belief(presumed=guard.loaded_revision)
@@ -146,10 +145,13 @@ class Restarter:
         self.feed(Head(time.monotonic(), self._head))
         self._learn_later()
 
-    def _learn_later(self) -> None:
-        if self._policy.pidfile is not None or self._policy.pid_command is not None:
+    def _learn_later(self, *, quiet: bool = False) -> None:
+        """Ask what the servers run, when a pidfile or pid_command tells; else say (unless
+        ``quiet``) that only registrations will."""
+        policy = self._work.policy
+        if policy.pidfile is not None or policy.pid_command is not None:
             self._queue(_LEARN)
-        else:
+        elif not quiet:
             logger.info(
                 "stalewatch: restart of %s: until servers register, %s: no pidfile nor pid_command tells",
                 self.key,
@@ -162,8 +164,7 @@ class Restarter:
         self.feed(Head(time.monotonic(), revision))
         if revision != self._head:
             self._head = revision
-            if self._policy.pidfile is not None or self._policy.pid_command is not None:
-                self._queue(_LEARN)  # a server may have been restarted meanwhile
+            self._learn_later(quiet=True)  # a server may have been restarted meanwhile
 
     def servers(self, processes: Sequence[Process]) -> None:
         """The registrations of the checkout now (after any change, work in flight included)."""
@@ -173,7 +174,6 @@ class Restarter:
     def update(self, policy: RestartPolicy) -> None:
         """A reload: the new policy; give-ups and counts forgotten (the operator's "try again")."""
         with self._cond:
-            self._policy = policy
             self._work.policy = policy
         self.feed(Reload(time.monotonic(), Rules.of(policy)))
         self._learn_later()
