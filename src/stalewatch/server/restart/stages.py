@@ -218,11 +218,11 @@ def drained(r: Run, verdict: drain.Next, total: int | None) -> None:
 
 def final(r: Run, a: Attempt) -> None:
     """HEAD is still the target, read right before the action (R9): act, if drained."""
-    drained = a.drain or Draining()
-    if r.looks() and drained.note is None and not drained.final_look:
+    draining = a.drain or Draining()
+    if r.looks() and draining.note is None and not draining.final_look:
         # The probe's count is as old as the verify under the lock (up to its timeout):
         # looked at once more right before the action, as registrations are (R8).
-        r.put(replace(a, drain=replace(drained, final_look=True)))
+        r.put(replace(a, drain=replace(draining, final_look=True)))
         r.probe_drain()
         return
     if r.in_flight() != 0 and a.note is None:
