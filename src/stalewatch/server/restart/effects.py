@@ -24,6 +24,7 @@ __all__ = [
     "ReadHead",
     "Rebind",
     "ReleaseLock",
+    "Request",
     "Retire",
     "Stage",
     "TakeLock",
@@ -81,42 +82,41 @@ class Wake:
 
 
 @dataclass(frozen=True)
-class ReadHead:
+class Request:
+    """A request of the machine: its answer carries ``ticket`` back."""
+
+    ticket: int
+
+
+@dataclass(frozen=True)
+class ReadHead(Request):
     """Read HEAD now (``Guard.refresh()``) and answer with ``Head(now, revision, ticket)``."""
 
-    ticket: int
-
 
 @dataclass(frozen=True)
-class CheckMarkers:
+class CheckMarkers(Request):
     """Judge the markers (``markers.assess``) and answer with ``Markers``."""
 
-    ticket: int
-
 
 @dataclass(frozen=True)
-class Verify:
+class Verify(Request):
     """Run the verify probe against ``revision`` in the worktree; answer with ``Verified``."""
 
-    ticket: int
     revision: str
 
 
 @dataclass(frozen=True)
-class ProbeDrain:
+class ProbeDrain(Request):
     """A look at the drain: run the drain probe (if the policy has one) and tell which of
     ``pids`` (servers that went away with work in flight) no longer run; answer with
     ``Drain`` (the probe's whole number, or ``None`` and why; ``gone``)."""
 
-    ticket: int
     pids: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
-class TakeLock:
+class TakeLock(Request):
     """Try the handoff lock without blocking; answer with ``Lock``. Held until ``ReleaseLock``."""
-
-    ticket: int
 
 
 @dataclass(frozen=True)
@@ -125,22 +125,20 @@ class ReleaseLock:
 
 
 @dataclass(frozen=True)
-class Act:
+class Act(Request):
     """Restart through the supervisor onto ``revision`` (R4); answer with ``Acted``.
 
     ``action``: what the machine took the action to be able to do when it decided.
     """
 
-    ticket: int
     revision: str
     action: Traits = REPLACES
 
 
 @dataclass(frozen=True)
-class ProbeConfirm:
+class ProbeConfirm(Request):
     """Run the confirm probe once; answer with ``ConfirmProbed``."""
 
-    ticket: int
     revision: str
 
 

@@ -35,7 +35,6 @@ from ...core.status import Event
 from ...guard.guard import Guard
 from ..drain import OutputDrain
 from ..registry import Process
-from . import loaded
 from .effects import (
     Abort,
     Act,
@@ -58,7 +57,6 @@ from .inputs import (
     Drain,
     Head,
     Input,
-    Loaded,
     Lock,
     Markers,
     Reload,
@@ -73,7 +71,7 @@ from .policy import RestartPolicy
 from .rules import Rules
 from .running import Belief
 from .waits import estimate
-from .work import Answer, Work
+from .work import Work
 
 __all__ = ["Restarter"]
 
@@ -86,7 +84,7 @@ class _Learn:
 
 _LEARN = _Learn()
 Job = Effect | _Learn
-Reply = Answer | Head | None  # what carrying out a job feeds back (None: nothing)
+Reply = Input | None  # what carrying out a job feeds back (None: nothing)
 
 
 def _nothing(error: str) -> Reply:
@@ -123,7 +121,6 @@ class Restarter:
         self.key = key
         self._guard = guard
         self._publish = publish
-        self._policy = policy
         self._stop = threading.Event()
         self._cond = threading.Condition()
         belief = known or Belief(presumed=guard.loaded_revision)
@@ -136,8 +133,6 @@ class Restarter:
         self._thread: threading.Thread | None = None
         self._busy = False  # the thread carries out a job or a tick now (outside _cond)
         self._head: str | None = None  # HEAD as last noticed (to learn again when it moves)
-        self._learnt = ""  # the last thing learnt, logged when it changes
-        self._drain = drain
         self._work = Work(
             key, worktree, policy, loaded=lambda: guard.loaded_revision, drain=drain, stop=self._stop
         )
@@ -150,10 +145,13 @@ class Restarter:
         self.feed(Head(time.monotonic(), self._head))
         self._learn_later()
 
-    def _learn_later(self) -> None:
-        if self._policy.pidfile is not None or self._policy.pid_command is not None:
+    def _learn_later(self, *, quiet: bool = False) -> None:
+        """Ask what the servers run, when a pidfile or pid_command tells; else say (unless
+        ``quiet``) that only registrations will."""
+        policy = self._work.policy
+        if policy.pidfile is not None or policy.pid_command is not None:
             self._queue(_LEARN)
-        else:
+        elif not quiet:
             logger.info(
                 "stalewatch: restart of %s: until servers register, %s: no pidfile nor pid_command tells",
                 self.key,
@@ -166,8 +164,7 @@ class Restarter:
         self.feed(Head(time.monotonic(), revision))
         if revision != self._head:
             self._head = revision
-            if self._policy.pidfile is not None or self._policy.pid_command is not None:
-                self._queue(_LEARN)  # a server may have been restarted meanwhile
+            self._learn_later(quiet=True)  # a server may have been restarted meanwhile
 
     def servers(self, processes: Sequence[Process]) -> None:
         """The registrations of the checkout now (after any change, work in flight included)."""
@@ -177,7 +174,6 @@ class Restarter:
     def update(self, policy: RestartPolicy) -> None:
         """A reload: the new policy; give-ups and counts forgotten (the operator's "try again")."""
         with self._cond:
-            self._policy = policy
             self._work.policy = policy
         self.feed(Reload(time.monotonic(), Rules.of(policy)))
         self._learn_later()
@@ -357,7 +353,8 @@ class Restarter:
                 # Its event comes back through notice().
                 return lambda: self._rebind(revision), _nothing
             case _:  # the worker's own job (Publish and Wake are carried out in feed())
-                return self._learn, _nothing
+                guard = self._guard
+                return lambda: work.learn(guard.binding.dirs, guard.snapshot().current_revision), _nothing
 
     def _read_head(self, ticket: int, *, fresh: bool) -> Head:
         """HEAD read now (``fresh``), else as last read (reading it now failed)."""
@@ -377,17 +374,6 @@ class Restarter:
         with contextlib.suppress(Exception):
             self._work.abort(ticket)
         return Acted(ticket, time.monotonic(), False, error)
-
-    def _learn(self) -> None:
-        """What the servers run, when they do not register (R10): tell the machine."""
-        snap = self._guard.snapshot()
-        dirs = self._guard.binding.dirs
-        told = loaded.learn(self._policy, dirs, snap.current_revision, self._stop, self._drain)
-        line = loaded.describe(told)
-        if line != self._learnt:
-            self._learnt = line
-            logger.info("stalewatch: restart of %s: %s", self.key, line)
-        self.feed(Loaded(time.monotonic(), told.revision, told.not_revision, told.stopped, line))
 
     # -- stopping ------------------------------------------------------------------------------
 

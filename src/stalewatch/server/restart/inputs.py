@@ -23,6 +23,7 @@ from .rules import Rules
 
 __all__ = [
     "Acted",
+    "Answer",
     "ConfirmProbed",
     "Drain",
     "Head",
@@ -124,6 +125,14 @@ class Tick:
     now: float
 
 
+@dataclass(frozen=True)
+class Answer:
+    """An answer to a request of the machine, with that request's ``ticket``."""
+
+    ticket: int
+    now: float
+
+
 class Verdict(enum.StrEnum):
     """What the markers say (R1): go, wait (an update runs, a hold), refuse (unclean end)."""
 
@@ -133,69 +142,57 @@ class Verdict(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class Markers:
+class Markers(Answer):
     """The answer to ``CheckMarkers``: the verdict and its reason."""
 
-    ticket: int
-    now: float
     verdict: Verdict
     reason: str = ""
 
 
 @dataclass(frozen=True)
-class Verified:
+class Verified(Answer):
     """The answer to ``Verify``: did the probe pass against that revision (``detail``: why not)."""
 
-    ticket: int
-    now: float
     ok: bool
     detail: str = ""
 
 
 @dataclass(frozen=True)
-class Drain:
+class Drain(Answer):
     """The answer to ``ProbeDrain``: the work in flight it reports (``None``: it failed, ``detail``;
     ``0`` without a probe), and ``gone``: those of the pids asked about that no longer run."""
 
-    ticket: int
-    now: float
     inflight: int | None
     detail: str = ""
     gone: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
-class Lock:
+class Lock(Answer):
     """The answer to ``TakeLock``: taken, held by another (``detail``), or an ``error``."""
 
-    ticket: int
-    now: float
     acquired: bool
     detail: str = ""
     error: str | None = None
 
 
 @dataclass(frozen=True)
-class Acted:
+class Acted(Answer):
     """The answer to ``Act``: did the action (command or signal) succeed (``detail``: how not).
 
     ``refused``: nothing was done, on purpose: the pidfile's pid is not the process the
     file was written for (R10); the refusal stands for the revision.
     """
 
-    ticket: int
-    now: float
     ok: bool
     detail: str = ""
     refused: bool = False
 
 
 @dataclass(frozen=True)
-class ConfirmProbed:
+class ConfirmProbed(Answer):
     """The answer to ``ProbeConfirm``: one run of the confirm probe."""
 
-    ticket: int
-    now: float
     ok: bool
     detail: str = ""
 

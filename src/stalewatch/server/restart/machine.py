@@ -36,16 +36,14 @@ worker thread that feeds each answer back with its ticket, and ``Wake`` as that
 thread's single timer, which feeds ``Tick`` when it expires.
 
 Reading it: :func:`step` takes the input (what the world says, by its type; an answer,
-by the handler of its stage and type in ``_ANSWERS``), then moves the run on
+by the handler of its stage and type, matched in ``_answer``), then moves the run on
 (:func:`.stages.advance`, one handler per stage in ``stages.MOVES``) and asks for the
 next wake-up; :class:`~.run.Run` holds the step's bookkeeping and the outcomes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
-from typing import TypeVar
 
 from ...core.phases import RestartPhase
 from . import drain
@@ -74,7 +72,9 @@ from .state import (
     REFUSED_POLL,
     Attempt,
     Confirm,
+    Confirming,
     GiveUp,
+    Locking,
     State,
     interval_left,
 )
@@ -82,7 +82,6 @@ from .state import (
 __all__ = ["Attempt", "GiveUp", "Stage", "State", "interval_left", "step"]
 
 Answer = Head | Markers | Verified | Drain | Lock | Acted | ConfirmProbed
-In = TypeVar("In", bound=Input)
 
 
 def step(state: State, event: Input) -> tuple[State, tuple[Effect, ...]]:
@@ -143,9 +142,9 @@ def _servers(r: Run, event: Servers) -> None:
         retiring=s.retiring & pids,
         departed=tuple(departed),
     )
-    if a is not None and a.stage is Stage.CONFIRM:
+    if a is not None and a.action is not None and a.stage is Stage.CONFIRM:
         heads = (a.target, r.s.head)
-        if any(x.revision not in heads for x in servers if x.since >= a.acted_at):
+        if any(x.revision not in heads for x in servers if x.since >= a.action.at):
             # A new server loaded a commit the watcher has yet to report (polling):
             # read HEAD now rather than refuse it (R5).
             r.effects.append(ReadHead(r.ticket()))
@@ -154,41 +153,50 @@ def _servers(r: Run, event: Servers) -> None:
 def _reload(r: Run, event: Reload) -> None:
     r.s = replace(r.s, rules=event.rules, gave_up=None, actions=0, drain_since=None)
     a = r.s.attempt
-    if a is not None and a.stage < Stage.ACT:
-        r.drop()  # judged again under the new rules, from the start
+    if a is not None and a.action is not None:
+        r.put(replace(a, action=replace(a.action, reloaded=True)))
     elif a is not None:
-        r.put(replace(a, reloaded=True))
+        r.drop()  # judged again under the new rules, from the start
 
 
 def _answer(r: Run, event: Answer) -> None:
-    """The answer to the request awaited, to its stage's handler (_ANSWERS)."""
+    """The answer to the request awaited, to the handler of its stage and type (an answer
+    of another type than its stage asked for is dropped, and asked for again)."""
     a = r.s.attempt
     if a is None or a.ask is None or event.ticket != a.ask:
         return  # an event, or the answer to a request of a run that is over: stale
     a = replace(a, ask=None)
     r.put(a)
-    handle = _ANSWERS.get((a.stage, type(event)))
-    if handle is not None:
-        handle(r, a, event)
+    match event:
+        case Markers() if a.stage in (Stage.MARKERS, Stage.LOCKED_MARKERS):
+            _markers(r, a, event)
+        case Verified() if a.stage in (Stage.VERIFY, Stage.LOCKED_VERIFY):
+            _verified(r, a, event)
+        case Verified() if a.stage is Stage.CONFIRM_VERIFY:
+            _verified_loaded(r, a, event)
+        case Drain() if a.stage in (Stage.DRAIN, Stage.LOCKED_DRAIN, Stage.FINAL_HEAD):
+            _probed(r, a, event)
+        case Lock() if a.stage is Stage.LOCK:
+            _locked(r, a, event)
+        case Head() if a.stage is Stage.LOCKED_HEAD and event.revision == a.target:
+            r.next()  # else HEAD moved: advance() starts over for the new target
+        case Head() if a.stage is Stage.FINAL_HEAD and event.revision == a.target:
+            final(r, a)
+        case Acted() if a.stage is Stage.ACT:
+            _acted(r, a, event)
+        case ConfirmProbed() if a.stage is Stage.CONFIRM:
+            _probed_confirm(r, a, event)
 
 
-# -- the answers: a handler per stage and answer type (_ANSWERS) -------------------------
-
-
-def _head_locked(r: Run, a: Attempt, event: Head) -> None:
-    if event.revision == a.target:  # else moved: advance() starts over for the new target
-        r.enter(Stage.LOCKED_MARKERS)
-
-
-def _head_final(r: Run, a: Attempt, event: Head) -> None:
-    if event.revision == a.target:
-        final(r, a)
+# -- the answers: a handler per type ------------------------------------------------------
 
 
 def _markers(r: Run, a: Attempt, event: Markers) -> None:
     reason = event.reason or f"markers: {event.verdict.value}"
     if event.verdict is Verdict.GO:
-        r.enter(Stage.VERIFY)
+        r.next()
+    elif a.stage is Stage.LOCKED_MARKERS:
+        r.again()  # an update began before the lock: wait for it, verify again
     elif event.verdict is Verdict.WAIT:
         r.publish(RestartPhase.WAITING, reason, Stage.MARKERS)
         r.wait_until(r.now + MARKER_POLL)
@@ -197,129 +205,80 @@ def _markers(r: Run, a: Attempt, event: Markers) -> None:
         r.wait_until(r.now + REFUSED_POLL)  # lifts when the marker goes
 
 
-def _markers_locked(r: Run, a: Attempt, event: Markers) -> None:
-    if event.verdict is Verdict.GO:
-        r.enter(Stage.LOCKED_DRAIN)
-    else:
-        r.again()  # an update began before the lock: wait for it, verify again
-
-
 def _verified(r: Run, a: Attempt, event: Verified) -> None:
     if event.ok:
         r.s = replace(r.s, verify_seconds=r.now - a.asked_at)
-        r.enter(Stage.DRAIN if a.stage is Stage.VERIFY else Stage.FINAL_HEAD)
+        r.next()
     else:
         r.give_up(RestartPhase.REFUSED, f"verify-failed: {event.detail}")
 
 
 def _verified_loaded(r: Run, a: Attempt, event: Verified) -> None:
     """The only probe of what the restarted servers loaded (a commit that landed meanwhile)."""
-    if a.running is None:
+    act, running = a.action, None if a.confirm is None else a.confirm.running
+    if act is None or running is None:
         return
     if event.ok:
-        r.confirmed(a, a.running)
-    elif a.action.aborts:
+        r.confirmed(a, act, running)
+    elif act.traits.aborts:
         # The new servers loaded a commit that landed meanwhile and fails the probe:
         # they go, the old serve on.
-        why = f"the new servers loaded {a.running[:12]}; the probe {event.detail}"
-        r.restart_failed(a, f"not-confirmed: {why}")
+        why = f"the new servers loaded {running[:12]}; the probe {event.detail}"
+        r.restart_failed(a, act, f"not-confirmed: {why}")
     else:
         # They run it already (nothing to restart onto): not confirmed, and the
         # verdict stands while they do (R2).
-        why = f"verify-failed: the servers loaded {a.running[:12]}; the probe {event.detail}"
-        r.give_up(RestartPhase.FAILED, why, a.running, loaded=True)
+        why = f"verify-failed: the servers loaded {running[:12]}; the probe {event.detail}"
+        r.give_up(RestartPhase.FAILED, why, running, loaded=True)
 
 
-def _probed(r: Run, event: Drain) -> None:
+def _probed(r: Run, a: Attempt, event: Drain) -> None:
     probed = None if event.inflight is None else max(0, event.inflight)
     departed = tuple(d for d in r.held() if d.pid not in event.gone)
     r.s = replace(r.s, probed=probed, probe_detail=event.detail, departed=departed)
-
-
-def _drain(r: Run, a: Attempt, event: Drain) -> None:
-    _probed(r, event)
-    r.wait_until(r.now + r.s.rules.drain_poll)
-
-
-def _drain_locked(r: Run, a: Attempt, event: Drain) -> None:
-    _probed(r, event)
-    drain_under_lock(r, a)
-
-
-def _drain_final(r: Run, a: Attempt, event: Drain) -> None:
-    _probed(r, event)
-    final(r, a)
+    if a.stage is Stage.DRAIN:
+        r.wait_until(r.now + r.s.rules.drain_poll)
+    elif a.stage is Stage.LOCKED_DRAIN:
+        drain_under_lock(r, a)
+    else:
+        final(r, a)  # the look right before the action
 
 
 def _locked(r: Run, a: Attempt, event: Lock) -> None:
+    lock = a.lock or Locking()
     if event.error is not None:
         r.give_up(RestartPhase.FAILED, f"lock: {event.error}")
     elif event.acquired:
-        r.enter(Stage.LOCKED_HEAD, replace(a, lock_held=True))
+        r.next(replace(a, lock=replace(lock, held=True)))
     else:
         r.publish(RestartPhase.WAITING, f"lock: {event.detail or 'held'}", Stage.LOCK)
-        delay = a.lock_delay
-        r.put(replace(a, deadline=r.now + delay, lock_delay=min(delay * 2, LOCK_POLL[1])))
+        later = replace(lock, delay=min(lock.delay * 2, LOCK_POLL[1]))
+        r.put(replace(a, deadline=r.now + lock.delay, lock=later))
 
 
 def _acted(r: Run, a: Attempt, event: Acted) -> None:
+    act = a.action
+    if act is None:
+        return  # never: the stage is entered with it
     if event.refused and not event.ok:
         r.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
     elif not event.ok:
         # An action that failed started nothing: nothing to abort (R9).
-        r.restart_failed(a, f"action {event.detail}", signalled=False)
+        r.restart_failed(a, act, f"action {event.detail}", signalled=False)
     else:
         # Decided now, for this restart: a reload meanwhile does not change how.
         rules = r.s.rules
         by = Confirm.PROBE if rules.confirm_probe else Confirm.STATUS
-        if a.action.beside or (r.s.registered and not rules.confirm_probe):
+        if act.traits.beside or (r.s.registered and not rules.confirm_probe):
             by = Confirm.REGISTRATIONS
-        r.enter(Stage.CONFIRM, replace(a, confirm_until=r.now + rules.confirm_timeout, confirm_by=by))
+        r.next(replace(a, confirm=Confirming(by, r.now + rules.confirm_timeout)))
 
 
 def _probed_confirm(r: Run, a: Attempt, event: ConfirmProbed) -> None:
-    delay = a.probe_delay
-    until = min(r.now + delay, a.confirm_until)
-    r.put(
-        replace(
-            a,
-            probe_ok=event.ok,
-            last=f"the probe {event.detail}",
-            deadline=until,
-            probe_delay=min(delay * 2, CONFIRM_POLL[1]),
-        )
-    )
-
-
-# -- the tables ----------------------------------------------------------------------------
-
-
-def _at(
-    stage: Stage, kind: type[In], handle: Callable[[Run, Attempt, In], None]
-) -> tuple[tuple[Stage, type[object]], Callable[[Run, Attempt, Input], None]]:
-    """An entry of _ANSWERS: ``handle`` for the answer of type ``kind`` awaited at ``stage``."""
-
-    def take(r: Run, a: Attempt, event: Input) -> None:
-        if isinstance(event, kind):
-            handle(r, a, event)
-
-    return (stage, kind), take
-
-
-_ANSWERS = dict(
-    [
-        _at(Stage.MARKERS, Markers, _markers),
-        _at(Stage.VERIFY, Verified, _verified),
-        _at(Stage.DRAIN, Drain, _drain),
-        _at(Stage.LOCK, Lock, _locked),
-        _at(Stage.LOCKED_HEAD, Head, _head_locked),
-        _at(Stage.LOCKED_MARKERS, Markers, _markers_locked),
-        _at(Stage.LOCKED_DRAIN, Drain, _drain_locked),
-        _at(Stage.LOCKED_VERIFY, Verified, _verified),
-        _at(Stage.FINAL_HEAD, Head, _head_final),
-        _at(Stage.FINAL_HEAD, Drain, _drain_final),
-        _at(Stage.ACT, Acted, _acted),
-        _at(Stage.CONFIRM, ConfirmProbed, _probed_confirm),
-        _at(Stage.CONFIRM_VERIFY, Verified, _verified_loaded),
-    ]
-)
+    c = a.confirm
+    if c is None:
+        return  # never: the stage is entered with it
+    until = min(r.now + c.probe_delay, c.until)
+    delay = min(c.probe_delay * 2, CONFIRM_POLL[1])
+    c = replace(c, probe_ok=event.ok, last=f"the probe {event.detail}", probe_delay=delay)
+    r.put(replace(a, deadline=until, confirm=c))

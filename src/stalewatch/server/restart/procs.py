@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Proc", "children", "parse_stat", "parse_status_uids", "read_proc"]
+__all__ = ["PROC", "Proc", "children", "parse_stat", "parse_status_uids", "read", "read_proc"]
 
 PROC = Path("/proc")
-_MAX_READ = 4096  # /proc/PID/stat and status are far shorter
+_MAX_READ = 4096  # /proc/PID/stat, status and comm are far shorter
 
 
 @dataclass(frozen=True)
@@ -66,13 +66,19 @@ def parse_status_uids(data: bytes) -> tuple[int, int] | None:
     return None
 
 
-def _read(path: Path) -> bytes | None:
+def read(path: Path, limit: int = _MAX_READ) -> bytes | None:
+    """At most ``limit`` bytes of a ``/proc`` file; ``None`` when it cannot be read (the
+    process is gone, or not ours to read)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        return os.read(fd, _MAX_READ)
+        chunks, size = [], 0
+        while size < limit and (chunk := os.read(fd, min(65536, limit - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
     except OSError:
         return None
     finally:
@@ -89,7 +95,7 @@ def read_proc(pid: int) -> Proc | None:
     if pid <= 0:
         return None
     base = PROC / str(pid)
-    stat, status = _read(base / "stat"), _read(base / "status")
+    stat, status = read(base / "stat"), read(base / "status")
     parsed = None if stat is None else parse_stat(stat)
     uids = None if status is None else parse_status_uids(status)
     if parsed is None or uids is None:
@@ -108,7 +114,7 @@ def children(pid: int) -> list[Proc]:
     for name in names:
         if not name.isdigit():
             continue
-        stat = _read(PROC / name / "stat")  # the parent first: most processes are not ours
+        stat = read(PROC / name / "stat")  # the parent first: most processes are not ours
         parsed = None if stat is None else parse_stat(stat)
         if parsed is not None and parsed[0] == pid:
             proc = read_proc(int(name))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .actions import REPLACES, Traits, traits_of
+from .actions import REPLACES, Traits, action_of
 from .policy import RECONNECT_GRACE, DrainOutcome, RestartPolicy
 
 __all__ = ["ANSWER_MARGIN", "RECONNECT_GRACE", "DrainOutcome", "Rules", "patience"]
@@ -87,7 +87,7 @@ class Rules:
     @classmethod
     def of(cls, policy: RestartPolicy) -> Rules:
         """The rules of a configured policy."""
-        action = traits_of(policy)
+        action = action_of(policy).traits
         return cls(
             settle=policy.settle,
             max_attempts=policy.max_attempts,

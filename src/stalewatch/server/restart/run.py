@@ -17,7 +17,7 @@ from ...core.phases import RestartPhase, RestartState
 from . import confirming, drain
 from .effects import Abort, Effect, ProbeDrain, Publish, Rebind, ReleaseLock, Retire, Stage, Wake
 from .inputs import Server
-from .state import MARKER_POLL, Attempt, GiveUp, State, interval_left
+from .state import MARKER_POLL, Attempt, GiveUp, Locking, State, Taken, interval_left
 from .waits import Waits, estimate, retry_after
 
 __all__ = ["Run"]
@@ -41,6 +41,13 @@ class Run:
         a = attempt or self.s.attempt
         if a is not None:
             self.put(replace(a, stage=stage, deadline=deadline))
+
+    def next(self, attempt: Attempt | None = None) -> None:
+        """The run under way (or ``attempt``, a change of it) passes its stage: on to the
+        next (the stages are in the order a run moves)."""
+        a = attempt or self.s.attempt
+        if a is not None:
+            self.enter(Stage(a.stage + 1), a)
 
     def wait_until(self, deadline: float | None) -> None:
         """The run under way's timer: its next look (nothing when there is none)."""
@@ -145,8 +152,9 @@ class Run:
         """
         a, s = self.s.attempt, self.s
         times = [-math.inf]
-        if a is not None and a.announced is not None and s.servers:
-            times.append(a.announced + s.rules.drain_poll)
+        announced = None if a is None or a.drain is None else a.drain.announced
+        if announced is not None and s.servers:
+            times.append(announced + s.rules.drain_poll)
         if s.started is not None:
             times.append(s.started + drain.grace(s.rules))
         at = max(times)
@@ -177,7 +185,7 @@ class Run:
         if stage == Stage.MARKERS:
             poll = MARKER_POLL
         elif stage == Stage.LOCK:
-            poll = a.lock_delay
+            poll = (a.lock or Locking()).delay
         return Waits(
             settle=settle,
             interval=interval_left(s, now) if stage < Stage.ACT else 0.0,
@@ -197,8 +205,8 @@ class Run:
             times = [a.deadline]
             if a.stage is Stage.DRAIN and s.drain_since is not None:
                 times.append(s.drain_since + s.rules.drain_timeout)
-            if a.stage is Stage.CONFIRM:
-                times.append(a.confirm_until)
+            if a.stage is Stage.CONFIRM and a.confirm is not None:
+                times.append(a.confirm.until)
             at = min((t for t in times if t is not None), default=None)
         if at != s.timer:
             self.s = replace(s, timer=at)
@@ -206,11 +214,11 @@ class Run:
 
     # -- outcomes ------------------------------------------------------------------------
 
-    def confirmed(self, a: Attempt, running: str) -> None:
+    def confirmed(self, a: Attempt, act: Taken, running: str) -> None:
         """The servers run ``running``: retire the old (if the action does), tell, re-bind (R5)."""
-        if a.action.retires:
+        if act.traits.retires:
             # Only now: the new ones run the target (R9).
-            self.effects.append(Retire(a.old_pids, a.act_ticket))
+            self.effects.append(Retire(act.old_pids, act.ticket))
         if a.lock_held:
             self.effects.append(ReleaseLock())
         s = self.s
@@ -218,26 +226,26 @@ class Run:
             s,
             attempt=None,
             belief=s.belief.confirmed(running),
-            restart_seconds=max(0.5, self.now - a.acted_at),
+            restart_seconds=max(0.5, self.now - act.at),
         )
-        if a.action.retires:
+        if act.traits.retires:
             # The old servers stay registered until they finish their work and exit
             # (gunicorn's graceful_timeout, which may well be longer than confirm_timeout):
             # they make no restart wanted meanwhile, however long that takes (R9).
-            self.s = replace(self.s, retiring=a.old_pids)
+            self.s = replace(self.s, retiring=act.old_pids)
         self.publish(RestartPhase.CONFIRMED, None, Stage.DONE, running)
         self.effects.append(Rebind(running))
 
-    def restart_failed(self, a: Attempt, reason: str, *, signalled: bool = True) -> None:
+    def restart_failed(self, a: Attempt, act: Taken, reason: str, *, signalled: bool = True) -> None:
         """The restart did not come up; the new servers go (if the action aborts), the old serve on (R9).
 
         ``signalled``: the action may have started new servers (an action that says it
         failed signalled nothing: it has nothing to abort).
         """
-        if a.action.aborts and signalled:
-            new = confirming.newcomers(self.s.servers, a.acted_at, a.old_pids)
-            self.effects.append(Abort(frozenset(s.pid for s in new), a.act_ticket))
-        if a.action.beside:
+        if act.traits.aborts and signalled:
+            new = confirming.newcomers(self.s.servers, act.at, act.old_pids)
+            self.effects.append(Abort(frozenset(s.pid for s in new), act.ticket))
+        if act.traits.beside:
             reason = f"{reason}; the old servers still serve"
         self.failure(a, reason)
 

@@ -17,7 +17,7 @@ from . import confirming, drain
 from .effects import Act, CheckMarkers, ProbeConfirm, ReadHead, ReleaseLock, Stage, TakeLock, Verify
 from .run import Run
 from .running import wanted
-from .state import Attempt, Confirm, interval_left
+from .state import Attempt, Confirm, Draining, Taken, interval_left
 
 __all__ = ["advance", "drain_under_lock", "final"]
 
@@ -83,7 +83,7 @@ def _scheduled(r: Run, a: Attempt, due: bool) -> None:
         # Servers report their count once a restart is coming or their code is
         # stale: until now they may have been silent (after a failure or a
         # refusal, the servers left on old code are stale and report) (R8).
-        r.put(replace(a, announced=r.now))
+        r.put(replace(a, drain=Draining(announced=r.now)))
     r.publish(RestartPhase.SCHEDULED, None, Stage.SCHEDULED)
     if a.began is None or r.s.rules.settle <= 0:
         bounds(r)
@@ -99,19 +99,19 @@ def _settle(r: Run, a: Attempt, due: bool) -> None:
 
 def _interval(r: Run, a: Attempt, due: bool) -> None:
     if due:
-        r.enter(Stage.MARKERS)
+        r.next()
 
 
 def _markers(r: Run, a: Attempt, due: bool) -> None:
     if not r.s.rules.markers:
-        r.enter(Stage.VERIFY if a.stage is Stage.MARKERS else Stage.LOCKED_DRAIN)
+        r.next()
     elif due:
         r.ask(CheckMarkers)
 
 
 def _verify(r: Run, a: Attempt, due: bool) -> None:
     if not r.s.rules.verify:
-        r.enter(Stage.DRAIN if a.stage is Stage.VERIFY else Stage.FINAL_HEAD)
+        r.next()
         return
     reason = None
     if a.stage is Stage.LOCKED_VERIFY:
@@ -122,7 +122,7 @@ def _verify(r: Run, a: Attempt, due: bool) -> None:
 
 def _lock(r: Run, a: Attempt, due: bool) -> None:
     if not r.s.rules.lock:
-        r.enter(Stage.LOCKED_HEAD)
+        r.next()
     elif due:
         r.ask(TakeLock)
 
@@ -169,7 +169,7 @@ def drain_stage(r: Run, a: Attempt, due: bool) -> None:
     if verdict is drain.Next.GO and heard is not None:
         verdict = drain.Next.WAIT  # a count from before the announcement proves nothing
     if verdict is not drain.Next.WAIT:
-        drained(r, verdict, total, Stage.LOCK)
+        drained(r, verdict, total)
         return
     told, reason = s.published, f"drain: {drain.describe(total, s.probe_detail)}"
     if total == 0 and s.started is not None and r.now < s.started + drain.grace(s.rules):
@@ -192,23 +192,25 @@ def drain_stage(r: Run, a: Attempt, due: bool) -> None:
 def drain_under_lock(r: Run, a: Attempt) -> None:
     """The work in flight once more, under the lock: more came in, drain again (R8)."""
     if a.note is not None:
-        r.enter(Stage.LOCKED_VERIFY)  # the bound passed: restart anyway
+        r.next()  # the bound passed: restart anyway
         return
     total = r.in_flight()
     verdict = drain.decide(total, r.s.drain_since, r.now, r.s.rules)
     if verdict is drain.Next.WAIT:
         r.again()
     else:
-        drained(r, verdict, total, Stage.LOCKED_VERIFY)
+        drained(r, verdict, total)
 
 
-def drained(r: Run, verdict: drain.Next, total: int | None, nxt: Stage) -> None:
+def drained(r: Run, verdict: drain.Next, total: int | None) -> None:
+    """The drain's verdict (R8): on to the next stage, restart anyway, or give up."""
     left = "unknown" if total is None else str(total)
     if verdict is drain.Next.GO:
-        r.enter(nxt)
+        r.next()
     elif verdict is drain.Next.RESTART:
         a = r.s.attempt
-        r.enter(nxt, a and replace(a, note=f"drain-timeout: {left} still in flight"))
+        note = f"drain-timeout: {left} still in flight"
+        r.next(a and replace(a, drain=replace(a.drain or Draining(), note=note)))
     else:
         why = f"drain-timeout: {left} still in flight after {r.s.rules.drain_timeout:g} s"
         r.give_up(RestartPhase.REFUSED, why)
@@ -216,10 +218,11 @@ def drained(r: Run, verdict: drain.Next, total: int | None, nxt: Stage) -> None:
 
 def final(r: Run, a: Attempt) -> None:
     """HEAD is still the target, read right before the action (R9): act, if drained."""
-    if r.looks() and a.note is None and not a.final_look:
+    draining = a.drain or Draining()
+    if r.looks() and draining.note is None and not draining.final_look:
         # The probe's count is as old as the verify under the lock (up to its timeout):
         # looked at once more right before the action, as registrations are (R8).
-        r.put(replace(a, final_look=True))
+        r.put(replace(a, drain=replace(draining, final_look=True)))
         r.probe_drain()
         return
     if r.in_flight() != 0 and a.note is None:
@@ -227,16 +230,8 @@ def final(r: Run, a: Attempt) -> None:
         return
     ticket = r.ticket()
     s = r.s
-    attempt = replace(
-        a,
-        stage=Stage.ACT,
-        ask=ticket,
-        asked_at=r.now,
-        acted_at=r.now,
-        act_ticket=ticket,
-        action=s.rules.action,
-        old_pids=frozenset(x.pid for x in s.servers),
-    )
+    taken = Taken(r.now, ticket, s.rules.action, frozenset(x.pid for x in s.servers))
+    attempt = replace(a, stage=Stage.ACT, ask=ticket, asked_at=r.now, action=taken)
     r.s = replace(
         s,
         attempt=attempt,
@@ -252,33 +247,35 @@ def final(r: Run, a: Attempt) -> None:
 
 def confirm(r: Run, a: Attempt, due: bool) -> None:
     """Do the restarted servers run the new code (R5, R9)?"""
-    s = r.s
+    s, act, c = r.s, a.action, a.confirm
+    if act is None or c is None:
+        return  # never: the stage is entered with both
     heads = (a.target, s.head)
-    if a.confirm_by is Confirm.REGISTRATIONS:
+    if c.by is Confirm.REGISTRATIONS:
         running = confirming.registered_on(
-            s.servers, heads, a.acted_at, beside=a.action.beside, old=a.old_pids
+            s.servers, heads, act.at, beside=act.traits.beside, old=act.old_pids
         )
         if running is not None and running != a.target and s.rules.verify:
             # A commit landed during the restart and the new servers loaded it: the
             # probe passed for the target only, so it must pass for this one too (R2).
-            r.enter(Stage.CONFIRM_VERIFY, replace(a, running=running))
+            r.enter(Stage.CONFIRM_VERIFY, replace(a, confirm=replace(c, running=running)))
             r.ask(lambda t: Verify(t, running))
         elif running is not None:
-            r.confirmed(a, running)
-        elif r.now >= a.confirm_until:
+            r.confirmed(a, act, running)
+        elif r.now >= c.until:
             who = confirming.runs(s.servers)
             why = f"not-confirmed: after {s.rules.confirm_timeout:g} s the registered servers run {who}"
-            r.restart_failed(a, why)
-    elif a.confirm_by is Confirm.PROBE:
-        if a.probe_ok and not confirming.old_code(s.servers, heads):
-            r.confirmed(a, a.target)
-        elif r.now >= a.confirm_until:
-            last = f"the registered servers run {confirming.runs(s.servers)}" if a.probe_ok else a.last
-            r.restart_failed(a, f"not-confirmed: within {s.rules.confirm_timeout:g} s: {last}")
+            r.restart_failed(a, act, why)
+    elif c.by is Confirm.PROBE:
+        if c.probe_ok and not confirming.old_code(s.servers, heads):
+            r.confirmed(a, act, a.target)
+        elif r.now >= c.until:
+            last = f"the registered servers run {confirming.runs(s.servers)}" if c.probe_ok else c.last
+            r.restart_failed(a, act, f"not-confirmed: within {s.rules.confirm_timeout:g} s: {last}")
         elif due:
             r.ask(lambda t: ProbeConfirm(t, a.target))
     else:
-        r.confirmed(a, a.target)  # neither registrations nor a probe: the exit status says
+        r.confirmed(a, act, a.target)  # neither registrations nor a probe: the exit status says
 
 
 def unanswered(r: Run, a: Attempt) -> None:
@@ -296,8 +293,8 @@ def unanswered(r: Run, a: Attempt) -> None:
         r.effects.append(ReleaseLock())
     stage = a.stage.name.lower().replace("_", " ")
     why = f"no answer from the {stage} stage in {r.s.rules.patience:g} s"
-    if a.stage >= Stage.ACT:
-        r.restart_failed(a, f"not-confirmed: {why}")
+    if a.action is not None:  # the action or its confirmation
+        r.restart_failed(a, a.action, f"not-confirmed: {why}")
     else:
         r.failure(a, why)
 

@@ -1,8 +1,12 @@
 """The restart machine's state (see :mod:`.machine`): plain, immutable values.
 
 :class:`State` is everything the machine knows between two steps; :class:`Attempt` is
-one run of the sequence for a target, with its stage's bookkeeping; :class:`GiveUp` a
-verdict that stands for its revision (R6).
+one run of the sequence for a target: its stage, its timer, the answer it awaits, and a
+small record for what each phase owns, ``None`` until that phase makes it
+(:class:`Draining` from the announcement, :class:`Locking` from the first try of the
+lock, :class:`Taken` once the action is taken, :class:`Confirming` once it succeeded);
+a stage's handler reads and replaces only its record. :class:`GiveUp` is a verdict that
+stands for its revision (R6).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from ...core.phases import RestartPhase, RestartState
-from .actions.base import REPLACES, Traits
+from .actions.base import Traits
 from .drain import Departed
 from .effects import Stage
 from .inputs import Server
@@ -27,8 +31,12 @@ __all__ = [
     "REFUSED_POLL",
     "Attempt",
     "Confirm",
+    "Confirming",
+    "Draining",
     "GiveUp",
+    "Locking",
     "State",
+    "Taken",
     "interval_left",
 ]
 
@@ -61,8 +69,71 @@ class GiveUp:
 
 
 @dataclass(frozen=True)
+class Locking:
+    """The handoff lock (R3), from the first answer of a try: ``held`` once taken;
+    ``delay``: the wait before the next try while another holds it."""
+
+    held: bool = False
+    delay: float = LOCK_POLL[0]
+
+
+@dataclass(frozen=True)
+class Draining:
+    """What the run knows of its drain (R8).
+
+    Attributes:
+        announced: when this run told clients a restart is coming (their counts follow).
+        note: ``drain-timeout: N still in flight`` once the bound let the run go on.
+        final_look: the drain was looked at once more right before the action.
+    """
+
+    announced: float | None = None
+    note: str | None = None
+    final_look: bool = False
+
+
+@dataclass(frozen=True)
+class Taken:
+    """The action, once taken (R4, R9).
+
+    Attributes:
+        at: when it was taken.
+        ticket: its ``Act``'s: ``Retire`` and ``Abort`` name what it started (R9).
+        traits: what it can do, as the machine took it when it acted.
+        old_pids: the servers registered before it (the ones it replaces).
+        reloaded: a reload came after it: its failure is not a verdict.
+    """
+
+    at: float
+    ticket: int
+    traits: Traits
+    old_pids: frozenset[int]
+    reloaded: bool = False
+
+
+@dataclass(frozen=True)
+class Confirming:
+    """The confirmation of a taken action (R5), decided once it succeeded.
+
+    Attributes:
+        by: how it is confirmed; ``until``: when it fails unconfirmed.
+        probe_delay: the wait before the confirm probe runs again.
+        probe_ok, last: the confirm probe's last answer, and what it said.
+        running: what the restarted servers loaded, verified before confirmed.
+    """
+
+    by: Confirm
+    until: float
+    probe_delay: float = CONFIRM_POLL[0]
+    probe_ok: bool = False
+    last: str = "the probe never ran"
+    running: str | None = None
+
+
+@dataclass(frozen=True)
 class Attempt:
-    """One run of the sequence for ``target``: its stage and the stage's bookkeeping."""
+    """One run of the sequence for ``target``: its stage, its timer and the answer it awaits,
+    and a record for what each phase owns, present from the stage that makes it on."""
 
     target: str
     stage: Stage
@@ -70,22 +141,23 @@ class Attempt:
     deadline: float | None = None  # the stage's timer: settle's end, the next look
     ask: int | None = None  # the ticket of the answer awaited
     asked_at: float = 0.0
-    lock_held: bool = False
-    lock_delay: float = LOCK_POLL[0]
-    note: str | None = None  # "drain-timeout: N still in flight" once the bound let it go on
-    announced: float | None = None  # when this run told clients a restart is coming (R8)
-    final_look: bool = False  # the drain was looked at once more right before the action (R8)
-    acted_at: float = 0.0
-    act_ticket: int = 0  # the ticket of the action: Retire and Abort name what it started (R9)
-    action: Traits = REPLACES  # what the action can do, as the machine took it when it acted
-    confirm_by: Confirm = Confirm.STATUS
-    old_pids: frozenset[int] = frozenset()
-    confirm_until: float = 0.0
-    probe_delay: float = CONFIRM_POLL[0]
-    probe_ok: bool = False
-    last: str = "the probe never ran"
-    running: str | None = None  # what the restarted servers loaded (verified before confirmed)
-    reloaded: bool = False  # a reload came after the action: its failure is not a verdict
+    lock: Locking | None = None
+    drain: Draining | None = None
+    action: Taken | None = None
+    confirm: Confirming | None = None
+
+    @property
+    def lock_held(self) -> bool:
+        return self.lock is not None and self.lock.held
+
+    @property
+    def note(self) -> str | None:
+        """Why the run goes on with work in flight (the drain's bound), if it does."""
+        return None if self.drain is None else self.drain.note
+
+    @property
+    def reloaded(self) -> bool:
+        return self.action is not None and self.action.reloaded
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,12 @@ returns ``None`` rather than raising.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
-from .procs import read_proc
+from .procs import PROC, read, read_proc
 
 __all__ = ["Supervised", "parse_environ", "supervised"]
 
-PROC = Path("/proc")
 _MAX_ENVIRON = 1 << 20  # a process's environment and arguments share 2 MiB at most (ARG_MAX / 2)
 
 
@@ -56,25 +53,8 @@ def parse_environ(data: bytes) -> dict[str, str]:
     return found
 
 
-def _read(path: Path, limit: int) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        chunks, size = [], 0
-        while size < limit and (chunk := os.read(fd, min(65536, limit - size))):
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _comm(pid: int) -> str:
-    data = _read(PROC / str(pid) / "comm", 64)
+    data = read(PROC / str(pid) / "comm", 64)
     return "" if data is None else data.strip().decode(errors="replace")
 
 
@@ -83,7 +63,7 @@ def supervised(pid: int) -> Supervised | None:
     proc = read_proc(pid)
     if proc is None:
         return None
-    data = _read(PROC / str(pid) / "environ", _MAX_ENVIRON)
+    data = read(PROC / str(pid) / "environ", _MAX_ENVIRON)
     env = parse_environ(data) if data is not None else {}
     parent = _comm(proc.ppid) if proc.ppid > 0 else ""
     if "SUPERVISOR_ENABLED" in env or "SUPERVISOR_PROCESS_NAME" in env:

@@ -1,4 +1,5 @@
-"""The restart machine's slow requests, carried out: probes, the lock, the action (R1-R10).
+"""The restart machine's slow requests, carried out: probes, the lock, the action (R1-R10),
+and what servers that do not register run (R10, :mod:`.loaded`).
 
 :class:`Work` runs on the executor's one worker thread (:mod:`.executor`) and turns each
 request of :mod:`.effects` into the answer of :mod:`.inputs` that carries its ticket.
@@ -16,13 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...core.errors import LockError
+from ...git.refs import GitDirs
 from ...protocol.messages import MAX_INFLIGHT
 from .. import commands
 from ..commands import Outcome
 from ..drain import OutputDrain
+from . import loaded
 from .actions import Action, Started, action_of
 from .effects import Act, CheckMarkers, ProbeConfirm, ProbeDrain, TakeLock, Verify
-from .inputs import Acted, ConfirmProbed, Drain, Lock, Markers, Verdict, Verified
+from .inputs import Acted, ConfirmProbed, Drain, Loaded, Lock, Markers, Verdict, Verified
 from .lock import HandoffLock
 from .markers import assess
 from .policy import RestartPolicy
@@ -31,8 +34,6 @@ from .procs import read_proc
 __all__ = ["Work", "environment", "parse_count"]
 
 logger = logging.getLogger(__name__)
-
-Answer = Markers | Verified | Drain | Lock | Acted | ConfirmProbed
 
 
 def environment(key: str, target: str, loaded: str | None) -> dict[str, str]:
@@ -89,6 +90,7 @@ class Work:
         # Act: Retire and Abort act on it only when they name that very action (R9).
         self.started: tuple[int, Started] | None = None
         self._pending: tuple[str, float] | None = None  # an action under way, first seen at
+        self._learnt = ""  # what runs, as last learnt (logged when it changes)
 
     @property
     def policy(self) -> RestartPolicy:
@@ -116,7 +118,7 @@ class Work:
             logger.log(level, "stalewatch: %s for %s printed:\n%s", what, self.key, outcome.output)
         return outcome
 
-    def markers(self, request: CheckMarkers) -> Answer:
+    def markers(self, request: CheckMarkers) -> Markers:
         verdict = assess(self.policy)
         now = time.monotonic()
         if verdict.action == "go":
@@ -143,12 +145,12 @@ class Work:
             return Verdict.REFUSE, f"handoff: {what}: still after {waited:.0f} s"
         return Verdict.WAIT, f"handoff: {what}"
 
-    def verify(self, request: Verify) -> Answer:
+    def verify(self, request: Verify) -> Verified:
         probe = self.policy.verify or ()
         outcome = self._run(probe, "the verify probe", request.revision, self.policy.verify_timeout)
         return Verified(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
 
-    def drain_probe(self, request: ProbeDrain, target: str) -> Answer:
+    def drain_probe(self, request: ProbeDrain, target: str) -> Drain:
         """A look at the drain (R8): the probe's count, and which departed servers are gone."""
         # Their pids came from the kernel (SO_PEERCRED): while the process runs, the work
         # it had in flight may still run.
@@ -161,7 +163,7 @@ class Work:
         detail = outcome.detail if not outcome.ok else "printed no whole number"
         return Drain(request.ticket, time.monotonic(), count, "" if count is not None else detail, gone)
 
-    def take_lock(self, request: TakeLock) -> Answer:
+    def take_lock(self, request: TakeLock) -> Lock:
         path = self.policy.lock
         if path is None:
             return Lock(request.ticket, time.monotonic(), acquired=True)
@@ -180,7 +182,7 @@ class Work:
             if lock is not None:
                 lock.release()
 
-    def act(self, request: Act) -> Answer:
+    def act(self, request: Act) -> Acted:
         """Restart through the supervisor (R4): the policy's action (:mod:`.actions`)."""
         self.started = None  # whatever happens now, an earlier action's is never aborted
         done = self.action.act(request.revision, self._run, self._stop)
@@ -190,7 +192,7 @@ class Work:
         log("stalewatch: restart of %s: %s", self.key, done.detail)
         return Acted(request.ticket, time.monotonic(), done.ok, done.detail, refused=done.refused)
 
-    def confirm_probe(self, request: ProbeConfirm) -> Answer:
+    def confirm_probe(self, request: ProbeConfirm) -> ConfirmProbed:
         probe = self.policy.confirm or ()
         # A probe refused while the new server still starts is expected: the machine asks
         # again until confirm_timeout, and only then warns once (the `failed` phase, with
@@ -205,6 +207,16 @@ class Work:
         if self.started is None or self.started[0] != ticket:
             return None
         return self.started[1]
+
+    def learn(self, dirs: GitDirs | None, head: str | None) -> Loaded:
+        """What the servers run, when they do not register (R10), as the machine is told it;
+        logged when it changes."""
+        told = loaded.learn(self.policy, dirs, head, self._stop, self._drain)
+        line = loaded.describe(told)
+        if line != self._learnt:
+            self._learnt = line
+            logger.info("stalewatch: restart of %s: %s", self.key, line)
+        return Loaded(time.monotonic(), told.revision, told.not_revision, told.stopped, line)
 
     def retire(self, ticket: int) -> None:
         started = self._of(ticket)

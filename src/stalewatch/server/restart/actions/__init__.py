@@ -12,9 +12,7 @@ tells, from a policy's keys, which one runs.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Protocol
-
+from ..policy import RestartPolicy
 from .base import REPLACES, Action, Done, Run, Started, Traits
 from .command import Command
 from .handoff import Handoff
@@ -23,7 +21,6 @@ from .signal import Signal
 __all__ = [
     "REPLACES",
     "Action",
-    "ActionKeys",
     "Command",
     "Done",
     "Handoff",
@@ -32,34 +29,13 @@ __all__ = [
     "Started",
     "Traits",
     "action_of",
-    "traits_of",
 ]
 
 
-class ActionKeys(Protocol):
-    """The policy's keys that say how to restart (``RestartPolicy``)."""
-
-    @property
-    def action(self) -> tuple[str, ...] | None: ...
-    @property
-    def pidfile(self) -> Path | None: ...
-    @property
-    def signal(self) -> str: ...
-    @property
-    def handoff(self) -> bool: ...
-    @property
-    def action_timeout(self) -> float: ...
-
-
-def action_of(policy: ActionKeys) -> Action:
+def action_of(policy: RestartPolicy) -> Action:
     """The action a policy configures (the parser guarantees ``action`` or ``pidfile``)."""
     if policy.action is not None or policy.pidfile is None:
         return Command(policy.action or (), policy.action_timeout)
     if policy.handoff:
         return Handoff(policy.pidfile, policy.signal)
     return Signal(policy.pidfile, policy.signal)
-
-
-def traits_of(policy: ActionKeys) -> Traits:
-    """What the machine may ask of the policy's action (:class:`Traits`)."""
-    return action_of(policy).traits

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -45,7 +44,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from ....core.errors import SupervisedHandoffError
-from ...commands import pidfd
 from .. import pidfile
 from ..pidfile import TOLERANCE
 from ..procs import Proc, read_proc
@@ -179,22 +177,12 @@ class Begun:
     def retire(self) -> str:
         """The new workers run the target: stop the old master gracefully (``TERM``)."""
         self.retired = True  # from now on the new master is what serves: never aborted
-        # Pinned by a pidfd before /proc is read: a pid reused after the check makes the
-        # signal fail rather than reach the newcomer (as pidfile.signal_proc does).
-        fd = pidfd(self.old.pid)
-        try:
-            if not self._old_alive():
-                return f"the old master (pid {self.old.pid}) is gone already"
-            try:
-                if fd is not None:
-                    signal.pidfd_send_signal(fd, signal.SIGTERM)
-                else:
-                    os.kill(self.old.pid, signal.SIGTERM)
-            except OSError as exc:
-                return f"cannot stop the old master (pid {self.old.pid}): {exc.strerror or exc}"
-        finally:
-            if fd is not None:
-                os.close(fd)
+        # Signalled as a pidfile's process is: only while it is still the process
+        # signalled at the handoff (pid and start time), pinned by a pidfd.
+        old = pidfile.Claim(self.path, self.old.pid, self.old.start, self.old.uids[1])
+        proc, detail = pidfile.signal_proc(old, "TERM")
+        if proc is None:
+            return f"the old master (pid {self.old.pid}) was not stopped: {detail}"
         return f"sent SIGTERM to the old master (pid {self.old.pid}); its workers finish their requests"
 
     def abort(self) -> str:
