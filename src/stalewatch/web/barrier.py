@@ -33,15 +33,20 @@ from typing import Any, Generic, TypeVar
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from ..core.errors import StaleError
-from ..core.refusal import NO_RESTART, Refusal
+from ..core.refusal import Refusal
 from ..guard.guard import Guard
 
 __all__ = [
     "CONFLICT",
-    "NO_RESTART",
+    "ASGIApp",
     "ASGIBarrier",
     "Check",
+    "Message",
+    "Receive",
+    "RouteSpec",
     "Routes",
+    "Scope",
+    "Send",
     "WSGIBarrier",
     "refusal",
     "retry_after",
