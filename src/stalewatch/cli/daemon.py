@@ -116,12 +116,9 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             server = DaemonServer(settings, reload, observe=observer(settings))
             cleanup.callback(server.close)
             sock, lock = listen(path)
-        except StalewatchError as exc:
-            return fail(exc)
-        cleanup.callback(release, path, lock)
-        cleanup.callback(unlink_if_ours, path, path.lstat())
-        cleanup.callback(sock.close)
-        try:
+            cleanup.callback(release, path, lock)
+            cleanup.callback(unlink_if_ours, path, path.lstat())
+            cleanup.callback(sock.close)
             server.start_metrics()  # after the socket: a second daemon is refused for that first
         except StalewatchError as exc:
             return fail(exc)
