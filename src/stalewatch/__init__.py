@@ -28,23 +28,16 @@ if TYPE_CHECKING:
     from .watching.local import LocalSource
     from .watching.source import Source
 
-_HOMES = {
-    "BindError": "core.errors",
-    "ConfigError": "core.errors",
-    "Daemon": "client.daemon",
-    "Event": "core.status",
-    "Guard": "guard.guard",
-    "LocalSource": "watching.local",
-    "RefError": "core.errors",
-    "Refusal": "core.refusal",
-    "RestartPhase": "core.phases",
-    "RestartState": "core.phases",
-    "Snapshot": "core.status",
-    "Source": "watching.source",
-    "StaleError": "core.errors",
-    "StalewatchError": "core.errors",
-    "Status": "core.status",
-    "__version__": "core.version",
+_HOMES = {  # where each public name lives (as imported above for type checkers)
+    "client.daemon": ("Daemon",),
+    "core.errors": ("BindError", "ConfigError", "RefError", "StaleError", "StalewatchError"),
+    "core.phases": ("RestartPhase", "RestartState"),
+    "core.refusal": ("Refusal",),
+    "core.status": ("Event", "Snapshot", "Status"),
+    "core.version": ("__version__",),
+    "guard.guard": ("Guard",),
+    "watching.local": ("LocalSource",),
+    "watching.source": ("Source",),
 }
 
 __all__ = [
@@ -68,7 +61,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
+    home = next((home for home, names in _HOMES.items() if name in names), None)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f"{__name__}.{home}"), name)

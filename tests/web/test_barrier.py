@@ -13,8 +13,8 @@ import pytest
 
 from stalewatch import Event, Guard, StaleError, Status
 from stalewatch.core.phases import RestartPhase, RestartState
+from stalewatch.core.refusal import NO_RESTART
 from stalewatch.web import CONFLICT, ASGIBarrier, Routes, WSGIBarrier, refusal, stale_payload
-from stalewatch.web.barrier import NO_RESTART
 from tests.support.repos import Repo
 from tests.support.web import echo_asgi, echo_wsgi, request, serve
 

@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import json
 import logging
-import sys
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
@@ -26,10 +25,10 @@ from ..core.errors import StalewatchError
 from ..core.escaping import printable
 from ..server import journal, startup
 from ..server.checkout import Checkout, Posted
-from ..server.config import CheckoutConfig, DaemonConfig
+from ..server.config import DaemonConfig
 from ..server.registry import Registry
 from ..server.reload_plan import AT_START
-from .daemon import observer, starting
+from .daemon import fail, observer, starting
 
 __all__ = ["cmd_check", "describe"]
 
@@ -54,18 +53,13 @@ def cmd_check(args: argparse.Namespace) -> int:
             factory = observer(start.settings)
             if factory is not None:  # the metrics extra, asked for: imported as a start does
                 factory(start.settings, lambda: (), Registry())
-            entries = startup.bind(start.settings, _unstarted)
+            # Bound as a start binds them, never started (so they tell nobody anything).
+            entries = startup.bind(start.settings, lambda config, base: Checkout(config, _nowhere, base))
         except StalewatchError as exc:
-            print(f"stalewatch: {exc}", file=sys.stderr)
-            return exits.USAGE
+            return fail(exc)
     for line in describe(start, list(entries.values())):
         print(line)
     return exits.OK
-
-
-def _unstarted(config: CheckoutConfig, base: int) -> Checkout:
-    """A checkout bound as a start binds it, never started (so it tells nobody anything)."""
-    return Checkout(config, _nowhere, base)
 
 
 def _nowhere(message: Posted) -> None:

@@ -14,6 +14,7 @@ import gc
 import logging
 import socket
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 from ..core import exits
@@ -24,7 +25,7 @@ from ..server.config import DaemonConfig, load, with_checkouts
 from ..server.listening import listen, release, unlink_if_ours
 from ..server.loop import DaemonServer, ObserverFactory
 
-__all__ = ["add_commands", "cmd_daemon", "observer", "starting"]
+__all__ = ["add_commands", "cmd_daemon", "fail", "observer", "starting"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,40 +83,29 @@ def observer(settings: DaemonConfig) -> ObserverFactory | None:
     return metrics.for_daemon
 
 
-def _fail(exc: Exception, code: int) -> int:
-    print(f"stalewatch: {exc}", file=sys.stderr)
-    return code
+def fail(problem: object) -> int:
+    """Say why the daemon did not start (or ``--check`` refused): usage, exit 2."""
+    print(f"stalewatch: {problem}", file=sys.stderr)
+    return exits.USAGE
 
 
 def unix_only() -> str | None:
     """Why the daemon cannot run here (no Unix sockets or ``flock``: Windows), or ``None``."""
-    missing = [
-        what
-        for what, there in (("AF_UNIX sockets", hasattr(socket, "AF_UNIX")), ("fcntl", _has_fcntl()))
-        if not there
-    ]
-    if not missing:
+    there = {"AF_UNIX sockets": hasattr(socket, "AF_UNIX"), "fcntl": find_spec("fcntl") is not None}
+    if all(there.values()):
         return None
     return (
-        f"the daemon needs {' and '.join(missing)}, which this platform ({sys.platform}) lacks; "
-        "guards, barriers and SSE work here with their in-process watcher (no daemon)"
+        f"the daemon needs {' and '.join(what for what, ok in there.items() if not ok)}, which this "
+        f"platform ({sys.platform}) lacks; guards, barriers and SSE work here with their in-process "
+        "watcher (no daemon)"
     )
-
-
-def _has_fcntl() -> bool:
-    try:
-        import fcntl  # noqa: F401, PLC0415 - only asked
-    except ImportError:
-        return False
-    return True
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground until SIGTERM/SIGINT."""
     problem = unix_only()
     if problem is not None:
-        print(f"stalewatch: {problem}", file=sys.stderr)
-        return exits.USAGE
+        return fail(problem)
     with contextlib.ExitStack() as cleanup:  # undone in reverse, on every way out
         try:
             start = starting(args)
@@ -126,15 +116,12 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             server = DaemonServer(settings, reload, observe=observer(settings))
             cleanup.callback(server.close)
             sock, lock = listen(path)
-        except StalewatchError as exc:
-            return _fail(exc, exits.USAGE)
-        cleanup.callback(release, path, lock)
-        cleanup.callback(unlink_if_ours, path, path.lstat())
-        cleanup.callback(sock.close)
-        try:
+            cleanup.callback(release, path, lock)
+            cleanup.callback(unlink_if_ours, path, path.lstat())
+            cleanup.callback(sock.close)
             server.start_metrics()  # after the socket: a second daemon is refused for that first
         except StalewatchError as exc:
-            return _fail(exc, exits.USAGE)
+            return fail(exc)
         try:
             server.serve(sock)
         except Exception:

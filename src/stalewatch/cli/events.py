@@ -11,7 +11,7 @@ from pathlib import Path
 from ..client.connection import read_status
 from ..client.following import Follower
 from ..core import exits, signals
-from ..core.errors import DaemonUnavailableError, SocketPathError
+from ..core.errors import DaemonUnavailableError
 from ..core.escaping import printable
 from ..guard import Guard
 from ..protocol.socket_path import DEFAULT_TEXT, default_socket_path
@@ -36,17 +36,14 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     events.add_argument("--json", action="store_true", help="print the protocol's JSON lines")
 
 
-def _fail(exc: Exception, code: int) -> int:
-    print(f"stalewatch: {exc}", file=sys.stderr)
-    return code
-
-
 def cmd_events(args: argparse.Namespace) -> int:
-    """Print a running daemon's messages until SIGTERM/SIGINT, across its restarts."""
-    try:
-        path = Path(args.socket) if args.socket else default_socket_path()
-    except SocketPathError as exc:
-        return _fail(exc, exits.USAGE)
+    """Print a running daemon's messages until SIGTERM/SIGINT, across its restarts.
+
+    Raises:
+        SocketPathError: no ``--socket`` and no default (the command line exits 2).
+        DaemonUnavailableError: the first connection failed (exits 3).
+    """
+    path = Path(args.socket) if args.socket else default_socket_path()
 
     def lost(exc: DaemonUnavailableError) -> None:
         print(f"stalewatch: lost the daemon ({exc.reason}); reconnecting", file=sys.stderr, flush=True)
@@ -65,8 +62,6 @@ def cmd_events(args: argparse.Namespace) -> int:
                     print(line, flush=True)
     except KeyboardInterrupt:  # off the main thread no handler is installed
         return exits.OK
-    except DaemonUnavailableError as exc:
-        return _fail(exc, exits.UNREACHABLE)
     finally:
         follower.close()
     return exits.OK
@@ -77,12 +72,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     Raises:
         BindError: PATH is not in a git checkout (the command line exits 2).
+        DaemonUnavailableError: the daemon cannot be reached or read (exits 3).
     """
     wanted = None if args.path is None else str(Guard.for_path(args.path).checkout)
-    try:
-        _, snapshots = read_status(Path(args.socket))
-    except DaemonUnavailableError as exc:
-        return _fail(exc, exits.UNREACHABLE)
+    _, snapshots = read_status(Path(args.socket))
     if wanted is not None:
         watched = [str(s.get("checkout")) for s in snapshots]
         snapshots = [s for s in snapshots if s.get("checkout") == wanted]
@@ -95,8 +88,5 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
             return exits.USAGE
     for snapshot in snapshots:
-        if args.json:
-            print(json.dumps(snapshot, separators=(",", ":")))
-        else:
-            print(human_line(snapshot))
+        print(json.dumps(snapshot, separators=(",", ":")) if args.json else human_line(snapshot))
     return exits.OK

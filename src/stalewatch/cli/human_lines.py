@@ -67,17 +67,6 @@ def _restart_text(restart: dict[str, Any]) -> str:
     return text
 
 
-def _servers_and_restart(snapshot: dict[str, Any]) -> list[str]:
-    """The lines ``status --socket`` adds under a checkout: its servers, its restart."""
-    parts = []
-    if snapshot.get("processes"):
-        parts.append(f"servers: {_processes_text(snapshot.get('processes'))}")
-    restart = snapshot.get("restart")
-    if isinstance(restart, dict):
-        parts.append(f"restart: {_restart_text(restart)}")
-    return parts
-
-
 def human_line(message: dict[str, Any]) -> str | None:
     """One human line for a protocol message (``None`` for pings and pongs).
 
@@ -97,8 +86,12 @@ def human_line(message: dict[str, Any]) -> str | None:
             f"{message['status']:<10} {message['checkout']} loaded {short(message['loaded_revision'])} "
             f"current {short(message['current_revision'])} (generation {message['generation']}){moved}"
         )
-        extra = [] if kind == "event" else _servers_and_restart(raw)
-        return line + "".join(f"\n{'':<10} {part}" for part in extra)
+        # What `status --socket` adds under a checkout: its servers, its restart.
+        if kind == "snapshot" and raw.get("processes"):
+            line += f"\n{'':<10} servers: {_processes_text(raw['processes'])}"
+        if kind == "snapshot" and isinstance(raw.get("restart"), dict):
+            line += f"\n{'':<10} restart: {_restart_text(raw['restart'])}"
+        return line
     if kind == "restart":
         return f"{'restart':<10} {message['checkout']} {_restart_text(raw)}"
     if kind == "processes":

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from ..core import exits
-from ..core.errors import HeadUnreadableError, StalewatchError
+from ..core.errors import DaemonUnavailableError, HeadUnreadableError, StalewatchError
 from ..core.version import __version__
 from . import check, daemon, events, hermes, watch
 
@@ -68,11 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return hermes.cmd_setup(args)
             case _:
                 return watch.cmd_watch(args)
-    except HeadUnreadableError as exc:
-        print(f"stalewatch: {exc}", file=sys.stderr)
-        return exits.UNREADABLE
     except StalewatchError as exc:
         print(f"stalewatch: {exc}", file=sys.stderr)
-        return exits.USAGE
+        if isinstance(exc, DaemonUnavailableError):
+            return exits.UNREACHABLE
+        return exits.UNREADABLE if isinstance(exc, HeadUnreadableError) else exits.USAGE
     except BrokenPipeError:
         return exits.OK

@@ -80,10 +80,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     """Print a line per status change until SIGTERM or SIGINT (Ctrl-C)."""
     guard = Guard.for_path(args.path)
     lines: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
-    stopping = signals.Wakeup()
 
-    def stop() -> None:  # a signal handler: a flag, and a wake-up (SimpleQueue.put is reentrant)
-        stopping.set()
+    def stop() -> None:  # a signal handler: the end of the lines (SimpleQueue.put is reentrant)
         lines.put(None)
 
     unsubscribe = guard.subscribe(lines.put)
@@ -93,13 +91,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
             # (trusted, or polling), not before (it would say `mode: none`).
             guard.wait_ready(_READY_WAIT)
             print(_line(guard.snapshot(), as_json=args.json), flush=True)
-            while not stopping.is_set:
-                item = lines.get()
-                if item is not None:
-                    print(_line(item, as_json=args.json), flush=True)
+            for item in iter(lines.get, None):
+                print(_line(item, as_json=args.json), flush=True)
     except KeyboardInterrupt:  # off the main thread no handler is installed
         pass
     finally:
         unsubscribe()
-        stopping.close()
     return exits.OK

@@ -8,6 +8,7 @@ three keepalive intervals; anything else raises
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -19,9 +20,9 @@ from typing import Any
 
 from ..core.errors import DaemonUnavailableError, ProtocolError
 from ..protocol.codec import MAX_MESSAGE_LINE, LineReader, decode
-from ..protocol.messages import hello_problem
+from ..protocol.messages import hello_problem, silence_limit
 
-__all__ = ["check_hello", "connect", "messages", "read_status", "receive"]
+__all__ = ["check_hello", "connect", "messages", "read_status", "receive", "shut_down"]
 
 
 def connect(path: Path, timeout: float = 2.0) -> socket.socket:
@@ -78,13 +79,17 @@ def receive(sock: socket.socket, reader: LineReader, path: Path) -> list[dict[st
 
 
 def messages(sock: socket.socket, path: Path, deadline: float | None = None) -> Iterator[dict[str, Any]]:
-    """Every message read from ``sock``, until the socket's timeout or ``deadline`` passes.
+    """Every message read from ``sock``, a checked ``hello`` first, until the socket's
+    timeout or ``deadline`` passes. Without a deadline, the hello sets the timeout: a
+    daemon silent for three keepalive intervals is taken as wedged.
 
     Raises:
         DaemonUnavailableError: the connection failed or closed, a line broke the
-            protocol, or nothing (complete) came in time.
+            protocol, the first line was no hello in this protocol, or nothing
+            (complete) came in time.
     """
     reader = LineReader(MAX_MESSAGE_LINE)
+    greeted = False
     while True:
         if deadline is not None:
             left = deadline - time.monotonic()
@@ -94,7 +99,21 @@ def messages(sock: socket.socket, path: Path, deadline: float | None = None) -> 
         received = receive(sock, reader, path)
         if received is None:
             raise DaemonUnavailableError(path, "no answer in time")
-        yield from received
+        for message in received:
+            if not greeted:
+                check_hello(message, path)
+                greeted = True
+                if deadline is None:
+                    sock.settimeout(silence_limit(message))
+            yield message
+
+
+def shut_down(sock: socket.socket | None) -> None:
+    """Wake whoever is blocked reading ``sock`` (any thread, or a signal handler; harmless
+    once it is closed)."""
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def check_hello(message: dict[str, Any], path: Path) -> None:
@@ -121,7 +140,6 @@ def read_status(path: Path, timeout: float = 5.0) -> tuple[dict[str, Any], list[
     with connect(path, timeout) as sock:
         lines = messages(sock, path, deadline)
         hello = next(lines)
-        check_hello(hello, path)
         listed = hello.get("checkouts")
         # Only names count: a daemon's odd list (numbers, objects) must not crash us.
         expected = {c for c in listed if isinstance(c, str)} if isinstance(listed, list) else set()

@@ -17,7 +17,6 @@ check, so a dead daemon never lets a stale process through.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -37,7 +36,7 @@ from ..protocol.codec import MAX_MESSAGE_LINE, LineReader, encode
 from ..protocol.messages import HELLO_TIMEOUT, register_message, silence_limit
 from ..protocol.socket_path import default_socket_path
 from ..watching.source import OnChange, OnHealth, OnRestart, Workload
-from .connection import check_hello, connect, receive
+from .connection import check_hello, connect, receive, shut_down
 from .following import MAX_BACKOFF, Backoff
 from .inflight import InflightReport
 
@@ -140,9 +139,7 @@ class DaemonWatch:
         with self._lock:
             self._stop.set()
             sock = self._sock
-        if sock is not None:
-            with contextlib.suppress(OSError):  # already closed by the thread
-                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's recv at once
+        shut_down(sock)  # wakes the thread's recv at once
         if self._thread.ident is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
 
@@ -175,7 +172,6 @@ class DaemonWatch:
                     if self._follow():
                         backoff.reset()
                 except DaemonUnavailableError as exc:
-                    self._report(False)  # C9: from now on every check re-reads
                     if not self._stop.is_set():
                         self._warn_once(
                             "lost",
@@ -186,7 +182,7 @@ class DaemonWatch:
                         )
                 except Exception:  # never a dead client: distrust (below), log, reconnect after the backoff
                     logger.exception("stalewatch: daemon client for %s failed; reconnecting", self._key)
-                self._report(False)
+                self._report(False)  # C9: from now on every check re-reads
                 if backoff.wait(self._stop):
                     break
         finally:

@@ -7,7 +7,6 @@ the connection down and wakes a backoff wait: nothing that takes a lock).
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -16,8 +15,8 @@ from typing import Any
 
 from ..core.errors import DaemonUnavailableError
 from ..core.signals import Wakeup
-from ..protocol.messages import HELLO_TIMEOUT, silence_limit
-from .connection import check_hello, connect, messages
+from ..protocol.messages import HELLO_TIMEOUT
+from .connection import connect, messages, shut_down
 
 __all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "Backoff", "Follower"]
 
@@ -77,10 +76,7 @@ class Follower:
     def stop(self) -> None:
         """Stop following (signal-safe): the loop ends at once, without reporting a loss."""
         self._stop.set()
-        sock = self._sock
-        if sock is not None:
-            with contextlib.suppress(OSError):  # closed meanwhile
-                sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv
+        shut_down(self._sock)
 
     def close(self) -> None:
         """Release the wake-up sockets (after the loop ended)."""
@@ -130,13 +126,7 @@ class Follower:
         with connect(self.path, HELLO_TIMEOUT) as sock:
             self._sock = sock
             try:
-                if self._stop.is_set:
-                    return
-                lines = messages(sock, self.path)
-                hello = next(lines)
-                check_hello(hello, self.path)
-                sock.settimeout(silence_limit(hello))
-                yield hello
-                yield from lines
+                if not self._stop.is_set:
+                    yield from messages(sock, self.path)
             finally:
                 self._sock = None

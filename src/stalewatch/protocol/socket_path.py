@@ -25,12 +25,9 @@ def default_socket_path(environ: Mapping[str, str] | None = None) -> Path:
         SocketPathError: neither variable is set.
     """
     env = os.environ if environ is None else environ
-    runtime = env.get("RUNTIME_DIRECTORY", "").split(":")[0]
-    if runtime:
-        return Path(runtime) / SOCKET_NAME
-    xdg = env.get("XDG_RUNTIME_DIR", "")
-    if xdg:
-        return Path(xdg) / SOCKET_NAME
+    for directory in (env.get("RUNTIME_DIRECTORY", "").split(":")[0], env.get("XDG_RUNTIME_DIR", "")):
+        if directory:
+            return Path(directory) / SOCKET_NAME
     raise SocketPathError(
         None, "no socket path: pass --socket PATH (neither RUNTIME_DIRECTORY nor XDG_RUNTIME_DIR is set)"
     )

@@ -33,15 +33,20 @@ from typing import Any, Generic, TypeVar
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from ..core.errors import StaleError
-from ..core.refusal import NO_RESTART, Refusal
+from ..core.refusal import Refusal
 from ..guard.guard import Guard
 
 __all__ = [
     "CONFLICT",
-    "NO_RESTART",
+    "ASGIApp",
     "ASGIBarrier",
     "Check",
+    "Message",
+    "Receive",
+    "RouteSpec",
     "Routes",
+    "Scope",
+    "Send",
     "WSGIBarrier",
     "refusal",
     "retry_after",
@@ -149,28 +154,21 @@ RouteSpec = Routes | Iterable[str] | Callable[[str, str], bool]
 """Route prefixes, a ``(method, path)`` predicate, or a :class:`Routes`."""
 
 
-def _routes(routes: RouteSpec, methods: Iterable[str] | None) -> Routes:
-    if isinstance(routes, Routes):
-        if methods is not None:
-            raise ValueError("give methods to Routes(...) or to the barrier, not both")
-        return routes
-    return Routes(routes, methods)
-
-
 class _Counted:
-    """One guarded request's unit of work in flight (R8), ended once, whoever ends it first."""
+    """One guarded request's unit of work in flight (R8), ended once, whoever ends it first
+    (none: the check is a plain callable, with nothing to count on)."""
 
-    __slots__ = ("_open", "_unit")
+    __slots__ = ("_unit",)
 
-    def __init__(self, unit: AbstractContextManager[None]) -> None:
-        unit.__enter__()
+    def __init__(self, unit: AbstractContextManager[None] | None) -> None:
+        if unit is not None:
+            unit.__enter__()
         self._unit = unit
-        self._open = True
 
     def end(self) -> None:
-        if self._open:
-            self._open = False
-            self._unit.__exit__(None, None, None)
+        unit, self._unit = self._unit, None
+        if unit is not None:
+            unit.__exit__(None, None, None)
 
 
 def _streams(headers: Iterable[tuple[Any, Any]]) -> bool:
@@ -198,7 +196,9 @@ class _Barrier(Generic[App]):
     ) -> None:
         self.app = app
         self.check = check
-        self.routes = _routes(routes, methods)
+        if isinstance(routes, Routes) and methods is not None:
+            raise ValueError("give methods to Routes(...) or to the barrier, not both")
+        self.routes = routes if isinstance(routes, Routes) else Routes(routes, methods)
         self.strict = strict
         self.kind = kind
         # A guard counts the guarded requests as its work in flight (R8); a plain
@@ -220,9 +220,6 @@ class _Barrier(Generic[App]):
         if said.retry_after is not None:
             headers.append(("Retry-After", str(said.retry_after)))  # RFC 9110: delay-seconds
         return body, headers
-
-    def _count(self) -> _Counted | None:
-        return None if self._unit is None else _Counted(self._unit)
 
 
 class _Response:
@@ -273,23 +270,21 @@ class WSGIBarrier(_Barrier[WSGIApplication]):
             return self.app(environ, start_response)
         # Counted before the check: a request that passes it is already counted when a
         # restart coming after the commit asks how much is in flight (R8).
-        counted = self._count()
+        counted = _Counted(self._unit)
         try:
             refused = self._refused()
             if refused is None:
-                if counted is None:
+                if self._unit is None:
                     return self.app(environ, start_response)
                 return _Response(self.app(environ, _starting(start_response, counted)), counted)
         except BaseException:
-            if counted is not None:
-                counted.end()
+            counted.end()
             raise
         body, headers = refused
         try:
             start_response(f"{CONFLICT} Conflict", headers)
         finally:
-            if counted is not None:
-                counted.end()  # a 409 counts nothing once answered
+            counted.end()  # a 409 counts nothing once answered
         return [body]
 
 
@@ -333,7 +328,7 @@ class ASGIBarrier(_Barrier[ASGIApp]):
         if not guarded:
             await self.app(scope, receive, send)
             return
-        counted = self._count()  # before the check (see WSGIBarrier)
+        counted = _Counted(self._unit)  # before the check (see WSGIBarrier)
         try:
             refused = self._refused()
             if refused is not None:
@@ -342,10 +337,9 @@ class ASGIBarrier(_Barrier[ASGIApp]):
                 await send({"type": "http.response.start", "status": CONFLICT, "headers": headers})
                 await send({"type": "http.response.body", "body": body})
                 return
-            await self.app(scope, receive, send if counted is None else _sending(send, counted))
+            await self.app(scope, receive, send if self._unit is None else _sending(send, counted))
         finally:
-            if counted is not None:
-                counted.end()
+            counted.end()
 
 
 def _sending(send: Send, counted: _Counted) -> Send:

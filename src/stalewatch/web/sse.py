@@ -72,12 +72,9 @@ def format_message(event: str, data: Mapping[str, Any], *, id: int | None = None
     return f"{head}data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def _snapshot_message(snap: Snapshot) -> bytes:
-    return format_message(snap.status.value, {"type": "snapshot", **snap.to_dict()}, id=snap.generation)
-
-
-def _restart_message(checkout: str, state: RestartState) -> bytes:
-    return format_message("restart", {"type": "restart", "checkout": checkout, **state.to_dict()})
+def _status_message(item: Snapshot | Event) -> bytes:
+    kind = "event" if isinstance(item, Event) else "snapshot"
+    return format_message(item.status.value, {"type": kind, **item.to_dict()}, id=item.generation)
 
 
 class _Client:
@@ -91,6 +88,7 @@ class _Client:
         self._restarts: deque[RestartState] = deque(maxlen=limit)  # the newest phases win
         self._overflowed = False
         self.closed = False
+        self.last = 0  # the generation sent last (the writer's)
 
     def push(self, event: Event) -> None:
         """The guard's subscriber callback (any thread): queue, never block."""
@@ -179,50 +177,44 @@ class EventStream:
         for client in clients:
             client.close()
 
-    def _open(self, notify: Callable[[], None]) -> tuple[_Client, Callable[[], None], Snapshot]:
+    @contextlib.contextmanager
+    def _opened(self, notify: Callable[[], None]) -> Iterator[tuple[_Client, bytes]]:
+        """A client, subscribed, and its stream's start (the snapshot); forgotten on the way out."""
         client = _Client(self.queue_size, notify)
         with self._changed:
             self._clients.add(client)
             self._changed.notify_all()
-            if self._closed:
-                client.closed = True
+            client.closed = self._closed
         # Subscribe before reading the snapshot: nothing can fall between the two, and
         # events already covered by the snapshot are skipped by generation.
         unsubscribe_events = self.guard.subscribe(client.push)
         unsubscribe_restarts = self.guard.subscribe_restart(client.push_restart)
-
-        def unsubscribe() -> None:
+        try:
+            snap = self.guard.snapshot()
+            client.last = snap.generation
+            yield client, f"retry: {self.retry_ms}\n\n".encode() + _status_message(snap)
+        finally:
             unsubscribe_events()
             unsubscribe_restarts()
+            with self._changed:
+                self._clients.discard(client)
+                self._changed.notify_all()
 
-        return client, unsubscribe, self.guard.snapshot()
-
-    def _close(self, client: _Client, unsubscribe: Callable[[], None]) -> None:
-        unsubscribe()
-        with self._changed:
-            self._clients.discard(client)
-            self._changed.notify_all()
-
-    def _start(self, snap: Snapshot) -> bytes:
-        return f"retry: {self.retry_ms}\n\n".encode() + _snapshot_message(snap)
-
-    def _pending(self, client: _Client, last: int) -> tuple[bytes, int]:
-        """Everything to send since generation ``last``, and the new ``last``."""
+    def _pending(self, client: _Client) -> bytes:
+        """Everything to send since the client's last generation."""
         events, restarts, overflowed = client.take()
         chunks: list[bytes] = []
-        if overflowed:
-            snap = self.guard.snapshot()
-            if snap.generation > last:
-                chunks.append(_snapshot_message(snap))
-                last = snap.generation
-        for event in events:
-            if event.generation > last:
-                data = {"type": "event", **event.to_dict()}
-                chunks.append(format_message(event.status.value, data, id=event.generation))
-                last = event.generation
+        resync: list[Snapshot | Event] = [self.guard.snapshot()] if overflowed else []
+        for item in [*resync, *events]:
+            if item.generation > client.last:
+                chunks.append(_status_message(item))
+                client.last = item.generation
         checkout = str(self.guard.checkout)
-        chunks.extend(_restart_message(checkout, state) for state in restarts)
-        return b"".join(chunks), last
+        chunks.extend(
+            format_message("restart", {"type": "restart", "checkout": checkout, **state.to_dict()})
+            for state in restarts
+        )
+        return b"".join(chunks)
 
     # -- WSGI -------------------------------------------------------------------------
 
@@ -243,20 +235,15 @@ class EventStream:
         # A generator: subscribing happens on the first next(), inside the try whose
         # finally runs when the server closes the iterator, so nothing can leak.
         wake = threading.Event()
-        client, unsubscribe, snap = self._open(wake.set)
-        try:
-            yield self._start(snap)
-            last = snap.generation
+        with self._opened(wake.set) as (client, start):
+            yield start
             while not client.closed:
                 if not wake.wait(self.keepalive):
                     yield KEEPALIVE
                     continue
                 wake.clear()  # before taking: a push after this sets it again
-                data, last = self._pending(client, last)
-                if data:
+                if data := self._pending(client):
                     yield data
-        finally:
-            self._close(client, unsubscribe)
 
     # -- ASGI -------------------------------------------------------------------------
 
@@ -282,27 +269,24 @@ class EventStream:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(wake.set)
 
-        client, unsubscribe, snap = self._open(notify)
-        listener = asyncio.ensure_future(_await_disconnect(receive, client))
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": list(_ASGI_HEADERS)})
-            await send({"type": "http.response.body", "body": self._start(snap), "more_body": True})
-            last = snap.generation
-            while not client.closed:
-                try:
-                    await asyncio.wait_for(wake.wait(), self.keepalive)
-                except TimeoutError:
-                    await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
-                    continue
-                wake.clear()
-                data, last = self._pending(client, last)
-                if data:
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
-            if not listener.done():  # closed by the server, not by the client: end cleanly
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            listener.cancel()
-            self._close(client, unsubscribe)
+        with self._opened(notify) as (client, start):
+            listener = asyncio.ensure_future(_await_disconnect(receive, client))
+            try:
+                await send({"type": "http.response.start", "status": 200, "headers": list(_ASGI_HEADERS)})
+                await send({"type": "http.response.body", "body": start, "more_body": True})
+                while not client.closed:
+                    try:
+                        await asyncio.wait_for(wake.wait(), self.keepalive)
+                    except TimeoutError:
+                        await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+                        continue
+                    wake.clear()
+                    if data := self._pending(client):
+                        await send({"type": "http.response.body", "body": data, "more_body": True})
+                if not listener.done():  # closed by the server, not by the client: end cleanly
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                listener.cancel()
 
 
 async def _await_disconnect(receive: Receive, client: _Client) -> None:
