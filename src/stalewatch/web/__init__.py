@@ -3,7 +3,38 @@ code is stale. Server-Sent Events of each status change: :mod:`stalewatch.web.ss
 (also importable as :mod:`stalewatch.sse`).
 """
 
-from . import barrier
-from .barrier import *  # noqa: F403 - the package's names are the barrier's public ones
+from .barrier import (
+    CONFLICT,
+    ASGIApp,
+    ASGIBarrier,
+    Check,
+    Message,
+    Receive,
+    Routes,
+    RouteSpec,
+    Scope,
+    Send,
+    WSGIBarrier,
+    refusal,
+    retry_after,
+    stale_body,
+    stale_payload,
+)
 
-__all__ = list(barrier.__all__)
+__all__ = [
+    "CONFLICT",
+    "ASGIApp",
+    "ASGIBarrier",
+    "Check",
+    "Message",
+    "Receive",
+    "RouteSpec",
+    "Routes",
+    "Scope",
+    "Send",
+    "WSGIBarrier",
+    "refusal",
+    "retry_after",
+    "stale_body",
+    "stale_payload",
+]
