@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.server import sdnotify
+from stalewatch.server import supervision as sdnotify
 from stalewatch.server.config import CheckoutConfig, DaemonConfig
 from stalewatch.server.listening import listen
 from stalewatch.server.loop import DaemonServer

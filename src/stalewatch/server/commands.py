@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .drain import CHUNK, BoundedOutput, OutputDrain, read_available
-from .sdnotify import SD_ENV
+from .supervision import SD_ENV
 
 __all__ = ["KILL_GRACE", "MARK", "MAX_PID", "Outcome", "environment", "parse_pid", "pidfd", "run"]
 
@@ -105,25 +105,25 @@ def run(
             error never leaves a command running unseen.
     """
     full = environment(env)
-    pipe, writer = os.pipe()
+    pipe: tuple[int, ...] = ()  # read end, write end: the command's stdout and stderr
     try:
+        pipe = os.pipe()
         proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
             env=full,
             stdin=subprocess.DEVNULL,
-            stdout=writer,
+            stdout=pipe[1],
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     except (OSError, ValueError) as exc:  # ValueError: a NUL in an argument
-        os.close(pipe)
-        return Outcome(
-            "not_started", None, "", f"cannot run {argv[0]!r}: {getattr(exc, 'strerror', 0) or exc}"
-        )
-    finally:
-        os.close(writer)
-    ended, held, sink = _wait(proc, pipe, time.monotonic() + timeout, stop or threading.Event(), full[MARK])
+        for fd in pipe:
+            os.close(fd)
+        why = getattr(exc, "strerror", None) or exc
+        return Outcome("not_started", None, "", f"cannot run {argv[0]!r}: {why}")
+    os.close(pipe[1])
+    ended, held, sink = _wait(proc, pipe[0], timeout, stop or threading.Event(), full[MARK])
     if held is not None and drain is not None:  # a background child holds it
         label = label or repr(argv[0])
         logger.info(
@@ -148,7 +148,7 @@ def run(
 
 
 def _wait(
-    proc: subprocess.Popen[bytes], pipe: int, deadline: float, stop: threading.Event, mark: str
+    proc: subprocess.Popen[bytes], pipe: int, timeout: float, stop: threading.Event, mark: str
 ) -> tuple[str | None, int | None, BoundedOutput]:
     """Read ``pipe`` until ``proc`` exits, ending it when due; reap it.
 
@@ -158,6 +158,7 @@ def _wait(
     (else it is closed); what was read.
     """
     sink = BoundedOutput()
+    deadline = time.monotonic() + timeout
     os.set_blocking(pipe, False)
     exit_fd: int | None = None
     ended: str | None = None
