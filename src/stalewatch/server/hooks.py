@@ -174,12 +174,10 @@ class HookRunner:
                     return
                 with self._cond:
                     pending, self._pending = self._pending, None
-                    if pending is None:
-                        self.state = "idle"
-                        continue
                     self.state = "running"
                 try:
-                    self._execute(*pending)
+                    if pending is not None:  # always: only this thread takes it
+                        self._execute(*pending)
                 except Exception:  # a broken hook must never stop later ones
                     logger.exception("stalewatch: hook for %s failed", self.checkout)
                 finally:
