@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .drain import CHUNK, BoundedOutput, OutputDrain, read_available
+from .drain import BoundedOutput, OutputDrain, read_available
 from .supervision import SD_ENV
 
 __all__ = ["KILL_GRACE", "MARK", "MAX_PID", "Outcome", "environment", "parse_pid", "pidfd", "run"]
@@ -185,7 +185,7 @@ def _wait(
                 due = escalation[0][0] if escalation else deadline
                 wait = min(_TICK if exit_fd is not None else _NO_PIDFD_POLL, max(0.0, due - now))
                 for key, _ in selector.select(wait):  # _TICK: a stop is seen promptly
-                    if key.fd == pipe and read_available(pipe, sink, CHUNK * 16):
+                    if key.fd == pipe and read_available(pipe, sink):
                         selector.unregister(pipe)
                         os.close(pipe)
                         pipe = -1
@@ -203,7 +203,7 @@ def _wait(
             os.close(exit_fd)
     # What it wrote just before exiting; then the pipe is closed, or another process
     # still holds it.
-    if pipe >= 0 and read_available(pipe, sink, CHUNK * 16):
+    if pipe >= 0 and read_available(pipe, sink):
         os.close(pipe)
         pipe = -1
     return ended, pipe if pipe >= 0 else None, sink

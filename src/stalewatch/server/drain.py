@@ -23,7 +23,6 @@ from ..core.escaping import printable
 from ..core.signals import Wakeup
 
 __all__ = [
-    "CHUNK",
     "DRAIN_BURST",
     "DRAIN_RATE",
     "HEAD_BYTES",
@@ -96,7 +95,7 @@ def _lines(parts: list[bytes]) -> list[str]:
     return [printable(part.decode("utf-8", "replace")) for part in parts if part]
 
 
-def read_available(fd: int, output: BoundedOutput, limit: int) -> bool:
+def read_available(fd: int, output: BoundedOutput, limit: int = 16 * CHUNK) -> bool:
     """Read from non-blocking ``fd`` into ``output`` until it would block; True at EOF.
 
     Reads at most ``limit`` bytes, so a writer faster than us cannot hold us here.
@@ -115,8 +114,6 @@ def read_available(fd: int, output: BoundedOutput, limit: int) -> bool:
         taken += len(data)
     return False
 
-
-logger = logging.getLogger(__name__)
 
 MAX_DRAINED = 64
 """Most pipes :class:`OutputDrain` holds at once; past it the oldest is closed."""
@@ -227,7 +224,7 @@ class OutputDrain:
             return  # evicted meanwhile (closed on the next turn)
         label, output, budget = self._pipes[fd]
         before = output.total
-        ended = read_available(fd, output, CHUNK * 16)
+        ended = read_available(fd, output)
         flooding = not ended and not _within_rate(budget, output.total - before)
         if ended or flooding:
             selector.unregister(fd)
