@@ -111,24 +111,22 @@ class Reloader:
             return
         self._systemd.reloading()
         self._systemd.changed()
-        self._cancel = threading.Event()
+        self._cancel.clear()
         # A copy of the entries: the loop applies no plan while the thread binds.
-        args = (self._load, dict(self._entries), self.settings, self._cancel)
+        args = (self._load, dict(self._entries))
         self._binder = threading.Thread(target=self._bind, args=args, name="stalewatch-reload", daemon=True)
         self._binder.start()
 
-    def _bind(
-        self,
-        load: Callable[[], DaemonConfig],
-        entries: dict[str, Checkout],
-        running: DaemonConfig,
-        cancel: threading.Event,
-    ) -> None:
-        """On ``stalewatch-reload``: read the configuration, bind what it adds, post the result."""
+    def _bind(self, load: Callable[[], DaemonConfig], entries: dict[str, Checkout]) -> None:
+        """On ``stalewatch-reload``: read the configuration, bind what it adds, post the result.
+
+        :attr:`settings` and the cancel event are the loop's, which change neither until
+        this has posted.
+        """
         result = Bound(None)
         try:
-            plan = plan_reload(entries, running, load(), self._make, cancel)
-            result = Bound(plan if not cancel.is_set() else None)
+            plan = plan_reload(entries, self.settings, load(), self._make, self._cancel)
+            result = Bound(plan if not self._cancel.is_set() else None)
         except Cancelled:
             pass
         except (DaemonConfigError, BindError) as exc:
