@@ -162,6 +162,7 @@ def _wait(
     os.set_blocking(pipe, False)
     exit_fd: int | None = None
     ended: str | None = None
+    at_end = False  # of the pipe: every writer closed it
     escalation: list[tuple[float, int]] = []  # (when, signal) still to send; 0: the process itself
     try:
         exit_fd = pidfd(proc.pid)
@@ -187,26 +188,27 @@ def _wait(
                 for key, _ in selector.select(wait):  # _TICK: a stop is seen promptly
                     if key.fd == pipe and read_available(pipe, sink):
                         selector.unregister(pipe)
-                        os.close(pipe)
-                        pipe = -1
+                        at_end = True
+                if at_end and exit_fd is None:  # nothing to select on: the process is about to exit
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=_NO_PIDFD_POLL)
     except BaseException:
         with contextlib.suppress(OSError):
             _end(proc.pid, signal.SIGKILL, None)
             proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=KILL_GRACE)
-        if pipe >= 0:
-            os.close(pipe)
+        os.close(pipe)
         raise
     finally:
         if exit_fd is not None:
             os.close(exit_fd)
     # What it wrote just before exiting; then the pipe is closed, or another process
     # still holds it.
-    if pipe >= 0 and read_available(pipe, sink):
+    if at_end or read_available(pipe, sink):
         os.close(pipe)
-        pipe = -1
-    return ended, pipe if pipe >= 0 else None, sink
+        return ended, None, sink
+    return ended, pipe, sink
 
 
 def _end(pid: int, signum: int, mark: str | None) -> None:
