@@ -37,7 +37,7 @@ from pathlib import Path
 from .drain import BoundedOutput, OutputDrain, read_available
 from .supervision import SD_ENV
 
-__all__ = ["KILL_GRACE", "MARK", "MAX_PID", "Outcome", "environment", "parse_pid", "pidfd", "run"]
+__all__ = ["KILL_GRACE", "MARK", "MAX_PID", "Outcome", "parse_pid", "pidfd", "run"]
 
 KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
 MARK = "STALEWATCH_COMMAND_ID"
@@ -76,13 +76,6 @@ class Outcome:
 _runs = itertools.count(1)
 
 
-def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The daemon's environment without systemd's own variables (``NOTIFY_SOCKET``…),
-    plus ``extra``: what every command the daemon runs gets, marked for this run."""
-    env = {key: value for key, value in os.environ.items() if key not in SD_ENV}
-    return env | dict(extra or {}) | {MARK: f"{os.getpid()}.{next(_runs)}"}
-
-
 def run(
     argv: Sequence[str],
     *,
@@ -95,7 +88,8 @@ def run(
 ) -> Outcome:
     """Run ``argv`` until its process exits, the timeout passes, or ``stop`` is set.
 
-    ``env`` is added to the daemon's :func:`environment`. ``drain``: where the output
+    ``env`` is added to the daemon's environment, without systemd's own variables
+    (``NOTIFY_SOCKET``…) and marked for this run (:data:`MARK`). ``drain``: where the output
     pipe goes when a background child still holds it (``sh -c './serve &'``), so that
     child never dies of SIGPIPE on its next write; its rest is logged under ``label``.
 
@@ -104,7 +98,9 @@ def run(
             pidfd...): the command's group is killed and the process reaped first, so an
             error never leaves a command running unseen.
     """
-    full = environment(env)
+    mark = f"{os.getpid()}.{next(_runs)}"
+    full = {key: value for key, value in os.environ.items() if key not in SD_ENV} | dict(env or {})
+    full[MARK] = mark
     pipe: tuple[int, ...] = ()  # read end, write end: the command's stdout and stderr
     try:
         pipe = os.pipe()
@@ -123,7 +119,7 @@ def run(
         why = getattr(exc, "strerror", None) or exc
         return Outcome("not_started", None, "", f"cannot run {argv[0]!r}: {why}")
     os.close(pipe[1])
-    ended, held, sink = _wait(proc, pipe[0], timeout, stop or threading.Event(), full[MARK])
+    ended, held, sink = _wait(proc, pipe[0], timeout, stop or threading.Event(), mark)
     if held is not None and drain is not None:  # a background child holds it
         label = label or repr(argv[0])
         logger.info(
