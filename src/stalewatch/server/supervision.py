@@ -26,6 +26,7 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -147,13 +148,11 @@ def status_text(states: Iterable[tuple[Status, bool]], clients: int) -> str:
 
     ``states``: each checkout's ``(status, trusted)``.
     """
-    counts = dict.fromkeys(Status, 0)
-    untrusted = 0
-    for status, trusted in states:
-        counts[status] += 1
-        untrusted += not trusted
+    states = list(states)
+    counts = Counter(status for status, _ in states)
+    untrusted = sum(not trusted for _, trusted in states)
     parts = [f"{counts[s]} {s.value}" for s in Status if counts[s]]
-    checkouts = counted(sum(counts.values()), "checkout")
+    checkouts = counted(len(states), "checkout")
     text = f"{checkouts} ({', '.join(parts) or 'none'}); {counted(clients, 'client')}"
     return text + (f"; {counted(untrusted, 'watcher')} untrusted" if untrusted else "")
 
