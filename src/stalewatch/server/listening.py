@@ -126,18 +126,16 @@ def _remove_stale(path: Path) -> None:
         return
     if not stat.S_ISSOCK(info.st_mode):
         raise SocketPathError(path, "exists and is not a socket; refusing to replace it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(os.fspath(path))
-    except ConnectionRefusedError:
-        logger.info("stalewatch: replacing the stale socket %s (its daemon is gone)", path)
-        unlink_if_same(path, info)
-        return
-    except OSError as exc:
-        raise SocketPathError(path, f"exists and cannot be probed: {exc.strerror or exc}") from None
-    finally:
-        probe.close()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(os.fspath(path))
+        except ConnectionRefusedError:
+            logger.info("stalewatch: replacing the stale socket %s (its daemon is gone)", path)
+            unlink_if_same(path, info)
+            return
+        except OSError as exc:
+            raise SocketPathError(path, f"exists and cannot be probed: {exc.strerror or exc}") from None
     raise SocketPathError(path, "a daemon is already listening on it")
 
 
