@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch.server import commands as process
-from stalewatch.server.capture import HEAD_BYTES
+from stalewatch.server.drain import HEAD_BYTES
 from tests.support.daemons import WAIT
 
 PY = sys.executable

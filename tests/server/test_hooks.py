@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from stalewatch.core.status import Event, Status
-from stalewatch.server.capture import HEAD_BYTES, MAX_LINES, TAIL_BYTES
 from stalewatch.server.config import HookConfig
+from stalewatch.server.drain import HEAD_BYTES, MAX_LINES, TAIL_BYTES
 from stalewatch.server.hooks import HookRunner
 from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo, make_repo
@@ -226,7 +226,7 @@ def test_missing_command_is_logged_and_later_hooks_still_run(
     runner = runner_factory(HookConfig(on_stale=("/nonexistent/restart-it",), on_current=hooks.command()))
     runner.submit(_event(Status.STALE), 1)
     assert runner.wait_until_idle(WAIT)
-    assert "cannot run on_stale hook" in caplog.text
+    assert "on_stale hook for /srv/app ['/nonexistent/restart-it']: cannot run" in caplog.text
     runner.submit(_event(Status.CURRENT, "a" * 40, 2), 2)
     conn, _ = hooks.next_run()
     finish(runner, conn)

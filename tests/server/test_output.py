@@ -10,8 +10,7 @@ import subprocess
 
 import pytest
 
-from stalewatch.server.capture import BoundedOutput
-from stalewatch.server.drain import MAX_DRAINED, OutputDrain
+from stalewatch.server.drain import MAX_DRAINED, BoundedOutput, OutputDrain
 from tests.support.daemons import WAIT
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.server import sdnotify
+from stalewatch.server import supervision
 from stalewatch.server.config import CheckoutConfig, DaemonConfig
 from stalewatch.server.listening import listen
 from stalewatch.server.loop import DaemonServer
@@ -28,7 +28,7 @@ def workdir() -> Iterator[Path]:
 def test_notify_sends_one_datagram(workdir: Path) -> None:
     notes = Notifications(workdir / "n")
     try:
-        assert sdnotify.notify("READY=1\nSTATUS=ok", {"NOTIFY_SOCKET": str(notes.path)})
+        assert supervision.notify("READY=1\nSTATUS=ok", {"NOTIFY_SOCKET": str(notes.path)})
         assert notes.wait_for(lambda m: True) == "READY=1\nSTATUS=ok"
     finally:
         notes.close()
@@ -39,21 +39,23 @@ def test_notify_abstract_namespace() -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind("\0" + name)
         sock.settimeout(5)
-        assert sdnotify.notify("WATCHDOG=1", {"NOTIFY_SOCKET": "@" + name})
+        assert supervision.notify("WATCHDOG=1", {"NOTIFY_SOCKET": "@" + name})
         assert sock.recv(100) == b"WATCHDOG=1"
 
 
 def test_notify_outside_systemd_is_a_no_op(workdir: Path) -> None:
-    assert not sdnotify.notify("READY=1", {})
-    assert not sdnotify.notify("READY=1", {"NOTIFY_SOCKET": str(workdir / "nobody")})  # logged, no raise
+    assert not supervision.notify("READY=1", {})
+    assert not supervision.notify("READY=1", {"NOTIFY_SOCKET": str(workdir / "nobody")})  # logged, no raise
 
 
 def test_watchdog_interval() -> None:
-    assert sdnotify.watchdog_interval({}) is None
-    assert sdnotify.watchdog_interval({"WATCHDOG_USEC": "2000000"}) == 1.0
-    assert sdnotify.watchdog_interval({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid())}) == 1.0
-    assert sdnotify.watchdog_interval({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "1"}) is None
-    assert sdnotify.watchdog_interval({"WATCHDOG_USEC": "junk"}) is None
+    assert supervision.watchdog_interval({}) is None
+    assert supervision.watchdog_interval({"WATCHDOG_USEC": "2000000"}) == 1.0
+    assert (
+        supervision.watchdog_interval({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid())}) == 1.0
+    )
+    assert supervision.watchdog_interval({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "1"}) is None
+    assert supervision.watchdog_interval({"WATCHDOG_USEC": "junk"}) is None
 
 
 def test_daemon_under_a_fake_notify_socket(workdir: Path, git_repo: Repo) -> None:

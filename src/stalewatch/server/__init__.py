@@ -10,8 +10,8 @@
 - :mod:`.config` and :mod:`.owned_file`: the configuration, and reading it safely.
 - :mod:`.reload_plan`: a SIGHUP's plan, bound before anything changes.
 - :mod:`.reloader`: a reload's course on the loop, from the request to ``READY=1``.
-- :mod:`.hooks`, :mod:`.commands`, :mod:`.capture`, :mod:`.drain`: running commands.
-- :mod:`.supervision` and :mod:`.sdnotify`: systemd readiness, status and watchdog.
+- :mod:`.hooks`, :mod:`.commands`, :mod:`.drain`: running commands, and their output.
+- :mod:`.supervision`: systemd readiness, status and watchdog (sd_notify).
 - :mod:`.listening`: the listening socket, bound safely; :mod:`.journal`: the log.
 - :mod:`.observer`: what the daemon tells its metrics (the metrics package implements it).
 - :mod:`.restart`: automatic restart (R1-R10).

@@ -1,22 +1,29 @@
 """Running the commands the daemon is configured with: argv only, bounded, in their own group.
 
-A command gets no stdin, its own session (so a timeout kills everything it started),
-and a bounded head and tail of its output: one that prints without end costs a few
-kilobytes. A command is done when its process exits; a child it left in the
-background (``cmd &``, the usual restart idiom) may keep the output pipe open, and is
-neither waited for nor killed: given an :class:`~.drain.OutputDrain`, the pipe goes on
-being read there (hooks and restart actions alike, R4), else it is closed.
+Hooks and restart actions alike go through :func:`run`. A command gets no stdin, its
+own session (so a timeout kills everything it started), and a bounded head and tail
+of its output: one that prints without end costs a few kilobytes. A command is done
+when its process exits (waited on with a pidfd where Linux has one); a child it left
+in the background (``cmd &``, the usual restart idiom) may keep the output pipe open,
+and is neither waited for nor killed: given an :class:`~.drain.OutputDrain`, the pipe
+goes on being read there (R4), else it is closed.
 
-Each run is marked (:data:`~.descendants.MARK` in its environment): on a timeout the
-processes it started that left its group (``setsid``) are found through ``/proc`` and
-signalled with it (:mod:`.descendants`). A stop (the daemon shutting down) signals
-the group alone: under systemd the unit's cgroup ends the rest.
+Each run is marked (:data:`MARK` in its environment). A child that called ``setsid()``
+(``setsid cmd &``, a daemonizing tool) left the command's group and would survive its
+timeout: before signalling, the daemon reads ``/proc`` and collects every process that
+descends from the command (parent links) or carries the run's mark (inherited across
+forks and execs, so a grandchild reparented to init is still found). Each is signalled
+through a pidfd opened and checked first (its start time), so a pid reused meanwhile
+is never signalled. What still escapes: a process that both left the tree and dropped
+the mark (``env -i``, another user's process); under systemd the unit's cgroup ends
+it with the daemon. A stop (the daemon shutting down) signals the group alone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import selectors
 import signal
@@ -27,26 +34,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import descendants
-from .capture import CHUNK, BoundedOutput, read_available
-from .descendants import pidfd
-from .drain import OutputDrain
-from .sdnotify import SD_ENV
+from .drain import BoundedOutput, OutputDrain, read_available
+from .supervision import SD_ENV
 
-__all__ = [
-    "KILL_GRACE",
-    "MAX_PID",
-    "Outcome",
-    "ProcessWait",
-    "environment",
-    "parse_pid",
-    "pidfd",
-    "run",
-]
+__all__ = ["KILL_GRACE", "MARK", "MAX_PID", "Outcome", "parse_pid", "pidfd", "run"]
 
 KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
+MARK = "STALEWATCH_COMMAND_ID"
+"""The environment variable that marks every process of one command's run."""
 _TICK = 0.05  # the longest a waiting thread goes without looking at its stop event
 _NO_PIDFD_POLL = 0.02  # seconds between exit checks where os.pidfd_open is missing
+_PROC = Path("/proc")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,30 +54,26 @@ class Outcome:
     """How a command ended.
 
     Attributes:
-        ok: it exited 0 (or the signal was sent).
+        result: ``success`` (exited 0), ``failure`` (exited non-zero), ``killed`` (by a
+            signal not ours), ``timeout`` or ``stopped`` (then killed), ``not_started``.
         code: its exit status (negative: killed by that signal); ``None`` when it did
             not end by itself (timed out or stopped, then killed) or never started.
         output: a bounded head and tail of what it printed (printable lines).
         detail: one line for a log or a reason.
     """
 
-    ok: bool
+    result: str
     code: int | None
     output: str
     detail: str
 
+    @property
+    def ok(self) -> bool:
+        """It exited 0."""
+        return self.result == "success"
+
 
 _runs = itertools.count(1)
-
-
-def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The daemon's environment without systemd's own variables (``NOTIFY_SOCKET``…),
-    plus ``extra``: what every command the daemon runs gets, marked for this run
-    (``STALEWATCH_COMMAND_ID``: see :mod:`.descendants`)."""
-    env = {key: value for key, value in os.environ.items() if key not in SD_ENV}
-    env.update(extra or {})
-    env[descendants.MARK] = f"{os.getpid()}.{next(_runs)}"
-    return env
 
 
 def run(
@@ -92,165 +88,192 @@ def run(
 ) -> Outcome:
     """Run ``argv`` until its process exits, the timeout passes, or ``stop`` is set.
 
-    ``env`` is added to the daemon's :func:`environment`. ``drain``: where the output
+    ``env`` is added to the daemon's environment, without systemd's own variables
+    (``NOTIFY_SOCKET``…) and marked for this run (:data:`MARK`). ``drain``: where the output
     pipe goes when a background child still holds it (``sh -c './serve &'``), so that
     child never dies of SIGPIPE on its next write; its rest is logged under ``label``.
+
+    Raises:
+        Exception: whatever waiting raised (out of descriptors for the selector or the
+            pidfd...): the command's group is killed and the process reaped first, so an
+            error never leaves a command running unseen.
     """
-    sink = BoundedOutput()
+    mark = f"{os.getpid()}.{next(_runs)}"
+    full = {key: value for key, value in os.environ.items() if key not in SD_ENV} | dict(env or {})
+    full[MARK] = mark
+    pipe: tuple[int, ...] = ()  # read end, write end: the command's stdout and stderr
     try:
-        ending = ProcessWait(argv, environment(env), sink, timeout, stop or threading.Event(), cwd=cwd)
-    except OSError as exc:
-        return Outcome(False, None, "", f"cannot run {argv[0]!r}: {exc.strerror or exc}")
-    timed_out = ending.run()  # on an error, it closed the pipe
-    if ending.pipe is not None and drain is not None:  # a background child holds it
-        drain.adopt(ending.pipe, label or repr(argv[0]), BoundedOutput())
-    elif ending.pipe is not None:  # never wait for it
-        os.close(ending.pipe)
-    output = "\n".join(sink.lines()).strip()
-    if timed_out:
-        return Outcome(False, None, output, f"timed out after {timeout:g} s; killed")
-    if ending.ended:
-        return Outcome(False, None, output, "stopped; killed")
-    code = ending.proc.returncode
-    if code == 0:
-        return Outcome(True, 0, output, "exited 0")
-    what = f"killed by signal {-code}" if code < 0 else f"exited {code}"
-    last = output.splitlines()[-1][:300] if output else ""
-    return Outcome(False, code, output, f"{what}: {last}" if last else what)
-
-
-class ProcessWait:
-    """Waits for one command: reads its output, ends it on timeout or stop, reaps it.
-
-    Its output pipe and a pidfd for its process are waited on together (without a
-    pidfd: the pipe, and an exit check every few milliseconds). Ending it: SIGTERM to
-    its group, then SIGKILL, then the process itself (it may have left its group); on
-    a timeout, what it started outside the group too (found by ``mark``). ``ended``: it
-    was ended.
-    """
-
-    def __init__(
-        self,
-        argv: Sequence[str],
-        env: dict[str, str],
-        output: BoundedOutput,
-        timeout: float,
-        stop: threading.Event,
-        *,
-        cwd: Path | None = None,
-    ) -> None:
-        """Start ``argv`` with ``env`` (from :func:`environment`): no stdin, its output
-        on one pipe, a session of its own (a timeout kills its whole group).
-
-        Raises:
-            OSError, ValueError: it cannot be started (ValueError: a NUL in an argument).
-        """
-        self.proc = proc = subprocess.Popen(
+        pipe = os.pipe()
+        proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
-            env=env,
+            env=full,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
+            stdout=pipe[1],
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.output = output
-        self.deadline = time.monotonic() + timeout
-        self.stop = stop
-        self.mark = env[descendants.MARK]
-        self.ended = False
-        if proc.stdout is None:  # never: stdout=PIPE (for the type checker)
-            raise ValueError("the command's stdout must be a pipe")
-        self.pipe: int | None = proc.stdout.fileno()  # still open after run(): held by another writer
-        os.set_blocking(self.pipe, False)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in an argument
+        for fd in pipe:
+            os.close(fd)
+        why = getattr(exc, "strerror", None) or exc
+        return Outcome("not_started", None, "", f"cannot run {argv[0]!r}: {why}")
+    os.close(pipe[1])
+    ended, held, sink = _wait(proc, pipe[0], timeout, stop or threading.Event(), mark)
+    if held is not None and drain is not None:  # a background child holds it
+        label = label or repr(argv[0])
+        logger.info(
+            "stalewatch: %s exited, but a process it started still holds its output;"
+            " draining it in the background",
+            label,
+        )
+        drain.adopt(held, label, BoundedOutput())
+    elif held is not None:  # never wait for it
+        os.close(held)
+    output = "\n".join(sink.lines()).strip()
+    code = proc.returncode
+    if ended == "timeout":
+        return Outcome(ended, None, output, f"timed out after {timeout:.1f} s; killed")
+    if ended == "stopped" and code != 0:  # 0: it exited as the stop came
+        return Outcome(ended, None, output, "stopped; killed")
+    if code == 0:
+        return Outcome("success", 0, output, "exited 0")
+    what = f"killed by signal {-code}" if code < 0 else f"exited {code}"
+    last = output.splitlines()[-1][:300] if output else ""
+    return Outcome("killed" if code < 0 else "failure", code, output, f"{what}: {last}" if last else what)
 
-    def run(self) -> bool:
-        """Wait until the command's process exited (ending it when due); True if it timed out.
 
-        Raises:
-            Exception: whatever waiting raised (out of descriptors for the selector or
-                the pidfd...): the command's group is killed and the process reaped
-                first, so an error never leaves a command running unseen.
-        """
-        try:
-            return self._run()
-        except BaseException:
-            with contextlib.suppress(OSError):
-                self._end(signal.SIGKILL, strays=False)
-                self.proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=KILL_GRACE)
-            self._close_pipe()
-            raise
+def _wait(
+    proc: subprocess.Popen[bytes], pipe: int, timeout: float, stop: threading.Event, mark: str
+) -> tuple[str | None, int | None, BoundedOutput]:
+    """Read ``pipe`` until ``proc`` exits, ending it when due; reap it.
 
-    def _run(self) -> bool:
-        proc = self.proc
+    Ending it: SIGTERM to its group, then SIGKILL, then the process itself (it may have
+    left its group); on a timeout, what it started outside the group too. Returns
+    ``timeout``, ``stopped`` or ``None``; the pipe when another process still holds it
+    (else it is closed); what was read.
+    """
+    sink = BoundedOutput()
+    deadline = time.monotonic() + timeout
+    os.set_blocking(pipe, False)
+    exit_fd: int | None = None
+    ended: str | None = None
+    at_end = False  # of the pipe: every writer closed it
+    escalation: list[tuple[float, int]] = []  # (when, signal) still to send; 0: the process itself
+    try:
         exit_fd = pidfd(proc.pid)
-        timed_out = False
-        escalation: list[tuple[float, int]] = []  # (when, signal) still to send
         with selectors.DefaultSelector() as selector:
-            if self.pipe is not None:
-                selector.register(self.pipe, selectors.EVENT_READ, "out")
+            selector.register(pipe, selectors.EVENT_READ)
             if exit_fd is not None:
-                selector.register(exit_fd, selectors.EVENT_READ, "exit")
-            try:
-                while proc.poll() is None:
-                    now = time.monotonic()
-                    if not escalation and (now >= self.deadline or self.stop.is_set()):
-                        timed_out = now >= self.deadline and not self.stop.is_set()
-                        self.ended = True
-                        self._end(signal.SIGTERM, strays=timed_out)
-                        escalation = [(now + KILL_GRACE, signal.SIGKILL), (now + 2 * KILL_GRACE, -1)]
-                    while escalation and now >= escalation[0][0]:
-                        _, signum = escalation.pop(0)
-                        if signum == signal.SIGKILL:
-                            self._end(signal.SIGKILL, strays=timed_out)
-                        else:  # it left its group (setsid) and survived: kill the hook itself
-                            with contextlib.suppress(OSError):
-                                proc.kill()
-                    due = escalation[0][0] if escalation else self.deadline
-                    wait = min(_TICK, max(0.0, due - now))  # _TICK: stop() is seen promptly
-                    if exit_fd is None:
-                        wait = min(wait, _NO_PIDFD_POLL)
-                    for key, _ in selector.select(wait):
-                        if key.data == "out" and read_available(key.fd, self.output, CHUNK * 16):
-                            selector.unregister(key.fd)
-                            self._close_pipe()
-                    if self.pipe is None and exit_fd is None:
-                        # Output closed and no pidfd: the process is about to exit.
-                        with contextlib.suppress(subprocess.TimeoutExpired):
-                            proc.wait(timeout=_NO_PIDFD_POLL)
-            finally:
-                if exit_fd is not None:
-                    os.close(exit_fd)
-        # What it wrote just before exiting; then the pipe is closed, or another
-        # process still holds it (see self.pipe).
-        pipe = self.pipe
-        if pipe is not None and read_available(pipe, self.output, CHUNK * 16):
-            self._close_pipe()
-        elif pipe is not None:
-            self.pipe = os.dup(pipe)  # the drain owns a copy; Popen's file is closed
-            os.set_blocking(self.pipe, False)
-            self._close_pipe(keep=True)
-        return timed_out
+                selector.register(exit_fd, selectors.EVENT_READ)
+            while proc.poll() is None:
+                now = time.monotonic()
+                if ended is None and (now >= deadline or stop.is_set()):
+                    ended = "stopped" if stop.is_set() else "timeout"
+                    signals = (signal.SIGTERM, signal.SIGKILL, 0)
+                    escalation = [(now + n * KILL_GRACE, signum) for n, signum in enumerate(signals)]
+                while escalation and now >= escalation[0][0]:
+                    signum = escalation.pop(0)[1]
+                    if signum:
+                        _end(proc.pid, signum, mark if ended == "timeout" else None)
+                    else:  # it left its group (setsid) and survived: kill the command itself
+                        with contextlib.suppress(OSError):
+                            proc.kill()
+                due = escalation[0][0] if escalation else deadline
+                wait = min(_TICK if exit_fd is not None else _NO_PIDFD_POLL, max(0.0, due - now))
+                for key, _ in selector.select(wait):  # _TICK: a stop is seen promptly
+                    if key.fd == pipe and read_available(pipe, sink):
+                        selector.unregister(pipe)
+                        at_end = True
+                if at_end and exit_fd is None:  # nothing to select on: the process is about to exit
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=_NO_PIDFD_POLL)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _end(proc.pid, signal.SIGKILL, None)
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=KILL_GRACE)
+        os.close(pipe)
+        raise
+    finally:
+        if exit_fd is not None:
+            os.close(exit_fd)
+    # What it wrote just before exiting; then the pipe is closed, or another process
+    # still holds it.
+    if at_end or read_available(pipe, sink):
+        os.close(pipe)
+        return ended, None, sink
+    return ended, pipe, sink
 
-    def _end(self, signum: int, *, strays: bool) -> None:
-        """Signal the command's group; ``strays``: and what it started outside the group.
 
-        They are looked for first: once its group is gone, a child of the command
-        is an orphan, found only by its mark.
-        """
-        found = descendants.find(self.proc.pid, self.mark) if strays else []
-        with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-            os.killpg(self.proc.pid, signum)
-        if found:
-            descendants.send(found, signum)
+def _end(pid: int, signum: int, mark: str | None) -> None:
+    """Signal the command's group; with ``mark``: what it started outside the group too.
 
-    def _close_pipe(self, *, keep: bool = False) -> None:
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        if not keep:
-            self.pipe = None
+    They are looked for first: once its group is gone, a child of the command is an
+    orphan, found only by its mark.
+    """
+    found = _started(pid, mark) if mark is not None else {}
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        os.killpg(pid, signum)
+    for child, started in found.items():
+        fd = pidfd(child)  # pins the pid while it is checked and signalled
+        try:
+            if _stat(child)[1:] != (started,):
+                continue  # gone, or its pid names another process now
+            if fd is not None:
+                signal.pidfd_send_signal(fd, signum)
+            else:
+                os.kill(child, signum)
+        except OSError:
+            continue  # exited meanwhile, or not ours to signal
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+def _stat(pid: int) -> tuple[int, ...]:
+    """``(ppid, start time in clock ticks)`` from ``/proc``; ``()`` when it cannot be read."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_bytes()
+        # The command name is in parentheses and may hold anything: split after the last.
+        fields = text[text.rfind(b")") + 2 :].split()
+        return int(fields[1]), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return ()
+
+
+def _started(root: int, mark: str) -> dict[int, int]:
+    """Every process descending from ``root`` or carrying ``MARK=mark`` (``root`` excluded),
+    with its start time. Empty where there is no ``/proc``."""
+    table: dict[int, tuple[int, ...]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(_PROC):
+            if entry.name.isdigit() and (found := _stat(int(entry.name))):
+                table[int(entry.name)] = found
+    chosen: dict[int, int] = {}
+    parents = {root}
+    while parents:  # the descendants, a generation at a time
+        parents = {pid for pid, (ppid, _) in table.items() if ppid in parents and pid not in chosen}
+        chosen.update((pid, table[pid][1]) for pid in parents)
+    wanted = f"{MARK}={mark}".encode()
+    for pid, (_, started) in table.items():
+        if pid not in chosen and pid not in (root, os.getpid()):
+            with contextlib.suppress(OSError):  # gone, or another user's
+                if wanted in (_PROC / str(pid) / "environ").read_bytes().split(b"\0"):
+                    chosen[pid] = started
+    return chosen
+
+
+def pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits (Linux >= 5.3), else None.
+
+    With it, one poll() waits for a command's output and its exit together.
+    """
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd_open; ENOSYS on an old kernel, EPERM under seccomp
+        return None
 
 
 MAX_PID = 2**22  # Linux's PID_MAX_LIMIT: a larger number names no process

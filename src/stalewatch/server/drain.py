@@ -1,26 +1,119 @@
-"""Reading the output pipes of hooks that exited while a process they started still holds them.
+"""A command's output: kept within a fixed number of bytes, and read on after the command exited.
 
-A hook that exits but leaves a background process holding its stdout (``cmd &``) is
-done when it exits; the pipe then goes to :class:`OutputDrain`, which keeps reading it
-(so that process never blocks on a full pipe, nor dies of SIGPIPE) until the last
+A command may print without end (``yes``) or one line of 300 MB; its output goes to the
+daemon's log. :class:`BoundedOutput` keeps the first and the last few KiB and counts
+the bytes in between, so memory stays flat whatever it writes.
+
+A command that exits but leaves a background process holding its stdout (``cmd &``)
+is done when it exits; the pipe then goes to :class:`OutputDrain`, which keeps reading
+it (so that process never blocks on a full pipe, nor dies of SIGPIPE) until the last
 writer closes it, within a rate (a background process flooding the pipe is cut off)
 and a number of pipes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import selectors
 import threading
 import time
 
-from .capture import CHUNK, BoundedOutput, read_available
+from ..core.escaping import printable
+from ..core.signals import Wakeup
 
-__all__ = ["DRAIN_BURST", "DRAIN_RATE", "MAX_DRAINED", "OutputDrain"]
+__all__ = [
+    "DRAIN_BURST",
+    "DRAIN_RATE",
+    "HEAD_BYTES",
+    "MAX_DRAINED",
+    "MAX_LINES",
+    "TAIL_BYTES",
+    "BoundedOutput",
+    "OutputDrain",
+    "read_available",
+]
 
 logger = logging.getLogger(__name__)
+
+HEAD_BYTES = 4096
+"""Bytes of a hook's output kept from its start (logged)."""
+TAIL_BYTES = 4096
+"""Bytes of a hook's output kept from its end (logged)."""
+MAX_LINES = 50
+"""Lines of a hook's output logged from each end."""
+CHUNK = 65536
+
+
+class BoundedOutput:
+    """The head and tail of a byte stream, and how many bytes fell between them.
+
+    Args:
+        head: bytes kept from the start.
+        tail: bytes kept from the end.
+    """
+
+    def __init__(self, head: int = HEAD_BYTES, tail: int = TAIL_BYTES) -> None:
+        self._head_limit = head
+        self._tail_limit = tail
+        self.head = bytearray()
+        self.tail = bytearray()  # the last bytes after the head (at most ``tail``)
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        """Add bytes; memory stays within ``head + tail + len(data)``."""
+        self.total += len(data)
+        room = self._head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        self.tail += data[-self._tail_limit :]
+        del self.tail[: -self._tail_limit]
+
+    @property
+    def dropped(self) -> int:
+        """Bytes neither in the head nor in the tail."""
+        return self.total - len(self.head) - len(self.tail)
+
+    def lines(self) -> list[str]:
+        """Printable lines for the log: the head, a note of what was left out, the tail.
+
+        At most :data:`MAX_LINES` lines from each end (``yes`` makes thousands of
+        lines of a few KiB); the note counts every byte not shown.
+        """
+        head, tail = bytes(self.head), bytes(self.tail)
+        if not self.dropped:  # head and tail are contiguous
+            head, tail = head + tail, b""
+        first = head.split(b"\n")[:MAX_LINES]
+        last = tail.split(b"\n")[-MAX_LINES:] if tail else []
+        left_out = self.total - len(b"\n".join(first)) - len(b"\n".join(last))
+        note = [f"[... {left_out} bytes not logged ...]"] if left_out > 0 else []
+        return [*_lines(first), *note, *_lines(last)]
+
+
+def _lines(parts: list[bytes]) -> list[str]:
+    return [printable(part.decode("utf-8", "replace")) for part in parts if part]
+
+
+def read_available(fd: int, output: BoundedOutput, limit: int = 16 * CHUNK) -> bool:
+    """Read from non-blocking ``fd`` into ``output`` until it would block; True at EOF.
+
+    Reads at most ``limit`` bytes, so a writer faster than us cannot hold us here.
+    """
+    taken = 0
+    while taken < limit:
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True  # the pipe is broken: as good as closed
+        if not data:
+            return True
+        output.feed(data)
+        taken += len(data)
+    return False
+
 
 MAX_DRAINED = 64
 """Most pipes :class:`OutputDrain` holds at once; past it the oldest is closed."""
@@ -31,7 +124,7 @@ DRAIN_BURST = 1 << 20
 
 
 class OutputDrain:
-    """Reads the pipes of hooks that exited while a process they started still holds them.
+    """Reads the pipes of commands that exited while a process they started still holds them.
 
     One thread (``stalewatch-hook-output``) runs only while there is a pipe to read, and
     ends when the last one reaches end of file. :meth:`stop` closes every pipe left
@@ -40,11 +133,11 @@ class OutputDrain:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pipes: dict[int, tuple[str, BoundedOutput]] = {}
-        self._closed_early: list[int] = []  # evicted by adopt(): closed by the thread
-        self._budgets: dict[int, tuple[float, float]] = {}  # fd -> (bytes allowed, when); set by adopt
+        # fd -> (label, output, [bytes allowed, when]: a token bucket, see _within_rate)
+        self._pipes: dict[int, tuple[str, BoundedOutput, list[float]]] = {}
+        self._evicted: list[int] = []  # by adopt(): the thread unregisters, then closes them
         self._thread: threading.Thread | None = None
-        self._wake_r, self._wake_w = -1, -1
+        self._wakeup: Wakeup | None = None  # while the thread runs
         self._stopping = False
 
     def adopt(self, fd: int, label: str, output: BoundedOutput) -> None:
@@ -61,8 +154,8 @@ class OutputDrain:
                 return
             while len(self._pipes) >= MAX_DRAINED:
                 oldest = next(iter(self._pipes))  # dicts keep insertion order
-                old_label, old_output = self._pipes.pop(oldest)
-                self._closed_early.append(oldest)  # the thread unregisters, then closes it
+                old_label, old_output, _ = self._pipes.pop(oldest)
+                self._evicted.append(oldest)
                 logger.warning(
                     "stalewatch: %s: more than %d hook output pipes held by background processes;"
                     " closing the oldest",
@@ -70,111 +163,105 @@ class OutputDrain:
                     MAX_DRAINED,
                 )
                 _log_rest(old_label, old_output, closed=True)
-            self._pipes[fd] = (label, output)
-            self._budgets[fd] = (float(DRAIN_BURST), time.monotonic())
-            if self._thread is None:
-                self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-                self._thread = threading.Thread(target=self._run, name="stalewatch-hook-output", daemon=True)
+            self._pipes[fd] = (label, output, [float(DRAIN_BURST), time.monotonic()])
+            if self._wakeup is None:
+                self._wakeup = Wakeup()
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._wakeup,), name="stalewatch-hook-output", daemon=True
+                )
                 self._thread.start()
             else:
-                self._poke()
-
-    def _allow(self, fd: int, taken: int) -> bool:
-        """Charge ``taken`` bytes to the pipe's budget; False once it writes too fast.
-
-        A token bucket: :data:`DRAIN_BURST` bytes, refilled at :data:`DRAIN_RATE`
-        bytes a second. A background server logging to the hook's stdout goes on for
-        ever; ``yes &`` is cut off instead of keeping this thread busy for ever.
-        """
-        now = time.monotonic()
-        allowance, since = self._budgets[fd]
-        allowance = min(float(DRAIN_BURST), allowance + (now - since) * DRAIN_RATE) - taken
-        self._budgets[fd] = (allowance, now)
-        return allowance >= 0
+                self._wakeup.poke()
 
     @property
     def pipes(self) -> int:
         """How many pipes are being drained."""
         return len(self._pipes)
 
-    def _poke(self) -> None:
-        with contextlib.suppress(OSError):  # full: a wake-up is already pending
-            os.write(self._wake_w, b"\0")
-
     def stop(self) -> None:
         """Close every pipe still drained and join the thread. Harmless twice."""
         with self._lock:
             self._stopping = True
             thread = self._thread
-            if thread is not None:
-                self._poke()
+            if self._wakeup is not None:
+                self._wakeup.poke()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=1.0)
 
-    def _run(self) -> None:
+    def _run(self, wakeup: Wakeup) -> None:
         selector = selectors.DefaultSelector()
         watched = selector.get_map()  # the pipes registered, and the wake-up
         try:
-            selector.register(self._wake_r, selectors.EVENT_READ)
+            selector.register(wakeup.fileno(), selectors.EVENT_READ)
             while True:
                 with self._lock:
-                    for fd in self._closed_early:
+                    for fd in self._evicted:
                         if fd in watched:
                             selector.unregister(fd)
+                        os.close(fd)
+                    self._evicted.clear()
                     if self._stopping or not self._pipes:
-                        self._finish()
+                        self._finish(wakeup)
                         return
-                    self._close_early()
                     for fd in self._pipes.keys() - watched.keys():
                         selector.register(fd, selectors.EVENT_READ)
                 for key, _ in selector.select():
-                    if key.fd == self._wake_r:
-                        with contextlib.suppress(OSError):
-                            os.read(self._wake_r, 4096)
+                    if key.fd == wakeup.fileno():
+                        wakeup.drain()
                         continue
-                    if key.fd not in self._pipes:
-                        continue  # evicted meanwhile: closed on the next turn
-                    label, output = self._pipes[key.fd]
-                    before = output.total
-                    ended = read_available(key.fd, output, CHUNK * 16)
-                    flooding = not ended and not self._allow(key.fd, output.total - before)
-                    if ended or flooding:
-                        selector.unregister(key.fd)
-                        with self._lock:
-                            del self._pipes[key.fd]
-                        os.close(key.fd)
-                        if flooding:
-                            logger.warning(
-                                "stalewatch: %s: a background process writes more than %d bytes/s to the"
-                                " hook's output; closing it (redirect its output: cmd >/dev/null 2>&1 &)",
-                                label,
-                                DRAIN_RATE,
-                            )
-                        _log_rest(label, output, closed=flooding)
+                    with self._lock:  # adopt() may evict it meanwhile
+                        self._read(key.fd, selector)
         except Exception:
             logger.exception("stalewatch: draining hook output failed")
             with self._lock:
-                self._finish()
+                self._finish(wakeup)
         finally:
             selector.close()
 
-    def _close_early(self) -> None:
-        # Under _lock, by the thread: evicted pipes, unregistered from its selector.
-        for fd in self._closed_early:
+    def _read(self, fd: int, selector: selectors.BaseSelector) -> None:
+        # Under _lock: read what ``fd`` has; done with it at its end, or when it floods.
+        if fd not in self._pipes:
+            return  # evicted meanwhile (closed on the next turn)
+        label, output, budget = self._pipes[fd]
+        before = output.total
+        ended = read_available(fd, output)
+        flooding = not ended and not _within_rate(budget, output.total - before)
+        if ended or flooding:
+            selector.unregister(fd)
+            del self._pipes[fd]
             os.close(fd)
-        self._closed_early.clear()
+            if flooding:
+                logger.warning(
+                    "stalewatch: %s: a background process writes more than %d bytes/s to the"
+                    " hook's output; closing it (redirect its output: cmd >/dev/null 2>&1 &)",
+                    label,
+                    DRAIN_RATE,
+                )
+            _log_rest(label, output, closed=flooding)
 
-    def _finish(self) -> None:
+    def _finish(self, wakeup: Wakeup) -> None:
         # Under _lock: close what is left, and let the next adopt() start a thread.
-        self._close_early()
-        for fd, (label, output) in self._pipes.items():
+        for fd in self._evicted:
+            os.close(fd)
+        self._evicted.clear()
+        for fd, (label, output, _) in self._pipes.items():
             os.close(fd)
             _log_rest(label, output, closed=True)
         self._pipes.clear()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
-        self._wake_r = self._wake_w = -1
-        self._thread = None
+        wakeup.close()
+        self._thread = self._wakeup = None
+
+
+def _within_rate(budget: list[float], taken: int) -> bool:
+    """Charge ``taken`` bytes to a pipe's ``[allowance, when]``; False once it writes too fast.
+
+    A token bucket: :data:`DRAIN_BURST` bytes, refilled at :data:`DRAIN_RATE` bytes a
+    second. A background server logging to the hook's stdout goes on for ever; ``yes &``
+    is cut off instead of keeping the drain's thread busy for ever.
+    """
+    now = time.monotonic()
+    budget[:] = min(float(DRAIN_BURST), budget[0] + (now - budget[1]) * DRAIN_RATE) - taken, now
+    return budget[0] >= 0
 
 
 def _log_rest(label: str, output: BoundedOutput, *, closed: bool = False) -> None:

@@ -9,7 +9,7 @@ runs it once. Commands are argv lists, never a shell; each gets the event in
 group so a timeout kills everything it started. A hook is done when its process
 exits (waited on with a pidfd where Linux has one), even if a background process it
 started still holds its output; that output is kept within a fixed number of bytes
-(:mod:`.capture`) and logged with the exit status.
+(:mod:`.drain`) and logged with the exit status.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from pathlib import Path
 
 from ..core.escaping import printable
 from ..core.status import Event, Status
-from .capture import BoundedOutput
-from .commands import KILL_GRACE, ProcessWait, environment
+from . import commands
 from .config import HookConfig
 from .drain import OutputDrain
 
@@ -151,7 +150,7 @@ class HookRunner:
         with self._cond:
             thread = self.thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=2 * KILL_GRACE + 1.0)
+            thread.join(timeout=2 * commands.KILL_GRACE + 1.0)
         if self._own_drain:
             self._drain.stop()
 
@@ -175,12 +174,10 @@ class HookRunner:
                     return
                 with self._cond:
                     pending, self._pending = self._pending, None
-                    if pending is None:
-                        self.state = "idle"
-                        continue
                     self.state = "running"
                 try:
-                    self._execute(*pending)
+                    if pending is not None:  # always: only this thread takes it
+                        self._execute(*pending)
                 except Exception:  # a broken hook must never stop later ones
                     logger.exception("stalewatch: hook for %s failed", self.checkout)
                 finally:
@@ -221,46 +218,20 @@ class HookRunner:
         argv: tuple[str, ...] | None = getattr(config, name) if name else None
         if not argv or name is None or self._stop.is_set():
             return
-        env = environment(hook_environment(event, generation, name))
+        label = f"{name} hook for {self.checkout}"
         started = time.monotonic()
-        output = BoundedOutput()
-        try:
-            ending = ProcessWait(argv, env, output, config.timeout, self._stop)
-        except (OSError, ValueError) as exc:
-            logger.warning(
-                "stalewatch: cannot run %s hook %s for %s: %s", name, _argv(argv), self.checkout, exc
-            )
-            self._outcome(name, "not_started")
-            return
-        timed_out = ending.run()
-        if ending.pipe is not None:
-            logger.warning(
-                "stalewatch: %s hook for %s exited, but a process it started still holds its output;"
-                " draining it in the background",
-                name,
-                self.checkout,
-            )
-            self._drain.adopt(ending.pipe, f"{name} hook for {self.checkout}", BoundedOutput())
-        for line in output.lines():
-            logger.info("stalewatch: %s hook for %s: %s", name, self.checkout, line)
-        code = ending.proc.returncode
-        if timed_out:
-            self._outcome(name, "timeout")
-            logger.error(
-                "stalewatch: %s hook %s for %s timed out after %.1f s; killed",
-                name,
-                _argv(argv),
-                self.checkout,
-                config.timeout,
-            )
-        elif code == 0:
-            self._outcome(name, "success")
-            elapsed = time.monotonic() - started
-            logger.info("stalewatch: %s hook for %s exited 0 in %.3f s", name, self.checkout, elapsed)
+        env = hook_environment(event, generation, name)
+        outcome = commands.run(
+            argv, timeout=config.timeout, env=env, stop=self._stop, drain=self._drain, label=label
+        )
+        for line in outcome.output.splitlines():
+            logger.info("stalewatch: %s: %s", label, line)
+        if outcome.ok:
+            logger.info("stalewatch: %s exited 0 in %.3f s", label, time.monotonic() - started)
         else:
-            self._outcome(name, "killed" if code < 0 else "failure")
-            what = f"was killed by signal {-code}" if code < 0 else f"exited {code}"
-            logger.warning("stalewatch: %s hook %s for %s %s", name, _argv(argv), self.checkout, what)
+            level = logging.ERROR if outcome.result == "timeout" else logging.WARNING
+            logger.log(level, "stalewatch: %s %s: %s", label, printable(repr(list(argv))), outcome.detail)
+        self._outcome(name, "killed" if outcome.result == "stopped" else outcome.result)
 
     def _outcome(self, name: str, outcome: str) -> None:
         if self._on_outcome is not None:
@@ -268,7 +239,3 @@ class HookRunner:
                 self._on_outcome(name, outcome)
             except Exception:  # counting a run must never cost the next one
                 logger.exception("stalewatch: recording the outcome of a hook failed")
-
-
-def _argv(argv: tuple[str, ...]) -> str:
-    return printable(repr(list(argv)))

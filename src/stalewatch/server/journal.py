@@ -10,18 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from logging.handlers import SysLogHandler
 
 from ..core.escaping import printable
 
 __all__ = ["install"]
-
-_JOURNAL_PRIORITY = {
-    logging.DEBUG: 7,
-    logging.INFO: 6,
-    logging.WARNING: 4,
-    logging.ERROR: 3,
-    logging.CRITICAL: 2,
-}
 
 
 class _OneLineFormatter(logging.Formatter):
@@ -34,10 +27,10 @@ class _OneLineFormatter(logging.Formatter):
 
 
 class _JournalFormatter(_OneLineFormatter):
-    """journald adds its own timestamps; a ``<N>`` prefix carries the priority."""
+    """journald adds its own timestamps; a ``<N>`` prefix carries the priority (syslog's)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        priority = _JOURNAL_PRIORITY.get(record.levelno, 6)
+        priority = SysLogHandler.priority_names[SysLogHandler.priority_map.get(record.levelname, "info")]
         return f"<{priority}>{super().format(record)}"
 
 

@@ -66,14 +66,10 @@ def listen(path: Path) -> tuple[socket.socket, int]:
     return sock, lock
 
 
-def _lock_path(path: Path) -> Path:
-    return Path(f"{path}.lock")
-
-
 def _take_lock(path: Path) -> int:
     import fcntl  # noqa: PLC0415 - Unix only, and the CLI imports this module everywhere
 
-    lock_path = _lock_path(path)
+    lock_path = Path(f"{path}.lock")
     for _ in range(8):  # each retry means another daemon removed the file as we opened it
         lock = _open_lock(lock_path)
         try:
@@ -90,11 +86,9 @@ def _take_lock(path: Path) -> int:
 def _names(lock_path: Path, lock: int) -> bool:
     """Whether ``lock_path`` (not followed) still is the file open as ``lock``."""
     try:
-        now = lock_path.lstat()
+        return os.path.samestat(lock_path.lstat(), os.fstat(lock))
     except FileNotFoundError:
         return False
-    held = os.fstat(lock)
-    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
 
 
 def release(path: Path, lock: int) -> None:
@@ -103,7 +97,7 @@ def release(path: Path, lock: int) -> None:
     Removed while still held, so a daemon starting now either waits out our lock and
     finds the path gone (it then locks a new file), or opens the new file itself.
     """
-    lock_path = _lock_path(path)
+    lock_path = Path(f"{path}.lock")
     with contextlib.suppress(OSError):
         if _names(lock_path, lock):
             lock_path.unlink()
@@ -132,18 +126,16 @@ def _remove_stale(path: Path) -> None:
         return
     if not stat.S_ISSOCK(info.st_mode):
         raise SocketPathError(path, "exists and is not a socket; refusing to replace it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(os.fspath(path))
-    except ConnectionRefusedError:
-        logger.info("stalewatch: replacing the stale socket %s (its daemon is gone)", path)
-        unlink_if_same(path, info)
-        return
-    except OSError as exc:
-        raise SocketPathError(path, f"exists and cannot be probed: {exc.strerror or exc}") from None
-    finally:
-        probe.close()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(os.fspath(path))
+        except ConnectionRefusedError:
+            logger.info("stalewatch: replacing the stale socket %s (its daemon is gone)", path)
+            unlink_if_same(path, info)
+            return
+        except OSError as exc:
+            raise SocketPathError(path, f"exists and cannot be probed: {exc.strerror or exc}") from None
     raise SocketPathError(path, "a daemon is already listening on it")
 
 
@@ -151,8 +143,7 @@ def unlink_if_same(path: Path, seen: os.stat_result) -> None:
     """Unlink ``path`` only if it still is the file ``seen``, never a successor's (or a
     link) that replaced it meanwhile (lstat: links are not followed)."""
     with contextlib.suppress(OSError):
-        now = path.lstat()
-        if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino):
+        if os.path.samestat(path.lstat(), seen):
             path.unlink()  # unlink removes a link itself, never its target
 
 

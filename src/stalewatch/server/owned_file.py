@@ -32,15 +32,11 @@ def read_checked(file: Path) -> str:
         if not stat.S_ISREG(info.st_mode):
             raise _refusal(file, "cannot read: not a regular file")
         check_ownership(file, info)
-        data = bytearray()
-        while len(data) <= MAX_CONFIG_BYTES:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError as exc:
-                raise _refusal(file, f"cannot read: {exc.strerror or exc}") from None
-            if not chunk:
-                break
-            data += chunk
+        try:
+            with open(fd, "rb", closefd=False) as opened:  # buffered: reads on until that much, or the end
+                data = opened.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise _refusal(file, f"cannot read: {exc.strerror or exc}") from None
         if len(data) > MAX_CONFIG_BYTES:
             raise _refusal(file, f"cannot read: larger than {MAX_CONFIG_BYTES} bytes")
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..protocol.codec import encode
 from ..protocol.messages import refused_message
@@ -26,6 +27,7 @@ __all__ = ["Registrations"]
 logger = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class Registrations:
     """What the daemon does with server processes' registrations (the loop's thread only).
 
@@ -40,19 +42,11 @@ class Registrations:
         observer: told of clients that close and of processes that change (metrics).
     """
 
-    def __init__(
-        self,
-        checkout: Callable[[str], Checkout | None],
-        registry: Registry,
-        clients: ClientSet,
-        publisher: Publisher,
-        observer: DaemonObserver,
-    ) -> None:
-        self._checkout = checkout
-        self._registry = registry
-        self._clients = clients
-        self._publisher = publisher
-        self._observer = observer
+    _checkout: Callable[[str], Checkout | None]
+    _registry: Registry
+    _clients: ClientSet
+    _publisher: Publisher
+    _observer: DaemonObserver
 
     def register(self, client: Client, checkout: str, revision: str, inflight: int) -> None:
         """``client``'s process loaded ``revision`` of ``checkout`` and has ``inflight`` work."""

@@ -40,9 +40,7 @@ class Revisions:
     def saw(self, *revisions: str | None) -> None:
         """The daemon saw HEAD at these (its loaded revision, an event's current one)."""
         with self._lock:
-            for revision in revisions:
-                if revision is None:
-                    continue
+            for revision in filter(None, revisions):
                 self._seen[revision] = None
                 self._seen.move_to_end(revision)
                 while len(self._seen) > MAX_SEEN:
@@ -53,14 +51,11 @@ class Revisions:
         with self._lock:
             if revision in self._seen or revision in self._logged:
                 return True
-            dirs = self._dirs
-            logs = [] if dirs is None else dirs.store.reflogs(dirs)
-            if dirs is None or not logs:
+            if (dirs := self._dirs) is None:
                 return False
-            log = logs[0]
             try:
-                info = log.stat()
-            except OSError:
+                info = dirs.store.reflogs(dirs)[0].stat()
+            except (IndexError, OSError):  # no reflog (reftable), or none yet
                 return False
             stamp = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
             if stamp == self._stamp:

@@ -10,7 +10,12 @@ the socket loop turned recently (:meth:`SystemdNotifier.beat`) and every checkou
 re-verified it recently (:class:`ObservedSource` records each periodic verification,
 which the process's shared workers run). A wedged loop, or workers wedged in some
 checkout's callbacks, stop the pings and systemd restarts the unit. Outside systemd
-every notification is a no-op (see :mod:`.sdnotify`).
+every notification is a no-op.
+
+A notification (sd_notify(3), without libsystemd) is one datagram of ``KEY=value``
+lines sent to the ``AF_UNIX`` socket named by ``$NOTIFY_SOCKET`` (a leading ``@``
+means the abstract namespace). Outside systemd the variable is unset and every call is
+a cheap no-op.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..core.status import Status, WatchMode
@@ -28,17 +35,60 @@ from ..git.refs import GitDirs
 from ..watching.local import LocalSource
 from ..watching.source import OnChange, OnHealth, OnRestart, Watch
 from ..watching.watcher import Watcher
-from . import sdnotify
 
-__all__ = ["READY_WAIT", "ObservedSource", "SystemdNotifier", "counted", "status_text"]
+__all__ = ["READY_WAIT", "SD_ENV", "ObservedSource", "SystemdNotifier", "counted", "notify", "status_text"]
 
 logger = logging.getLogger(__name__)
 
+SD_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
+"""Variables meant for this process only: never passed on to the commands it runs."""
 READY_WAIT = 5.0
 """The longest ``READY=1`` waits for the watchers to run, in seconds (serving meanwhile)."""
 # STATUS= costs a snapshot per checkout (milliseconds for a thousand): it is made only
 # after a change, on a quiet turn (never between an event and the next), or after this.
 _STATUS_QUIET, _STATUS_LATEST = 0.05, 1.0
+
+
+def notify(state: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Send ``state`` (e.g. ``"READY=1\\nSTATUS=watching 2 checkouts"``) to systemd.
+
+    Returns True when a datagram was sent, False when not under systemd or the send
+    failed (logged: the service must keep running even if systemd went away).
+    """
+    address = environ.get("NOTIFY_SOCKET", "")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            # Never block: a receiver that stopped reading fills its queue after ~10
+            # datagrams, and the daemon's loop must not wait for it.
+            sock.setblocking(False)
+            sock.sendto(state.encode(), address)
+    except BlockingIOError:
+        logger.debug("stalewatch: systemd's notification queue is full; dropped %r", state)
+        return False
+    except OSError as exc:
+        logger.warning("stalewatch: cannot notify systemd at %s: %s", environ.get("NOTIFY_SOCKET"), exc)
+        return False
+    return True
+
+
+def watchdog_interval(environ: Mapping[str, str] = os.environ) -> float | None:
+    """Seconds between ``WATCHDOG=1`` pings (half of ``WatchdogSec=``), or ``None``.
+
+    ``None`` when no watchdog is configured or it is meant for another process
+    (``WATCHDOG_PID`` names a different pid).
+    """
+    usec, pid = environ.get("WATCHDOG_USEC", ""), environ.get("WATCHDOG_PID", "")
+    if pid and pid != str(os.getpid()):
+        return None
+    try:
+        value = int(usec)
+    except ValueError:
+        return None
+    return value / 2e6 if value > 0 else None
 
 
 class ObservedSource:
@@ -53,8 +103,10 @@ class ObservedSource:
     def __init__(self) -> None:
         self._inner = LocalSource()
         self.watcher: Watcher | None = None  # the watcher it made (None: not watching yet)
+        # The last beat; at first, when its watcher was made: a watcher a reload just added
+        # has as long for its first turn as any other for its next (a thousand new ones
+        # queue behind wake-ups).
         self.beat: float | None = None
-        self.since: float | None = None  # when its watcher was made (before its first turn)
         self.on_report: Callable[[bool, WatchMode], None] | None = None  # set by the checkout
 
     @property
@@ -86,7 +138,7 @@ class ObservedSource:
 
         watcher = self._inner.watch(dirs, changed, health)
         watcher.on_verified = self._beat
-        self.since = time.monotonic()
+        self._beat()
         self.watcher = watcher
         return watcher
 
@@ -96,13 +148,11 @@ def status_text(states: Iterable[tuple[Status, bool]], clients: int) -> str:
 
     ``states``: each checkout's ``(status, trusted)``.
     """
-    counts = dict.fromkeys(Status, 0)
-    untrusted = 0
-    for status, trusted in states:
-        counts[status] += 1
-        untrusted += not trusted
+    states = list(states)
+    counts = Counter(status for status, _ in states)
+    untrusted = sum(not trusted for _, trusted in states)
     parts = [f"{counts[s]} {s.value}" for s in Status if counts[s]]
-    checkouts = counted(sum(counts.values()), "checkout")
+    checkouts = counted(len(states), "checkout")
     text = f"{checkouts} ({', '.join(parts) or 'none'}); {counted(clients, 'client')}"
     return text + (f"; {counted(untrusted, 'watcher')} untrusted" if untrusted else "")
 
@@ -190,8 +240,13 @@ class SystemdNotifier:
             logger.warning("stalewatch: watcher for %s not running yet; ready anyway", key)
         self._unready.clear()
         self._ready_sent = True
-        sdnotify.notify(f"READY=1\nSTATUS={self._text()}\nMAINPID={os.getpid()}")
-        self._start_watchdog()
+        notify(f"READY=1\nSTATUS={self._text()}\nMAINPID={os.getpid()}")
+        interval = watchdog_interval()
+        if interval is not None:
+            self._thread = threading.Thread(
+                target=self._watchdog, args=(interval,), name="stalewatch-sd-watchdog", daemon=True
+            )
+            self._thread.start()
 
     def status_when_due(self, now: float, clients: int, *, woken: bool) -> None:
         """At the turn's end: ``STATUS=``, if due (``woken``: the wait ended on I/O)."""
@@ -204,19 +259,19 @@ class SystemdNotifier:
             text = self._text()
             if text != self._status:
                 self._status = text
-                sdnotify.notify(f"STATUS={text}")
+                notify(f"STATUS={text}")
 
     def reloading(self) -> None:
         usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
-        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}")
+        notify(f"RELOADING=1\nMONOTONIC_USEC={usec}")
 
     def reloaded(self) -> None:
-        sdnotify.notify(f"READY=1\nSTATUS={self._text()}")
+        notify(f"READY=1\nSTATUS={self._text()}")
 
     def stopping(self) -> None:
         """``STOPPING=1``, and the watchdog thread ends (joined)."""
         self._stop.set()
-        sdnotify.notify("STOPPING=1")
+        notify("STOPPING=1")
         if self._thread is not None:
             self._thread.join(timeout=1.0)
 
@@ -228,29 +283,17 @@ class SystemdNotifier:
         if now - self._loop_beat > 3 * self._loop_tick:
             return f"the socket loop has not run for {now - self._loop_beat:.1f} s"
         for key, source in self._watchers:
-            # A watcher a reload just added has the same time for its first turn as
-            # any other for its next (a thousand new ones queue behind wake-ups).
-            beat = source.beat if source.beat is not None else source.since
-            interval = source.verify_interval
+            beat, interval = source.beat, source.verify_interval
             if beat is None or now - beat > 3 * interval + 1:
                 return f"the watcher for {key} has not re-verified for {3 * interval + 1:.0f} s"
         return None
 
-    def _start_watchdog(self) -> None:
-        interval = sdnotify.watchdog_interval()
-        if interval is None or self._thread is not None:
-            return
-        self._thread = threading.Thread(
-            target=self._watchdog_loop, args=(interval,), name="stalewatch-sd-watchdog", daemon=True
-        )
-        self._thread.start()
-
-    def _watchdog_loop(self, interval: float) -> None:
+    def _watchdog(self, interval: float) -> None:
         problem: str | None = None
         while not self._stop.wait(interval):
             now_problem = self.alive()
             if now_problem is None:
-                sdnotify.notify("WATCHDOG=1")
+                notify("WATCHDOG=1")
             elif now_problem != problem:
                 logger.error("stalewatch: not pinging the systemd watchdog: %s", now_problem)
             problem = now_problem
