@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 
 from stalewatch.core.declared import declared
 from stalewatch.core.errors import DaemonConfigError
+from stalewatch.core.procs import parse_stat, parse_status_uids
 from stalewatch.git.reflog import Entry
 from stalewatch.protocol.messages import MAX_INFLIGHT
 from stalewatch.server.config import load
 from stalewatch.server.restart.inputs import Loaded
 from stalewatch.server.restart.loaded import told_at
 from stalewatch.server.restart.policy import RestartPolicy
-from stalewatch.server.restart.procs import parse_stat, parse_status_uids
 from stalewatch.server.restart.rules import DrainOutcome
 from stalewatch.server.restart.running import Belief, wanted
 from stalewatch.server.restart.work import parse_count

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from stalewatch.core.procs import Proc, read_proc
 from stalewatch.protocol.codec import encode
 from stalewatch.protocol.messages import register_message
 from stalewatch.server.restart.actions.handoff import pending, promoted
 from stalewatch.server.restart.pidfile import TOLERANCE, Claim, judge, read_pidfile, server, signal_server
-from stalewatch.server.restart.procs import Proc, read_proc
 from tests.support.children import Child, python_child
 from tests.support.daemons import Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo

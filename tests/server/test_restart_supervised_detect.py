@@ -19,8 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stalewatch.core.errors import DaemonConfigError, SupervisedHandoffError
+from stalewatch.core.procs import read_proc
 from stalewatch.server.restart.actions import Handoff, Signal
-from stalewatch.server.restart.procs import read_proc
 from stalewatch.server.restart.supervised import Supervised, parse_environ, supervised
 from tests.support.children import Child, python_child
 from tests.support.properties import budget

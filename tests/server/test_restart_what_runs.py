@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.server.restart.procs import read_proc
+from stalewatch.core.procs import read_proc
 from tests.support.daemons import DaemonProcess, Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo, make_repo
 from tests.support.restarts import config, names, phases, phases_since, runs

@@ -22,6 +22,7 @@ it with the daemon. A stop (the daemon shutting down) signals the group alone.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -34,17 +35,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import procs
 from .drain import BoundedOutput, OutputDrain, read_available
 from .supervision import SD_ENV
 
-__all__ = ["KILL_GRACE", "MARK", "MAX_PID", "Outcome", "parse_pid", "pidfd", "run"]
+__all__ = ["KILL_GRACE", "MARK", "MAX_PID", "Outcome", "parse_pid", "run"]
 
 KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
 MARK = "STALEWATCH_COMMAND_ID"
 """The environment variable that marks every process of one command's run."""
 _TICK = 0.05  # the longest a waiting thread goes without looking at its stop event
 _NO_PIDFD_POLL = 0.02  # seconds between exit checks where os.pidfd_open is missing
-_PROC = Path("/proc")
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ def _wait(
     at_end = False  # of the pipe: every writer closed it
     escalation: list[tuple[float, int]] = []  # (when, signal) still to send; 0: the process itself
     try:
-        exit_fd = pidfd(proc.pid)
+        exit_fd = procs.pidfd(proc.pid)
         with selectors.DefaultSelector() as selector:
             selector.register(pipe, selectors.EVENT_READ)
             if exit_fd is not None:
@@ -217,39 +218,22 @@ def _end(pid: int, signum: int, mark: str | None) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(pid, signum)
     for child, started in found.items():
-        fd = pidfd(child)  # pins the pid while it is checked and signalled
-        try:
-            if _stat(child)[1:] != (started,):
-                continue  # gone, or its pid names another process now
-            if fd is not None:
-                signal.pidfd_send_signal(fd, signum)
-            else:
-                os.kill(child, signum)
-        except OSError:
-            continue  # exited meanwhile, or not ours to signal
-        finally:
-            if fd is not None:
-                os.close(fd)
+        with contextlib.suppress(OSError):  # exited meanwhile, or not ours to signal
+            procs.signal_if(child, signum, functools.partial(_still, child, started))
 
 
-def _stat(pid: int) -> tuple[int, ...]:
-    """``(ppid, start time in clock ticks)`` from ``/proc``; ``()`` when it cannot be read."""
-    try:
-        text = (_PROC / str(pid) / "stat").read_bytes()
-        # The command name is in parentheses and may hold anything: split after the last.
-        fields = text[text.rfind(b")") + 2 :].split()
-        return int(fields[1]), int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return ()
+def _still(pid: int, started: int) -> bool:
+    """``pid`` is still the process that started at ``started`` (its pid not reused)."""
+    return (procs.read_stat(pid) or (0, -1))[1] == started
 
 
 def _started(root: int, mark: str) -> dict[int, int]:
     """Every process descending from ``root`` or carrying ``MARK=mark`` (``root`` excluded),
     with its start time. Empty where there is no ``/proc``."""
-    table: dict[int, tuple[int, ...]] = {}
+    table: dict[int, tuple[int, int]] = {}
     with contextlib.suppress(OSError):
-        for entry in os.scandir(_PROC):
-            if entry.name.isdigit() and (found := _stat(int(entry.name))):
+        for entry in os.scandir(procs.PROC):
+            if entry.name.isdigit() and (found := procs.read_stat(int(entry.name))):
                 table[int(entry.name)] = found
     chosen: dict[int, int] = {}
     parents = {root}
@@ -260,20 +244,9 @@ def _started(root: int, mark: str) -> dict[int, int]:
     for pid, (_, started) in table.items():
         if pid not in chosen and pid not in (root, os.getpid()):
             with contextlib.suppress(OSError):  # gone, or another user's
-                if wanted in (_PROC / str(pid) / "environ").read_bytes().split(b"\0"):
+                if wanted in (procs.PROC / str(pid) / "environ").read_bytes().split(b"\0"):
                     chosen[pid] = started
     return chosen
-
-
-def pidfd(pid: int) -> int | None:
-    """A descriptor that becomes readable when ``pid`` exits (Linux >= 5.3), else None.
-
-    With it, one poll() waits for a command's output and its exit together.
-    """
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):  # no pidfd_open; ENOSYS on an old kernel, EPERM under seccomp
-        return None
 
 
 MAX_PID = 2**22  # Linux's PID_MAX_LIMIT: a larger number names no process

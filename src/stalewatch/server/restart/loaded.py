@@ -29,6 +29,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...core.procs import Proc, children, read_proc
 from ...core.revisions import is_object_id
 from ...git.reflog import Entry, head_log
 from ...git.refs import GitDirs
@@ -37,7 +38,6 @@ from ..commands import parse_pid
 from ..drain import OutputDrain
 from . import pidfile
 from .policy import RestartPolicy
-from .procs import Proc, children, read_proc
 
 __all__ = ["PID_COMMAND_TIMEOUT", "Told", "code_start", "learn", "told_at"]
 

@@ -22,8 +22,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..commands import parse_pid, pidfd
-from .procs import Proc, read_proc
+from ...core.procs import Proc, read_proc, signal_if
+from ..commands import parse_pid
 
 __all__ = ["TOLERANCE", "Claim", "Found", "judge", "read_pidfile", "server", "signal_proc", "signal_server"]
 
@@ -129,20 +129,16 @@ def signal_server(path: Path, signame: str) -> tuple[Proc | None, str]:
 
 def signal_proc(claim: Claim, signame: str) -> tuple[Proc | None, str]:
     """:func:`signal_server` for a claim already read (the gunicorn handoff's ``.2`` file)."""
-    fd = pidfd(claim.pid)
+    signum = signal.Signals[f"SIG{signame}"]
+    found: list[Found] = []
+
+    def same() -> bool:  # /proc read while the pid is pinned
+        found.append(_found(claim, read_proc(claim.pid)))
+        return found[0].proc is not None
+
     try:
-        found = _found(claim, read_proc(claim.pid))
-        if found.proc is None:
-            return None, f"refused: {found.reason}"
-        signum = signal.Signals[f"SIG{signame}"]
-        try:
-            if fd is not None:
-                signal.pidfd_send_signal(fd, signum)
-            else:
-                os.kill(claim.pid, signum)
-        except OSError as exc:
-            return None, f"cannot signal pid {claim.pid}: {exc.strerror or exc}"
-        return found.proc, f"sent SIG{signame} to pid {claim.pid}"
-    finally:
-        if fd is not None:
-            os.close(fd)
+        if not signal_if(claim.pid, signum, same):
+            return None, f"refused: {found[0].reason}"
+    except OSError as exc:
+        return None, f"cannot signal pid {claim.pid}: {exc.strerror or exc}"
+    return found[0].proc, f"sent SIG{signame} to pid {claim.pid}"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .procs import PROC, read, read_proc
+from ...core.procs import PROC, read, read_proc
 
 __all__ = ["Supervised", "parse_environ", "supervised"]
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...core.errors import LockError
+from ...core.procs import read_proc
 from ...git.refs import GitDirs
 from ...protocol.messages import MAX_INFLIGHT
 from .. import commands
@@ -29,7 +30,6 @@ from .inputs import Acted, ConfirmProbed, Drain, Loaded, Lock, Markers, Verdict,
 from .lock import HandoffLock
 from .markers import assess
 from .policy import RestartPolicy
-from .procs import read_proc
 
 __all__ = ["Work", "environment", "parse_count"]
 

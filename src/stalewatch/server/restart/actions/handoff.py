@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from ....core.errors import SupervisedHandoffError
+from ....core.procs import Proc, read_proc
 from .. import pidfile
 from ..pidfile import TOLERANCE
-from ..procs import Proc, read_proc
 from ..supervised import Supervised, supervised
 from .base import Done, Run, Traits
 

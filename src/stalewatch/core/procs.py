@@ -10,11 +10,24 @@ tick (10 ms), not to the second ``/proc/stat``'s ``btime`` would give.
 from __future__ import annotations
 
 import os
+import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PROC", "Proc", "children", "parse_stat", "parse_status_uids", "read", "read_proc"]
+__all__ = [
+    "PROC",
+    "Proc",
+    "children",
+    "parse_stat",
+    "parse_status_uids",
+    "pidfd",
+    "read",
+    "read_proc",
+    "read_stat",
+    "signal_if",
+]
 
 PROC = Path("/proc")
 _MAX_READ = 4096  # /proc/PID/stat, status and comm are far shorter
@@ -121,3 +134,39 @@ def children(pid: int) -> list[Proc]:
             if proc is not None and proc.ppid == pid:
                 found.append(proc)
     return found
+
+
+def read_stat(pid: int) -> tuple[int, int] | None:
+    """``(ppid, start time in clock ticks)`` of ``pid`` now; ``None`` if it cannot be read."""
+    data = read(PROC / str(pid) / "stat")
+    return None if data is None else parse_stat(data)
+
+
+def pidfd(pid: int) -> int | None:
+    """A descriptor that pins ``pid`` and becomes readable when it exits (Linux >= 5.3), else None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd_open; ENOSYS on an old kernel, EPERM under seccomp
+        return None
+
+
+def signal_if(pid: int, signum: int, same: Callable[[], bool]) -> bool:
+    """Send ``signum`` to ``pid`` only if ``same()`` says it is still the process meant.
+
+    The pid is pinned by a pidfd from before the check to the signal, so it cannot come
+    to name another process in between (pids wrap within minutes on a busy machine);
+    without pidfds, the window is the check's. False: ``same()`` said no. Raises
+    ``OSError`` when the signal fails (gone meanwhile, or not ours to signal).
+    """
+    fd = pidfd(pid)
+    try:
+        if not same():
+            return False
+        if fd is not None:
+            signal.pidfd_send_signal(fd, signum)
+        else:
+            os.kill(pid, signum)
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)
