@@ -6,9 +6,11 @@ daemon sent it SIGHUP and killed it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +20,7 @@ import pytest
 from stalewatch.core.procs import Proc, read_proc
 from stalewatch.protocol.codec import encode
 from stalewatch.protocol.messages import register_message
-from stalewatch.server.restart.actions.handoff import pending, promoted
+from stalewatch.server.restart.actions.handoff import Begun, pending, promoted
 from stalewatch.server.restart.pidfile import TOLERANCE, Claim, judge, read_pidfile, server, signal_server
 from tests.support.children import Child, python_child
 from tests.support.daemons import Subscriber, greet, short_dir, start_daemon
@@ -64,7 +66,7 @@ CHILD = """
 import os, signal, sys
 def told(signum, frame):
     print(signal.Signals(signum).name, flush=True)
-for name in ("SIGHUP", "SIGUSR1", "SIGUSR2", "SIGTERM"):
+for name in ("SIGHUP", "SIGUSR1", "SIGUSR2", "SIGTERM", "SIGWINCH"):
     signal.signal(getattr(signal, name), told)
 path = {path!r}
 if path:
@@ -181,3 +183,35 @@ def test_r9_a_new_masters_pidfile_is_a_handoff_under_way_only_while_its_process_
         reused(tmp_path, stranger).rename(new)  # the dead master's pid given to another
         assert pending(pidfile) is None
     assert promoted(pidfile, threading.Event(), wait=0.0) is None
+
+
+def test_r9_retiring_the_old_master_signals_only_that_very_process_and_says_what_happened(
+    tmp_path: Path,
+) -> None:
+    """A handoff's retire: TERM to the old master while it is the process signalled at the
+    handoff; gone (exited, or its pid given to another since): said so, nothing signalled."""
+    pidfile = tmp_path / "app.pid"
+    with process(tmp_path, None) as old:
+        proc = read_proc(old.proc.pid)
+        assert proc is not None
+        said = Begun(pidfile, proc, time.time()).retire()
+        assert said.startswith(f"sent SIGTERM to the old master (pid {proc.pid})"), said
+        assert old.line().strip() == "SIGTERM"
+    with process(tmp_path, None) as old:
+        proc = read_proc(old.proc.pid)
+        assert proc is not None
+        old.proc.kill()
+        old.proc.wait()
+    begun = Begun(pidfile, proc, time.time())
+    assert begun.retire() == f"the old master (pid {proc.pid}) is gone already"
+    assert begun.retired  # the new master serves: never aborted
+    with process(tmp_path, None) as stranger:
+        now = read_proc(stranger.proc.pid)
+        assert now is not None
+        earlier = dataclasses.replace(now, start=now.start - 60.0)  # the old master had this pid
+        said = Begun(pidfile, earlier, time.time()).retire()
+        assert said == f"the old master (pid {now.pid}) is gone already", said
+        # Sent after the retire; pending signals are handled lowest first, and WINCH > TERM.
+        os.kill(stranger.proc.pid, signal.SIGWINCH)
+        assert stranger.line().strip() == "SIGWINCH"  # a SIGTERM sent before would have come first
+        assert stranger.proc.poll() is None

@@ -181,6 +181,9 @@ class Begun:
         # signalled at the handoff (pid and start time), pinned by a pidfd.
         old = pidfile.Claim(self.path, self.old.pid, self.old.start, self.old.uids[1])
         proc, detail = pidfile.signal_proc(old, "TERM")
+        if proc is None and not self._old_alive():
+            # Said as such: the refusal would name the pidfile, which no longer names it.
+            return f"the old master (pid {self.old.pid}) is gone already"
         if proc is None:
             return f"the old master (pid {self.old.pid}) was not stopped: {detail}"
         return f"sent SIGTERM to the old master (pid {self.old.pid}); its workers finish their requests"
