@@ -289,7 +289,7 @@ def _env_text(path: Path, socket: Path) -> str:
     except FileNotFoundError:
         raw = b""
     except OSError as error:
-        raise SetupError(f"cannot read {path}: {error.strerror}") from None
+        raise SetupError(f"cannot read {path}: {error.strerror or error}") from None
     if len(raw) > _MAX_ENV:
         raise SetupError(f"{path} is over {_MAX_ENV // 1024} KiB: not a .env setup rewrites")
     try:
