@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 __all__ = ["GIT_ENV", "Repo", "make_agent", "make_repo"]
@@ -69,14 +70,17 @@ class Repo:
 
 
 @functools.cache
-def _initial_commit() -> Path:
-    """A repository with the initial commit, made by git once per process (removed at exit)."""
+def _initial_commit() -> tuple[Path, tuple[tuple[str, int], ...]]:
+    """A repository with the initial commit, made by git once per process (removed at
+    exit), and the time git wrote each of its files (ns), as of its last write."""
     made = Path(tempfile.mkdtemp(prefix="sw-template-"))
     atexit.register(_remove, made, os.getpid())
     _commit_initial(Repo(made))
     for sample in (made / ".git" / "hooks").glob("*.sample"):
         sample.unlink()  # inert, and a third of what each copy would copy
-    return made
+    written = {str(entry.relative_to(made)): entry.lstat().st_mtime_ns for entry in made.rglob("*")}
+    last = max(written.values())
+    return made, tuple((name, when - last) for name, when in written.items())
 
 
 def _remove(path: Path, owner: int) -> None:
@@ -95,13 +99,18 @@ def make_repo(path: Path, *, initial: bool = True) -> Repo:
     """A real repository at ``path``, with one commit of ``module.py`` unless not ``initial``.
 
     The initial commit is copied from one git made per process: the same objects, refs,
-    reflog and index git wrote, with fresh file times, at a third of the cost of running
-    git three times per test (hundreds of tests start from one).
+    reflog and index git wrote, each file's time as far before now as git wrote it before
+    its last write, at a third of the cost of running git three times per test (hundreds
+    of tests start from one).
     """
     path.mkdir(parents=True, exist_ok=True)
     repo = Repo(path)
     if initial and not any(path.iterdir()):
-        shutil.copytree(_initial_commit(), path, symlinks=True, copy_function=shutil.copy, dirs_exist_ok=True)
+        template, written = _initial_commit()
+        shutil.copytree(template, path, symlinks=True, copy_function=shutil.copy, dirs_exist_ok=True)
+        now = time.time_ns()
+        for name, before_last in written:  # git's order of writes (HEAD before the branch), as of now
+            os.utime(path / name, ns=(now + before_last, now + before_last), follow_symlinks=False)
         return repo
     if initial:
         _commit_initial(repo)
