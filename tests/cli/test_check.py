@@ -142,6 +142,9 @@ def test_checkouts_on_the_command_line_alone(workdir: Path, git_repo: Repo) -> N
     assert "# metrics: off" in done.stdout and "# 1 checkout;" in done.stdout
 
 
+# slow kinds (quick: tests/server/test_daemon_config.py's in-process starts print the same
+# messages, tests/server/test_restart_config.py the unknown key's); not-toml, bad-type and
+# no-git keep --check and a start agreeing at each stage (parse, read, bind) in the quick loop.
 @pytest.mark.parametrize(
     ("text", "error"),
     [
@@ -149,6 +152,7 @@ def test_checkouts_on_the_command_line_alone(workdir: Path, git_repo: Repo) -> N
             '[[checkout]]\npath = "{repo}"\n\nsettle = 3\n',
             "{file}:4: checkout[1].settle: unknown key (known: ",
             id="unknown-key",
+            marks=pytest.mark.slow,
         ),
         pytest.param(
             '[[checkout]]\npath = "{repo}"\n[checkout.restart]\naction = ["x"]\nsettle = "soon"\n',
@@ -158,7 +162,12 @@ def test_checkouts_on_the_command_line_alone(workdir: Path, git_repo: Repo) -> N
         pytest.param(
             'keepalive = 5\n[[checkout]\npath = "{repo}"\n', "{file}:2: TOML: invalid: ", id="not-toml"
         ),
-        pytest.param('[[checkout]]\npath = "{repo}/nope"\n', "{repo}/nope: does not exist", id="missing"),
+        pytest.param(
+            '[[checkout]]\npath = "{repo}/nope"\n',
+            "{repo}/nope: does not exist",
+            id="missing",
+            marks=pytest.mark.slow,
+        ),
         pytest.param(
             '[[checkout]]\npath = "{outside}"\n', "{outside}: is not inside a git working tree", id="no-git"
         ),
@@ -166,13 +175,17 @@ def test_checkouts_on_the_command_line_alone(workdir: Path, git_repo: Repo) -> N
             '[[checkout]]\npath = "{repo}/loose.py"\n',
             "{repo}/loose.py: is not committed to the git repository",
             id="untracked",
+            marks=pytest.mark.slow,
         ),
         pytest.param(
             '[[checkout]]\npath = "{repo}"\n[[checkout]]\npath = "{repo}/module.py"\n',
             "checkout: {repo} is configured twice",
             id="twice",
+            marks=pytest.mark.slow,
         ),
-        pytest.param('log_level = "info"\n', "{file}: checkout: nothing to watch", id="empty"),
+        pytest.param(
+            'log_level = "info"\n', "{file}: checkout: nothing to watch", id="empty", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_each_error_is_the_one_a_start_prints(workdir: Path, git_repo: Repo, text: str, error: str) -> None:

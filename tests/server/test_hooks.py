@@ -186,6 +186,10 @@ os.execv(sys.executable, [sys.executable, "-c", {HOOK!r}, sys.argv[1], "hook"])
 """
 
 
+# slow (quick: a hook's run of test_commands.py's
+# test_a_child_that_calls_setsid_goes_with_a_timed_out_command (hooks run through commands.run);
+# test_timeout_kills_the_hook covers a hook's timeout)
+@pytest.mark.slow
 def test_timeout_ends_a_process_that_left_the_group_too(
     hooks: HookServer, runner_factory: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -122,6 +122,9 @@ def _under_a_flood(workdir: Path, repos: list[Repo], mode: str) -> None:
     assert "Traceback" not in daemon.log_text()
 
 
+# slow (quick: test_a_flood_of_clients_that_never_read_delays_nobody makes the same checks under the other
+# flood)
+@pytest.mark.slow
 def test_a_connect_close_flood_delays_no_ping_event_watchdog_or_sigterm(
     workdir: Path, git_repo: Repo
 ) -> None:

@@ -112,7 +112,15 @@ def _dead_pid() -> int:
     return child.pid
 
 
-@pytest.mark.parametrize("kind", ["dead-pid", "over-age", "malformed", "fifo", "symlink"])
+# Each kind is judged in test_restart_markers.py; the daemon's path is the same for all, so
+# one runs in the quick loop and the rest are slow.
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "dead-pid",
+        *(pytest.param(k, marks=pytest.mark.slow) for k in ("over-age", "malformed", "fifo", "symlink")),
+    ],
+)
 def test_r1_an_update_that_did_not_end_cleanly_refuses_with_the_reason(
     workdir: Path, git_repo: Repo, kind: str
 ) -> None:
@@ -145,6 +153,9 @@ def test_r1_an_update_that_did_not_end_cleanly_refuses_with_the_reason(
         assert runs(workdir) == 0
 
 
+# slow (quick: a real daemon's run of test_restart_machine.py's
+# test_r1_a_refusing_marker_refuses_and_the_refusal_lifts_when_it_goes)
+@pytest.mark.slow
 def test_r1_a_recovery_marker_refuses_incomplete_and_the_refusal_lifts_when_it_goes(
     workdir: Path, git_repo: Repo
 ) -> None:
@@ -211,6 +222,9 @@ def test_r3_an_updater_holding_the_lock_makes_the_restart_wait(workdir: Path, gi
         assert runs(workdir) == 1
 
 
+# slow (quick: test_restart_machine.py's test_r6_a_failed_action_is_retried_after_the_interval_then_given_up
+# decides it; test_r6_a_failed_attempt_waits_out_the_interval_without_holding_the_lock runs a real daemon)
+@pytest.mark.slow
 def test_r6_a_failing_action_is_reported_and_not_retried_in_a_tight_loop(
     workdir: Path, git_repo: Repo
 ) -> None:
@@ -497,6 +511,10 @@ def test_r6_servers_restarted_by_hand_onto_a_refused_revision_end_the_refusal(
         assert runs(workdir) == 0
 
 
+# slow (quick: test_restart_machine.py's
+# test_r5_a_newer_commit_the_new_servers_loaded_is_verified_before_confirming reads HEAD;
+# test_r5_servers_that_loaded_a_newer_commit_during_the_restart_are_verified_too runs a real daemon)
+@pytest.mark.slow
 def test_r5_servers_on_a_commit_the_watcher_has_yet_to_see_are_confirmed_by_reading_head(
     workdir: Path, git_repo: Repo
 ) -> None:

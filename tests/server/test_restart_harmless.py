@@ -74,6 +74,9 @@ def test_r8_work_in_flight_holds_the_restart_until_it_is_done(workdir: Path, git
         assert runs(workdir) == 1
 
 
+# slow (quick: a real daemon's run of test_restart_machine.py's
+# test_r8_a_chatty_server_is_told_at_most_once_per_drain_poll)
+@pytest.mark.slow
 def test_r8_a_chatty_server_costs_each_client_one_line_per_drain_poll(workdir: Path, git_repo: Repo) -> None:
     poll = 0.5
     cfg = config(workdir, git_repo, drain_poll=poll)
@@ -97,6 +100,9 @@ def test_r8_a_chatty_server_costs_each_client_one_line_per_drain_poll(workdir: P
         assert phases(sub, "restarting")[-1]["phase"] == "restarting"
 
 
+# slow (quick: a real daemon's run of test_restart_machine.py's
+# test_r8_the_drain_bound_refuses_by_default_and_stands)
+@pytest.mark.slow
 def test_r8_the_drain_bound_refuses_by_default_and_the_refusal_stands(workdir: Path, git_repo: Repo) -> None:
     cfg = config(workdir, git_repo, drain_timeout=0.5)
     with (
@@ -118,6 +124,9 @@ def test_r8_the_drain_bound_refuses_by_default_and_the_refusal_stands(workdir: P
         assert runs(workdir) == 0
 
 
+# slow (quick: a real daemon's run of test_restart_machine.py's
+# test_r8_r10_a_daemon_just_started_gives_its_servers_time_to_register_again)
+@pytest.mark.slow
 def test_r8_a_daemon_just_started_waits_for_its_servers_to_register_again(
     workdir: Path, git_repo: Repo
 ) -> None:
@@ -170,6 +179,9 @@ def test_r10_a_revision_the_checkout_never_had_is_refused_and_restarts_nothing(
         assert "registration refused" in daemon.log_text()
 
 
+# slow (quick: a real daemon's run of test_restart_machine.py's
+# test_r6_r10_a_client_registering_an_old_revision_gets_at_most_max_attempts_actions)
+@pytest.mark.slow
 def test_r6_r10_registering_old_code_over_and_over_gets_at_most_max_attempts_actions(
     workdir: Path, git_repo: Repo
 ) -> None:
@@ -218,6 +230,10 @@ def test_r10_servers_that_registered_and_stopped_are_never_started(workdir: Path
 # -- truthful announcements (R7) --------------------------------------------------------------------
 
 
+# slow (quick: a real daemon's run of test_restart_machine.py's
+# test_r7_retry_after_covers_the_min_interval_left and
+# test_r7_every_phase_carries_the_estimate_and_the_earliest_next_action)
+@pytest.mark.slow
 def test_r7_retry_after_covers_the_min_interval_and_every_phase_says_when(
     workdir: Path, git_repo: Repo
 ) -> None:

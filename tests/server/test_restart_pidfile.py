@@ -140,6 +140,8 @@ def test_r10_a_pidfile_is_read_without_following_links_and_holds_one_pid(tmp_pat
     assert signal_server(good, "USR1")[1].endswith("never signalled (init or the daemon itself)")
 
 
+# slow (quick: end to end of test_r10_a_stale_pidfile_whose_pid_was_reused_is_never_signalled)
+@pytest.mark.slow
 def test_r10_the_daemon_refuses_to_signal_a_reused_pid_and_says_why(git_repo: Repo) -> None:
     """End to end: a server still registered on old code wants a restart; the pidfile lies."""
     with short_dir() as workdir, process(workdir, None) as stranger:

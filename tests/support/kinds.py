@@ -5,7 +5,8 @@
 - ``real_server``: a real outside server: gunicorn, supervisord, uvicorn, Chromium,
   Prometheus, node_exporter, the Hermes WebUI.
 
-``slow`` (more than a few seconds) is independent of the kind. ``./scripts/test
+``slow`` (more than a few seconds, or a slower run of what a quicker test covers: a
+comment above it names that test) is independent of the kind. ``./scripts/test
 --quick`` runs everything but ``real_server`` and ``slow``.
 """
 

@@ -62,6 +62,10 @@ def restart_line(sub: Subscriber, predicate: Any) -> dict[str, Any]:
     return line
 
 
+# slow (quick: end to end of what quick tests cover in parts: test_barrier_work (the count),
+# tests/client/test_inflight (its report), test_restart_harmless's
+# test_r8_work_in_flight_holds_the_restart_until_it_is_done (the hold))
+@pytest.mark.slow
 def test_r8_the_restart_waits_for_a_request_in_flight_and_says_so_meanwhile(
     workdir: Path, git_repo: Repo
 ) -> None:
@@ -155,6 +159,8 @@ def restart_lines_within(sub: Subscriber, seconds: float) -> list[dict[str, Any]
     return seen
 
 
+# slow (quick: a real daemon's run of test_restart_machine.py's test of the same name)
+@pytest.mark.slow
 def test_r8_a_server_whose_connection_drops_mid_drain_is_waited_for_while_its_process_runs(
     workdir: Path, git_repo: Repo
 ) -> None:

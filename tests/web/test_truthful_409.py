@@ -90,6 +90,9 @@ def test_r7_before_a_polling_daemon_saw_the_first_commit_the_409_says_a_restart_
             assert_pending(payload, headers)
 
 
+# slow (quick: test_restart_machine.py's test_r10_a_confirmed_restart_is_what_runs_afterwards decides it;
+# test_r7_before_a_polling_daemon_saw_the_first_commit_the_409_says_a_restart_is_pending renders it)
+@pytest.mark.slow
 def test_r7_after_a_confirmed_restart_a_new_commit_is_not_confirmed(workdir: Path, git_repo: Repo) -> None:
     cfg = config(workdir, git_repo)
     with start_daemon(workdir, "--config", str(cfg), env=POLL) as daemon, Subscriber(daemon.socket) as sub:
