@@ -1,7 +1,8 @@
 """The ``stalewatch`` command line: :func:`main` (the console script and ``python -m
 stalewatch`` run it through :func:`stalewatch.__main__.run`, which answers Ctrl-C).
 
-- :mod:`.run`: the parser and :func:`~.run.main`.
+- :mod:`.arguments`: every command's arguments (the parser imports no command).
+- :mod:`.run`: :func:`~.run.main`, which imports the command that runs.
 - :mod:`.watch`: ``watch`` and ``status`` (a checkout watched from this process).
 - :mod:`.daemon`: ``daemon`` (the process, wired: configuration, log, socket, metrics).
 - :mod:`.check`: ``daemon --check`` (what a start would run, printed; nothing opened).

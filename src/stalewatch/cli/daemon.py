@@ -19,45 +19,14 @@ from pathlib import Path
 
 from ..core import exits
 from ..core.errors import StalewatchError
-from ..protocol.socket_path import DEFAULT_TEXT
 from ..server import journal, startup
 from ..server.config import DaemonConfig, load, with_checkouts
 from ..server.listening import listen, release, unlink_if_ours
 from ..server.loop import DaemonServer, ObserverFactory
 
-__all__ = ["add_commands", "cmd_daemon", "fail", "observer", "starting"]
+__all__ = ["cmd_daemon", "fail", "observer", "starting"]
 
 logger = logging.getLogger(__name__)
-
-
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``daemon`` to the CLI's subparsers."""
-    daemon = sub.add_parser(
-        "daemon",
-        help="watch checkouts and push events over a Unix socket",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Watch checkouts in the foreground and push every change to socket clients and\n"
-        "hooks; with a restart policy, restart their servers onto new code. SIGHUP reloads\n"
-        "--config; SIGTERM or Ctrl-C stops it.",
-        epilog="examples:\n"
-        "  stalewatch daemon --socket /tmp/sw.sock /srv/app        # one checkout, as you\n"
-        "  stalewatch daemon --config /etc/stalewatch/daemon.toml  # under systemd\n"
-        "  stalewatch daemon --config /etc/stalewatch/daemon.toml --check  # before a reload\n"
-        "  kill -HUP PID                                            # reload its configuration",
-    )
-    daemon.add_argument(
-        "checkouts", nargs="*", metavar="CHECKOUT", help="a checkout, or a source file in one"
-    )
-    daemon.add_argument(
-        "--socket", help=f"socket path (default: the configuration's socket, else {DEFAULT_TEXT})"
-    )
-    daemon.add_argument("--config", help="a TOML configuration file (reloaded on SIGHUP)")
-    daemon.add_argument(
-        "--check",
-        action="store_true",
-        help="read and check the configuration as a start would, print what would run, and exit "
-        "(0: valid, 2: the error a start would print); opens no socket, starts no watcher",
-    )
 
 
 def _load(args: argparse.Namespace) -> DaemonConfig:

@@ -14,26 +14,10 @@ from ..core import exits, signals
 from ..core.errors import DaemonUnavailableError
 from ..core.escaping import printable
 from ..guard import Guard
-from ..protocol.socket_path import DEFAULT_TEXT, default_socket_path
+from ..protocol.socket_path import default_socket_path
 from .human_lines import human_line
 
-__all__ = ["add_commands", "cmd_events", "cmd_status"]
-
-
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``events`` to the CLI's subparsers (``status --socket`` is ``status``'s option)."""
-    events = sub.add_parser(
-        "events",
-        help="print a running daemon's snapshots and events as they come",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Follow a running daemon: where each checkout stands, then a line per change,\n"
-        "reconnecting (with backoff) when the daemon restarts, until SIGTERM or Ctrl-C.",
-        epilog="examples:\n"
-        "  stalewatch events --socket /tmp/sw.sock\n"
-        "  stalewatch events --socket /tmp/sw.sock --json | jq -c 'select(.type == \"event\")'",
-    )
-    events.add_argument("--socket", help=f"socket path (default: {DEFAULT_TEXT})")
-    events.add_argument("--json", action="store_true", help="print the protocol's JSON lines")
+__all__ = ["cmd_events", "cmd_status"]
 
 
 def cmd_events(args: argparse.Namespace) -> int:

@@ -8,58 +8,8 @@ import sys
 from ..core import exits
 from ..core.errors import SetupError
 from ..hermes import setup
-from ..hermes.supervisors import KINDS
 
-__all__ = ["add_commands", "cmd_setup"]
-
-
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``hermes setup`` to the CLI's subparsers."""
-    hermes = sub.add_parser("hermes", help="Hermes WebUI: automatic restarts after `hermes update`")
-    commands = hermes.add_subparsers(dest="hermes_command", required=True, metavar="COMMAND")
-    parser = commands.add_parser(
-        "setup",
-        help="print (or --write) a daemon configuration and a service under the WebUI's supervisor",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Find the Hermes install and what supervises the WebUI, then print (or write) a\n"
-        "daemon configuration that restarts the WebUI after `hermes update`, safely, and a\n"
-        "service running that daemon under the same supervisor.",
-        epilog="examples:\n"
-        "  stalewatch hermes setup                      # print what it would write\n"
-        "  stalewatch hermes setup --write              # write it (never overwriting)\n"
-        "  stalewatch hermes setup --supervisor supervisord --port 8787 --write",
-    )
-    parser.add_argument(
-        "--write", action="store_true", help="install the files (never overwriting without --force)"
-    )
-    parser.add_argument("--force", action="store_true", help="replace files that exist")
-    parser.add_argument(
-        "--no-check",
-        action="store_true",
-        help="do not ask the supervisor and the WebUI's /health first (a WebUI that is not running)",
-    )
-    parser.add_argument(
-        "--supervisor",
-        choices=list(KINDS),
-        help="what runs the WebUI (default: found from its running server, else its definitions)",
-    )
-    parser.add_argument("--port", type=int, help="the WebUI's port (default: the running WebUI's)")
-    parser.add_argument("--webui-dir", help="the Hermes WebUI checkout (default: the running WebUI's)")
-    parser.add_argument(
-        "--agent-dir", help="the Hermes Agent checkout (default: found as the WebUI finds it)"
-    )
-    parser.add_argument("--hermes-home", help="Hermes' home (default: $HERMES_HOME, else ~/.hermes)")
-    parser.add_argument("--python", help="the Agent's Python (default: its venv's)")
-    parser.add_argument("--unit", help="systemd: the WebUI's unit (default: hermes-webui.service)")
-    parser.add_argument("--label", help="launchd: the WebUI's LaunchAgent label")
-    parser.add_argument("--program", help="supervisord: the WebUI's program (default: hermes-webui)")
-    parser.add_argument(
-        "--supervisord-conf", help="supervisord: its configuration file (for supervisorctl -c)"
-    )
-    parser.add_argument("--service-dir", help="runit, s6: the WebUI's service directory")
-    parser.add_argument("--config", help="where the daemon's configuration goes")
-    parser.add_argument("--socket", help="the daemon's socket (default: per supervisor)")
-    parser.add_argument("--unit-dir", help="systemd: where units go (default: ~/.config/systemd/user)")
+__all__ = ["cmd_setup"]
 
 
 def cmd_setup(args: argparse.Namespace) -> int:

@@ -7,43 +7,38 @@ failure, 2 bad input, 3 the daemon cannot be reached).
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import cast
 
 from ..core import exits
 from ..core.errors import DaemonUnavailableError, HeadUnreadableError, StalewatchError
-from ..core.version import __version__
-from . import check, daemon, events, hermes, watch
+from .arguments import parser
 
 __all__ = ["main", "parser"]
 
 
-class _Command(argparse.ArgumentParser):
-    """A command's parser: an argument it does not know is its usage error (its own
-    usage printed), not the top level's (argparse hands unknown words up by default)."""
-
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
-        parsed, extra = super().parse_known_args(args, namespace)
-        if extra:
-            self.error(f"unrecognized arguments: {' '.join(extra)}")
-        return parsed, extra
-
-
-def parser() -> argparse.ArgumentParser:
-    """The argument parser of every command."""
-    top = argparse.ArgumentParser(
-        prog="stalewatch",
-        description="Watch a git checkout and report when its HEAD moves away from the loaded code.",
-    )
-    top.add_argument("--version", action="version", version=f"stalewatch {__version__}")
-    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Command)
-    sub = cast("argparse._SubParsersAction[argparse.ArgumentParser]", commands)
-    watch.add_commands(sub)
-    daemon.add_commands(sub)
-    events.add_commands(sub)
-    hermes.add_commands(sub)
-    return top
+def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
+    """The function that runs ``args``' command, its module imported now (only that one)."""
+    match args.command:
+        case "status" if args.socket:
+            where = "events:cmd_status"
+        case "status":
+            where = "watch:cmd_status"
+        case "daemon" if args.check:
+            where = "check:cmd_check"
+        case "daemon":
+            where = "daemon:cmd_daemon"
+        case "events":
+            where = "events:cmd_events"
+        case "hermes":
+            where = "hermes:cmd_setup"
+        case _:
+            where = "watch:cmd_watch"
+    module, name = where.split(":")
+    run = getattr(importlib.import_module(f".{module}", __package__), name)
+    return cast("Callable[[argparse.Namespace], int]", run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,21 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 0 for --help/--version, 2 for usage errors
         return int(exc.code or 0)
     try:
-        match args.command:
-            case "status" if args.socket:
-                return events.cmd_status(args)
-            case "status":
-                return watch.cmd_status(args)
-            case "daemon" if args.check:
-                return check.cmd_check(args)
-            case "daemon":
-                return daemon.cmd_daemon(args)
-            case "events":
-                return events.cmd_events(args)
-            case "hermes":
-                return hermes.cmd_setup(args)
-            case _:
-                return watch.cmd_watch(args)
+        return _command(args)(args)
     except StalewatchError as exc:
         print(f"stalewatch: {exc}", file=sys.stderr)
         if isinstance(exc, DaemonUnavailableError):

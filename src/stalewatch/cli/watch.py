@@ -13,43 +13,7 @@ from ..core.status import Event, Snapshot, Status
 from ..guard import Guard
 from .human_lines import human_line
 
-__all__ = ["add_commands", "cmd_status", "cmd_watch"]
-
-
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``watch`` and ``status`` to the CLI's subparsers."""
-    watch = sub.add_parser(
-        "watch",
-        help="print a line for every status change until Ctrl-C",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Watch a checkout from this process: a line now, then a line each time its status\n"
-        "changes (current, stale, unreadable), until SIGTERM or Ctrl-C.",
-        epilog="examples:\n"
-        "  stalewatch watch                      # the checkout of the current directory\n"
-        "  stalewatch watch /srv/app --json      # JSON lines, e.g. for jq\n"
-        "  stalewatch watch /srv/app/run_agent.py  # a source file its repository tracks",
-    )
-    watch.add_argument("path", nargs="?", default=".", help="a checkout, or a source file in one")
-    watch.add_argument("--json", action="store_true", help="print JSON lines")
-    status = sub.add_parser(
-        "status",
-        help="print the checkout's current revision",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Print the full commit id HEAD resolves to (exit 1 if it cannot be resolved), or,\n"
-        "with --socket, what a running daemon says of the checkouts it watches.",
-        epilog="examples:\n"
-        "  stalewatch status                          # HEAD of the current directory's checkout\n"
-        "  stalewatch status /srv/app --json          # where it stands, as JSON\n"
-        "  stalewatch status --socket /tmp/sw.sock    # every checkout the daemon watches\n"
-        "  stalewatch status --socket /tmp/sw.sock /srv/app  # just that one",
-    )
-    status.add_argument(
-        "path",
-        nargs="?",
-        help="a checkout, or a source file in one (default: .; with --socket: every checkout)",
-    )
-    status.add_argument("--json", action="store_true", help="print one JSON object")
-    status.add_argument("--socket", help="ask the daemon listening on this socket instead")
+__all__ = ["cmd_status", "cmd_watch"]
 
 
 _READY_WAIT = 5.0  # seconds `watch` waits for its watcher before the first line
