@@ -199,7 +199,7 @@ _FOLLOWS = {
 
 
 class StaleError(StalewatchError, RuntimeError):
-    """The barrier refused: the checkout no longer holds the loaded code (C3, C4).
+    """The barrier refused: the checkout no longer holds the loaded code.
 
     Attributes:
         checkout: the working tree the guard watches.
@@ -210,7 +210,7 @@ class StaleError(StalewatchError, RuntimeError):
             the message then says it: *(loaded 1a2b3c4, now 5d6e7f8: pull
             (fast-forward, 3 commits ahead) by alice at 12:03)*.
         restart: the :class:`~stalewatch.core.phases.RestartState` a daemon with a
-            restart policy last published, or ``None`` (R7).
+            restart policy last published, or ``None``.
 
     Args:
         message: the whole text of the error, for a caller that words it itself
@@ -252,7 +252,7 @@ class StaleError(StalewatchError, RuntimeError):
 
 
 class AgentRuntimeChangedError(StaleError):
-    """The loaded Hermes Agent no longer matches its checkout (C3, C4): restart WebUI.
+    """The loaded Hermes Agent no longer matches its checkout: restart WebUI.
 
     A :class:`RuntimeError` and a :class:`StaleError`, so generic stalewatch barriers
     (:mod:`stalewatch.web`) answer it with a 409 too. Like the WebUI's own class it is

@@ -1,4 +1,4 @@
-"""Where an automatic restart of the servers of a checkout stands (R7): a value type.
+"""Where an automatic restart of the servers of a checkout stands: a value type.
 
 A daemon with a restart policy (see :mod:`stalewatch.server.restart`) publishes a
 :class:`RestartState` at every phase. A guard fed by that daemon keeps the latest one
@@ -59,14 +59,14 @@ class RestartState:
         retry_after: seconds until the new servers are expected to answer (an
             estimate, while a restart is coming); ``None`` otherwise.
         at: ``time.time()`` when the phase began.
-        inflight: the work in flight the sequence waits for (R8: while it drains),
+        inflight: the work in flight the sequence waits for (while it drains),
             summed over the servers; ``None`` when it is not draining.
         estimate: seconds from a new commit to new servers answering when nothing else
             waits (settle, probes, the restart itself, as last measured); published in
             every phase by a daemon with a restart policy, so a server that sees a commit
-            before the daemon announces it can still tell a client when to retry (R7).
+            before the daemon announces it can still tell a client when to retry.
         earliest: ``time.time()`` before which no action can run (the minimum interval
-            since the last one, R6), or ``None`` when nothing holds it back.
+            since the last one, so a restart cannot loop), or ``None`` when nothing holds it back.
     """
 
     phase: RestartPhase

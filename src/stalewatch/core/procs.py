@@ -1,4 +1,4 @@
-"""What Linux tells of a process (R10): its parent, its start time, its owner, its children.
+"""What Linux tells of a process: its parent, its start time, its owner, its children.
 
 Read from ``/proc`` and nothing else: every file is outside input (a process may exit
 between two reads, a ``comm`` may hold spaces and parentheses), so each reader returns

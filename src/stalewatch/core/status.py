@@ -22,9 +22,9 @@ class Status(enum.StrEnum):
     """Where a guard's checkout stands relative to the loaded code.
 
     ``CURRENT``: HEAD resolves to the loaded commit. ``STALE``: it resolves to another
-    one (C3). ``UNREADABLE``: a revision was known and HEAD can no longer be resolved
-    (C4); blocks like ``STALE``. ``UNTRACKED``: the source is not tracked by any
-    repository (C2); never blocks.
+    one. ``UNREADABLE``: a revision was known and HEAD can no longer be resolved;
+    blocks like ``STALE``. ``UNTRACKED``: the source is not tracked by any repository;
+    never blocks.
     """
 
     CURRENT = "current"
@@ -39,7 +39,7 @@ class Status(enum.StrEnum):
 
 
 class WatchMode(enum.StrEnum):
-    """How a guard learns that its checkout may have moved (C9).
+    """How a guard learns that its checkout may have moved.
 
     ``NATIVE``: the kernel's notifications in this process (the only mode a flag read
     can be trusted in). ``POLLING``: a scan every poll interval, while notification is
@@ -66,7 +66,7 @@ def decide(loaded: str | None, current: str | None, *, readable: bool) -> Status
     """The status for a loaded and a current revision of a tracked checkout.
 
     ``None`` is an unborn branch (no commit). Losing a known revision to an unborn
-    or unreadable HEAD is ``UNREADABLE`` (C4); two different commits are ``STALE``.
+    or unreadable HEAD is ``UNREADABLE``: losing track fails closed; two different commits are ``STALE``.
     """
     if not readable:
         return Status.UNREADABLE
@@ -88,12 +88,12 @@ class Snapshot:
         current_revision: what HEAD resolves to now (``None``: unborn or unreadable).
         generation: increases by one on every change of status or current revision.
         changed_at: ``time.time()`` of the last change.
-        trusted: whether the barrier may decide from the flag alone right now (C9).
+        trusted: whether the barrier may decide from the flag alone right now.
         mode: how changes are noticed (:class:`WatchMode`, a string enum).
         error: why HEAD is unreadable, when it is; for ``UNTRACKED``, why the guard
             never blocks and what to do (commit the file; run from a git checkout).
         restart: where an automatic restart stands, when a daemon with a restart
-            policy feeds this guard (R7); ``None`` otherwise.
+            policy feeds this guard; ``None`` otherwise.
         cause: what moved HEAD to the current revision, read from the reflog when it
             changed (``None``: not moved since binding, unreadable, or no reflog).
     """
@@ -132,7 +132,7 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Event:
-    """One change of a guard's status or current revision (C12).
+    """One change of a guard's status or current revision.
 
     Attributes:
         checkout: the working tree watched.
@@ -182,9 +182,9 @@ def transition(
 ) -> tuple[Snapshot, Event] | None:
     """What a new reading of HEAD makes of ``old``: the next snapshot and its event.
 
-    ``None`` when nothing changed (C7: a write that did not move HEAD's commit is no
+    ``None`` when nothing changed (a write that did not move HEAD's commit is no
     event). ``loaded``: the code now runs that revision (adopted after a restart).
-    ``latch``: a blocked guard stays blocked after a rollback (C8).
+    ``latch``: a blocked guard stays blocked after a rollback.
     """
     adopting = loaded is not None and loaded != old.loaded_revision
     loaded = loaded if adopting else old.loaded_revision
