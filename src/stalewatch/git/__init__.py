@@ -3,7 +3,7 @@
 - :mod:`.refs`: where a checkout's git data lives, and which ref store keeps its refs.
 - :mod:`.store`: the ref store interface (resolve HEAD, files to watch, reflogs); one
   module per store: :mod:`.files` (loose refs and ``packed-refs``, in-process, ~20 µs
-  per resolve, C10, C11) and :mod:`.reftable` (through ``git``).
+  per resolve) and :mod:`.reftable` (through ``git``).
 - :mod:`.packed`: ``packed-refs``, searched in place; one process-wide cache of what
   was read, by file identity.
 - :mod:`.reflog`: what moved HEAD (action, who, when, ahead/behind), from the newest

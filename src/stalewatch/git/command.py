@@ -20,7 +20,7 @@ __all__ = ["is_tracked", "rev_parse_head", "run_git"]
 _TIMEOUT = 10.0
 # What `git rev-parse --local-env-vars` lists: git exports these to hooks, so a server
 # restarted by an updater's hook inherits them, and they would point every git call
-# here at another repository than the checkout's (C2).
+# here at another repository than the checkout's.
 _REPOSITORY_VARIABLES = frozenset(
     {
         "GIT_ALTERNATE_OBJECT_DIRECTORIES",
@@ -68,7 +68,7 @@ def run_git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def is_tracked(worktree: Path, path: Path) -> bool:
-    """True when the repository at ``worktree`` tracks exactly ``path`` (C2).
+    """True when the repository at ``worktree`` tracks exactly ``path``.
 
     The path is passed with ``--literal-pathspecs``, so ``[a]gent`` never matches
     ``agent``.

@@ -2,7 +2,7 @@
 
 Pure reads, no threads, no subprocesses: ``resolve_head`` costs ~20 µs for a loose ref,
 which is what lets a strict barrier check see a completed update without spawning
-``git`` (C10). Covered (C11): symbolic and detached HEAD; loose refs; packed refs with
+``git``. Covered: symbolic and detached HEAD; loose refs; packed refs with
 peeled ``^`` lines (:mod:`.packed`: a snapshot per file identity, binary search);
 branch names with slashes; unborn branches; symbolic refs written as symlinks
 (``core.preferSymlinkRefs``); per-worktree refs in a linked worktree's git dir.
@@ -55,7 +55,7 @@ def read_small(path: Path, *, ref: bool = False) -> str | None:
     try:
         # O_NONBLOCK: a FIFO planted where a ref should be must not hang the reader.
         # O_NOFOLLOW: a symlinked ref fails with ELOOP instead of being read through,
-        # which would hide the branch it names (and so the file to watch, C11).
+        # which would hide the branch it names (and so the file to watch).
         fd = os.open(path, _OPEN | (_NOFOLLOW if ref else 0))
     except (FileNotFoundError, NotADirectoryError):
         return None

@@ -9,7 +9,8 @@ about an unchanged file costs one ``stat``.
 
 A snapshot is cached only when its file was last changed :data:`RACY_NS` before it
 was read: a file rewritten within one timestamp tick, on a recycled inode, with the
-same size, keeps its stat data (C10). A racy file is searched afresh on every lookup.
+same size, keeps its stat data, and a cached snapshot would hide that change from a strict
+check. A racy file is searched afresh on every lookup.
 The cache (``_cache``) is process-wide; :func:`read_snapshot` bypasses it.
 """
 

@@ -262,7 +262,7 @@ def explain(dirs: GitDirs, chain: Sequence[Path], loaded: str | None, current: s
 
 def head_log(dirs: GitDirs) -> tuple[list[Entry], bool]:
     """The newest entries of ``logs/HEAD`` (oldest first, at most 256 KiB read) and
-    whether they are all of it: where HEAD was, and since when (R10).
+    whether they are all of it: where HEAD was, and since when.
 
     Empty for a store without reflog files (reftable), a missing or odd log: never an error.
     """

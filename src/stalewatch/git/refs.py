@@ -1,6 +1,6 @@
 """Where a checkout's git data lives, and which ref store keeps its refs: pure reads.
 
-Layouts covered (C11): ``.git`` directory; ``.git`` file with ``gitdir:`` (worktrees,
+Layouts covered: ``.git`` directory; ``.git`` file with ``gitdir:`` (worktrees,
 submodules) and ``commondir``. The ref store (:mod:`.store`) is chosen here, once per
 checkout: :mod:`.reftable` when the repository says so, else :mod:`.files`.
 """
