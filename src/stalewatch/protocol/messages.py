@@ -51,7 +51,7 @@ FEATURES = ("register", "inflight")
 ``register`` (and ``inflight``) only to a daemon that lists it (an older one would close
 it for the line)."""
 MAX_INFLIGHT = 1_000_000_000
-"""The largest count of work in flight a client may report (R8)."""
+"""The largest count of work in flight a client may report."""
 MAX_ID_BYTES = 256
 """Longest ``id`` a ping may carry (encoded), echoed in the pong."""
 HELLO_TIMEOUT = 5.0
@@ -106,28 +106,28 @@ def health_message(checkout: str, trusted: bool, mode: WatchMode) -> dict[str, A
 
 
 def restart_message(checkout: str, state: RestartState) -> dict[str, Any]:
-    """A ``restart`` line: a new phase of the checkout's restart sequence (R7)."""
+    """A ``restart`` line: a new phase of the checkout's restart sequence."""
     return {"type": "restart", "checkout": checkout, **state.to_dict()}
 
 
 def processes_message(checkout: str, processes: list[dict[str, Any]]) -> dict[str, Any]:
-    """A ``processes`` line: the servers registered for a checkout changed (R5)."""
+    """A ``processes`` line: the servers registered for a checkout changed."""
     return {"type": "processes", "checkout": checkout, "processes": processes, "at": time.time()}
 
 
 def register_message(checkout: str, revision: str, inflight: int = 0) -> dict[str, Any]:
-    """What a server process sends: it guards ``checkout``, loaded ``revision`` (R5), and
-    has ``inflight`` units of work in flight (R8)."""
+    """What a server process sends: it guards ``checkout``, loaded ``revision``, and
+    has ``inflight`` units of work in flight."""
     return {"type": "register", "checkout": checkout, "revision": revision, "inflight": inflight}
 
 
 def inflight_message(checkout: str, inflight: int) -> dict[str, Any]:
-    """What a registered server process sends when its work in flight changes (R8)."""
+    """What a registered server process sends when its work in flight changes."""
     return {"type": "inflight", "checkout": checkout, "inflight": inflight}
 
 
 def refused_message(request: str, checkout: str, reason: str) -> dict[str, Any]:
-    """A ``refused`` line: the daemon ignored a request and keeps the connection (R10:
+    """A ``refused`` line: the daemon ignored a request and keeps the connection (e.g.
     a registration of a revision the checkout never had)."""
     return {"type": "refused", "request": request, "checkout": checkout, "reason": reason, "at": time.time()}
 
@@ -169,8 +169,8 @@ class Ping:
 @dataclass(frozen=True)
 class Register:
     """``{"type": "register", "checkout": ..., "revision": ..., "inflight": N}``: a server
-    process loaded ``revision`` of ``checkout`` (R5) and has ``inflight`` units of work in
-    flight (R8; 0 when absent); its pid is the connection's peer, not its word."""
+    process loaded ``revision`` of ``checkout`` and has ``inflight`` units of work in
+    flight (0 when absent); its pid is the connection's peer, not its word."""
 
     checkout: str
     revision: str
@@ -180,7 +180,7 @@ class Register:
 @dataclass(frozen=True)
 class Inflight:
     """``{"type": "inflight", "checkout": ..., "inflight": N}``: a registered server's work
-    in flight changed (R8). Valid only after a ``register`` for the same checkout on the
+    in flight changed. Valid only after a ``register`` for the same checkout on the
     same connection."""
 
     checkout: str
