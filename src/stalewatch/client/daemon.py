@@ -11,7 +11,7 @@ Example::
 The daemon's events only say "re-resolve now": the guard re-reads HEAD in-process and
 compares with its own loaded revision, so each worker process decides for itself.
 The flag is trusted only while subscribed to a daemon whose own watcher for this
-checkout is trusted (C9); disconnected, the barrier re-reads synchronously on every
+checkout is trusted; disconnected, the barrier re-reads synchronously on every
 check, so a dead daemon never lets a stale process through.
 """
 
@@ -79,8 +79,8 @@ class Daemon:
         on_restart: OnRestart | None = None,
         work: Workload | None = None,
     ) -> DaemonWatch:
-        """Follow the daemon for ``dirs``; register ``loaded_revision`` with it (R5) and
-        report ``work``'s work in flight (R8)."""
+        """Follow the daemon for ``dirs``; register ``loaded_revision`` with it and
+        report ``work``'s work in flight."""
         return DaemonWatch(
             self, dirs, on_change, on_health, loaded=loaded_revision, on_restart=on_restart, work=work
         )
@@ -94,10 +94,10 @@ class DaemonWatch:
 
     When the daemon offers it (``register`` in its hello's ``features``), the process
     registers the revision it loaded, so a restart is confirmed only once the new
-    servers run the new code (R5); restart phases for the checkout go to ``on_restart``.
+    servers run the new code; restart phases for the checkout go to ``on_restart``.
     With ``inflight`` offered too, the registration carries ``work``'s work in flight
     and ``inflight`` lines follow its changes while a restart is coming or the code is
-    stale (:mod:`.inflight`), so the restart drains it first (R8).
+    stale (:mod:`.inflight`), so the restart drains it first.
     """
 
     def __init__(
@@ -277,14 +277,14 @@ class DaemonWatch:
             self._report(False)
         # An old daemon offers no registration (nor counts) and would close us for the line.
         # Sent once this checkout's snapshot is applied (it follows the hello): whoever
-        # hears the daemon announce this process knows what the daemon told it (R7).
+        # hears the daemon announce this process knows what the daemon told it.
         self._offer = None
         if watched and isinstance(features, list) and "register" in features:
             self._offer = "inflight" in features
         return silence_limit(message)
 
     def _register(self, sock: socket.socket) -> None:
-        """Register the loaded revision (R5), if the hello offered it and not yet done."""
+        """Register the loaded revision, if the hello offered it and not yet done."""
         offer, self._offer = self._offer, None
         if offer is None or self._loaded is None:
             return

@@ -1,4 +1,4 @@
-"""When a registered server tells the daemon its work in flight (R8): the client's side.
+"""When a registered server tells the daemon its work in flight: the client's side.
 
 A daemon's restart drains the servers' work in flight before it stops them; each
 server's count reaches it in the registration and then in ``inflight`` lines. What
@@ -70,7 +70,7 @@ class InflightReport:
         self._mattered = False
 
     def matters(self) -> bool:
-        """Whether the daemon may be waiting for this count now (R8)."""
+        """Whether the daemon may be waiting for this count now."""
         return self.enabled and (self.coming or self._stale())
 
     def due(self) -> float | None:
