@@ -3,9 +3,9 @@
 - :mod:`.guard`: :class:`~.guard.Guard`, its constructors, the barrier, the lifecycle.
 - :mod:`.state`: :class:`~.state.GuardState`, Guard's base: the flag, the status, the
   read-and-apply that moves them.
-- :mod:`.delivery`: ordered, exactly-once delivery of events to subscribers (C12).
+- :mod:`.delivery`: ordered, exactly-once delivery of events to subscribers.
 - :mod:`.head`: reading a guard's HEAD (grace for ``git branch -m``, first state).
-- :mod:`.identity`: which checkout a guard watches (C1, C2).
+- :mod:`.identity`: which checkout a guard watches.
 
 A guard is fed by a :class:`~stalewatch.watching.source.Source`; it owns no thread.
 """

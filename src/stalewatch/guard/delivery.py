@@ -1,4 +1,4 @@
-"""Delivering a guard's events (and restart notices) to its subscribers: each once, in order (C12).
+"""Delivering a guard's events (and restart notices) to its subscribers: each once, in order.
 
 The guard appends events under its own lock, in generation order, and then calls
 :meth:`Subscribers.drain` outside it. Whoever holds the delivery lock delivers

@@ -47,7 +47,7 @@ class Guard(GuardState):
     Args:
         binding: what to watch (from :mod:`.identity`).
         loaded_revision: the full commit id the process loaded; ``None``: HEAD now.
-        latch: stay blocked after a rollback instead of returning to current (C8).
+        latch: stay blocked after a rollback instead of returning to current.
         source: where change notifications come from; default a
             :class:`~stalewatch.watching.local.LocalSource` (a watchdog thread here).
 
@@ -58,7 +58,7 @@ class Guard(GuardState):
             guard.check()            # raises StaleError once the checkout moved
 
     Raises:
-        BindError: bad input, or HEAD unreadable while no revision is known (C5).
+        BindError: bad input, or HEAD unreadable while no revision is known.
     """
 
     def __init__(
@@ -82,7 +82,7 @@ class Guard(GuardState):
 
     @classmethod
     def for_module(cls, name: str, *, deploy_link: DeployLinkArg = None, **options: Unpack[Options]) -> Guard:
-        """Guard the checkout that supplied ``sys.modules[name]`` (C1).
+        """Guard the checkout that supplied ``sys.modules[name]``.
 
         Example: ``Guard.for_module("run_agent")``. Options as for :class:`Guard`.
         ``deploy_link``: the symlink the release in use is switched by
@@ -95,7 +95,7 @@ class Guard(GuardState):
     def for_file(
         cls, path: str | os.PathLike[str], *, deploy_link: DeployLinkArg = None, **options: Unpack[Options]
     ) -> Guard:
-        """Guard the checkout whose repository tracks exactly this source file (C2).
+        """Guard the checkout whose repository tracks exactly this source file.
 
         Example: ``Guard.for_file(run_agent.__file__)``. An untracked file gives an
         ``UNTRACKED`` guard that never blocks (unless behind a deploy link): it logs one
@@ -120,7 +120,7 @@ class Guard(GuardState):
         cls, path: str | os.PathLike[str], *, deploy_link: DeployLinkArg = None, **options: Unpack[Options]
     ) -> Guard:
         """What a command line or a configuration names: a checkout (any directory in
-        it, or a deploy link to one), or a source file its repository tracks (C2).
+        it, or a deploy link to one), or a source file its repository tracks.
 
         Unlike :meth:`for_file`, a file no repository tracks is refused: a guard of it
         would never block, so whoever named it would watch nothing without a word.
@@ -143,10 +143,10 @@ class Guard(GuardState):
 
         Args:
             strict: re-resolve HEAD in-process first, so any update completed before
-                the call is seen (C10; ~20 µs, no subprocess except for reftable).
+                the call is seen (~20 µs, no subprocess except for reftable).
 
         Raises:
-            StaleError: the checkout moved (C3) or became unreadable (C4).
+            StaleError: the checkout moved or became unreadable.
         """
         if self._pass and not strict:
             return
@@ -161,8 +161,8 @@ class Guard(GuardState):
             self._restart_after_fork = False
             self.start()
         if strict or not self._trusted or self._doubt:
-            # C9: the flag cannot be trusted, or the caller wants C10. A read that fails
-            # for want of descriptors decides nothing: the last reading stands.
+            # C9: the flag cannot be trusted, or the caller wants a strict check. A read that
+            # fails for want of descriptors decides nothing: the last reading stands.
             self.refresh()
         snap = self._snap
         if snap.status.blocks:
@@ -176,10 +176,10 @@ class Guard(GuardState):
                 restart=restart,
             )
 
-    # -- work in flight (R8) ------------------------------------------------------------
+    # -- work in flight ------------------------------------------------------------
 
     def work(self) -> AbstractContextManager[None]:
-        """Count one unit of work in flight while the ``with`` block runs (R8).
+        """Count one unit of work in flight while the ``with`` block runs.
 
         A daemon's restart lets this process's work in flight end before stopping it
         (the barriers count each guarded request so). Any thread; no lock, nothing
@@ -228,7 +228,7 @@ class Guard(GuardState):
 
         It runs with native notifications (``snapshot().trusted``: :meth:`check` is a
         flag read) or polling (never trusted: every :meth:`check` re-reads HEAD);
-        either way every later move is seen (C9). False again while the watcher is
+        either way every later move is seen. False again while the watcher is
         faulted and not polling. An untracked guard is always ready.
         Example: ``guard.start().wait_ready(5)``.
         """

@@ -1,4 +1,4 @@
-"""Reading a guard's HEAD: in-process, with git only where parsing cannot decide (C9, C10).
+"""Reading a guard's HEAD: in-process, with git only where parsing cannot decide.
 
 Pure of guard state: the guard passes what it knows and applies what comes back; the
 grace for ``git branch -m``, and a new guard's first state.
@@ -130,7 +130,7 @@ def read_settled(read: Read, chain: list[Path], *, known: bool) -> tuple[str | N
     Raises :class:`ResourceExhaustedError` rather than return it as an ``error``.
 
     Git passes through two such states while a revision is known, so look again briefly
-    before calling it lost or unreadable (C4), not to raise a false alarm: HEAD naming a
+    before calling it lost or unreadable, not to raise a false alarm: HEAD naming a
     branch without a commit (`git branch -m` renames the ref before it rewrites HEAD),
     and no HEAD at all (with ``core.preferSymlinkRefs`` a switch unlinks HEAD, then
     makes the new symlink; a turn already under way may read in between, which the
@@ -164,7 +164,7 @@ def initial(
     was loaded.
 
     Raises:
-        HeadUnreadableError: HEAD cannot be resolved and no revision is known (C5), or
+        HeadUnreadableError: HEAD cannot be resolved and no revision is known, or
             it cannot be read now for want of descriptors or memory (whatever is
             known: a checkout that may be fine is not bound as unreadable).
         BindError: ``loaded_revision`` is not a full commit id.

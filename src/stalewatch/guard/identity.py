@@ -1,4 +1,4 @@
-"""Which checkout a guard watches: identity from the file that supplied the code (C1, C2).
+"""Which checkout a guard watches: identity from the file that supplied the code.
 
 Binding resolves symlinks, finds the enclosing working tree in-process and, for a
 source file, asks git once whether that exact path is tracked. Everything after
@@ -30,7 +30,7 @@ class Binding:
         checkout: top of the working tree; for an untracked file, its directory; behind
             a deploy link, the link (``/srv/app/current``: what every release shares).
         source: the source file that supplied the code, ``None`` for a whole checkout.
-        dirs: the git directories, ``None`` when the source is untracked (C2); behind
+        dirs: the git directories, ``None`` when the source is untracked; behind
             a deploy link, with the link (:attr:`GitDirs.deploy_link`).
         link: the deploy link the code came through (``current -> releases/X``), if any.
         reason: for an untracked source, why a guard of it never blocks and what to
@@ -85,7 +85,7 @@ def _git_dirs(path: Path) -> GitDirs | None:
 
 
 def bind_file(path: str | Path, deploy_link: DeployLinkArg = None) -> Binding:
-    """Bind to the checkout whose repository tracks exactly this file (C2).
+    """Bind to the checkout whose repository tracks exactly this file.
 
     A file in no repository, or untracked in the enclosing one, binds as untracked,
     unless it came through a deploy link (:func:`~.release.find_link`).
@@ -112,7 +112,7 @@ def bind_file(path: str | Path, deploy_link: DeployLinkArg = None) -> Binding:
 
 
 def bind_module(name: str, deploy_link: DeployLinkArg = None) -> Binding:
-    """Bind to the checkout that supplied ``sys.modules[name]`` (C1).
+    """Bind to the checkout that supplied ``sys.modules[name]``.
 
     Raises:
         BindError: the module is not imported or has no ``__file__`` (built-in,

@@ -1,4 +1,4 @@
-"""What a guard tells clients of a daemon's restart (R7): the daemon's word, brought up to date.
+"""What a guard tells clients of a daemon's restart: the daemon's word, brought up to date.
 
 A process can see a commit before the daemon announces it: a polling daemon (``STALEWATCH_POLL=1``,
 or no inotify instance left) notices up to a poll later, while the process's own

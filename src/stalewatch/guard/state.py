@@ -1,4 +1,4 @@
-"""What a guard knows, and the barrier's flag computed from it (C9, C12).
+"""What a guard knows, and the barrier's flag computed from it.
 
 :class:`GuardState` is :class:`~.guard.Guard`'s base: the snapshot (status, revisions,
 generation), what its watch last reported (trust, mode, a daemon's restart phase), the
@@ -40,7 +40,7 @@ class GuardState:
     """
 
     _token: object  # the watch whose reports count (None: no watch feeds the guard)
-    _restart: RestartState | None  # from a daemon with a restart policy (R7)
+    _restart: RestartState | None  # from a daemon with a restart policy
 
     def __init__(self, binding: Binding, loaded_revision: str | None, latch: bool) -> None:
         self.binding = binding
@@ -61,12 +61,12 @@ class GuardState:
         self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time(), error=why)
         if why is not None:
             logger.warning("stalewatch: this guard will never block: %s", why)
-        self._disconnect()  # the barrier flag (C9) too: True only when it may be trusted and passes
+        self._disconnect()  # the barrier flag too: True only when it may be trusted and passes
 
     def _new_locks(self) -> None:
         """Fresh locks (also in a forked child: one a parent's thread held stays held)."""
         self._lock = threading.Lock()  # serialises state changes: generation order (C12)
-        self._refresh_lock = threading.Lock()  # one read-and-apply at a time (C12)
+        self._refresh_lock = threading.Lock()  # one read-and-apply at a time: none overtakes another
         self._ready = threading.Event()  # set while the watcher runs (see wait_ready)
         self._subscribers.after_fork()
         self._restart_subscribers.after_fork()
@@ -95,7 +95,7 @@ class GuardState:
         """The current state, frozen, including whether the flag is trusted right now.
 
         Its ``restart`` is the daemon's latest phase, or ``scheduled`` when this process
-        saw HEAD move before the daemon announced it (R7, see :mod:`.restart_as_seen`).
+        saw HEAD move before the daemon announced it (see :mod:`.restart_as_seen`).
         """
         snap = self._snap
         restart = restart_as_seen(self._restart, snap, time.time())
@@ -113,7 +113,7 @@ class GuardState:
     def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
         """Call ``callback(event)`` on every later change; returns an unsubscribe function.
 
-        Each subscriber sees each event once, in generation order (C12). Callbacks run
+        Each subscriber sees each event once, in generation order. Callbacks run
         on the thread that observed the change (the watcher's, or one calling
         :meth:`~.guard.Guard.check`), one at a time; keep them short. One that raises is
         logged and never stops the watcher or the other subscribers.
@@ -121,7 +121,7 @@ class GuardState:
         return self._subscribers.add(callback)
 
     def subscribe_restart(self, callback: Callable[[RestartState], object]) -> Callable[[], None]:
-        """Call ``callback(state)`` on each new phase of an automatic restart (R7).
+        """Call ``callback(state)`` on each new phase of an automatic restart.
 
         Only a guard fed by a daemon with a restart policy gets them; returns an
         unsubscribe function; callbacks run as :meth:`subscribe`'s.
@@ -135,7 +135,7 @@ class GuardState:
 
         Safe from any thread. Reads are serialised per guard and each result is applied
         before the next read starts, so results are applied in the order HEAD was read:
-        a slow reader can never roll the status back (C12). When the process is out of
+        a slow reader can never roll the status back. When the process is out of
         descriptors or memory the read tells nothing: the status stays, and the flag is
         distrusted until a read succeeds (``snapshot().trusted`` is False meanwhile).
         """
@@ -148,7 +148,7 @@ class GuardState:
 
         For whoever restarted the code's processes onto ``revision`` (the daemon does,
         after a confirmed automatic restart). HEAD is read again, and an event goes out
-        when the status changes (C12); a latched guard is unlatched.
+        when the status changes; a latched guard is unlatched.
 
         Raises:
             BindError: ``revision`` is not a full commit id.
@@ -244,7 +244,8 @@ class GuardState:
                 self._ready.clear()
 
     def _disconnect(self) -> None:
-        # No source feeds the guard (yet, or any more): nothing it said holds (C9, R7).
+        # No source feeds the guard (yet, or any more): nothing it said holds, neither the
+        # trust in the flag nor the restart it announced.
         self._token = None
         self._restart = None
         self._trusted = False

@@ -1,4 +1,4 @@
-"""A guard's work in flight (R8): what an automatic restart must let finish first.
+"""A guard's work in flight: what an automatic restart must let finish first.
 
 Two kinds add up. Units counted with ``with guard.work():`` (the WSGI and ASGI
 barriers count each guarded request this way), on the hot path: entering appends to
