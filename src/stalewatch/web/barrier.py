@@ -72,7 +72,7 @@ def stale_payload(exc: BaseException, *, kind: str = "code_stale") -> dict[str, 
     """The JSON body of a refusal: :meth:`stalewatch.Refusal.payload`.
 
     ``{"error": str(exc), "type": kind, "retryable": ..., "restart_scheduled": ...}``.
-    While a daemon's automatic restart is coming (R7), ``restart_scheduled`` is true with
+    While a daemon's automatic restart is coming, ``restart_scheduled`` is true with
     ``retry_after`` (seconds, an estimate) and ``restart_phase``; otherwise it is false
     with ``restart_reason`` (why no restart is coming). ``retryable`` is true only then:
     the same request, sent again after ``retry_after``, is expected to succeed; false,
@@ -98,7 +98,7 @@ def refusal(check: Check, *, strict: bool = False) -> StaleError | None:
     Args:
         check: a guard (its :meth:`~stalewatch.Guard.check` is called) or a callable
             such as ``hermes.ensure_agent_runtime_current``.
-        strict: for a guard, re-read HEAD first (C10: a commit completed before the
+        strict: for a guard, re-read HEAD first (a commit completed before the
             request is seen by it; ~20 µs). Ignored for a callable.
 
     Example: ``if (exc := refusal(guard)) is not None: ...``.
@@ -155,7 +155,7 @@ RouteSpec = Routes | Iterable[str] | Callable[[str, str], bool]
 
 
 class _Counted:
-    """One guarded request's unit of work in flight (R8), ended once, whoever ends it first
+    """One guarded request's unit of work in flight, ended once, whoever ends it first
     (none: the check is a plain callable, with nothing to count on)."""
 
     __slots__ = ("_unit",)
@@ -249,7 +249,7 @@ class WSGIBarrier(_Barrier[WSGIApplication]):
     """WSGI middleware answering 409 for the named routes while the code is stale.
 
     The path matched is ``PATH_INFO`` (the path inside the application). With a guard
-    as ``check``, each guarded request is work in flight (``guard.work()``, R8) from
+    as ``check``, each guarded request is work in flight (``guard.work()``) from
     its arrival, before the check, until the server closes its response; a 409 counts
     nothing once answered, and an event stream (``text/event-stream``) is not work.
 
@@ -258,7 +258,7 @@ class WSGIBarrier(_Barrier[WSGIApplication]):
         check: a :class:`~stalewatch.Guard` or a callable raising ``StaleError``.
         routes: prefixes, a predicate or a :class:`Routes` (see there).
         methods: methods to guard; ``None``: all.
-        strict: a guard re-reads HEAD on each guarded request (C10).
+        strict: a guard re-reads HEAD on each guarded request.
         kind: the payload's ``type``.
 
     Example: ``app = WSGIBarrier(app, guard, routes=["/api/chat"], methods=["POST"])``.
@@ -306,7 +306,7 @@ class ASGIBarrier(_Barrier[ASGIApp]):
     The path matched is ``scope["path"]``. The check runs on the event loop (a guard's
     is sub-microsecond, or ~20 µs strict); a callable that spawns processes blocks it
     for that long. With a guard as ``check``, each guarded request is work in flight
-    (``guard.work()``, R8) from its arrival, before the check, until the application
+    (``guard.work()``) from its arrival, before the check, until the application
     returns; a 409 counts nothing once answered, and an event stream
     (``text/event-stream``) stops counting when its response starts.
 
@@ -315,7 +315,7 @@ class ASGIBarrier(_Barrier[ASGIApp]):
         check: a :class:`~stalewatch.Guard` or a callable raising ``StaleError``.
         routes: prefixes, a predicate or a :class:`Routes`.
         methods: methods to guard; ``None``: all.
-        strict: a guard re-reads HEAD on each guarded request (C10).
+        strict: a guard re-reads HEAD on each guarded request.
         kind: the payload's ``type``.
 
     Example: ``app = ASGIBarrier(app, guard, routes=["/api/chat"], methods=["POST"])``.

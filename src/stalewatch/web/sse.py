@@ -9,14 +9,14 @@ code under the server moved, without polling. Each stream sends, in order:
 - one message per status change: ``event: <status>`` (``current``, ``stale``,
   ``unreadable``), ``id: <generation>``, and ``{"type": "event", **Event.to_dict()}``
   (the same ``type`` tags as the daemon's protocol);
-- with a daemon's automatic restart (R7), one ``event: restart`` message per phase, with
+- with a daemon's automatic restart, one ``event: restart`` message per phase, with
   ``{"type": "restart", "checkout": ..., "phase": ..., "reason": ..., "retry_after": ...}``
   (the snapshot's ``restart`` field holds the latest phase for a new client);
 - a ``: keep-alive`` comment whenever nothing was sent for ``keepalive`` seconds, so
   proxies keep the connection and a server notices a client that has gone.
 
 Each client has a bounded queue. A client too slow to drain it loses the queued
-events and gets a fresh snapshot instead, so the last status always arrives (C12).
+events and gets a fresh snapshot instead, so the last status always arrives.
 Disconnecting unsubscribes the client.
 
 Example::
