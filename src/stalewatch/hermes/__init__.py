@@ -16,7 +16,7 @@ the drop-in itself.
 
 - :mod:`.accelerator`: :func:`accelerate`.
 - :mod:`.agent_head`: the one in-process read of the Agent checkout's HEAD.
-- :mod:`.restart_view`: restart-aware 409s with a daemon (R7).
+- :mod:`.restart_view`: restart-aware 409s with a daemon.
 - :mod:`.dropin`: the drop-in.
 - :mod:`.discovery`: where Hermes lives, found as the WebUI finds it.
 - :mod:`.setup`: what ``stalewatch hermes setup`` writes.

@@ -17,8 +17,8 @@ before the call is seen by it. Everything else in the module, its error, its mes
 and its payloads, stays upstream's (``daemon=`` aside: :mod:`.restart_view`).
 
 What it costs is :mod:`.agent_head`'s: once per (``agent_dir``, ``module_path``),
-finding the checkout and one ``git ls-files`` to confirm the file is tracked literally
-(C2), cached, bounded and shared by every accelerated module and the drop-in; a call
+finding the checkout and one ``git ls-files`` to confirm the file is tracked literally,
+cached, bounded and shared by every accelerated module and the drop-in; a call
 afterwards is one in-process read of HEAD (~20 µs). No thread is started; nothing
 needs restarting after ``fork()``.
 """

@@ -2,7 +2,7 @@
 
 It means what the WebUI's ``_read_agent_revision(agent_dir, *, module_path=None)``
 means: the full HEAD of the checkout whose repository tracks ``module_path``
-literally (C2), ``None`` when untracked or outside a checkout. The WebUI ran three
+literally, ``None`` when untracked or outside a checkout. The WebUI ran three
 ``git`` processes per call for it; here, once per (``agent_dir``, ``module_path``)
 pair, the checkout is found and one ``git ls-files`` confirms the file is tracked (an
 :class:`AgentFile`, cached and bounded, shared by every caller of the process); every
@@ -10,7 +10,7 @@ call after that is one in-process read of HEAD (~20 µs). No thread is started.
 
 :func:`read` says :data:`DEFER` where it cannot decide (an unborn HEAD, odd input):
 the accelerator then asks the WebUI's own function, the drop-in answers ``None``
-(unknown, which fails closed: C4).
+(unknown, which fails closed).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def read_agent_revision(agent_dir: Path | None, *, module_path: Path | None = No
 
 
 def loaded_module_path() -> Path | None:
-    """The resolved file of the loaded ``run_agent`` (C1), if any."""
+    """The resolved file of the loaded ``run_agent``, if any."""
     module = sys.modules.get(AGENT_MODULE)
     module_file = getattr(module, "__file__", None)
     if not module_file:
@@ -134,13 +134,13 @@ def loaded_module_path() -> Path | None:
 
 
 def loaded_agent_identity() -> tuple[Path, Path] | None:
-    """The (source directory, file) that supplied ``sys.modules['run_agent']`` (C1)."""
+    """The (source directory, file) that supplied ``sys.modules['run_agent']``."""
     module_path = loaded_module_path()
     return None if module_path is None else (module_path.parent, module_path)
 
 
 def _bind(agent_dir: Any, module_path: PurePath) -> AgentFile | None:
-    """Which checkout ``agent_dir`` is in, and whether it tracks ``module_path`` (C2).
+    """Which checkout ``agent_dir`` is in, and whether it tracks ``module_path``.
 
     ``None`` (not cached) when ``agent_dir`` is in no checkout or the file lies outside
     it; a git failure (an untrusted owner, a corrupt index) raises.

@@ -145,7 +145,7 @@ def discover_agent_dir(webui_dir: Path | None = None, env: Mapping[str, str] = o
     ``/usr/local/hermes-agent``, ``/usr/local/share/hermes-agent``. The first holding
     ``run_agent.py`` wins, else the first laid out as a pip install; resolved; ``None``
     when none is. For the guard this is a diagnostic value: its identity always comes
-    from the loaded module (C1).
+    from the loaded module.
     """
     candidates = agent_candidates(webui_dir, env)
     for test in (_has_agent, _pip_style):

@@ -22,7 +22,7 @@ time, as the WebUI's own file does. ``_AGENT_DIR`` is discovered on first use, n
 import.
 
 What changes is the cost: binding starts a guard on the checkout that supplied the
-loaded ``run_agent`` (C1), whose strict in-process read (~20 µs, no subprocess)
+loaded ``run_agent``, whose strict in-process read (~20 µs, no subprocess)
 decides each check (see :func:`ensure_agent_runtime_current`).
 """
 
@@ -246,10 +246,10 @@ def _reset_for_tests() -> None:
 def ensure_agent_runtime_current() -> None:
     """Return while the loaded Agent is current; raise once its checkout moved.
 
-    A no-op until a revision is known (not bound yet, or untracked: C2). Decided by the
+    A no-op until a revision is known (not bound yet, or untracked). Decided by the
     bound guard's strict in-process check while it is healthy and bound to the
     current ``_AGENT_SOURCE_DIR``/``_AGENT_MODULE_PATH``/``_AGENT_REVISION``;
-    otherwise by ``_read_agent_revision``. An unknown reading fails closed (C4).
+    otherwise by ``_read_agent_revision``. An unknown reading fails closed.
 
     Raises:
         AgentRuntimeChangedError: HEAD moved to another commit, or can no longer be
@@ -283,11 +283,11 @@ def ensure_agent_runtime_current() -> None:
 
 
 def _capture_loaded_agent_revision() -> None:
-    """Bind to the checkout that supplied the loaded ``run_agent`` (C1), and watch it.
+    """Bind to the checkout that supplied the loaded ``run_agent``, and watch it.
 
-    When a revision is already known this only re-checks (C5: a re-bind never
+    When a revision is already known this only re-checks (a re-bind never
     replaces a known revision, and an unreadable checkout raises). Swapping the
-    module in ``sys.modules`` changes nothing (C6). The first binding to a tracked
+    module in ``sys.modules`` changes nothing: only the checkout decides. The first binding to a tracked
     checkout starts the guard.
 
     Raises:

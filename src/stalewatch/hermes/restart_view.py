@@ -1,21 +1,21 @@
-"""The WebUI's link to the daemon: ``accelerate(module, daemon=True)`` (R5, R7, R8).
+"""The WebUI's link to the daemon: ``accelerate(module, daemon=True)``.
 
 With a stalewatch daemon whose restart policy watches the Agent checkout (``stalewatch
 hermes setup`` writes one), an accelerated WebUI process
 
-- registers the revision it loaded (R5), on every WebUI version: one client thread,
+- registers the revision it loaded, on every WebUI version: one client thread,
   started when the WebUI binds the Agent (its capture of the loaded revision), so the
   daemon confirms a restart only once the new WebUI runs the new code;
 - leaves restarts to the daemon: a WebUI that restarts itself after an Agent update
   (its ``_schedule_automatic_restart``, pull request 7160) asks the daemon instead,
   and never re-executes itself (no double restart; see :func:`daemon_restarts`);
 - says in its stale payload, where the WebUI has one (``agent_runtime_stale_payload``),
-  whether the daemon's restart is coming (R7): ``restart_scheduled``, ``retry_after``
+  whether the daemon's restart is coming: ``restart_scheduled``, ``retry_after``
   and ``restart_phase`` while it is, ``restart_reason`` when the daemon refused or
   failed. A field the WebUI set itself is never contradicted;
 - tells the daemon its work in flight, its active chat streams and agent runs
   (:meth:`RestartView.work_in_flight`, read through a handle to the WebUI's own
-  ``api.config``), so the daemon's restart waits for running chat turns (R8).
+  ``api.config``), so the daemon's restart waits for running chat turns.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class RestartView:
         ``None`` while the daemon is not connected, does not watch the checkout, or
         has no restart policy for it (its snapshot's ``restart`` is null). While no
         restart is coming, HEAD is read first: a commit the daemon has not announced
-        yet is a restart pending (``scheduled``, R7).
+        yet is a restart pending (``scheduled``).
         """
         with self._lock:
             if self._bound is not None and self._pid != os.getpid():

@@ -49,7 +49,7 @@ class Service:
         notes: what the user must know (printed).
         pid_command: an argv printing the WebUI's pid (0 or nothing: not running), so
             the daemon knows what a WebUI that has not registered runs and never
-            starts a stopped one (R10); ``None`` where the supervisor has no such
+            starts a stopped one; ``None`` where the supervisor has no such
             command.
     """
 
