@@ -5,8 +5,8 @@
 - :mod:`.checkout`: one watched checkout (guard, heartbeat source, hooks, restarts).
 - :mod:`.connections`: socket clients with bounded queues and non-blocking writes.
 - :mod:`.publisher`: what subscribers are told, and when.
-- :mod:`.registry`: the server processes that registered the revision they loaded (R5).
-- :mod:`.registrations`: what a server process's registration does (R5, R8, R10).
+- :mod:`.registry`: the server processes that registered the revision they loaded.
+- :mod:`.registrations`: what a server process's registration does.
 - :mod:`.config` and :mod:`.owned_file`: the configuration, and reading it safely.
 - :mod:`.reload_plan`: a SIGHUP's plan, bound before anything changes.
 - :mod:`.reloader`: a reload's course on the loop, from the request to ``READY=1``.
@@ -14,7 +14,7 @@
 - :mod:`.supervision`: systemd readiness, status and watchdog (sd_notify).
 - :mod:`.listening`: the listening socket, bound safely; :mod:`.journal`: the log.
 - :mod:`.observer`: what the daemon tells its metrics (the metrics package implements it).
-- :mod:`.restart`: automatic restart (R1-R10).
+- :mod:`.restart`: automatic restart.
 
 The client side is :mod:`stalewatch.client`; the two share only :mod:`stalewatch.protocol`.
 """

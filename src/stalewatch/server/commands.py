@@ -6,7 +6,7 @@ of its output: one that prints without end costs a few kilobytes. A command is d
 when its process exits (waited on with a pidfd where Linux has one); a child it left
 in the background (``cmd &``, the usual restart idiom) may keep the output pipe open,
 and is neither waited for nor killed: given an :class:`~.drain.OutputDrain`, the pipe
-goes on being read there (R4), else it is closed.
+goes on being read there, else it is closed.
 
 Each run is marked (:data:`MARK` in its environment). A child that called ``setsid()``
 (``setsid cmd &``, a daemonizing tool) left the command's group and would survive its

@@ -2,10 +2,10 @@
 
 A process registers the revision it loaded (``register``), then says when its work in
 flight changes (``inflight``); closing its connection unregisters it. The claim is
-checked against what the checkout ever had (R10), recorded in the :class:`~.registry.Registry`
-(R5), told to the clients (``processes`` lines) and to the checkout's restart sequence
-(R5, R8). :class:`~.connections.ClientSet` has parsed and checked the lines; this is
-what the daemon does with them.
+checked against what the checkout ever had, recorded in the :class:`~.registry.Registry`,
+told to the clients (``processes`` lines) and to the checkout's restart sequence.
+:class:`~.connections.ClientSet` has parsed and checked the lines; this is what the
+daemon does with them.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Registrations:
         self._processes_changed(entry)
 
     def inflight(self, client: Client, checkout: str, inflight: int) -> None:
-        """``client``'s registered process has ``inflight`` work now (R8)."""
+        """``client``'s registered process has ``inflight`` work now."""
         # Not broadcast as a `processes` line: one chatty server must not make every
         # client's queue grow. The restart sequence is woken and tells a drain's count;
         # the kept snapshot line shows the count, so it is encoded afresh when next asked.

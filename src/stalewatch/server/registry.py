@@ -1,8 +1,8 @@
-"""The server processes that told the daemon which revision they loaded (R5).
+"""The server processes that told the daemon which revision they loaded.
 
 A process whose guard uses the daemon as its source registers on its connection:
 ``{"type": "register", "checkout": ..., "revision": ..., "inflight": N}``, then says
-when its work in flight changes (``{"type": "inflight", ...}``, R8). Its pid is the
+when its work in flight changes (``{"type": "inflight", ...}``). Its pid is the
 connection's peer (``SO_PEERCRED``, ``LOCAL_PEERPID`` on macOS), not what it claims,
 and its registration ends with the connection. The socket loop writes; a metrics
 scrape reads from its own thread.
@@ -27,7 +27,7 @@ class Process:
         revision: the revision it loaded.
         since: ``time.time()`` when it registered.
         connection: the daemon's number for its connection.
-        inflight: its work in flight, as it last said (R8).
+        inflight: its work in flight, as it last said.
         registered_at: ``time.monotonic()`` when it registered (for the restart
             sequence, whose clock is monotonic).
     """

@@ -1,4 +1,4 @@
-"""The revisions a checkout ever had, as far as the daemon can tell (R10).
+"""The revisions a checkout ever had, as far as the daemon can tell.
 
 A server registers the revision it loaded; a revision the checkout never had is a
 lie (or a bug), and must never make the restart machine want a restart (issue 15,
