@@ -1,4 +1,4 @@
-"""Automatic restart (R1-R10): after an update, the servers come back on the new code.
+"""Automatic restart: after an update, the servers come back on the new code.
 
 The sequence is a pure state machine; a thread only carries it out.
 
@@ -6,14 +6,14 @@ The sequence is a pure state machine; a thread only carries it out.
   :mod:`.rules`: what the machine reads of it.
 - :mod:`.machine`: ``step(state, input) -> (state, effects)``, the whole sequence
   (:mod:`.stages`, :mod:`.run`; values in :mod:`.state`, :mod:`.inputs`,
-  :mod:`.effects`; pure decisions in :mod:`.drain` (R8), :mod:`.confirming` (R5, R9),
-  :mod:`.running` (R10), :mod:`.waits` (R7)).
+  :mod:`.effects`; pure decisions in :mod:`.drain`, :mod:`.confirming`,
+  :mod:`.running`, :mod:`.waits`).
 - :mod:`.executor`: :class:`~.executor.Restarter`, which feeds the machine under one
   lock and carries out its effects on one worker thread (:mod:`.work`).
 - The restart action, one class per way (:mod:`.actions`: a command, a signal,
-  gunicorn's ``USR2`` handoff, R4, R9), refused under a supervisor it would leave
+  gunicorn's ``USR2`` handoff), refused under a supervisor it would leave
   without its server (:mod:`.supervised`).
-- What it carries out with: :mod:`.markers` (R1), :mod:`.lock` (R3), :mod:`.pidfile`
-  (a pid signalled only while it is the file's process, R10), :mod:`.loaded` and
-  :mod:`.procs` (what runs, R10).
+- What it carries out with: :mod:`.markers`, :mod:`.lock`, :mod:`.pidfile`
+  (a pid signalled only while it is the file's process), :mod:`.loaded` and
+  :mod:`.procs` (what runs).
 """

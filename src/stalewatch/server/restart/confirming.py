@@ -1,4 +1,4 @@
-"""Pure confirmation decisions (R5, R9): do the restarted servers run the new code?
+"""Pure confirmation decisions: do the restarted servers run the new code?
 
 - Plain restarts (stop-then-start, HUP): every registered server runs one revision,
   the target or HEAD now (a commit that landed during the restart is what new servers
@@ -10,7 +10,7 @@
   halt); the old ones are still there, serving, until retired.
 
 Servers are counted as processes, by pid: one process registering on two connections
-(two guards, a reconnect) is one server, never the second worker it stands in for (R9).
+(two guards, a reconnect) is one server, never the second worker it stands in for.
 """
 
 from __future__ import annotations

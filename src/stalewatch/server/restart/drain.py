@@ -1,4 +1,4 @@
-"""Pure drain decisions (R8): how much work is in flight, and what to do about it.
+"""Pure drain decisions: how much work is in flight, and what to do about it.
 
 Registered servers say what they have in flight; a server that does not register is
 asked by the drain probe. While work is in flight the restart waits (guarded routes

@@ -34,7 +34,7 @@ __all__ = [
 
 
 class Stage(enum.IntEnum):
-    """Where one run of the sequence for a target stands, in the order it moves (R7).
+    """Where one run of the sequence for a target stands, in the order it moves.
 
     Within a run the stage only grows; a run starts at ``SCHEDULED`` (a new target, a
     retry, or a start over after a re-check under the lock); ``DONE`` ends it.
@@ -61,7 +61,7 @@ class Stage(enum.IntEnum):
 
 @dataclass(frozen=True)
 class Publish:
-    """Tell this phase (R7): the executor stamps ``at`` (``time.time()``) and publishes it.
+    """Tell this phase: the executor stamps ``at`` (``time.time()``) and publishes it.
 
     ``stage``: where the sequence stood when it was decided (for ordering checks).
     ``earliest``: when the next action may run at the earliest, on the machine's clock
@@ -126,7 +126,7 @@ class ReleaseLock:
 
 @dataclass(frozen=True)
 class Act(Request):
-    """Restart through the supervisor onto ``revision`` (R4); answer with ``Acted``.
+    """Restart through the supervisor onto ``revision``; answer with ``Acted``.
 
     ``action``: what the machine took the action to be able to do when it decided.
     """
@@ -148,7 +148,7 @@ class Retire:
     (``Traits.retires``; gunicorn: ``TERM`` the old master).
 
     ``pids``: the servers registered before the action (the ones to go); ``ticket``: the
-    ``Act`` whose servers these are (only that handoff's old master is stopped, R9).
+    ``Act`` whose servers these are (only that handoff's old master is stopped).
     """
 
     pids: frozenset[int]
@@ -164,7 +164,7 @@ class Abort:
     ``ticket``: the ``Act`` that started them. Only a new master that very action
     started is stopped: never one of an earlier handoff (whose old master is retired and
     may be exiting: it is all that serves), never anything when the action signalled
-    nothing (R9).
+    nothing.
     """
 
     pids: frozenset[int]
@@ -173,7 +173,7 @@ class Abort:
 
 @dataclass(frozen=True)
 class Rebind:
-    """The servers run ``revision`` now: the daemon's guard adopts it as loaded (R5)."""
+    """The servers run ``revision`` now: the daemon's guard adopts it as loaded."""
 
     revision: str
 

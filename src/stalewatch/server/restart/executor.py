@@ -9,7 +9,7 @@ The machine (:mod:`.machine`) decides; :class:`Restarter` only carries out:
 - ``Publish`` is carried out at once, under that lock: stamped with ``at`` (and
   ``earliest`` turned into a Unix time) and handed to ``publish`` (the daemon's inbox),
   so phases reach clients in the order decided, and a phase before the event that
-  caused it (R7: :meth:`notice` runs before the checkout posts the event);
+  caused it (:meth:`notice` runs before the checkout posts the event);
 - ``Wake`` sets the single timer; everything slow (probes, the lock, the action,
   signals, re-binding the daemon's guard) goes to one worker thread
   (``stalewatch-restart:<checkout>``), which exists only while there is work or a
@@ -79,7 +79,7 @@ logger = logging.getLogger(__name__)
 
 
 class _Learn:
-    """The worker's own job: ask what the servers run (R10, :mod:`.loaded`)."""
+    """The worker's own job: ask what the servers run (:mod:`.loaded`)."""
 
 
 _LEARN = _Learn()
@@ -103,7 +103,7 @@ class Restarter:
         publish: called with each new :class:`RestartState`, under the feed lock (it
             must not block: the daemon posts it to its loop's inbox).
         drain: where an action's output goes while its background child holds it.
-        known: what a restarter this one replaces knew the servers run (R10); by
+        known: what a restarter this one replaces knew the servers run; by
             default, the guard's loaded revision until something tells.
     """
 
@@ -159,7 +159,7 @@ class Restarter:
             )
 
     def notice(self, event: Event) -> None:
-        """A status change (the watcher's thread), fed before the event is posted (R7)."""
+        """A status change (the watcher's thread), fed before the event is posted."""
         revision = event.current_revision
         self.feed(Head(time.monotonic(), revision))
         if revision != self._head:
@@ -223,7 +223,7 @@ class Restarter:
 
     @property
     def belief(self) -> Belief:
-        """What the machine knows the servers that do not register run (R10)."""
+        """What the machine knows the servers that do not register run."""
         with self._cond:
             return self._state.belief
 
@@ -233,7 +233,7 @@ class Restarter:
         return self._told
 
     def _tell(self, effect: Publish) -> None:
-        """Stamp and publish a phase (under the lock: in the order decided, R7)."""
+        """Stamp and publish a phase (under the lock: in the order decided)."""
         now, mono = time.time(), time.monotonic()
         earliest = None if effect.earliest is None else now + (effect.earliest - mono)
         state = replace(effect.state, at=now, earliest=earliest)
@@ -310,7 +310,7 @@ class Restarter:
                 self._work.release_lock()
 
     def _carry(self, job: Job) -> None:
-        """Carry out one job; a request is answered whatever raises (R3: a lost answer
+        """Carry out one job; a request is answered whatever raises (a lost answer
         would leave the machine waiting, the lock held; its backstop is the last resort)."""
         do, failed = self._pair(job)
         try:

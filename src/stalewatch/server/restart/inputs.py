@@ -47,9 +47,9 @@ class Server:
     Attributes:
         pid: its pid, from the connection's peer credentials (0: unknown).
         revision: the revision it loaded; the registry refuses a revision the checkout
-            never had (R10) before it gets here.
+            never had before it gets here.
         inflight: the work it has in flight (requests through the barriers, long work
-            such as agent turns), as it last said (R8).
+            such as agent turns), as it last said.
         since: ``time.monotonic()`` when it registered (same clock as ``now``).
     """
 
@@ -78,7 +78,7 @@ class Servers:
 
     Only registrations the registry accepted: a revision the checkout never had is
     refused there, so no client can make the machine want a restart with an invented
-    revision (R10).
+    revision.
     """
 
     now: float
@@ -87,7 +87,7 @@ class Servers:
 
 @dataclass(frozen=True)
 class Loaded:
-    """What the supervisor or the process tells of servers that do not register (R10).
+    """What the supervisor or the process tells of servers that do not register.
 
     The executor derives it, e.g. from the server process's start time against the
     times HEAD moved (the reflog):
@@ -134,7 +134,7 @@ class Answer:
 
 
 class Verdict(enum.StrEnum):
-    """What the markers say (R1): go, wait (an update runs, a hold), refuse (unclean end)."""
+    """What the markers say: go, wait (an update runs, a hold), refuse (unclean end)."""
 
     GO = "go"
     WAIT = "wait"
@@ -181,7 +181,7 @@ class Acted(Answer):
     """The answer to ``Act``: did the action (command or signal) succeed (``detail``: how not).
 
     ``refused``: nothing was done, on purpose: the pidfile's pid is not the process the
-    file was written for (R10); the refusal stands for the revision.
+    file was written for; the refusal stands for the revision.
     """
 
     ok: bool

@@ -1,4 +1,4 @@
-"""What servers that do not register run, from what the process can tell (R10).
+"""What servers that do not register run, from what the process can tell.
 
 A daemon started (or reloaded) after the checkout moved cannot take HEAD for what the
 servers loaded: one started before the move runs the old code. When no server
@@ -136,7 +136,7 @@ def _pid_from(policy: RestartPolicy, stop: threading.Event, drain: OutputDrain |
             return found.proc
         return Told(stopped=found.stopped, why=found.reason)
     argv = policy.pid_command or ()
-    # As an action's (R4): output bounded, and a background child's drained, never cut.
+    # As an action's: output bounded, and a background child's drained, never cut.
     outcome = commands.run(argv, timeout=PID_COMMAND_TIMEOUT, stop=stop, drain=drain, label="the pid_command")
     if not outcome.ok:
         return Told(why=f"the pid_command {outcome.detail}")

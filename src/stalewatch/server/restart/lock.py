@@ -1,4 +1,4 @@
-"""The handoff lock (R3): the ``flock`` an updater run as ``flock LOCK hermes update`` takes.
+"""The handoff lock: the ``flock`` an updater run as ``flock LOCK hermes update`` takes.
 
 ``flock(1)`` opens the file (creating it) and takes an exclusive ``flock(2)`` on it; so
 do we, from the final re-check of HEAD and markers until the restarted servers are

@@ -5,20 +5,20 @@ and an executor carries out the effects (:mod:`.effects`), feeding their results
 as inputs (:mod:`.inputs`). For one target (HEAD's revision, when the servers run
 another, :mod:`.running`) a run of the sequence goes, in this order (:class:`Stage`):
 
-1. ``scheduled``; ``waiting: settle`` until ``settle`` s passed without HEAD moving (R6);
+1. ``scheduled``; ``waiting: settle`` until ``settle`` s passed without HEAD moving;
 2. the bounds: at most ``max_attempts`` actions per HEAD revision, confirmed ones
-   included (R6, R10); ``waiting: min-interval`` until ``min_interval`` s after the last
+   included; ``waiting: min-interval`` until ``min_interval`` s after the last
    action;
-3. the markers (R1): ``waiting`` while an update runs or a hold exists, ``refused``
+3. the markers: ``waiting`` while an update runs or a hold exists, ``refused``
    while an update did not end cleanly (lifts when the marker goes);
-4. ``verifying``: the probe (R2), to fail fast on a broken commit;
-5. ``waiting: drain: N in flight`` until no work is in flight (R8), ``drain_timeout`` at
+4. ``verifying``: the probe, to fail fast on a broken commit;
+5. ``waiting: drain: N in flight`` until no work is in flight, ``drain_timeout`` at
    most, then ``on_drain_timeout``: ``refuse`` gives up, ``restart`` goes on and says
    ``drain-timeout: N still in flight``;
-6. ``waiting: lock`` until the handoff lock is taken (R3); under it, HEAD, the markers
+6. ``waiting: lock`` until the handoff lock is taken; under it, HEAD, the markers
    and the work in flight once more (any of them not right: release, start over);
-7. ``verifying`` under the lock (R9), then HEAD read again: it must still be the target;
-8. ``restarting``: the action (R4), then confirmation (R5; handoff, R9: the old servers
+7. ``verifying`` under the lock, then HEAD read again: it must still be the target;
+8. ``restarting``: the action, then confirmation (for a handoff: the old servers
    are retired only once new ones run the target, else the new are aborted);
 9. ``confirmed``, or ``failed`` (a new run after ``min_interval`` while attempts remain).
 

@@ -1,4 +1,4 @@
-"""Has the update finished, and cleanly? Reading the files an updater leaves behind (R1).
+"""Has the update finished, and cleanly? Reading the files an updater leaves behind.
 
 Every read is of outside input: a marker may be missing, a symlink, a FIFO, huge, or
 garbage. Nothing here follows a symlink, blocks on a FIFO or reads more than a few

@@ -1,4 +1,4 @@
-"""A pidfile's pid, signalled only while it is still the process the file was written for (R10).
+"""A pidfile's pid, signalled only while it is still the process the file was written for.
 
 A pidfile outlives its server: after a crash, a reboot or an unclean stop it names a
 pid the kernel may have given to an unrelated process since. So the pid is taken for
@@ -115,7 +115,7 @@ def _found(claim: Claim, proc: Proc | None) -> Found:
 
 
 def signal_server(path: Path, signame: str) -> tuple[Proc | None, str]:
-    """Send ``SIG<signame>`` to the pidfile's server, if it is still the file's (R10).
+    """Send ``SIG<signame>`` to the pidfile's server, if it is still the file's.
 
     Returns the process signalled (``None``: refused or failed) and what happened. The
     process is pinned by a pidfd before ``/proc`` is read: if the pid were reused after

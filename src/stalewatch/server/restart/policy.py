@@ -37,7 +37,7 @@ _SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signal.Signals)
 
 
 class DrainOutcome(enum.StrEnum):
-    """What happens when the drain bound is reached with work still in flight (R8).
+    """What happens when the drain bound is reached with work still in flight.
 
     ``REFUSE``: give up on this revision (the servers keep answering 409 on guarded
     routes: stale but nothing is cut off) until another revision is wanted or a reload.
@@ -66,7 +66,7 @@ def _lock(value: object, table: TableReader) -> Path:
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """How and when the daemon restarts the servers of one checkout (R1-R6): each
+    """How and when the daemon restarts the servers of one checkout: each
     field's declaration says what it means (docs/restart.md shows them)."""
 
     action: tuple[str, ...] | None = setting(

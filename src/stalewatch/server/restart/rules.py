@@ -20,7 +20,7 @@ the lock, HEAD), the handoff's wait for a promoted master (5 s), a loaded machin
 
 
 def patience(policy: RestartPolicy) -> float:
-    """Seconds after which an answer awaited is lost (R2-R5: never a hang with the lock held).
+    """Seconds after which an answer awaited is lost (never a hang with the lock held).
 
     Every command the executor runs has its timeout, and a request may wait on the one
     worker thread behind another that is still running (a dropped run's probe): twice
@@ -43,26 +43,26 @@ class Rules:
     """A policy as the machine sees it; its defaults are the policy's (the declarations).
 
     Attributes:
-        settle: seconds HEAD must hold still before anything else (R6).
-        max_attempts: actions per HEAD revision, confirmed ones included (R6, R10).
-        min_interval: seconds between two actions, whatever their revisions (R6).
-        markers: the policy names markers to look at (R1), or its action lingers (a
-            previous one still under way is waited for with them, R9).
-        verify: the policy has a verify probe (R2, R9).
-        lock: the policy has a handoff lock (R3).
-        confirm_probe: the policy has a confirm probe (R5).
-        confirm_timeout: seconds for the restarted servers to be confirmed (R5).
-        drain_timeout: seconds the drain may take before ``on_drain_timeout`` applies (R8).
+        settle: seconds HEAD must hold still before anything else.
+        max_attempts: actions per HEAD revision, confirmed ones included.
+        min_interval: seconds between two actions, whatever their revisions.
+        markers: the policy names markers to look at, or its action lingers (a
+            previous one still under way is waited for with them).
+        verify: the policy has a verify probe.
+        lock: the policy has a handoff lock.
+        confirm_probe: the policy has a confirm probe.
+        confirm_timeout: seconds for the restarted servers to be confirmed.
+        drain_timeout: seconds the drain may take before ``on_drain_timeout`` applies.
         on_drain_timeout: ``refuse`` (default: never cut off work) or ``restart``.
         drain_probe: the policy has a drain probe (asks servers that do not register).
         drain_poll: seconds between two looks at the drain: the probe, and telling its
             count (at most one drain phase per poll, whatever the servers report).
         reconnect_grace: seconds after the daemon's start (or a server's connection
             dropping without a pid) during which silence is not "nothing in flight": the
-            servers may still be reconnecting (R8).
+            servers may still be reconnecting.
         action: what the restart action can do (:class:`~.actions.base.Traits`): e.g.
             gunicorn's ``USR2`` starts the new servers beside the old, retired only once
-            as many new ones registered on the target, the new aborted if they do not (R9).
+            as many new ones registered on the target, the new aborted if they do not.
         patience: seconds after which an answer still awaited counts as lost (the
             executor answers every request, failures included; this is the backstop):
             the run fails rather than waits for ever holding the lock (:func:`patience`).

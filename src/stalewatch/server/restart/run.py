@@ -2,7 +2,7 @@
 
 :class:`Run` is the bookkeeping shared by the machine's transitions (:mod:`.stages`,
 :mod:`.machine`): changing the run under way, giving tickets to requests, telling a
-phase once with a truthful ``retry_after`` (R7), asking for the next wake-up, and the
+phase once with a truthful ``retry_after``, asking for the next wake-up, and the
 outcomes that end a run (confirmed, failed, a give-up). It is created for one step and
 thrown away; only its :class:`~.state.State` survives.
 """
@@ -89,7 +89,7 @@ class Run:
         return tuple(x for x in s.servers if x.pid not in s.retiring)
 
     def held(self) -> tuple[drain.Departed, ...]:
-        """The departed servers whose work still counts (R8)."""
+        """The departed servers whose work still counts."""
         return drain.held(self.s.departed, self.now, self.s.rules)
 
     def in_flight(self) -> int | None:
@@ -116,9 +116,9 @@ class Run:
     ) -> None:
         """Tell a phase, unless it is the one told last (same phase, reason and revision).
 
-        Every phase carries the ``estimate`` and, on the machine's clock, ``earliest``
-        (R7): a server that sees a commit before this machine does can tell its clients
-        when to retry from the last phase it heard. ``inflight``: the drain's count (R8).
+        Every phase carries the ``estimate`` and, on the machine's clock, ``earliest``:
+        a server that sees a commit before this machine does can tell its clients
+        when to retry from the last phase it heard. ``inflight``: the drain's count.
         """
         s = self.s
         if revision is None and s.attempt is not None and phase is not RestartPhase.IDLE:
@@ -141,7 +141,7 @@ class Run:
         return s.last_action + s.rules.min_interval
 
     def heard_at(self) -> float | None:
-        """When the servers' counts are in, if that is still ahead (R8): one ``drain_poll``
+        """When the servers' counts are in, if that is still ahead: one ``drain_poll``
         after this run's announcement (they report at once), and after the daemon's start
         the clients' reconnect grace.
 
@@ -161,7 +161,7 @@ class Run:
         return at if self.now < at else None
 
     def waits(self, stage: Stage) -> Waits:
-        """The waits ahead of a phase told at ``stage`` (R7: all of them, issue 15 item 3)."""
+        """The waits ahead of a phase told at ``stage`` (all of them, or ``retry_after`` is too short)."""
         s, a, now = self.s, self.s.attempt, self.now
         if a is None:
             return Waits()  # no run: nothing is coming
@@ -176,7 +176,7 @@ class Run:
             verifies = 1
         flowing = counts = 0.0
         if stage <= Stage.DRAIN and self.in_flight() != 0:
-            flowing = rules.drain_poll  # ahead or under way; unknown length: at least the next look (R8)
+            flowing = rules.drain_poll  # ahead or under way; unknown length: at least the next look
         elif stage <= Stage.DRAIN and (heard := self.heard_at()) is not None:
             # Nothing in flight yet is no drain: the counts are still coming (R8: a poll
             # after the announcement, the reconnect grace after the daemon's start).
@@ -215,7 +215,7 @@ class Run:
     # -- outcomes ------------------------------------------------------------------------
 
     def confirmed(self, a: Attempt, act: Taken, running: str) -> None:
-        """The servers run ``running``: retire the old (if the action does), tell, re-bind (R5)."""
+        """The servers run ``running``: retire the old (if the action does), tell, re-bind."""
         if act.traits.retires:
             # Only now: the new ones run the target (R9).
             self.effects.append(Retire(act.old_pids, act.ticket))
@@ -237,7 +237,7 @@ class Run:
         self.effects.append(Rebind(running))
 
     def restart_failed(self, a: Attempt, act: Taken, reason: str, *, signalled: bool = True) -> None:
-        """The restart did not come up; the new servers go (if the action aborts), the old serve on (R9).
+        """The restart did not come up; the new servers go (if the action aborts), the old serve on.
 
         ``signalled``: the action may have started new servers (an action that says it
         failed signalled nothing: it has nothing to abort).
@@ -250,7 +250,7 @@ class Run:
         self.failure(a, reason)
 
     def failure(self, a: Attempt, reason: str) -> None:
-        """A failed attempt: tell it, then a new run while attempts remain, else give up (R6)."""
+        """A failed attempt: tell it, then a new run while attempts remain, else give up."""
         if a.reloaded:
             self.drop()  # judged again under the new rules (a new run)
             return
@@ -267,7 +267,7 @@ class Run:
     def give_up(
         self, phase: RestartPhase, reason: str, revision: str | None = None, *, loaded: bool = False
     ) -> None:
-        """End the run with a verdict that stands for its revision (R6)."""
+        """End the run with a verdict that stands for its revision."""
         a = self.s.attempt
         if a is None:
             return

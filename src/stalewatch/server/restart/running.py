@@ -1,4 +1,4 @@
-"""What the servers run, as the restart machine knows it (R10), and so which restart is wanted.
+"""What the servers run, as the restart machine knows it, and so which restart is wanted.
 
 In order of precedence:
 
@@ -10,7 +10,7 @@ In order of precedence:
 3. only when nothing tells: the daemon's loaded revision is presumed loaded (HEAD when
    it began watching, or the configured ``revision``; the first HEAD heard of when
    there was none), so an action-only policy whose servers neither register nor can be
-   asked still restarts when HEAD moves, and A->B->A ends with nothing to do, C8. The
+   asked still restarts when HEAD moves, and A->B->A ends with nothing to do. The
    executor feeds :class:`~.inputs.Loaded` at start so that this never decides for a
    server that started before HEAD moved (issue 15, item 4).
 

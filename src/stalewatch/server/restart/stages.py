@@ -65,7 +65,7 @@ def _idle(r: Run, want: str | None) -> None:
         attempt = Attempt(want, Stage.SCHEDULED, r.now)
         r.s = replace(s, attempt=attempt, drain_since=None, probed=None)
     else:
-        # Idle: say what tells what runs when no server registers (R10: unknown is
+        # Idle: say what tells what runs when no server registers (unknown is
         # said, never guessed); a confirmation stays told until something else is.
         told = s.published
         why = None if s.servers or not s.why else s.why
@@ -139,7 +139,7 @@ def _locked_drain(r: Run, a: Attempt, due: bool) -> None:
 
 
 def bounds(r: Run) -> None:
-    """The attempt bound, then the minimum interval (R6, R10)."""
+    """The attempt bound, then the minimum interval."""
     s = r.s
     if s.actions >= s.rules.max_attempts:
         # Whatever clients register, no more actions for this HEAD revision.
@@ -155,7 +155,7 @@ def bounds(r: Run) -> None:
 
 
 def drain_stage(r: Run, a: Attempt, due: bool) -> None:
-    """Wait until no work is in flight, ``drain_timeout`` at most (R8)."""
+    """Wait until no work is in flight, ``drain_timeout`` at most."""
     looks = r.looks()
     if looks and due:
         r.probe_drain()
@@ -190,7 +190,7 @@ def drain_stage(r: Run, a: Attempt, due: bool) -> None:
 
 
 def drain_under_lock(r: Run, a: Attempt) -> None:
-    """The work in flight once more, under the lock: more came in, drain again (R8)."""
+    """The work in flight once more, under the lock: more came in, drain again."""
     if a.note is not None:
         r.next()  # the bound passed: restart anyway
         return
@@ -203,7 +203,7 @@ def drain_under_lock(r: Run, a: Attempt) -> None:
 
 
 def drained(r: Run, verdict: drain.Next, total: int | None) -> None:
-    """The drain's verdict (R8): on to the next stage, restart anyway, or give up."""
+    """The drain's verdict: on to the next stage, restart anyway, or give up."""
     left = "unknown" if total is None else str(total)
     if verdict is drain.Next.GO:
         r.next()
@@ -217,7 +217,7 @@ def drained(r: Run, verdict: drain.Next, total: int | None) -> None:
 
 
 def final(r: Run, a: Attempt) -> None:
-    """HEAD is still the target, read right before the action (R9): act, if drained."""
+    """HEAD is still the target, read right before the action: act, if drained."""
     draining = a.drain or Draining()
     if r.looks() and draining.note is None and not draining.final_look:
         # The probe's count is as old as the verify under the lock (up to its timeout):
@@ -246,7 +246,7 @@ def final(r: Run, a: Attempt) -> None:
 
 
 def confirm(r: Run, a: Attempt, due: bool) -> None:
-    """Do the restarted servers run the new code (R5, R9)?"""
+    """Do the restarted servers run the new code?"""
     s, act, c = r.s, a.action, a.confirm
     if act is None or c is None:
         return  # never: the stage is entered with both
@@ -283,7 +283,7 @@ def unanswered(r: Run, a: Attempt) -> None:
 
     Before the action: a failed attempt (a new run after ``min_interval``, the lock
     released). The action or its confirmation: a failed restart; an action that
-    aborts stops only what that very action started, if anything (R9).
+    aborts stops only what that very action started, if anything.
     """
     a = replace(a, ask=None)
     r.put(a)

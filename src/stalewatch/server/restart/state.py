@@ -6,7 +6,7 @@ small record for what each phase owns, ``None`` until that phase makes it
 (:class:`Draining` from the announcement, :class:`Locking` from the first try of the
 lock, :class:`Taken` once the action is taken, :class:`Confirming` once it succeeded);
 a stage's handler reads and replaces only its record. :class:`GiveUp` is a verdict that
-stands for its revision (R6).
+stands for its revision.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ CONFIRM_POLL = (0.2, 2.0)  # first and longest wait between runs of the confirm 
 
 
 class Confirm(enum.Enum):
-    """How a restart is confirmed (R5), decided once the action succeeded."""
+    """How a restart is confirmed, decided once the action succeeded."""
 
     REGISTRATIONS = "registrations"  # servers register (always when started beside the old)
     PROBE = "probe"  # the confirm probe, and no registered server on old code
@@ -56,7 +56,7 @@ class Confirm(enum.Enum):
 
 @dataclass(frozen=True)
 class GiveUp:
-    """A verdict that stands for ``revision`` until another is wanted or a reload (R6).
+    """A verdict that stands for ``revision`` until another is wanted or a reload.
 
     ``loaded``: the servers already run it (they loaded a commit that failed the probe
     during a restart): it stands even though no restart is wanted.
@@ -70,7 +70,7 @@ class GiveUp:
 
 @dataclass(frozen=True)
 class Locking:
-    """The handoff lock (R3), from the first answer of a try: ``held`` once taken;
+    """The handoff lock, from the first answer of a try: ``held`` once taken;
     ``delay``: the wait before the next try while another holds it."""
 
     held: bool = False
@@ -79,7 +79,7 @@ class Locking:
 
 @dataclass(frozen=True)
 class Draining:
-    """What the run knows of its drain (R8).
+    """What the run knows of its drain.
 
     Attributes:
         announced: when this run told clients a restart is coming (their counts follow).
@@ -94,11 +94,11 @@ class Draining:
 
 @dataclass(frozen=True)
 class Taken:
-    """The action, once taken (R4, R9).
+    """The action, once taken.
 
     Attributes:
         at: when it was taken.
-        ticket: its ``Act``'s: ``Retire`` and ``Abort`` name what it started (R9).
+        ticket: its ``Act``'s: ``Retire`` and ``Abort`` name what it started.
         traits: what it can do, as the machine took it when it acted.
         old_pids: the servers registered before it (the ones it replaces).
         reloaded: a reload came after it: its failure is not a verdict.
@@ -113,7 +113,7 @@ class Taken:
 
 @dataclass(frozen=True)
 class Confirming:
-    """The confirmation of a taken action (R5), decided once it succeeded.
+    """The confirmation of a taken action, decided once it succeeded.
 
     Attributes:
         by: how it is confirmed; ``until``: when it fails unconfirmed.
@@ -169,8 +169,8 @@ class State:
         clock: the latest ``now`` seen (time never runs back for the machine).
         head: HEAD's revision as last read (``None``: unborn, unreadable, not read yet).
         servers: the accepted registrations, in flight included.
-        registered: a server ever registered (confirm by registrations, R5).
-        belief: what servers that do not register run (R10); ``why``: how that was
+        registered: a server ever registered (confirm by registrations).
+        belief: what servers that do not register run; ``why``: how that was
             last told (said while idle and no server registers).
         target: the revision the bound counts actions for; ``actions``: how many.
         last_action: ``now`` of the last action (for ``min_interval``).
@@ -178,7 +178,7 @@ class State:
         drain_since: when the drain of the target began (``None``: none yet).
         probed, probe_detail: the drain probe's last answer.
         departed: registrations that went away with work in flight outside an action of
-            the machine's: their work may still run (R8, :mod:`.drain`).
+            the machine's: their work may still run (:mod:`.drain`).
         attempt: the run under way, if any.
         published: the last phase told; ``published_at``: when (for ``drain_poll``).
         tickets: the last ticket given to a request.
@@ -186,11 +186,11 @@ class State:
         retiring: the old servers a handoff retired (``TERM`` sent to their master): they
             leave as they finish their work (within gunicorn's ``graceful_timeout``) and
             never count for what runs meanwhile: a restart for them would signal the new
-            master, all that serves besides them (R9).
+            master, all that serves besides them.
         verify_seconds, restart_seconds: the last measured probe and restart times.
         started: when the daemon started (``None``: not known): its servers register
             again within the policy's ``reconnect_grace`` of it, and until then a drain does not
-            take their silence for nothing in flight (R8).
+            take their silence for nothing in flight.
     """
 
     rules: Rules

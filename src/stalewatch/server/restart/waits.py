@@ -1,4 +1,4 @@
-"""A truthful ``retry_after`` (R7): every wait the restart machine knows of, added up.
+"""A truthful ``retry_after``: every wait the restart machine knows of, added up.
 
 Until the new servers answer, a client waits for: what is left of settle and of the
 minimum interval and of the wait for the servers' counts (their clocks run at once, so
@@ -26,7 +26,7 @@ class Waits:
     Attributes:
         settle: what is left of settle.
         interval: what is left of the minimum interval before the next action.
-        counts: what is left until the servers' counts of work in flight are in (R8).
+        counts: what is left until the servers' counts of work in flight are in.
         poll: the stage's own wait of unknown length, until its next look.
         drain: a drain ahead or under way (at least its next re-check).
         verifies: verify probe runs still ahead (the one running included).
@@ -55,6 +55,6 @@ def estimate(settle: float, verify: bool, verify_seconds: float, restart_seconds
 
     What a server that sees a commit before the daemon tells its clients (with
     ``earliest``): ``retry_after = estimate + max(0, earliest - now)`` covers every wait
-    the daemon knew of when it last spoke (R7).
+    the daemon knew of when it last spoke.
     """
     return settle + (2 * verify_seconds if verify else 0.0) + restart_seconds

@@ -1,11 +1,11 @@
-"""The restart machine's slow requests, carried out: probes, the lock, the action (R1-R10),
-and what servers that do not register run (R10, :mod:`.loaded`).
+"""The restart machine's slow requests, carried out: probes, the lock, the action,
+and what servers that do not register run (:mod:`.loaded`).
 
 :class:`Work` runs on the executor's one worker thread (:mod:`.executor`) and turns each
 request of :mod:`.effects` into the answer of :mod:`.inputs` that carries its ticket.
 Commands are configured argv lists run with :mod:`..commands` (own session, timeout,
 bounded output, done when the process exits, a background child's output drained as a
-hook's, R4) and the variables that say which revision they are about.
+hook's) and the variables that say which revision they are about.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class Work:
         return Markers(request.ticket, now, Verdict(verdict.action), verdict.reason)
 
     def _under_way(self, now: float) -> tuple[Verdict, str] | None:
-        """A previous action still under way (R9): a handoff's old master finishes its requests.
+        """A previous action still under way: a handoff's old master finishes its requests.
 
         Until it has exited, gunicorn keeps ``<pidfile>.2`` and ignores a ``USR2`` to the
         new master: the next action waits (told as a wait), ``drain_timeout`` at most,
@@ -151,7 +151,7 @@ class Work:
         return Verified(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
 
     def drain_probe(self, request: ProbeDrain, target: str) -> Drain:
-        """A look at the drain (R8): the probe's count, and which departed servers are gone."""
+        """A look at the drain: the probe's count, and which departed servers are gone."""
         # Their pids came from the kernel (SO_PEERCRED): while the process runs, the work
         # it had in flight may still run.
         gone = frozenset(pid for pid in request.pids if read_proc(pid) is None)
@@ -183,7 +183,7 @@ class Work:
                 lock.release()
 
     def act(self, request: Act) -> Acted:
-        """Restart through the supervisor (R4): the policy's action (:mod:`.actions`)."""
+        """Restart through the supervisor: the policy's action (:mod:`.actions`)."""
         self.started = None  # whatever happens now, an earlier action's is never aborted
         done = self.action.act(request.revision, self._run, self._stop)
         if done.started is not None:
@@ -209,7 +209,7 @@ class Work:
         return self.started[1]
 
     def learn(self, dirs: GitDirs | None, head: str | None) -> Loaded:
-        """What the servers run, when they do not register (R10), as the machine is told it;
+        """What the servers run, when they do not register, as the machine is told it;
         logged when it changes."""
         told = loaded.learn(self.policy, dirs, head, self._stop, self._drain)
         line = loaded.describe(told)
@@ -224,7 +224,7 @@ class Work:
             logger.info("stalewatch: restart of %s: %s", self.key, started.retire())
 
     def abort(self, ticket: int) -> None:
-        """Stop the new servers the action ``ticket`` started, if any (R9: never others)."""
+        """Stop the new servers the action ``ticket`` started, if any, never others."""
         started = self._of(ticket)
         if started is None:
             logger.info("stalewatch: restart of %s: that action started no new servers to stop", self.key)

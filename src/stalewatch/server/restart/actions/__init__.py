@@ -1,4 +1,4 @@
-"""The restart action (R4): one class per way of restarting a checkout's servers.
+"""The restart action: one class per way of restarting a checkout's servers.
 
 - :class:`~.command.Command`: the supervisor's own command (``action = [...]``);
 - :class:`~.signal.Signal`: a signal to the master in ``pidfile`` (gunicorn ``HUP``);

@@ -1,4 +1,4 @@
-"""What a restart action is (R4): :class:`Traits` for the machine, :class:`Action` for the worker.
+"""What a restart action is: :class:`Traits` for the machine, :class:`Action` for the worker.
 
 The pure machine (:mod:`..machine`) never knows which action runs: it asks the
 action's :class:`Traits` what it can do (start the new servers beside the old,
@@ -24,7 +24,7 @@ Run = Callable[[tuple[str, ...], str, str, float], Outcome]
 
 @dataclass(frozen=True)
 class Traits:
-    """What an action can do, as the machine asks it (R5, R9).
+    """What an action can do, as the machine asks it.
 
     Attributes:
         beside: the new servers start beside the old ones, which serve on meanwhile: it
@@ -46,7 +46,7 @@ class Traits:
 
 class Started(Protocol):
     """What an action started beside the old servers: retired or aborted once the machine
-    decided (only the very action's, R9)."""
+    decided (only the very action's)."""
 
     def retire(self) -> str:
         """The new servers run the target: stop the old ones. What was done."""

@@ -1,4 +1,4 @@
-"""The restart through the supervisor's own command (``action = [...]``): R4.
+"""The restart through the supervisor's own command (``action = [...]``).
 
 ``supervisorctl restart web``, ``systemctl restart app``: the supervisor stops the old
 servers and starts new ones, and stays the one that knows them. Done when the command's

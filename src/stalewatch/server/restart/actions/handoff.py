@@ -1,4 +1,4 @@
-"""The gunicorn handoff (R9): a new master beside the old, the old retired only once it runs.
+"""The gunicorn handoff: a new master beside the old, the old retired only once it runs.
 
 ``pidfile``, ``signal = "USR2"``, ``handoff = true``. Only for a gunicorn that no
 supervisor waits on: under supervisord or systemd the master that retires is the one
@@ -116,7 +116,7 @@ def alternative(who: Supervised) -> str:
 
 class Handoff:
     """The action: ``SIG<name>`` (``USR2``) to gunicorn's master in ``pidfile``, a new master
-    beside the old; the old retired once new workers registered on the target (R9)."""
+    beside the old; the old retired once new workers registered on the target."""
 
     traits: ClassVar[Traits] = Traits(beside=True, retires=True, aborts=True, lingers=True)
 

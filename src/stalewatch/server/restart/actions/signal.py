@@ -1,4 +1,4 @@
-"""The restart by a signal to the server's master (``pidfile`` and ``signal``): R4, R10.
+"""The restart by a signal to the server's master (``pidfile`` and ``signal``).
 
 gunicorn's ``HUP``: the master stays (the pid its supervisor knows), starts new workers
 on the new code and stops the old ones gracefully. The pid is signalled only while it is
