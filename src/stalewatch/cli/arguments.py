@@ -155,19 +155,18 @@ def _add_hermes(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="what runs the WebUI (default: found from its running server, else its definitions)",
     )
     parser.add_argument("--port", type=int, help="the WebUI's port (default: the running WebUI's)")
-    parser.add_argument("--webui-dir", help="the Hermes WebUI checkout (default: the running WebUI's)")
-    parser.add_argument(
-        "--agent-dir", help="the Hermes Agent checkout (default: found as the WebUI finds it)"
-    )
-    parser.add_argument("--hermes-home", help="Hermes' home (default: $HERMES_HOME, else ~/.hermes)")
-    parser.add_argument("--python", help="the Agent's Python (default: its venv's)")
-    parser.add_argument("--unit", help="systemd: the WebUI's unit (default: hermes-webui.service)")
-    parser.add_argument("--label", help="launchd: the WebUI's LaunchAgent label")
-    parser.add_argument("--program", help="supervisord: the WebUI's program (default: hermes-webui)")
-    parser.add_argument(
-        "--supervisord-conf", help="supervisord: its configuration file (for supervisorctl -c)"
-    )
-    parser.add_argument("--service-dir", help="runit, s6: the WebUI's service directory")
-    parser.add_argument("--config", help="where the daemon's configuration goes")
-    parser.add_argument("--socket", help="the daemon's socket (default: per supervisor)")
-    parser.add_argument("--unit-dir", help="systemd: where units go (default: ~/.config/systemd/user)")
+    for flag, text in (  # the paths and names setup finds by itself unless told
+        ("--webui-dir", "the Hermes WebUI checkout (default: the running WebUI's)"),
+        ("--agent-dir", "the Hermes Agent checkout (default: found as the WebUI finds it)"),
+        ("--hermes-home", "Hermes' home (default: $HERMES_HOME, else ~/.hermes)"),
+        ("--python", "the Agent's Python (default: its venv's)"),
+        ("--unit", "systemd: the WebUI's unit (default: hermes-webui.service)"),
+        ("--label", "launchd: the WebUI's LaunchAgent label"),
+        ("--program", "supervisord: the WebUI's program (default: hermes-webui)"),
+        ("--supervisord-conf", "supervisord: its configuration file (for supervisorctl -c)"),
+        ("--service-dir", "runit, s6: the WebUI's service directory"),
+        ("--config", "where the daemon's configuration goes"),
+        ("--socket", "the daemon's socket (default: per supervisor)"),
+        ("--unit-dir", "systemd: where units go (default: ~/.config/systemd/user)"),
+    ):
+        parser.add_argument(flag, help=text)
