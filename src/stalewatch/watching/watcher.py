@@ -172,9 +172,6 @@ class Watcher:
         self.signal(relevance)
 
     def on_overflow(self) -> None:
-        self.queue_overflowed()
-
-    def queue_overflowed(self) -> None:
         """Events were lost: distrust the flag until resynced."""
         self._health.fault(resync=True)
         self.wake()
@@ -387,10 +384,6 @@ class Watcher:
     def instance(self) -> Notifier | None:
         """The process's notifier while this watcher uses it."""
         return self._watches.instance
-
-    def watch_count(self) -> int:
-        """Directories watched natively now."""
-        return self._watches.count()
 
     def _trust_unless_faulted(self, faults: int) -> bool:
         """Restore trust unless a fault came after ``faults`` (or we are stopping)."""
