@@ -304,9 +304,13 @@ class DaemonServer:
 
     def _handle_posted(self) -> None:
         # On the posting thread, holding the turn (see .inbox): the loop's own steps, up
-        # to the lines written; the loop's thread logs them after.
-        self._guarded("processing events", lambda: self._process_inbox(posted_only=True))
-        self._clients.flush_pending()
+        # to the lines written; the loop's thread logs them, and closes a failed client.
+        self._clients.deferring = True
+        try:
+            self._guarded("processing events", lambda: self._process_inbox(posted_only=True))
+            self._clients.flush_pending()
+        finally:
+            self._clients.deferring = False
 
     def _process_inbox(self, *, posted_only: bool = False) -> None:
         for message in self._inbox.take(posted_only=posted_only):
