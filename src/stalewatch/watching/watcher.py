@@ -385,6 +385,10 @@ class Watcher:
         """The process's notifier while this watcher uses it."""
         return self._watches.instance
 
+    def watch_count(self) -> int:
+        """Directories watched natively now."""
+        return self._watches.count()
+
     def _trust_unless_faulted(self, faults: int) -> bool:
         """Restore trust unless a fault came after ``faults`` (or we are stopping)."""
         return not self._stopped and self._health.trust_unless_faulted(faults)
