@@ -172,6 +172,9 @@ class Watcher:
         self.signal(relevance)
 
     def on_overflow(self) -> None:
+        self.queue_overflowed()
+
+    def queue_overflowed(self) -> None:
         """Events were lost: distrust the flag until resynced."""
         self._health.fault(resync=True)
         self.wake()
