@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch import Event, Guard, LocalSource, StaleError
+from stalewatch.watching import inotify as inotify_module
 from stalewatch.watching import inotify_calls
 from stalewatch.watching import scheduler as scheduler_module
 from stalewatch.watching.plan import Relevance
@@ -75,7 +76,7 @@ def test_twenty_checkouts_share_one_instance_and_a_few_threads(tmp_path: Path, g
     start_all(repos, guards)
     assert instances() - instances_before == 1
     added = threading.active_count() - threads_before
-    assert added <= 1 + scheduler_module.MAX_WORKERS  # the reader and the workers, whatever N
+    assert added <= inotify_module._READERS + scheduler_module.MAX_WORKERS  # readers and workers, whatever N
     names = {t.name for t in threading.enumerate()}
     assert "stalewatch-inotify" in names
     hub = watcher_of(guards[0]).instance
@@ -95,11 +96,38 @@ def test_twenty_checkouts_share_one_instance_and_a_few_threads(tmp_path: Path, g
 
 
 @inotify_only
-def test_one_guard_costs_one_instance_and_two_threads(git_repo: Repo, guards: list[Guard]) -> None:
+def test_one_guard_costs_one_instance_and_three_threads(git_repo: Repo, guards: list[Guard]) -> None:
     threads_before, instances_before = threading.active_count(), instances()
     start_all([git_repo], guards)
     assert instances() - instances_before == 1
-    assert threading.active_count() - threads_before == 2  # stalewatch-inotify, stalewatch-worker-1
+    # stalewatch-inotify, stalewatch-inotify-2 (reads while the other runs a turn), stalewatch-worker-1
+    assert threading.active_count() - threads_before == 3
+
+
+@inotify_only
+def test_a_wake_ups_turn_runs_on_the_reader_and_a_subscriber_blocking_it_stalls_no_other_checkout(
+    tmp_path: Path, guards: list[Guard]
+) -> None:
+    a_repo, b_repo = checkouts(tmp_path, 2)
+    a, b = start_all([a_repo, b_repo], guards)
+    inside, release = threading.Event(), threading.Event()
+    names: list[str] = []
+
+    def block(event: Event) -> None:
+        names.append(threading.current_thread().name)
+        inside.set()
+        release.wait(30)
+
+    a.subscribe(block)
+    rec_b = Recorder(b)
+    try:
+        a_repo.commit("its event blocks in a's subscriber")
+        assert inside.wait(5)
+        assert names[0].startswith("stalewatch-inotify")  # no hop to a worker (issue 27)
+        new = b_repo.commit("seen while a's subscriber still blocks its reader")
+        rec_b.wait_for("stale", new)  # within 10 s: a's subscriber still blocks
+    finally:
+        release.set()
 
 
 def test_one_checkouts_faults_do_not_disturb_the_others(

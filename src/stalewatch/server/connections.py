@@ -54,8 +54,7 @@ class Client:
 
 # macOS has no SO_PEERCRED: the peer's pid is LOCAL_PEERPID (<sys/un.h>) at level
 # SOL_LOCAL; Python's socket module names neither, so their values are spelled here.
-SOL_LOCAL = 0
-LOCAL_PEERPID = 2
+SOL_LOCAL, LOCAL_PEERPID = 0, 2
 
 
 def _peer_pid(sock: socket.socket, platform: str = sys.platform) -> int:
@@ -74,7 +73,7 @@ def _peer_pid(sock: socket.socket, platform: str = sys.platform) -> int:
 
 
 class ClientSet:
-    """All connected clients of one daemon; used from the daemon's loop thread only.
+    """All connected clients of one daemon; used under the loop's turn (see :mod:`.inbox`).
 
     Clients register with the loop's ``selector`` with themselves as data.
     ``queue_limit``: lines a client may have queued unread; ``buffer``: its
@@ -100,14 +99,13 @@ class ClientSet:
         self._on_register = on_register
         self._on_inflight = on_inflight
         self._on_close = on_close
-        self.max_clients = max_clients
-        self.queue_limit = queue_limit
-        self.buffer = buffer
+        self.configure(max_clients, queue_limit, buffer)
         self._clients: dict[int, Client] = {}
         self._unflushed: dict[int, Client] = {}  # sent to without a write yet (flush_pending)
-        self._numbers = 0
+        self._numbers = itertools.count(1)
         self.burst = 1  # lines of one greeting (hello + a snapshot per checkout)
         self.accept_paused_until: float | None = None  # out of descriptors: listener rests
+        self.deferring = False  # a posting thread writes the loop's lines: see close()
         self._fd_warned = 0.0
 
     def configure(self, max_clients: int, queue_limit: int, buffer: int) -> None:
@@ -170,11 +168,9 @@ class ClientSet:
             sock.close()
             self._dropped("too-many-clients")
             return
-        self._numbers += 1
-        client = Client(sock, self._numbers)
-        self._selector.register(sock, selectors.EVENT_READ, client)
-        client.mask = selectors.EVENT_READ
+        client = Client(sock, next(self._numbers))
         self._clients[client.number] = client
+        self._update_mask(client)  # registered for reading
         logger.debug("stalewatch: client %d connected", client.number)
         with self.isolated(client):
             greet(client)
@@ -348,7 +344,11 @@ class ClientSet:
             client.mask = mask
 
     def close(self, client: Client) -> None:
-        """Close one client (harmless twice)."""
+        """Close one client (harmless twice); while :attr:`deferring` (a posting thread, see
+        :mod:`.inbox`: perhaps the restart machine, which a close tells), the loop does."""
+        if self.deferring:
+            client.closing_at = time.monotonic()
+            return
         if self._clients.pop(client.number, None) is None:
             return
         if self._on_close is not None:

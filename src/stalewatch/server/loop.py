@@ -3,10 +3,11 @@
 One :class:`DaemonServer` holds a :class:`~.checkout.Checkout` (a guard with a local
 watcher) per checkout, a hook runner per checkout with hooks, and a single-threaded
 ``selectors`` loop serving the Unix socket. Guards deliver events on their watcher
-threads into an inbox (typed messages: :data:`~.checkout.Posted`); the loop encodes
-each event once and appends it to every client's bounded queue, writing without ever
-blocking, so a slow client only ever delays itself (past its bound it is told and
-dropped). Signals only set a flag and wake the loop (:mod:`stalewatch.core.signals`);
+threads into an inbox (typed messages: :data:`~.checkout.Posted`), which handles them
+on the posting thread while the loop waits (holding the loop's turn: see
+:mod:`.inbox`); each event is encoded once and appended to every client's bounded
+queue, written without ever blocking, so a slow client only ever delays itself (past
+its bound it is told and dropped). Signals only set a flag and wake the loop (:mod:`stalewatch.core.signals`);
 the loop stops or reloads on its next turn. See :mod:`stalewatch.protocol`. The loop
 owns the selector and the turn; what it calls each turn has a module of its own: the
 inbox (:mod:`.inbox`), a server process's registration (:mod:`.registrations`), a
@@ -103,7 +104,7 @@ class DaemonServer:
             observe(settings, lambda: self._view, self._registry) if observe is not None else DaemonObserver()
         )
         # Late-bound: the wake-up is opened below, once every checkout is bound.
-        self._inbox = Inbox(lambda: self._wakeup.poke())  # noqa: PLW0108
+        self._inbox = Inbox(lambda: self._wakeup.poke(), self._handle_posted)  # noqa: PLW0108
         # Bind every checkout first: a bad one fails before anything is opened.
         self._entries = startup.bind(settings, self._make_entry)
         self._view = tuple(self._entries.values())
@@ -213,6 +214,11 @@ class DaemonServer:
                 sys.setswitchinterval(interval)
 
     def _serve(self, listener: socket.socket) -> None:
+        with self._inbox.turn:  # released only while the loop waits (see .inbox)
+            self._start(listener)
+            self._loop(listener)
+
+    def _start(self, listener: socket.socket) -> None:
         self.start_metrics()
         self._clients.burst = 1 + len(self._entries)
         for entry in self._entries.values():
@@ -228,7 +234,6 @@ class DaemonServer:
             counted(len(self._entries), "checkout"),
             ", ".join(self._entries),
         )
-        self._loop(listener)
 
     def _loop(self, listener: socket.socket) -> None:
         next_ping = time.monotonic() + self.settings.keepalive
@@ -240,7 +245,11 @@ class DaemonServer:
                     timeout = min(timeout, deadline - now)
             if self._reloader.applying:
                 timeout = 0.0  # a reload being applied: one more slice at once
-            ready = self._selector.select(max(0.0, timeout))
+            self._inbox.turn.release()
+            try:
+                ready = self._selector.select(max(0.0, timeout))
+            finally:
+                self._inbox.turn.acquire()
             accepting = False
             for key, mask in ready:
                 if key.data == "listen":
@@ -293,8 +302,18 @@ class DaemonServer:
             self._clients.accept_paused_until = None
             self._selector.register(listener, selectors.EVENT_READ, "listen")
 
-    def _process_inbox(self) -> None:
-        for message in self._inbox.take():
+    def _handle_posted(self) -> None:
+        # On the posting thread, holding the turn (see .inbox): the loop's own steps, up
+        # to the lines written; the loop's thread logs them, and closes a failed client.
+        self._clients.deferring = True
+        try:
+            self._guarded("processing events", lambda: self._process_inbox(posted_only=True))
+            self._clients.flush_pending()
+        finally:
+            self._clients.deferring = False
+
+    def _process_inbox(self, *, posted_only: bool = False) -> None:
+        for message in self._inbox.take(posted_only=posted_only):
             if isinstance(message, Bound):
                 self._reloader.bound(message)
                 continue
@@ -351,6 +370,7 @@ class DaemonServer:
             return  # already shut down
         began = time.monotonic()
         self._wakeup.set()
+        self._inbox.close()
         self._reloader.stop()  # a reload being bound stops between two checkouts
         self._observer.stop()
         self._clients.close_all()

@@ -3,8 +3,9 @@
 The kernel allows 128 inotify *instances* per user (``fs.inotify.max_user_instances``),
 shared with every program of that user, and each of watchdog's observers opens one and
 runs a thread per watched directory. :class:`Inotify` opens one instance for the whole
-process and reads it on one thread (``stalewatch-inotify``); watchers add and remove
-watches on it as their plans change.
+process and reads it on two threads (``stalewatch-inotify``, ``-2``), waiting on one
+edge-triggered epoll, so an event wakes one of them; watchers add and remove watches on
+it as their plans change.
 
 Built on libc's three calls (``inotify_init1``, ``inotify_add_watch``,
 ``inotify_rm_watch``, through ctypes) and the kernel's constants, not on watchdog's
@@ -17,10 +18,12 @@ public observer API only, where there is no inotify (:mod:`.observer`).
 
 Each watched directory is registered with the names in it that matter to its
 watcher; the reader matches an event's name against them and calls the watcher only
-on a match. Callbacks run on the reader thread and must not block or do I/O (a
-watcher only sets flags and queues itself for a worker). The kernel's queue overflow
-is reported to every listener, so every checkout resyncs. A reader that dies tells
-every listener at once; they open a fresh instance.
+on a match. Callbacks run on the reader thread and do no I/O of their own (a watcher
+sets flags and queues itself for a worker), but a wake-up's turn may run there when no
+other runs (:func:`.scheduler.run_turns_here`: no hop on an update's path, issue 27):
+it may block in a subscriber, and the other reader reads meanwhile. The kernel's queue
+overflow is reported to every listener, so every checkout resyncs. A reader that dies
+ends the other and tells every listener at once; they open a fresh instance.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from pathlib import Path
 
 from ..core.shared import Shared
 from . import inotify_calls as abi
+from . import scheduler
 from .inotify_calls import AVAILABLE, inotify_add_watch, inotify_init, inotify_rm_watch
 from .notifier import Listener, Registration
 
@@ -72,6 +76,9 @@ _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; t
 _READ_SIZE = 64 * 1024
 _UNWATCH_BATCH = 256  # kernel watches removed per hold of the lock (add() waits meanwhile)
 _UNWATCH_DELAY_MS = 100  # the longest a watch left for later stays in the kernel
+# Threads reading the instance: each may run a wake-up's turn (scheduler.run_turns_here),
+# and only one turn runs at a time, so another always reads meanwhile.
+_READERS = 2
 
 
 @dataclass(eq=False)
@@ -96,6 +103,12 @@ class Inotify:
         self.pid = os.getpid()
         # Closed on exec (hook processes); a forked child closes its copy (see below).
         self._kill_r, self._kill_w = os.pipe()  # non-inheritable by default
+        # Edge-triggered: an event wakes one idle reader, which reads until none is left.
+        os.set_blocking(fd, False)
+        os.set_blocking(self._kill_r, False)
+        self._epoll = select.epoll()
+        for readable in (fd, self._kill_r):
+            self._epoll.register(readable, select.EPOLLIN | select.EPOLLET)
         self._lock = threading.Lock()
         # By watch descriptor, the registrations on it in the order they came; a dict: the
         # worktrees' common parent holds one per checkout, and removing one of ten
@@ -105,8 +118,13 @@ class Inotify:
         self._fds_open = True  # under _lock: once closed, their numbers may be reused
         self._closing = False
         self.dead = False
-        self.thread = threading.Thread(target=self._run, name="stalewatch-inotify", daemon=True)
-        self.thread.start()
+        names = ["stalewatch-inotify"] + [f"stalewatch-inotify-{i}" for i in range(2, _READERS + 1)]
+        self._readers = [threading.Thread(target=self._run, name=name, daemon=True) for name in names]
+        self._running = _READERS  # readers not ended yet (under _lock): the last closes the fds
+        self._dispatching: set[threading.Thread] = set()  # readers calling listeners (turns)
+        self.thread = self._readers[0]
+        for reader in self._readers:
+            reader.start()
 
     # -- watches (any thread) -------------------------------------------------------
 
@@ -194,9 +212,11 @@ class Inotify:
                 return
             self._closing = True
             if self._fds_open:
-                os.write(self._kill_w, b"x")  # wakes the reader's poll
-        if self.thread is not threading.current_thread():
-            self.thread.join(timeout=1.0)
+                os.write(self._kill_w, b"x")  # wakes a reader, which wakes the next (_finish)
+        deadline = time.monotonic() + 1.0
+        for reader in self._readers:  # one in a turn (a slow subscriber) ends after it
+            if reader is not threading.current_thread() and reader not in self._dispatching:
+                reader.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def forget_after_fork(self) -> None:
         """In a forked child: close our copies of the descriptors, touch nothing else.
@@ -207,25 +227,30 @@ class Inotify:
         self._closing = True
         if self._fds_open:  # the lock may be held by a parent thread that is gone: not taken
             self._fds_open = False
-            _close_all(self.fd, self._kill_r, self._kill_w)
+            self._close_fds()
+
+    def _close_fds(self) -> None:
+        _close_all(self.fd, self._kill_r, self._kill_w)
+        with contextlib.suppress(OSError):
+            self._epoll.close()
 
     # -- the reader thread ----------------------------------------------------------
 
     def _run(self) -> None:
+        me = threading.current_thread()
+        scheduler.run_turns_here()
         try:
-            poller = select.poll()
-            poller.register(self.fd, select.POLLIN)
-            poller.register(self._kill_r, select.POLLIN)
             unwatch_by: float | None = None  # when watches left for later must be gone
             while not self._closing:
                 # Idle: no timeout. With watches to remove: by their deadline, together
-                # (a stop by the thousand wakes this thread once per batch, not per watch).
-                timeout = None if unwatch_by is None else max(0, int((unwatch_by - time.monotonic()) * 1000))
-                ready = {fd for fd, _ in poller.poll(timeout)}
+                # (a stop by the thousand wakes a reader once per batch, not per watch).
+                timeout = -1.0 if unwatch_by is None else max(0.0, unwatch_by - time.monotonic())
+                self._epoll.poll(timeout)
                 if self._closing:
                     break
-                if self._kill_r in ready:  # watches left for later (closing: above)
-                    os.read(self._kill_r, 4096)
+                with contextlib.suppress(BlockingIOError):  # watches left for later
+                    while os.read(self._kill_r, 4096):
+                        pass
                 if self._doomed:
                     if unwatch_by is None:
                         unwatch_by = time.monotonic() + _UNWATCH_DELAY_MS / 1000
@@ -234,13 +259,14 @@ class Inotify:
                         unwatch_by = None
                 else:
                     unwatch_by = None
-                if self.fd not in ready:
-                    continue
-                try:
-                    data = os.read(self.fd, _READ_SIZE)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                self._dispatch(data)
+                while not self._closing:  # every event: no edge comes for those left
+                    try:
+                        data = os.read(self.fd, _READ_SIZE)
+                    except BlockingIOError:
+                        break
+                    self._dispatching.add(me)
+                    self._dispatch(data)
+                    self._dispatching.discard(me)
         except BaseException:
             logger.exception("stalewatch: the inotify reader failed")
         finally:
@@ -249,13 +275,16 @@ class Inotify:
     def _finish(self) -> None:
         with self._lock:
             died = not self._closing
-            self.dead = died
+            self.dead |= died
             self._closing = True
             listeners = self._listeners()
             self._watches.clear()
-            if self._fds_open:
+            self._running -= 1
+            if self._fds_open and self._running:
+                os.write(self._kill_w, b"x")  # the next reader ends too
+            elif self._fds_open:
                 self._fds_open = False
-                _close_all(self.fd, self._kill_r, self._kill_w)
+                self._close_fds()
         if died:
             logger.error("stalewatch: the inotify reader thread died; every watcher opens a new instance")
             for listener in listeners:

@@ -71,7 +71,7 @@ class Plan:
         """What an event in watched ``directory`` means: about entry ``name``, or ``""``
         for the directory itself (deleted, moved away, unmounted)."""
         if name:
-            return self.relevance(str(directory / name))
+            return self.relevance(os.path.join(directory, name))  # noqa: PTH118 - every event: no Path
         if directory in self.narrow or str(directory) in self.anchors:
             return Relevance.ANCHOR  # the checkout, or where it lives, moved: re-watch
         return Relevance.REF  # a ref directory went away: plan again

@@ -5,12 +5,13 @@ once; a wake-up while it is queued or running coalesces into one more turn after
 current one (C12: a write after a turn began always gets a turn of its own). Timers
 live in one heap that one idle worker waits on, so no thread exists per checkout.
 
-Wake-ups (a ref changed: someone waits) come first and get an idle worker at once.
-First turns (``urgent=False``: a reload starts a thousand) and timers' turns queue
-behind them, and wait while a wake-up's turn runs and for :data:`QUIET` after it, for
-at most :data:`MAX_HOLD`: the update's path goes on past the turn, and a turn beside
-it takes the GIL in turns with it at every system call (issue 17: updates that met a
-verification pass took 5 to 9 ms, against 2).
+Wake-ups (a ref changed: someone waits) come first: the thread that saw the change runs
+the turn itself if it may (:func:`run_turns_here`: inotify's readers, one reads while
+another turns) and no turn runs (issue 27: no hop on an update's path), else an idle
+worker takes it at once. First turns (``urgent=False``: a reload starts a thousand) and
+timers' turns queue behind them, and wait while a wake-up's turn runs and for
+:data:`QUIET` after it, for at most :data:`MAX_HOLD`: a turn beside the update's path
+takes the GIL in turns with it at every system call (issue 17: 5 to 9 ms, against 2).
 
 Workers start on demand, up to :data:`MAX_WORKERS`, so a subscriber that blocks one
 delays only its own checkout. A worker that dies (``SystemExit`` from a callback) is
@@ -38,6 +39,12 @@ MAX_WORKERS = 4
 QUIET = 0.005  # seconds after a wake-up's turn before a timer's or first turn starts
 MAX_HOLD = 0.5  # seconds at most such a turn is held back while wake-ups keep coming
 _NEVER = float("inf")
+_here = threading.local()  # .ok: this thread may run a wake-up's turn itself
+
+
+def run_turns_here() -> None:
+    """Let this thread run a wake-up's turn itself (a thread with another to read meanwhile)."""
+    _here.ok = True
 
 
 class Task(Protocol):
@@ -50,25 +57,11 @@ class Task(Protocol):
         """A worker died while running this task: distrust, and expect another turn."""
 
 
-class _Gone:
-    """The task of a removed slot, which may stay in the timer heap until due: the
-    watcher must not stay with it (issue 17: RSS stayed at 240 MB after a reload)."""
-
-    def turn(self) -> float:
-        return _NEVER
-
-    def turn_lost(self) -> None:
-        return None
-
-
-_GONE = _Gone()
-
-
 class Slot:
     """A task's place in a scheduler (its queue and timer state, under the lock)."""
 
     def __init__(self, task: Task) -> None:
-        self.task = task
+        self.task: Task | None = task  # None once removed: it may stay in the heap (issue 17)
         self.active = True
         self.queued = False
         self.running: threading.Thread | None = None
@@ -94,13 +87,13 @@ class Scheduler:
         self._names = itertools.count(1)
         self._idle = 0  # workers waiting on _cond
         self._keeper = False  # a worker waits on _clock
+        self._running = 0  # turns under way
         self._urgent_running = 0  # wake-ups' turns under way: the others are held back
         self._quiet_at = 0.0  # and start no earlier than this (the last one's end + QUIET)
         self._held_since = _NEVER  # since when a turn has been held back (MAX_HOLD)
         self._max = max_workers
         self._closed = False
         self.slots = 0  # tasks added and not removed
-        self.turns = 0  # turns run (tests, benches)
 
     def add(self, task: Task) -> Slot:
         """Add ``task``; it runs once :meth:`wake` or a timer asks."""
@@ -114,13 +107,7 @@ class Scheduler:
         it still runs, in a slow callback)."""
         deadline = time.monotonic() + wait
         with self._cond:
-            if slot.active:
-                slot.active = False
-                self.slots -= 1
-                self._compact()
-            # Let the task go now: a turn under way already holds what it calls, and
-            # one about to start runs nothing (the slot is inactive).
-            slot.task = _GONE
+            self._halt([slot])
             while slot.running is not None and slot.running is not threading.current_thread():
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -132,12 +119,18 @@ class Scheduler:
         """Run ``slots`` no more, without waiting for a turn under way: one pass under the
         lock for thousands (a daemon's exit); :meth:`remove` still follows for each."""
         with self._cond:
-            for slot in slots:
-                if slot.active:
-                    slot.active = False
-                    self.slots -= 1
-                slot.task = _GONE
-            self._compact()
+            self._halt(slots)
+
+    def _halt(self, slots: Iterable[Slot]) -> None:
+        # Under _cond.
+        for slot in slots:
+            if slot.active:
+                slot.active = False
+                self.slots -= 1
+            # Let the task go now: a turn under way already holds what it calls, and one
+            # about to start runs nothing (the slot is inactive).
+            slot.task = None
+        self._compact()
 
     def _compact(self) -> None:
         # Under _cond. Dead heap entries (removed or re-timed slots) would stay for minutes
@@ -147,10 +140,20 @@ class Scheduler:
             heapq.heapify(self._timers)
 
     def wake(self, slot: Slot, *, urgent: bool = True) -> None:
-        """Run the task soon (coalesces with a pending or running turn); ``urgent``: ahead
-        of first turns and timers (something changed and someone waits)."""
+        """Run the task soon (coalesces with a pending or running turn); ``urgent``: ahead of
+        first turns and timers (someone waits), here if this thread may and no turn runs."""
         with self._cond:
-            self._wake(slot, urgent=urgent)
+            here = urgent and not self._running and getattr(_here, "ok", False)
+            if not (here and slot.active and not self._closed and slot.running is None and not slot.queued):
+                self._wake(slot, urgent=urgent)
+                return
+            self._begin(slot, True)
+        when = _NEVER
+        try:  # SystemExit from a callback ends this thread: its notifier tells every watcher
+            when = self._run(slot)
+        finally:
+            with self._cond:
+                self._finish(slot, when, True)
 
     def _wake(self, slot: Slot, *, urgent: bool = True) -> None:
         # Under _cond.
@@ -295,15 +298,13 @@ class Scheduler:
         if not self._ready or (not self._urgent_running and now >= self._quiet_at):
             self._held_since = _NEVER
             return 0.0
-        if self._held_since == _NEVER:
-            self._held_since = now
+        self._held_since = min(self._held_since, now)
         until = self._held_since + MAX_HOLD  # then they run, wake-ups or not
         if not self._urgent_running:
             until = min(until, self._quiet_at)
         return max(0.0, until - now)
 
     def _work(self) -> None:
-        me = threading.current_thread()
         slot: Slot | None = None
         urgent = False
         cause: BaseException | None = None
@@ -314,27 +315,35 @@ class Scheduler:
                     if taken is None:
                         return
                     slot, urgent = taken
-                    self._urgent_running += urgent
-                    slot.queued = slot.urgent = False
-                    slot.again = False  # cleared before the turn: a later wake-up runs again
-                    slot.running = me
-                    self.turns += 1
-                when = _NEVER
-                try:
-                    when = slot.task.turn()
-                except Exception:  # a task catches its own; this is the last line
-                    logger.exception("stalewatch: a watcher's turn failed")
-                    when = time.monotonic() + 1.0
+                    self._begin(slot, urgent)
+                when = self._run(slot)
                 with self._cond:
                     self._finish(slot, when, urgent)
                 slot = None
         except BaseException as exc:  # SystemExit from a callback, a bug here: report, replace
             cause = exc
         finally:
-            self._exit(me, slot, urgent, cause)
+            self._exit(slot, urgent, cause)
+
+    def _begin(self, slot: Slot, urgent: bool) -> None:
+        # Under _cond.
+        self._running += 1
+        self._urgent_running += urgent
+        slot.queued = slot.urgent = slot.again = False  # again: a later wake-up runs again
+        slot.running = threading.current_thread()
+
+    @staticmethod
+    def _run(slot: Slot) -> float:
+        task = slot.task
+        try:
+            return _NEVER if task is None else task.turn()
+        except Exception:  # a task catches its own; this is the last line
+            logger.exception("stalewatch: a watcher's turn failed")
+            return time.monotonic() + 1.0
 
     def _finish(self, slot: Slot, when: float, urgent: bool) -> None:
         # Under _cond.
+        self._running -= 1
         if urgent:
             self._urgent_running -= 1
             if not self._urgent_running:
@@ -349,23 +358,22 @@ class Scheduler:
             self._wake(slot)
         self._done.notify_all()  # remove() may be waiting for this turn to end
 
-    def _exit(
-        self, me: threading.Thread, slot: Slot | None, urgent: bool, cause: BaseException | None
-    ) -> None:
+    def _exit(self, slot: Slot | None, urgent: bool, cause: BaseException | None) -> None:
+        me = threading.current_thread()
         with self._cond:
             self._workers.remove(me)
-            if self._closed and cause is None:
-                return
-            logger.error("stalewatch: %s died (%r); starting another", me.name, cause)
+            if cause is not None:  # else closed
+                logger.error("stalewatch: %s died (%r); starting another", me.name, cause)
             if self._closed:
                 return
             if slot is not None:
                 self._finish(slot, time.monotonic(), urgent)
             if ((self._urgent or self._ready) and self._idle == 0) or (not self._workers and self._timers):
                 self._spawn()
-        if slot is not None and slot.active:
+        task = None if slot is None else slot.task
+        if task is not None:
             try:
-                slot.task.turn_lost()
+                task.turn_lost()
             except Exception:
                 logger.exception("stalewatch: error reporting a lost turn")
 

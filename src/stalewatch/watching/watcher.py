@@ -278,14 +278,16 @@ class Watcher:
     def _resolve_checked(self, *, recheck: bool = False, stamp: Stamp | None = None) -> bool:
         """Re-resolve HEAD and move the watches with it, again while they move (a write
         between the two gets its resolve); False when a watch hit a limit: polling now.
-        Each stamp is taken before its read (``stamp``: the caller's, for the first)."""
+
+        ``stamp``: taken before the first read; each further read takes its own. Without
+        one (a wake-up: a file just changed, so a stamp would be racy) none is taken, and
+        the next verification reads (issue 27: no ``lstat`` on an update's path)."""
         try:
             for _ in range(_MAX_REPLANS):
-                stamp = take(self._order) if stamp is None else stamp
                 if not self._replan(self._changed(), recheck=recheck):
                     self._stamp = stamp
                     return True
-                recheck, stamp = False, None
+                recheck, stamp = False, None if stamp is None else take(self._order)
         except OSError as exc:
             if exc.errno not in NO_NOTIFICATION or self._health.mode is not WatchMode.NATIVE:
                 raise
@@ -343,7 +345,7 @@ class Watcher:
         elif self._next_verify == _NEVER:
             self._next_verify = now + random.uniform(1.0, 2.0) * self.verify_period  # noqa: S311
         # Resolve only once the watches exist, so no update falls between the two.
-        if self._resolve_checked():
+        if self._resolve_checked(stamp=take(self._order)):
             self._trust_unless_faulted(faults)  # trusted only when native
 
     def _open(self, now: float) -> WatchMode:
