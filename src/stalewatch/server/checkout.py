@@ -54,7 +54,7 @@ class HealthReported:
 
 @dataclass(frozen=True)
 class RestartTold:
-    """The checkout's restart sequence entered a new phase (R7)."""
+    """The checkout's restart sequence entered a new phase."""
 
     entry: Checkout
     state: RestartState
@@ -112,9 +112,9 @@ class Checkout:
         self._on_hook = on_hook
         self.hooks = self._hook_runner(config) if config.hooks.any else None
         snap = self.guard.snapshot()
-        self.revisions = Revisions(self.guard.binding.dirs)  # what a server may register (R10)
+        self.revisions = Revisions(self.guard.binding.dirs)  # what a server may register
         self.revisions.saw(snap.loaded_revision, snap.current_revision)
-        self._known: Belief | None = None  # what a restarter a reload removed knew (R10)
+        self._known: Belief | None = None  # what a restarter a reload removed knew
         self.restarter = self._restarter(config.restart) if config.restart is not None else None
         self._was_trusted = False
         self._health: tuple[bool, WatchMode] | None = None  # the last report the loop handled
@@ -183,14 +183,14 @@ class Checkout:
         restarter.servers(self._registry.processes(self.key))
 
     def knows(self, revision: str) -> bool:
-        """Whether the checkout ever had ``revision`` (a registration of another is refused, R10)."""
+        """Whether the checkout ever had ``revision`` (a registration of another is refused)."""
         snap = self.guard.snapshot()
         return revision in (snap.loaded_revision, snap.current_revision) or self.revisions.knows(revision)
 
     def _on_event(self, event: Event) -> None:
         # On the watcher's thread: hand over, never block here. A restart phase first:
         # a client that learns the code is stale learns in the same breath that a
-        # restart is coming (its 409s say so from the first one, R7).
+        # restart is coming (its 409s say so from the first one).
         self.revisions.saw(event.loaded_revision, event.current_revision)
         restarter = self.restarter
         if restarter is not None:
@@ -225,7 +225,7 @@ class Checkout:
 
     def processes_changed(self) -> None:
         """A server process of this checkout registered, went away, or its work in flight
-        changed (the loop tells): the restart machine learns it (R5, R8)."""
+        changed (the loop tells): the restart machine learns it."""
         if self.restarter is not None:
             self.restarter.servers(self._registry.processes(self.key))
 

@@ -98,7 +98,7 @@ class DaemonServer:
         self._entries: dict[str, Checkout] = {}
         self._view: tuple[Checkout, ...] = ()  # what a scrape reads: replaced whole, never mutated
         self._drain = OutputDrain()  # hook output still held by a hook's background process
-        self._registry = Registry()  # server processes and the revision each loaded (R5)
+        self._registry = Registry()  # server processes and the revision each loaded
         # Metrics (the metrics extra), or a no-op when the configuration asks for none.
         self._observer = (
             observe(settings, lambda: self._view, self._registry) if observe is not None else DaemonObserver()

@@ -3,7 +3,7 @@
 Used on the loop's thread only. Each line is encoded once and queued for every client
 (:class:`~.connections.ClientSet` never blocks on one; the loop writes a turn's lines
 together, :meth:`~.connections.ClientSet.flush_pending`); one client's failure is its own.
-Generations make every event reach each client exactly once, after its snapshot (C12).
+Generations make every event reach each client exactly once, after its snapshot.
 
 A new client's greeting is ``hello`` and a ``snapshot`` line per checkout. The snapshot
 lines are encoded once and kept, joined, until something a snapshot shows changes:
@@ -12,7 +12,7 @@ phase, a process registered or gone, a reload), which drops what it touches. So 
 client costs the loop its ``hello`` and one shared block of bytes, with a thousand
 checkouts as with one. A kept snapshot may be older than its guard's own state only
 until the loop handles that change's message, which then reaches the new client as
-its own line (its generation is above the snapshot's: C12).
+its own line (its generation is above the snapshot's).
 """
 
 from __future__ import annotations
@@ -174,11 +174,11 @@ class Publisher:
         self._clients.broadcast(encode(health_message(entry.key, trusted, mode)), flush=False)
 
     def restart(self, entry: Checkout, state: RestartState) -> None:
-        """A new phase of a checkout's restart sequence (R7)."""
+        """A new phase of a checkout's restart sequence."""
         self._clients.broadcast(encode(restart_message(entry.key, state)), flush=False)
 
     def processes(self, entry: Checkout) -> None:
-        """Who runs which revision of a checkout, after a process came or went (R5)."""
+        """Who runs which revision of a checkout, after a process came or went."""
         self.changed(entry)
         processes = [p.to_dict() for p in self._registry.processes(entry.key)]
         self._clients.broadcast(encode(processes_message(entry.key, processes)), flush=False)

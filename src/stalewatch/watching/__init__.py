@@ -1,7 +1,7 @@
 """Watching: how a guard learns that its checkout may have moved.
 
 - :mod:`.source`: the :class:`~.source.Source` interface a guard is fed by.
-- :mod:`.plan`: pure; which directories to watch and which writes matter (C7).
+- :mod:`.plan`: pure; which directories to watch and which writes matter.
 - :mod:`.local`: :class:`~.local.LocalSource`, watching in this process.
 - :mod:`.watcher`: one checkout's turns (no thread of its own).
 - :mod:`.watches`: one checkout's registrations on the process's notifier.
@@ -11,7 +11,7 @@
 - :mod:`.fallback`: polling while notification is unavailable, and the way back.
 - :mod:`.scheduler`: the process's few worker threads and their timers.
 - :mod:`.stamp`: stat stamps that keep the periodic re-verification cheap.
-- :mod:`.health`: a watcher's trust report and fault counter (C9).
+- :mod:`.health`: a watcher's trust report and fault counter.
 
 The only package that imports watchdog; it owns the watching threads.
 """

@@ -2,7 +2,7 @@
 
 A watcher that cannot get an inotify instance (the user's 128 are taken), or a watch
 (the user's watch limit), polls instead, and its guard re-reads HEAD on every check
-(C9). Limits are not forever: other programs close instances and watches. A
+(only native notification is trusted). Limits are not forever: other programs close instances and watches. A
 :class:`Fallback` tries native notification again with exponential backoff, and at
 once when another watcher of the process just got it; each change is logged once.
 """

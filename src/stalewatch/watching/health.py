@@ -3,7 +3,7 @@
 Reports come from several threads: the watcher's worker, a dying observer, the
 overflow listener. A fault bumps a counter and revokes trust at once; the worker
 restores trust only if no fault arrived while it re-resolved (it passes the count it
-started from), so a late fault is never overwritten by an earlier all-clear (C9).
+started from), so a late fault is never overwritten by an earlier all-clear.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ HEAD goes through (``refs/heads/main``), ``packed-refs``, and reftable's
 (:attr:`GitDirs.deploy_link`). A plan watches just their directories, each
 non-recursively, so a watch refused for lack of inotify watches raises instead of
 being skipped inside a recursive watch, and ``git fetch`` or tag traffic never wakes
-anyone (C7). It also
+anyone. It also
 watches the worktree and its parent, so the checkout or its ``.git`` being moved,
-deleted or swapped is seen at once (C4) — but only for that: those two are
+deleted or swapped is seen at once (it must block) — but only for that: those two are
 ``narrow`` (no content writes are watched there, so an app's log file in or beside
 the checkout wakes nothing, issue 12). A directory the watcher may not read (a
 traverse-only parent) cannot be watched; the identity check of every

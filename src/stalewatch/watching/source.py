@@ -29,11 +29,11 @@ callee cannot tell (the watcher then reads the chain itself).
 OnHealth = Callable[[bool, WatchMode], None]
 """Called with (trusted, mode) whenever either changes (a :class:`~stalewatch.core.status.WatchMode`)."""
 OnRestart = Callable[[RestartState | None], None]
-"""Called with each phase of an automatic restart a daemon publishes (R7)."""
+"""Called with each phase of an automatic restart a daemon publishes."""
 
 
 class Workload(Protocol):
-    """What a source may tell a daemon of its guard (R8): a :class:`~stalewatch.Guard` is one.
+    """What a source may tell a daemon of its guard (its work in flight): a :class:`~stalewatch.Guard` is one.
 
     A daemon's restart drains the servers' work in flight before it stops them; a
     source that talks to a daemon reports :meth:`inflight` when it matters (the guard
@@ -78,7 +78,7 @@ class Source(Protocol):
         ``loaded_revision`` (what the process loaded) and ``on_restart`` matter to a
         source that talks to a daemon with a restart policy; others ignore them. Such a
         source may also take ``work`` (a :class:`Workload`: what to tell the daemon of
-        the work in flight, R8); :func:`start_watch` passes it only to one that does.
+        the work in flight); :func:`start_watch` passes it only to one that does.
         """
 
 

@@ -5,7 +5,7 @@ thousand checkouts, so it first compares a :class:`Stamp` — the ``lstat`` of e
 file a plan names (HEAD, the refs on its chain, ``packed-refs``) — with the one
 taken just before the last read, and reads HEAD only when they differ.
 
-A bare stat fingerprint is not enough on its own (C10): a file rewritten twice
+A bare stat fingerprint is not enough on its own: a file rewritten twice
 within one timestamp tick on a recycled inode, with the same size, keeps inode, size,
 mtime and ctime. So a stamp records whether any file changed less than
 :data:`~stalewatch.git.packed.RACY_NS` before it was taken (``racy``); a racy stamp

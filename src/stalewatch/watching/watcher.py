@@ -4,7 +4,7 @@ A :class:`Watcher` owns no thread. It watches the directories of its
 :class:`~.plan.Plan` on the process's notifier (:mod:`.notifier`), whose thread
 classifies each event by the plan and queues the watcher on the process's workers
 (:mod:`.scheduler`), with no I/O. A turn re-resolves HEAD in-process, which coalesces
-bursts (a rebase) while never losing the last write (C12), then moves the watches
+bursts (a rebase) while never losing the last write, then moves the watches
 with HEAD.
 
 A timer backs the events up, and catches what a notifier lost silently
@@ -13,7 +13,7 @@ checkout's identity and a :class:`~.stamp.Stamp` of the plan's files with the la
 ones, and reads HEAD when they differ, when the stamp is racy, or every
 :data:`READ_EVERY` verifications anyway.
 
-Only native notification earns trust (C9, :class:`~.health.Health`); a fault
+Only native notification earns trust (:class:`~.health.Health`); a fault
 revokes it at once. Without notification (a limit) the watcher polls, and tries
 again with backoff (:mod:`.fallback`).
 """
