@@ -113,8 +113,8 @@ def test_r9_the_full_order_verify_drain_lock_recheck_verify_head_act() -> None:
         "CheckMarkers",
         "ProbeDrain",
         "Verify",
-        "ReadHead",
-        "ProbeDrain",  # right before the action: the verify under the lock took its time
+        "ProbeDrain",  # once more: the verify under the lock took its time
+        "ReadHead",  # the last look: HEAD moved during the probe is never acted on
         "Act",
     ]
     assert names(d.told) == [
@@ -770,7 +770,6 @@ def test_r8_the_drain_probe_is_asked_once_more_right_before_the_action() -> None
     d.through(Verify)  # under the lock: the probe said 0 before it
     d.now += 60.0  # the probe takes its time; new long work arrives meanwhile
     d.reply()
-    d.reply()  # HEAD: still the target
     assert isinstance(d.request, ProbeDrain) and not d.of(Act)
     mark = d.mark()
     d.reply(inflight=1)
@@ -779,6 +778,26 @@ def test_r8_the_drain_probe_is_asked_once_more_right_before_the_action() -> None
     d.through(ProbeDrain)
     d.reply(inflight=1)
     assert d.last.reason == "drain: 1 in flight" and not d.of(Act)
+
+
+def test_r9_head_is_the_last_look_before_the_action_so_a_move_during_the_drain_probe_is_never_acted_on() -> (
+    None
+):
+    """Found by the world property: HEAD was read, the drain probed once more, and the
+    action then ran on the revision HEAD had left while the probe ran."""
+    d = Driver(rules(verify=True, drain_probe=True), head=A)
+    d.feed(Loaded(d.now, revision=A))
+    settled(d)
+    d.through(Verify)
+    d.reply()
+    d.through(Verify)  # under the lock
+    d.reply()
+    assert isinstance(d.request, ProbeDrain)  # the final look at the drain
+    d.move(None, silent=True)  # HEAD becomes unreadable; the watcher has not said so yet
+    d.reply()
+    assert isinstance(d.request, ReadHead) and not d.of(Act)
+    d.reply()
+    assert not d.of(Act)
 
 
 def test_r8_no_drain_without_work_in_flight() -> None:

@@ -240,8 +240,9 @@ def _probed(r: Run, a: Attempt, event: Drain) -> None:
         r.wait_until(r.now + r.s.rules.drain_poll)
     elif a.stage is Stage.LOCKED_DRAIN:
         drain_under_lock(r, a)
-    else:
-        final(r, a)  # the look right before the action
+    elif r.in_flight() != 0 and a.note is None:
+        r.again()  # the final look: work came in while verifying under the lock (R8)
+    # else advance reads HEAD, the last look before the action
 
 
 def _locked(r: Run, a: Attempt, event: Lock) -> None:

@@ -216,15 +216,20 @@ def drained(r: Run, verdict: drain.Next, total: int | None) -> None:
         r.give_up(RestartPhase.REFUSED, why)
 
 
-def final(r: Run, a: Attempt) -> None:
-    """HEAD is still the target, read right before the action: act, if drained."""
+def _final_head(r: Run, a: Attempt, due: bool) -> None:
     draining = a.drain or Draining()
     if r.looks() and draining.note is None and not draining.final_look:
         # The probe's count is as old as the verify under the lock (up to its timeout):
-        # looked at once more right before the action, as registrations are (R8).
+        # looked at once more before the action, as registrations are (R8). HEAD is read
+        # after it, the last look of all: a move during the probe is never acted on (R9).
         r.put(replace(a, drain=replace(draining, final_look=True)))
         r.probe_drain()
-        return
+    else:
+        r.ask(ReadHead)
+
+
+def final(r: Run, a: Attempt) -> None:
+    """HEAD is still the target, read right before the action: act, if drained."""
     if r.in_flight() != 0 and a.note is None:
         r.again()  # work came in while verifying under the lock (R8)
         return
@@ -311,7 +316,7 @@ MOVES: dict[Stage, Callable[[Run, Attempt, bool], None]] = {
     Stage.LOCKED_MARKERS: _markers,
     Stage.LOCKED_DRAIN: _locked_drain,
     Stage.LOCKED_VERIFY: _verify,
-    Stage.FINAL_HEAD: _read_head,
+    Stage.FINAL_HEAD: _final_head,
     Stage.CONFIRM: confirm,
 }
 """How each stage moves on without an input: ``(run, its attempt, due)``."""
