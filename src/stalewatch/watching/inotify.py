@@ -20,8 +20,9 @@ Each watched directory is registered with the names in it that matter to its
 watcher; the reader matches an event's name against them and calls the watcher only
 on a match. Callbacks run on the reader thread and do no I/O of their own (a watcher
 sets flags and queues itself for a worker), but a wake-up's turn may run there when no
-other runs (:func:`.scheduler.run_turns_here`: no hop on an update's path, issue 27):
-it may block in a subscriber, and the other reader reads meanwhile. The kernel's queue
+other runs, once every call of its read is made (:func:`.scheduler.one_turn_after`: no
+hop on an update's path, issue 27): it may block in a subscriber, and the other reader
+reads meanwhile. The kernel's queue
 overflow is reported to every listener, so every checkout resyncs. A reader that dies
 ends the other and tells every listener at once; they open a fresh instance.
 """
@@ -238,7 +239,6 @@ class Inotify:
 
     def _run(self) -> None:
         me = threading.current_thread()
-        scheduler.run_turns_here()
         try:
             unwatch_by: float | None = None  # when watches left for later must be gone
             while not self._closing:
@@ -265,7 +265,8 @@ class Inotify:
                     except BlockingIOError:
                         break
                     self._dispatching.add(me)
-                    self._dispatch(data)
+                    with scheduler.one_turn_after():
+                        self._dispatch(data)
                     self._dispatching.discard(me)
         except BaseException:
             logger.exception("stalewatch: the inotify reader failed")

@@ -6,8 +6,8 @@ current one (C12: a write after a turn began always gets a turn of its own). Tim
 live in one heap that one idle worker waits on, so no thread exists per checkout.
 
 Wake-ups (a ref changed: someone waits) come first: the thread that saw the change runs
-the turn itself if it may (:func:`run_turns_here`: inotify's readers, one reads while
-another turns) and no turn runs (issue 27: no hop on an update's path), else an idle
+the turn itself if it may and no turn runs (:func:`one_turn_after`: inotify's readers,
+one reads while another turns; issue 27: no hop on an update's path), else an idle
 worker takes it at once. First turns (``urgent=False``: a reload starts a thousand) and
 timers' turns queue behind them, and wait while a wake-up's turn runs and for
 :data:`QUIET` after it, for at most :data:`MAX_HOLD`: a turn beside the update's path
@@ -20,18 +20,29 @@ reported, its task told its turn was lost, and another takes its place.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from ..core.shared import Shared
 
-__all__ = ["MAX_HOLD", "MAX_WORKERS", "QUIET", "Scheduler", "Slot", "Task", "acquire", "release"]
+__all__ = [
+    "MAX_HOLD",
+    "MAX_WORKERS",
+    "QUIET",
+    "Scheduler",
+    "Slot",
+    "Task",
+    "acquire",
+    "one_turn_after",
+    "release",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +50,23 @@ MAX_WORKERS = 4
 QUIET = 0.005  # seconds after a wake-up's turn before a timer's or first turn starts
 MAX_HOLD = 0.5  # seconds at most such a turn is held back while wake-ups keep coming
 _NEVER = float("inf")
-_here = threading.local()  # .ok: this thread may run a wake-up's turn itself
+_here = threading.local()  # .claiming: inside one_turn_after(); .claimed: (scheduler, slot)
 
 
-def run_turns_here() -> None:
-    """Let this thread run a wake-up's turn itself (a thread with another to read meanwhile)."""
-    _here.ok = True
+@contextlib.contextmanager
+def one_turn_after() -> Iterator[None]:
+    """Let the first wake-up asked inside the block claim its turn for this thread, if no
+    turn runs then; run it once the block is done (the block's other wake-ups go to
+    workers). For a thread with another to read meanwhile: inotify's readers, around the
+    calls of one read. Not in the middle of them: a turn may block in a subscriber, and
+    the calls after it may be other checkouts' events."""
+    _here.claiming, _here.claimed = True, None
+    try:
+        yield
+    finally:  # even if the block raised: a claimed turn left unrun would block its task
+        claimed, _here.claiming, _here.claimed = _here.claimed, False, None
+        if claimed is not None:
+            claimed[0]._run_claimed(claimed[1])
 
 
 class Task(Protocol):
@@ -141,19 +163,35 @@ class Scheduler:
 
     def wake(self, slot: Slot, *, urgent: bool = True) -> None:
         """Run the task soon (coalesces with a pending or running turn); ``urgent``: ahead of
-        first turns and timers (someone waits), here if this thread may and no turn runs."""
+        first turns and timers (someone waits), here if this thread may (:func:`one_turn_after`)
+        and no turn runs."""
         with self._cond:
-            here = urgent and not self._running and getattr(_here, "ok", False)
-            if not (here and slot.active and not self._closed and slot.running is None and not slot.queued):
+            claimed = getattr(_here, "claimed", None)
+            if claimed is not None and claimed[1] is slot:
+                return  # claimed by this thread, not begun: that turn serves this wake-up too
+            here = urgent and getattr(_here, "claiming", False) and claimed is None and not self._running
+            if here and slot.active and not self._closed and slot.running is None and not slot.queued:
+                self._begin(slot, True)  # running: a wake-up from elsewhere asks for one more
+                _here.claimed = (self, slot)
+            else:
                 self._wake(slot, urgent=urgent)
-                return
-            self._begin(slot, True)
-        when = _NEVER
-        try:  # SystemExit from a callback ends this thread: its notifier tells every watcher
+
+    def _run_claimed(self, slot: Slot) -> None:
+        """Run the turn this thread claimed (see :func:`one_turn_after`). A ``SystemExit``
+        from a callback is what a worker's death was: reported, and its task told; the
+        thread goes on (a reader's end would distrust every checkout of the process)."""
+        when, lost = _NEVER, False
+        try:
             when = self._run(slot)
-        finally:
-            with self._cond:
-                self._finish(slot, when, True)
+        except BaseException:  # see above
+            name = threading.current_thread().name
+            logger.exception("stalewatch: a turn on %s died; its checkout starts over", name)
+            when, lost = time.monotonic(), True
+        with self._cond:
+            self._finish(slot, when, True)
+        task = slot.task
+        if lost and task is not None:
+            _turn_lost(task)
 
     def _wake(self, slot: Slot, *, urgent: bool = True) -> None:
         # Under _cond.
@@ -372,10 +410,14 @@ class Scheduler:
                 self._spawn()
         task = None if slot is None else slot.task
         if task is not None:
-            try:
-                task.turn_lost()
-            except Exception:
-                logger.exception("stalewatch: error reporting a lost turn")
+            _turn_lost(task)
+
+
+def _turn_lost(task: Task) -> None:
+    try:
+        task.turn_lost()
+    except Exception:
+        logger.exception("stalewatch: error reporting a lost turn")
 
 
 # -- the process's scheduler ---------------------------------------------------------------
