@@ -8,7 +8,7 @@ import queue
 import shutil
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -128,6 +128,80 @@ def test_a_wake_ups_turn_runs_on_the_reader_and_a_subscriber_blocking_it_stalls_
         rec_b.wait_for("stale", new)  # within 10 s: a's subscriber still blocks
     finally:
         release.set()
+
+
+@inotify_only
+def test_a_turn_on_the_reader_waits_for_the_rest_of_its_read_not_the_other_way_round(
+    git_repo: Repo, guards: list[Guard]
+) -> None:
+    # Two guards of one checkout: one kernel event, one read, a call for each. The first
+    # call's turn ran there and then on the reader, and a subscriber blocking it held the
+    # second call back: that guard never heard of the commit while the subscriber blocked.
+    first, second = start_all([git_repo, git_repo], guards)
+    inside, release = threading.Event(), threading.Event()
+    seen: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+
+    def subscriber(name: str) -> Callable[[Event], None]:
+        def on_event(event: Event) -> None:
+            thread = threading.current_thread().name
+            seen.put((name, thread))
+            if thread.startswith("stalewatch-inotify") and not inside.is_set():
+                inside.set()  # whichever turn ran on the reader blocks it
+                release.wait(30)
+
+        return on_event
+
+    first.subscribe(subscriber("first"))
+    second.subscribe(subscriber("second"))
+    try:
+        new = git_repo.commit("one event for both guards")
+        got = {seen.get(timeout=10)[0], seen.get(timeout=5)[0]}  # both, while one blocks
+        assert got == {"first", "second"}
+        assert inside.is_set()  # one of them did run on the reader (issue 27)
+        assert first.snapshot().current_revision == second.snapshot().current_revision == new
+    finally:
+        release.set()
+
+
+@inotify_only
+def test_sys_exit_in_a_subscriber_on_the_reader_restarts_only_its_own_checkout(
+    tmp_path: Path, guards: list[Guard], caplog: pytest.LogCaptureFixture
+) -> None:
+    # As a worker's death told only its task: the reader that ran the turn must not die
+    # and take every other checkout's trust with it (issue 11: faults kept apart).
+    a_repo, b_repo = checkouts(tmp_path, 2)
+    a, b = start_all([a_repo, b_repo], guards)
+    b_health: list[bool] = []
+    b_watcher = watcher_of(b)
+    real_report = b_watcher._health._on_health
+
+    def spy(trusted: bool, mode: str) -> None:
+        b_health.append(trusted)
+        real_report(trusted, mode)
+
+    b_watcher._health._on_health = spy
+    exited: list[str] = []
+    done = threading.Event()
+
+    def exit_once(event: Event) -> None:
+        if not exited:
+            exited.append(threading.current_thread().name)
+            done.set()
+            raise SystemExit("a subscriber exits its thread")
+
+    rec_a, rec_b = Recorder(a), Recorder(b)  # before it: an exit ends a delivery's round
+    a.subscribe(exit_once)
+    first = a_repo.commit("its event's turn exits the reader's thread")
+    assert done.wait(5)
+    assert exited[0].startswith("stalewatch-inotify")
+    rec_a.wait_for("stale", first)
+    assert a.wait_ready(5)  # distrusted, restarted since
+    second = a_repo.commit("seen after the restart")
+    rec_a.wait_for("stale", second)
+    new_b = b_repo.commit("B was never disturbed")
+    rec_b.wait_for("stale", new_b)
+    assert b_health == []  # B's trust was never revoked, not even once
+    assert b.snapshot().trusted
 
 
 def test_one_checkouts_faults_do_not_disturb_the_others(

@@ -20,8 +20,8 @@ Each watched directory is registered with the names in it that matter to its
 watcher; the reader matches an event's name against them and calls the watcher only
 on a match. Callbacks run on the reader thread and do no I/O of their own (a watcher
 sets flags and queues itself for a worker), but a wake-up's turn may run there when no
-other runs (:func:`.scheduler.run_turns_here`: no hop on an update's path, issue 27):
-it may block in a subscriber, and the other reader reads meanwhile. The kernel's queue
+other runs, once every call of its read is made (:mod:`.here`): it may block in a
+subscriber, and the other reader reads meanwhile. The kernel's queue
 overflow is reported to every listener, so every checkout resyncs. A reader that dies
 ends the other and tells every listener at once; they open a fresh instance.
 """
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ..core.shared import Shared
 from . import inotify_calls as abi
-from . import scheduler
+from .here import one_turn_after
 from .inotify_calls import AVAILABLE, inotify_add_watch, inotify_init, inotify_rm_watch
 from .notifier import Listener, Registration
 
@@ -76,7 +76,7 @@ _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; t
 _READ_SIZE = 64 * 1024
 _UNWATCH_BATCH = 256  # kernel watches removed per hold of the lock (add() waits meanwhile)
 _UNWATCH_DELAY_MS = 100  # the longest a watch left for later stays in the kernel
-# Threads reading the instance: each may run a wake-up's turn (scheduler.run_turns_here),
+# Threads reading the instance: each may run a wake-up's turn (.here.one_turn_after),
 # and only one turn runs at a time, so another always reads meanwhile.
 _READERS = 2
 
@@ -238,7 +238,6 @@ class Inotify:
 
     def _run(self) -> None:
         me = threading.current_thread()
-        scheduler.run_turns_here()
         try:
             unwatch_by: float | None = None  # when watches left for later must be gone
             while not self._closing:
@@ -265,7 +264,8 @@ class Inotify:
                     except BlockingIOError:
                         break
                     self._dispatching.add(me)
-                    self._dispatch(data)
+                    with one_turn_after():
+                        self._dispatch(data)
                     self._dispatching.discard(me)
         except BaseException:
             logger.exception("stalewatch: the inotify reader failed")

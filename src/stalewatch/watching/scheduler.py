@@ -6,12 +6,11 @@ current one (C12: a write after a turn began always gets a turn of its own). Tim
 live in one heap that one idle worker waits on, so no thread exists per checkout.
 
 Wake-ups (a ref changed: someone waits) come first: the thread that saw the change runs
-the turn itself if it may (:func:`run_turns_here`: inotify's readers, one reads while
-another turns) and no turn runs (issue 27: no hop on an update's path), else an idle
-worker takes it at once. First turns (``urgent=False``: a reload starts a thousand) and
-timers' turns queue behind them, and wait while a wake-up's turn runs and for
-:data:`QUIET` after it, for at most :data:`MAX_HOLD`: a turn beside the update's path
-takes the GIL in turns with it at every system call (issue 17: 5 to 9 ms, against 2).
+the turn itself if :mod:`.here` lets it and no turn runs, else an idle worker takes it
+at once. First turns (``urgent=False``: a reload starts a thousand) and timers' turns
+queue behind them, and wait while a wake-up's turn runs and for :data:`QUIET` after it,
+for at most :data:`MAX_HOLD`: a turn beside the update's path takes the GIL in turns
+with it at every system call (issue 17: 5 to 9 ms, against 2).
 
 Workers start on demand, up to :data:`MAX_WORKERS`, so a subscriber that blocks one
 delays only its own checkout. A worker that dies (``SystemExit`` from a callback) is
@@ -30,6 +29,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from ..core.shared import Shared
+from . import here
 
 __all__ = ["MAX_HOLD", "MAX_WORKERS", "QUIET", "Scheduler", "Slot", "Task", "acquire", "release"]
 
@@ -39,12 +39,6 @@ MAX_WORKERS = 4
 QUIET = 0.005  # seconds after a wake-up's turn before a timer's or first turn starts
 MAX_HOLD = 0.5  # seconds at most such a turn is held back while wake-ups keep coming
 _NEVER = float("inf")
-_here = threading.local()  # .ok: this thread may run a wake-up's turn itself
-
-
-def run_turns_here() -> None:
-    """Let this thread run a wake-up's turn itself (a thread with another to read meanwhile)."""
-    _here.ok = True
 
 
 class Task(Protocol):
@@ -130,30 +124,34 @@ class Scheduler:
             # Let the task go now: a turn under way already holds what it calls, and one
             # about to start runs nothing (the slot is inactive).
             slot.task = None
-        self._compact()
-
-    def _compact(self) -> None:
-        # Under _cond. Dead heap entries (removed or re-timed slots) would stay for minutes
-        # after a reload dropped thousands: dropped once they outnumber the live ones.
+        # Dead heap entries (removed or re-timed slots) would stay for minutes after a
+        # reload dropped thousands: dropped once they outnumber the live ones.
         if len(self._timers) > 2 * self.slots + 64:
             self._timers = [t for t in self._timers if t[2].active and t[2].deadline == t[0]]
             heapq.heapify(self._timers)
 
     def wake(self, slot: Slot, *, urgent: bool = True) -> None:
         """Run the task soon (coalesces with a pending or running turn); ``urgent``: ahead of
-        first turns and timers (someone waits), here if this thread may and no turn runs."""
+        first turns and timers (someone waits), on this thread if :mod:`.here` lets it."""
         with self._cond:
-            here = urgent and not self._running and getattr(_here, "ok", False)
-            if not (here and slot.active and not self._closed and slot.running is None and not slot.queued):
+            if here.pending() is slot:
+                return  # claimed by this thread, not begun: that turn serves this wake-up too
+            free = slot.active and not (self._closed or slot.queued)  # and not running: none runs
+            if urgent and free and not self._running and here.may_claim():
+                self._begin(slot, True)  # running: a wake-up from elsewhere asks for one more
+                here.claim(slot, lambda: self._run_claimed(slot))
+            else:
                 self._wake(slot, urgent=urgent)
-                return
-            self._begin(slot, True)
-        when = _NEVER
-        try:  # SystemExit from a callback ends this thread: its notifier tells every watcher
+
+    def _run_claimed(self, slot: Slot) -> None:
+        # A SystemExit from a callback is a worker's death (its task is told), not this thread's.
+        try:
             when = self._run(slot)
-        finally:
-            with self._cond:
-                self._finish(slot, when, True)
+        except BaseException as exc:
+            self._exit(slot, True, exc)
+            return
+        with self._cond:
+            self._finish(slot, when, True)
 
     def _wake(self, slot: Slot, *, urgent: bool = True) -> None:
         # Under _cond.
@@ -361,9 +359,11 @@ class Scheduler:
     def _exit(self, slot: Slot | None, urgent: bool, cause: BaseException | None) -> None:
         me = threading.current_thread()
         with self._cond:
-            self._workers.remove(me)
+            if me in self._workers:  # else a thread that claimed a turn (.here): a reader's end
+                # would distrust every checkout of the process, so it goes on
+                self._workers.remove(me)
             if cause is not None:  # else closed
-                logger.error("stalewatch: %s died (%r); starting another", me.name, cause)
+                logger.error("stalewatch: %s died in a turn (%r); its task starts over", me.name, cause)
             if self._closed:
                 return
             if slot is not None:
