@@ -351,6 +351,12 @@ class Lab:
     def wait_for_phase(self, *phases: str, timeout: float = WAIT) -> Line:
         return self.wait_for(lambda m: m.get("type") == "restart" and m.get("phase") in phases, timeout)
 
+    def why(self, line: Line) -> str:
+        """A restart line's phase and reason, and the daemon's last log lines: what a
+        failed assertion needs to tell a race from a bug."""
+        message = line.message
+        return f"{message.get('phase')}: {message.get('reason')}\n{self.log('daemon.log')[-4000:]}"
+
     def wait_for_processes(self, revision: str, count: int, timeout: float = WAIT) -> None:
         """Until ``count`` processes are registered, all on ``revision`` (a ``processes`` line)."""
 

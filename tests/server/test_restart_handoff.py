@@ -155,7 +155,9 @@ def test_r9_two_commits_while_the_retired_old_master_finishes_unseen_work_never_
             lab.gate.entered()  # an old worker is at it: the restart cannot see it (not guarded)
             first = lab.commit("an update")
             confirmed = lab.wait_for_phase("confirmed", "failed", "refused")
-            assert (confirmed.message["phase"], confirmed.message["revision"]) == ("confirmed", first)
+            assert (confirmed.message["phase"], confirmed.message["revision"]) == ("confirmed", first), (
+                lab.why(confirmed)
+            )
             assert lab.master(".2") is not None  # the old master still finishes the response
             # Past confirm_timeout with the old worker still registered: nothing is wanted.
             with pytest.raises(TimeoutError):

@@ -49,7 +49,9 @@ def run_commits(lab: Lab, load: Load, workers: int) -> list[Done]:
             )
         )
         confirmed = lab.wait_for_phase("confirmed", "failed", "refused")
-        assert (confirmed.message["phase"], confirmed.message["revision"]) == ("confirmed", new), confirmed
+        assert (confirmed.message["phase"], confirmed.message["revision"]) == ("confirmed", new), lab.why(
+            confirmed
+        )
         lab.wait_for_processes(new, workers)
         # The new code serves a request that started after the confirmation.
         load.wait_for(lambda o, new=new, at=confirmed.at: o.start > at and o.revision == new)
