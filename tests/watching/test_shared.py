@@ -163,6 +163,20 @@ def test_a_turn_on_the_reader_waits_for_the_rest_of_its_read_not_the_other_way_r
         release.set()
 
 
+def health_reports(guard: Guard) -> list[bool]:
+    """Every trust report ``guard``'s watcher makes from now on, in order."""
+    reports: list[bool] = []
+    health = watcher_of(guard)._health
+    real_report = health._on_health
+
+    def spy(trusted: bool, mode: str) -> None:
+        reports.append(trusted)
+        real_report(trusted, mode)
+
+    health._on_health = spy
+    return reports
+
+
 @inotify_only
 def test_sys_exit_in_a_subscriber_on_the_reader_restarts_only_its_own_checkout(
     tmp_path: Path, guards: list[Guard], caplog: pytest.LogCaptureFixture
@@ -171,15 +185,7 @@ def test_sys_exit_in_a_subscriber_on_the_reader_restarts_only_its_own_checkout(
     # and take every other checkout's trust with it (issue 11: faults kept apart).
     a_repo, b_repo = checkouts(tmp_path, 2)
     a, b = start_all([a_repo, b_repo], guards)
-    b_health: list[bool] = []
-    b_watcher = watcher_of(b)
-    real_report = b_watcher._health._on_health
-
-    def spy(trusted: bool, mode: str) -> None:
-        b_health.append(trusted)
-        real_report(trusted, mode)
-
-    b_watcher._health._on_health = spy
+    b_health = health_reports(b)
     exited: list[str] = []
     done = threading.Event()
 
@@ -209,15 +215,7 @@ def test_one_checkouts_faults_do_not_disturb_the_others(
 ) -> None:
     a_repo, b_repo = checkouts(tmp_path, 2)
     a, b = start_all([a_repo, b_repo], guards)
-    b_health: list[bool] = []
-    b_watcher = watcher_of(b)
-    real_report = b_watcher._health._on_health
-
-    def spy(trusted: bool, mode: str) -> None:
-        b_health.append(trusted)
-        real_report(trusted, mode)
-
-    b_watcher._health._on_health = spy
+    b_health = health_reports(b)
     rec_a, rec_b = Recorder(a), Recorder(b)
 
     # 1. A's event handling raises on the reader thread, for every event.
