@@ -16,6 +16,7 @@ import pytest
 
 from stalewatch.core.errors import RefError
 from stalewatch.git import packed
+from tests.support.packed_refs import find, snapshot
 
 HEADER = b"# pack-refs with: peeled fully-peeled sorted \n"
 UNSORTED = b"# pack-refs with: peeled \n"
@@ -144,8 +145,8 @@ def test_a_lookup_reads_a_few_pages_of_a_large_sorted_file_and_each_once(
     names = [f"refs/tags/v{i:06d}" for i in range(50_000)]
     path = tmp_path / "packed-refs"
     path.write_bytes(HEADER + b"".join(record(i, name) for i, name in enumerate(names)))
-    snap = packed.read_snapshot(path)
-    assert snap is not None and snap.sorted
+    snap = snapshot(path)
+    assert snap.sorted
     reads: list[int] = []
     real = packed._pread
 
@@ -156,7 +157,7 @@ def test_a_lookup_reads_a_few_pages_of_a_large_sorted_file_and_each_once(
     monkeypatch.setattr(packed, "_pread", counting)
     for i in (0, 1, 17_000, 49_998, 49_999):
         reads.clear()
-        assert snap.find(names[i]) == oid(i)
+        assert find(path, snap, names[i]) == oid(i)
         assert len(reads) == len(set(reads)), f"a page read twice: {sorted(reads)}"
         assert len(reads) <= 40 < path.stat().st_size // PAGE  # ~log2(50,000) probes, not the file
 
@@ -251,26 +252,24 @@ def test_a_sorted_header_without_a_newline_is_an_empty_file(tmp_path: Path) -> N
     path = tmp_path / "packed-refs"
     path.write_bytes(HEADER.rstrip(b"\n"))  # git's own header, its trailing space kept
     assert packed.lookup(path, "refs/heads/main") is None
-    snap = packed.read_snapshot(path)
-    assert snap is not None and snap.sorted and snap.body == len(HEADER) - 1
+    snap = snapshot(path)
+    assert snap.sorted and snap.body == len(HEADER) - 1
 
 
 @pytest.mark.parametrize("header", [HEADER, UNSORTED, b""])
 def test_a_snapshot_knows_where_its_records_start(tmp_path: Path, header: bytes) -> None:
     path = tmp_path / "packed-refs"
     path.write_bytes(header + record(1, "refs/heads/main"))
-    snap = packed.read_snapshot(path)
-    assert snap is not None
+    snap = snapshot(path)
     assert (snap.sorted, snap.body) == (header == HEADER, len(header))
 
 
 def test_a_snapshot_remembers_a_bounded_number_of_answers(tmp_path: Path) -> None:
     path = tmp_path / "packed-refs"
     path.write_bytes(HEADER + b"".join(record(i, f"refs/heads/b{i:03d}") for i in range(100)))
-    snap = packed.read_snapshot(path)
-    assert snap is not None
+    snap = snapshot(path)
     for i in range(100):
-        assert snap.find(f"refs/heads/b{i:03d}") == oid(i)
+        assert find(path, snap, f"refs/heads/b{i:03d}") == oid(i)
     assert list(snap.found) == [f"refs/heads/b{i:03d}" for i in range(packed._MAX_ANSWERS)]
 
 
@@ -325,16 +324,3 @@ def test_an_io_error_reading_an_unsorted_file_names_the_file(
 
     monkeypatch.setattr(packed, "_pread", failing_after_the_header)
     assert refused(path, "refs/heads/main") == (path, f"cannot read: {os.strerror(errno.EIO)}")
-
-
-def test_a_snapshot_of_a_path_that_cannot_be_opened_is_refused_with_the_systems_reason(
-    tmp_path: Path,
-) -> None:
-    loop = tmp_path / "loop"
-    loop.symlink_to("loop")
-    with pytest.raises(RefError) as info:
-        packed.read_snapshot(loop / "packed-refs")
-    assert (info.value.path, info.value.reason) == (
-        loop / "packed-refs",
-        f"cannot read: {os.strerror(errno.ELOOP)}",
-    )

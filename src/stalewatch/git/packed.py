@@ -10,8 +10,8 @@ about an unchanged file costs one ``stat``.
 A snapshot is cached only when its file was last changed :data:`RACY_NS` before it
 was read: a file rewritten within one timestamp tick, on a recycled inode, with the
 same size, keeps its stat data, and a cached snapshot would hide that change from a strict
-check. A racy file is searched afresh on every lookup.
-The cache (``_cache``) is process-wide; :func:`read_snapshot` bypasses it.
+check. A racy file is searched afresh on every lookup. The cache (``_cache``) is
+process-wide.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from ..core.cache import BoundedCache
 from ..core.errors import RefError
 
-__all__ = ["RACY_NS", "PackedFile", "clear_cache", "lookup", "read_snapshot"]
+__all__ = ["RACY_NS", "PackedFile", "clear_cache", "lookup"]
 
 RACY_NS = 3_000_000_000
 """A file changed less than this long ago (ns) may change again without its stat data
@@ -62,69 +62,56 @@ def _is_oid(value: bytes) -> bool:
     return len(value) in (40, 64) and _HEX.issuperset(value)
 
 
+def _unreadable(path: Path, exc: OSError) -> RefError:
+    return RefError(path, f"cannot read: {exc.strerror or exc}")
+
+
 class _Pages:
     """A file's bytes as far as a search needs them: ``pread`` of 4 KiB pages, kept."""
 
     def __init__(self, fd: int, size: int) -> None:
-        self._fd = fd
-        self._size = size
+        self._fd, self._size = fd, size
         self._pages: dict[int, bytes] = {}
 
     def __len__(self) -> int:
         return self._size
 
     def _page(self, number: int) -> bytes:
-        page = self._pages.get(number)
-        if page is None:
-            page = self._pages[number] = _pread(self._fd, _PAGE, number * _PAGE)
-        return page
+        if number not in self._pages:
+            self._pages[number] = _pread(self._fd, _PAGE, number * _PAGE)
+        return self._pages[number]
 
     def __getitem__(self, index: slice, /) -> bytes:
-        start = max(index.start or 0, 0)
-        stop = min(self._size if index.stop is None else index.stop, self._size)
-        if start >= stop:
-            return b""
-        first, last = start // _PAGE, (stop - 1) // _PAGE
-        joined = b"".join(self._page(n) for n in range(first, last + 1))
+        start, stop, _ = index.indices(self._size)  # a file grown since it was sized is not read further
+        first = start // _PAGE
+        joined = b"".join(self._page(n) for n in range(first, (stop - 1) // _PAGE + 1))
         return joined[start - first * _PAGE : stop - first * _PAGE]
 
     def find(self, sub: bytes, start: int, end: int, /) -> int:
-        end = min(end, self._size)  # a file grown since it was sized is not read further
-        for number in range(start // _PAGE, (end - 1) // _PAGE + 1):
-            base = number * _PAGE
-            page = self._page(number)
-            found = page.find(sub, max(start - base, 0), end - base)
-            if found >= 0:
-                return base + found
-            if len(page) < _PAGE:  # the file ended (or shrank) here
-                break
-        return -1
+        return self._scan(sub, start, end, reverse=False)
 
     def rfind(self, sub: bytes, start: int, end: int, /) -> int:
-        for number in range((end - 1) // _PAGE, start // _PAGE - 1, -1):
-            base = number * _PAGE
-            found = self._page(number).rfind(sub, max(start - base, 0), end - base)
+        return self._scan(sub, start, end, reverse=True)
+
+    def _scan(self, sub: bytes, start: int, end: int, *, reverse: bool) -> int:
+        """``find``/``rfind`` of the one byte ``sub``, page by page."""
+        end = min(end, self._size)
+        numbers = range(start // _PAGE, (end - 1) // _PAGE + 1)
+        for number in reversed(numbers) if reverse else numbers:
+            base, page = number * _PAGE, self._page(number)
+            found = (page.rfind if reverse else page.find)(sub, max(start - base, 0), end - base)
             if found >= 0:
                 return base + found
         return -1
-
-    def startswith(self, prefix: bytes, start: int, /) -> bool:
-        return self[start : start + len(prefix)] == prefix
 
     def count(self, sub: bytes, start: int, end: int, /) -> int:  # the error path only
         """Occurrences of the one byte ``sub``: read in chunks that are not kept."""
-        total = 0
         end = min(end, self._size)
-        while start < end:
-            chunk = _pread(self._fd, min(_CHUNK, end - start), start)
-            if not chunk:
-                break
-            total += chunk.count(sub)
-            start += len(chunk)
-        return total
+        chunks = (_pread(self._fd, min(_CHUNK, end - at), at) for at in range(start, end, _CHUNK))
+        return sum(chunk.count(sub) for chunk in chunks)
 
 
-_Data = bytes | _Pages  # what the search reads: a whole file, or one read page by page
+_Data = bytes | _Pages  # what an error is read from: a whole file, or one read page by page
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,47 +126,30 @@ class PackedFile:
         found: answers given so far, by ref name.
     """
 
-    path: Path
     key: Key
     sorted: bool
     body: int
     index: Mapping[bytes, bytes] | None = None
     found: dict[str, str | None] = field(default_factory=dict)
 
-    def find(self, name: str) -> str | None:
-        """The object id the file holds for ref ``name``, ``None`` if none.
 
-        Raises:
-            RefError: the file changed since this snapshot, cannot be read, or a line
-                the search read is malformed (its number is named).
-        """
-        if name in self.found:
-            return self.found[name]
-        fd = _open(self.path)
+def _search(path: Path, snap: PackedFile, fd: int, name: str) -> str | None:
+    """The object id ``snap``'s file (open at ``fd``) holds for ``name``, remembered."""
+    wanted = name.encode("utf-8", "surrogateescape")
+    if snap.index is not None:
+        value = snap.index.get(wanted)
+    else:
         try:
-            if fd is None or _key(os.fstat(fd)) != self.key:
-                raise RefError(self.path, "changed since it was read")
-            return self._search(fd, name)
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-    def _search(self, fd: int, name: str) -> str | None:
-        wanted = name.encode("utf-8", "surrogateescape")
-        if self.index is not None:
-            value = self.index.get(wanted)
-        else:
-            try:
-                value = _bisect(self.path, _Pages(fd, self.key[2]), self.body, wanted)
-            except OSError as exc:
-                raise RefError(self.path, f"cannot read: {exc.strerror or exc}") from exc
-        answer = None if value is None else value.decode("ascii")
-        if len(self.found) < _MAX_ANSWERS:
-            self.found[name] = answer
-        return answer
+            value = _bisect(path, _Pages(fd, snap.key[2]), snap.body, wanted)
+        except OSError as exc:
+            raise _unreadable(path, exc) from exc
+    answer = None if value is None else value.decode("ascii")
+    if len(snap.found) < _MAX_ANSWERS:
+        snap.found[name] = answer
+    return answer
 
 
-def _bisect(path: Path, data: _Data, body: int, wanted: bytes) -> bytes | None:
+def _bisect(path: Path, data: _Pages, body: int, wanted: bytes) -> bytes | None:
     """git's find_reference_location: binary search over sorted records."""
     lo, hi = body, len(data)
     # Invariant: lo and hi are record starts (a ref line, never a "^" peeled line).
@@ -187,13 +157,12 @@ def _bisect(path: Path, data: _Data, body: int, wanted: bytes) -> bytes | None:
     while lo < hi:
         mid = lo + (hi - lo) // 2
         start = _line_start(path, data, lo, mid)
-        if data.startswith(b"^", start):  # a peeled line belongs to the record above
+        if data[start : start + 1] == b"^":  # a peeled line belongs to the record above
             if start <= lo:
                 raise _malformed(path, data, start, "peeled line without a ref")
-            if not _is_oid(data[start + 1 : _line_end(path, data, start)]):
-                raise _malformed(path, data, start, "malformed peeled line")
+            _peeled_end(path, data, start)
             above = _line_start(path, data, lo, start - 1)
-            if data.startswith(b"^", above):
+            if data[above : above + 1] == b"^":
                 raise _malformed(path, data, start, "two peeled lines in a row")
             start = above
         end = _line_end(path, data, start)
@@ -204,18 +173,23 @@ def _bisect(path: Path, data: _Data, body: int, wanted: bytes) -> bytes | None:
             return oid
         if ref < wanted:
             lo = end + 1
-            while data.startswith(b"^", lo):  # skip this record's peeled line
-                following = _line_end(path, data, lo)
-                if not _is_oid(data[lo + 1 : following]):
-                    raise _malformed(path, data, lo, "malformed peeled line")
-                lo = following + 1
+            while data[lo : lo + 1] == b"^":  # skip this record's peeled line
+                lo = _peeled_end(path, data, lo) + 1
             lo = min(lo, hi)
         else:
             hi = start
     return None
 
 
-def _line_start(path: Path, data: _Data, lo: int, at: int) -> int:
+def _peeled_end(path: Path, data: _Pages, start: int) -> int:
+    """Where the peeled line at ``start`` ends, once it is found well formed."""
+    end = _line_end(path, data, start)
+    if not _is_oid(data[start + 1 : end]):
+        raise _malformed(path, data, start, "malformed peeled line")
+    return end
+
+
+def _line_start(path: Path, data: _Pages, lo: int, at: int) -> int:
     """Where the line holding the byte before ``at`` starts (``lo`` at the earliest)."""
     floor = max(lo, at - _MAX_LINE - 1)
     newline = data.rfind(b"\n", floor, at)
@@ -226,7 +200,7 @@ def _line_start(path: Path, data: _Data, lo: int, at: int) -> int:
     return lo
 
 
-def _line_end(path: Path, data: _Data, start: int) -> int:
+def _line_end(path: Path, data: _Pages, start: int) -> int:
     """Where the line at ``start`` ends: its newline, or the end of the file."""
     end = data.find(b"\n", start, start + _MAX_LINE + 1)
     if end >= 0:
@@ -275,7 +249,7 @@ def _open(path: Path) -> int | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
-        raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
+        raise _unreadable(path, exc) from exc
 
 
 def _snapshot(path: Path, fd: int, st: os.stat_result) -> PackedFile:
@@ -293,7 +267,7 @@ def _snapshot(path: Path, fd: int, st: os.stat_result) -> PackedFile:
             is_sorted = b"sorted" in head[len(_HEADER) : end].split()
             body = min(end + 1, st.st_size)
         if is_sorted:
-            return PackedFile(path, _key(st), True, body)
+            return PackedFile(_key(st), True, body)
         if st.st_size > _MAX_FILE:
             raise RefError(path, f"larger than {_MAX_FILE} bytes and not sorted")
         chunks, size = [], 0
@@ -303,25 +277,8 @@ def _snapshot(path: Path, fd: int, st: os.stat_result) -> PackedFile:
             if size > _MAX_FILE:  # grew while read
                 raise RefError(path, f"larger than {_MAX_FILE} bytes")
     except OSError as exc:
-        raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
-    data = b"".join(chunks)
-    return PackedFile(path, _key(st), False, body, _index(path, data, body))
-
-
-def read_snapshot(path: Path) -> PackedFile | None:
-    """A snapshot of ``path`` now (no cache); ``None`` when it does not exist.
-
-    Raises:
-        RefError: the file cannot be read, is not a regular file, or is malformed
-            (an unsorted file is validated whole).
-    """
-    fd = _open(path)
-    if fd is None:
-        return None
-    try:
-        return _snapshot(path, fd, os.fstat(fd))
-    finally:
-        os.close(fd)
+        raise _unreadable(path, exc) from exc
+    return PackedFile(_key(st), False, body, _index(path, b"".join(chunks), body))
 
 
 _cache: BoundedCache[str, PackedFile] = BoundedCache(_CACHE_ENTRIES)  # by path
@@ -338,7 +295,8 @@ def lookup(path: Path, name: str) -> str | None:
     Peeled lines (``^<id>``, what an annotated tag points to) are never returned.
 
     Raises:
-        RefError: the file cannot be read, or a line the search reads is malformed.
+        RefError: the file cannot be read, is not a regular file, or a line the search
+            reads is malformed (an unsorted file is validated whole).
     """
     where = str(path)
     try:
@@ -346,7 +304,7 @@ def lookup(path: Path, name: str) -> str | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
-        raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
+        raise _unreadable(path, exc) from exc
     snap = _cache.get(where)
     if snap is not None and snap.key == key and name in snap.found:
         return snap.found[name]  # a remembered answer about this version of the file
@@ -358,7 +316,7 @@ def lookup(path: Path, name: str) -> str | None:
         st = os.fstat(fd)  # the identity of what is read, even if the path is replaced now
         if snap is None or snap.key != _key(st):
             snap = _snapshot(path, fd, st)
-        answer = snap._search(fd, name)
+        answer = _search(path, snap, fd, name)
     finally:
         os.close(fd)
     if _settled(snap.key, now):
