@@ -83,19 +83,10 @@ def read(path: Path, limit: int = _MAX_READ) -> bytes | None:
     """At most ``limit`` bytes of a ``/proc`` file; ``None`` when it cannot be read (the
     process is gone, or not ours to read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        with path.open("rb") as file:  # a buffered read(limit) reads on until limit or EOF
+            return file.read(limit)
     except OSError:
         return None
-    try:
-        chunks, size = [], 0
-        while size < limit and (chunk := os.read(fd, min(65536, limit - size))):
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _boot_time() -> float:
@@ -107,9 +98,7 @@ def read_proc(pid: int) -> Proc | None:
     """What ``/proc`` says of ``pid`` now; ``None`` when it does not run (or cannot be read)."""
     if pid <= 0:
         return None
-    base = PROC / str(pid)
-    stat, status = read(base / "stat"), read(base / "status")
-    parsed = None if stat is None else parse_stat(stat)
+    parsed, status = read_stat(pid), read(PROC / str(pid) / "status")
     uids = None if status is None else parse_status_uids(status)
     if parsed is None or uids is None:
         return None
@@ -119,21 +108,13 @@ def read_proc(pid: int) -> Proc | None:
 
 def children(pid: int) -> list[Proc]:
     """The processes whose parent is ``pid`` now (a scan of ``/proc``)."""
-    found = []
     try:
-        names = [entry.name for entry in PROC.iterdir()]
+        names = [entry.name for entry in PROC.iterdir() if entry.name.isdigit()]
     except OSError:
         return []
-    for name in names:
-        if not name.isdigit():
-            continue
-        stat = read(PROC / name / "stat")  # the parent first: most processes are not ours
-        parsed = None if stat is None else parse_stat(stat)
-        if parsed is not None and parsed[0] == pid:
-            proc = read_proc(int(name))
-            if proc is not None and proc.ppid == pid:
-                found.append(proc)
-    return found
+    # The parent first (its stat): most processes are not ours.
+    found = (read_proc(int(name)) for name in names if (read_stat(int(name)) or (-1,))[0] == pid)
+    return [proc for proc in found if proc is not None and proc.ppid == pid]
 
 
 def read_stat(pid: int) -> tuple[int, int] | None:
