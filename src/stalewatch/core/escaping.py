@@ -22,18 +22,13 @@ def printable(text: str) -> str:
     """
     if text.isprintable() and "\\" not in text:
         return text  # the common case, without a per-character walk
-    out: list[str] = []
-    for char in text:
-        if char in _NAMED:
-            out.append(_NAMED[char])
-        elif char == " " or unicodedata.category(char)[0] not in "CZ":
-            out.append(char)
-        else:
-            out.append(_escape(ord(char)))
-    return "".join(out)
+    return "".join(_NAMED.get(char) or _visible(char) for char in text)
 
 
-def _escape(code: int) -> str:
+def _visible(char: str) -> str:
+    if char == " " or unicodedata.category(char)[0] not in "CZ":
+        return char
+    code = ord(char)
     if code < 0x100:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
