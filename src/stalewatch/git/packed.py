@@ -87,14 +87,8 @@ class _Pages:
         joined = b"".join(self._page(n) for n in range(first, (stop - 1) // _PAGE + 1))
         return joined[start - first * _PAGE : stop - first * _PAGE]
 
-    def find(self, sub: bytes, start: int, end: int, /) -> int:
-        return self._scan(sub, start, end, reverse=False)
-
-    def rfind(self, sub: bytes, start: int, end: int, /) -> int:
-        return self._scan(sub, start, end, reverse=True)
-
-    def _scan(self, sub: bytes, start: int, end: int, *, reverse: bool) -> int:
-        """``find``/``rfind`` of the one byte ``sub``, page by page."""
+    def find(self, sub: bytes, start: int, end: int, /, *, reverse: bool = False) -> int:
+        """``bytes.find`` (``rfind`` when ``reverse``) of the one byte ``sub``, page by page."""
         end = min(end, self._size)
         numbers = range(start // _PAGE, (end - 1) // _PAGE + 1)
         for number in reversed(numbers) if reverse else numbers:
@@ -192,7 +186,7 @@ def _peeled_end(path: Path, data: _Pages, start: int) -> int:
 def _line_start(path: Path, data: _Pages, lo: int, at: int) -> int:
     """Where the line holding the byte before ``at`` starts (``lo`` at the earliest)."""
     floor = max(lo, at - _MAX_LINE - 1)
-    newline = data.rfind(b"\n", floor, at)
+    newline = data.find(b"\n", floor, at, reverse=True)
     if newline >= 0:
         return newline + 1
     if floor > lo:
