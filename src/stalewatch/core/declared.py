@@ -111,19 +111,15 @@ def _value(table: TableReader, data: dict[str, Any], key: str, kind: Kind[T]) ->
         table.fail(key, data[key] if refused.value is None else refused.value, refused.reason)
 
 
-def _number(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise Refused("expected a number")
-    return float(value)
-
-
 def seconds(low: float, high: float) -> Kind[float]:
     """A number of seconds within ``[low, high]`` (an int or a float, not a bool)."""
 
     def read(value: object, _: TableReader) -> float:
-        if not low <= _number(value) <= high:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Refused("expected a number")
+        if not low <= value <= high:
             raise Refused(f"expected between {low:g} and {high:g}")
-        return _number(value)
+        return float(value)
 
     return Kind(read, f"seconds, {low:g} to {high:g}")
 

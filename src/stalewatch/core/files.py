@@ -25,15 +25,12 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> tuple[int, i
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(temp, flags, 0o600, dir_fd=directory)
         try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+            with open(fd, "wb") as file:  # closes fd, whatever happens
+                file.write(data)  # a buffered write writes it all
+                file.flush()
                 os.fchmod(fd, mode)  # on the descriptor: no path to follow
                 os.fsync(fd)
                 info = os.fstat(fd)
-            finally:
-                os.close(fd)
             os.rename(temp, path.name, src_dir_fd=directory, dst_dir_fd=directory)
         except BaseException:
             with contextlib.suppress(OSError):
