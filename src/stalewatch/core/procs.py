@@ -112,8 +112,8 @@ def children(pid: int) -> list[Proc]:
         names = [entry.name for entry in PROC.iterdir() if entry.name.isdigit()]
     except OSError:
         return []
-    # The parent first (its stat): most processes are not ours.
-    found = (read_proc(int(name)) for name in names if (read_stat(int(name)) or (-1,))[0] == pid)
+    # The parent first (the stat alone): most processes are not ours.
+    found = (read_proc(int(name)) for name in names if (stat := read_stat(int(name))) and stat[0] == pid)
     return [proc for proc in found if proc is not None and proc.ppid == pid]
 
 
