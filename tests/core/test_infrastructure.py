@@ -29,7 +29,7 @@ def test_a_bounded_cache_keeps_the_newest_stored_and_reads_without_its_lock() ->
     with pytest.raises(TypeError):
         cache.entries["x"] = 1  # type: ignore[index]  # a view, read-only
     cache.clear()
-    assert len(cache) == 0
+    assert not cache.entries
 
 
 class _Thing:

@@ -59,8 +59,5 @@ class BoundedCache(Generic[K, V]):
         """A read-only view of the entries, oldest first."""
         return MappingProxyType(self._entries)
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     def _after_fork_in_child(self) -> None:
         self.lock = threading.Lock()

@@ -42,7 +42,7 @@ class Shared(Generic[T]):
         self._usable = usable
         self._forget = forget
         self._lock = threading.Lock()
-        self._current: T | None = None
+        self.current: T | None = None  # the instance handed out now, if any (tests and benches)
         self._users: dict[int, int] = {}  # id(instance) -> users: an old instance is counted too
         forking.in_child(self._after_fork_in_child)
 
@@ -53,9 +53,9 @@ class Shared(Generic[T]):
             Exception: whatever ``make`` raises.
         """
         with self._lock:
-            current = self._current
+            current = self.current
             if current is None or (self._usable is not None and not self._usable(current)):
-                current = self._current = self._make()
+                current = self.current = self._make()
             self._users[id(current)] = self._users.get(id(current), 0) + 1
             return current
 
@@ -71,8 +71,8 @@ class Shared(Generic[T]):
                 self._users[id(instance)] = left
                 return False
             self._users.pop(id(instance), None)
-            if self._current is instance:
-                self._current = None
+            if self.current is instance:
+                self.current = None
             return True
 
     def users(self, instance: T) -> int:
@@ -80,15 +80,10 @@ class Shared(Generic[T]):
         with self._lock:
             return self._users.get(id(instance), 0)
 
-    @property
-    def current(self) -> T | None:
-        """The instance handed out now, if any (tests and benches)."""
-        return self._current
-
     def _after_fork_in_child(self) -> None:
         # The lock may have been held by a parent's thread that is gone.
         self._lock = threading.Lock()
-        current, self._current = self._current, None
+        current, self.current = self.current, None
         self._users.clear()
         if current is not None and self._forget is not None:
             self._forget(current)

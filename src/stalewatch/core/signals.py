@@ -78,15 +78,11 @@ class Wakeup:
         self._read, self._write = socket.socketpair()
         self._read.setblocking(False)
         self._write.setblocking(False)
-        self._set = False
-
-    @property
-    def is_set(self) -> bool:
-        return self._set
+        self.is_set = False  # what set() sets: read it, never write it
 
     def set(self) -> None:
         """Set the flag and wake the waiter (signal-safe; any thread)."""
-        self._set = True
+        self.is_set = True
         self.poke()
 
     def poke(self) -> None:
@@ -96,11 +92,11 @@ class Wakeup:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until set (or poked), at most ``timeout`` s; return whether it is set."""
-        if not self._set:
+        if not self.is_set:
             with contextlib.suppress(OSError, ValueError):  # closed meanwhile
                 select.select([self._read], [], [], timeout)
             self.drain()
-        return self._set
+        return self.is_set
 
     def fileno(self) -> int:
         """The readable end, readable while a wake-up is pending (for a selector)."""
