@@ -91,12 +91,9 @@ class RestartState:
     @classmethod
     def from_dict(cls, data: object) -> RestartState | None:
         """Parse what :meth:`to_dict` made (from a daemon); ``None`` when it is not one."""
-        if not isinstance(data, dict) or not isinstance(data.get("phase"), str):
+        if not isinstance(data, dict) or data.get("phase") not in tuple(RestartPhase):
             return None
-        try:
-            phase = RestartPhase(data["phase"])
-        except ValueError:
-            return None
+        phase = RestartPhase(data["phase"])
         reason, revision = data.get("reason"), data.get("revision")
         attempt, retry_after, at = data.get("attempt", 0), data.get("retry_after"), data.get("at", 0.0)
         inflight, estimate, earliest = data.get("inflight"), data.get("estimate"), data.get("earliest")
