@@ -31,13 +31,11 @@ def parse(file: Path, text: str) -> dict[str, Any]:
     """
     try:
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        found = re.search(r"at line (\d+)", str(exc))
-        line = int(found.group(1)) if found else None
-        raise DaemonConfigError("TOML", None, f"invalid: {exc}", file=file, line=line) from None
-    except (RecursionError, ValueError) as exc:  # nesting past the parser's stack; int limits
+    except (RecursionError, ValueError) as exc:  # not TOML; nesting past the parser's stack; int limits
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise DaemonConfigError("TOML", None, f"invalid: {reason}", file=file) from None
+        found = re.search(r"at line (\d+)", reason)  # what tomllib's own errors say
+        line = int(found.group(1)) if found else None
+        raise DaemonConfigError("TOML", None, f"invalid: {reason}", file=file, line=line) from None
 
 
 @dataclass(frozen=True)
