@@ -27,9 +27,9 @@ HEADER = "# pack-refs with: peeled fully-peeled sorted \n"
 
 @pytest.fixture(autouse=True)
 def fresh_cache() -> Iterator[None]:
-    packed.clear_cache()
+    packed._cache.clear()
     yield
-    packed.clear_cache()
+    packed._cache.clear()
 
 
 def oid(i: int) -> str:

@@ -26,9 +26,9 @@ LONG = f"a line longer than {packed._MAX_LINE} bytes"
 
 @pytest.fixture(autouse=True)
 def fresh_cache() -> Iterator[None]:
-    packed.clear_cache()
+    packed._cache.clear()
     yield
-    packed.clear_cache()
+    packed._cache.clear()
 
 
 def oid(i: int) -> str:

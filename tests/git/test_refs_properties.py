@@ -131,7 +131,7 @@ def test_any_head_ref_and_packed_refs_content_resolves_or_raises_ref_error(
                 (dirs.common_dir / "refs/heads" / name).write_bytes(content)
         if packed_refs is not None:
             dirs.packed_refs.write_bytes(packed_refs)
-        packed.clear_cache()
+        packed._cache.clear()
         outcome(dirs)
 
 

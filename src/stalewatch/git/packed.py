@@ -26,7 +26,7 @@ from pathlib import Path
 from ..core.cache import BoundedCache
 from ..core.errors import RefError
 
-__all__ = ["RACY_NS", "PackedFile", "clear_cache", "lookup"]
+__all__ = ["RACY_NS", "PackedFile", "lookup"]
 
 RACY_NS = 3_000_000_000
 """A file changed less than this long ago (ns) may change again without its stat data
@@ -316,8 +316,3 @@ def lookup(path: Path, name: str) -> str | None:
     if _settled(snap.key, now):
         _cache.put(where, snap)
     return answer
-
-
-def clear_cache() -> None:
-    """Forget every snapshot (tests, and a process that wants its memory back)."""
-    _cache.clear()
