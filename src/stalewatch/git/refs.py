@@ -123,17 +123,13 @@ def find_git_dirs(start: Path) -> GitDirs | None:
             text = read_small(dotgit) or ""
             if not text.startswith("gitdir:"):
                 raise RefError(dotgit, "a .git file must start with 'gitdir:'")
-            target = Path(text[len("gitdir:") :].strip())
-            git_dir = (directory / target) if not target.is_absolute() else target
-            return _layout(directory, git_dir.resolve())
+            # An absolute target replaces the directory in the join.
+            return _layout(directory, (directory / text[len("gitdir:") :].strip()).resolve())
     return None
 
 
 def _layout(worktree: Path, git_dir: Path) -> GitDirs:
-    common_text = read_small(git_dir / "commondir")
-    common_dir = git_dir
-    if common_text is not None and common_text.strip():
-        common = Path(common_text.strip())
-        common_dir = (common if common.is_absolute() else git_dir / common).resolve()
+    common = (read_small(git_dir / "commondir") or "").strip()  # absolute, or relative to git_dir
+    common_dir = (git_dir / common).resolve() if common else git_dir
     store = next(store for store in _STORES if store.found_in(common_dir))
     return GitDirs(worktree, git_dir, common_dir, store)
