@@ -152,8 +152,7 @@ def _path(value: object, table: TableReader) -> Path:
     """A path (``~`` expanded; relative to the file's directory)."""
     if not isinstance(value, str) or not value or "\0" in value:
         raise Refused("expected a non-empty path string (without NUL)")
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else table.file.parent / path
+    return table.file.parent / Path(value).expanduser()  # an absolute path replaces the directory
 
 
 def _paths(value: object, table: TableReader) -> tuple[Path, ...]:
