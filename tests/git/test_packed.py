@@ -57,7 +57,7 @@ def test_c11_binary_search_finds_every_ref_and_no_other(tmp_path: Path) -> None:
     path = tmp_path / "packed-refs"
     write_packed(path, refs)
     snap = snapshot(path)
-    assert snap.sorted and snap.index is None  # the bisect path
+    assert snap.index is None  # sorted: the bisect path
     for name, value in refs.items():
         assert find(path, snap, name) == value
     for absent in ("refs/tags/v00001", "refs/heads/mai", "refs/heads/mainx", "refs/a", "refs/zzz", ""):
@@ -75,7 +75,7 @@ def test_c11_real_git_packed_refs_agree_with_git(git_repo: Repo) -> None:
     path = git_repo.path / ".git/packed-refs"
     assert path.read_text().startswith("# pack-refs with:") and " sorted" in path.read_text().splitlines()[0]
     snap = snapshot(path)
-    assert snap.sorted
+    assert snap.index is None  # sorted
     for line in git_repo.git("show-ref").splitlines():
         value, name = line.split(" ", 1)
         assert find(path, snap, name) == value, name
@@ -93,7 +93,7 @@ def test_c11_unsorted_file_is_indexed_and_first_record_wins(tmp_path: Path) -> N
         f"{oid(4)} refs/heads/alpha\n"
     )
     snap = snapshot(path)
-    assert not snap.sorted
+    assert snap.index is not None  # not sorted: indexed
     assert find(path, snap, "refs/heads/alpha") == oid(1)
     assert find(path, snap, "refs/heads/zeta") == oid(2)
     assert find(path, snap, "refs/heads/beta") is None

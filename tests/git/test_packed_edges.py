@@ -146,7 +146,7 @@ def test_a_lookup_reads_a_few_pages_of_a_large_sorted_file_and_each_once(
     path = tmp_path / "packed-refs"
     path.write_bytes(HEADER + b"".join(record(i, name) for i, name in enumerate(names)))
     snap = snapshot(path)
-    assert snap.sorted
+    assert snap.index is None  # sorted
     reads: list[int] = []
     real = packed._pread
 
@@ -253,7 +253,7 @@ def test_a_sorted_header_without_a_newline_is_an_empty_file(tmp_path: Path) -> N
     path.write_bytes(HEADER.rstrip(b"\n"))  # git's own header, its trailing space kept
     assert packed.lookup(path, "refs/heads/main") is None
     snap = snapshot(path)
-    assert snap.sorted and snap.body == len(HEADER) - 1
+    assert snap.index is None and snap.body == len(HEADER) - 1
 
 
 @pytest.mark.parametrize("header", [HEADER, UNSORTED, b""])
@@ -261,7 +261,7 @@ def test_a_snapshot_knows_where_its_records_start(tmp_path: Path, header: bytes)
     path = tmp_path / "packed-refs"
     path.write_bytes(header + record(1, "refs/heads/main"))
     snap = snapshot(path)
-    assert (snap.sorted, snap.body) == (header == HEADER, len(header))
+    assert (snap.index is None, snap.body) == (header == HEADER, len(header))
 
 
 def test_a_snapshot_remembers_a_bounded_number_of_answers(tmp_path: Path) -> None:

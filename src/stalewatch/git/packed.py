@@ -114,14 +114,13 @@ class PackedFile:
 
     Attributes:
         key: its identity when read (device, inode, size, mtime_ns, ctime_ns).
-        sorted: the header promises sorted records: binary search applies.
         body: offset of the first record (after the header line).
-        index: every ref of a file not marked sorted, and its id (validated once).
+        index: every ref of a file not marked sorted, and its id (validated once);
+            ``None`` when the header promises sorted records: binary search applies.
         found: answers given so far, by ref name.
     """
 
     key: Key
-    sorted: bool
     body: int
     index: Mapping[bytes, bytes] | None = None
     found: dict[str, str | None] = field(default_factory=dict)
@@ -261,7 +260,7 @@ def _snapshot(path: Path, fd: int, st: os.stat_result) -> PackedFile:
             is_sorted = b"sorted" in head[len(_HEADER) : end].split()
             body = min(end + 1, st.st_size)
         if is_sorted:
-            return PackedFile(_key(st), True, body)
+            return PackedFile(_key(st), body)
         if st.st_size > _MAX_FILE:
             raise RefError(path, f"larger than {_MAX_FILE} bytes and not sorted")
         chunks, size = [], 0
@@ -272,7 +271,7 @@ def _snapshot(path: Path, fd: int, st: os.stat_result) -> PackedFile:
                 raise RefError(path, f"larger than {_MAX_FILE} bytes")
     except OSError as exc:
         raise _unreadable(path, exc) from exc
-    return PackedFile(_key(st), False, body, _index(path, b"".join(chunks), body))
+    return PackedFile(_key(st), body, _index(path, b"".join(chunks), body))
 
 
 _cache: BoundedCache[str, PackedFile] = BoundedCache(_CACHE_ENTRIES)  # by path
