@@ -97,8 +97,8 @@ class Scheduler:
         """Run ``slot`` no more; wait up to ``wait`` s for a turn under way to end (False:
         it still runs, in a slow callback)."""
         deadline = time.monotonic() + wait
+        self.halt([slot])
         with self._cond:
-            self._halt([slot])
             while slot.running not in (None, threading.current_thread()):
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -109,18 +109,14 @@ class Scheduler:
     def halt(self, slots: Iterable[Slot]) -> None:
         """Run ``slots`` no more, without waiting for a turn under way: one pass under the
         lock for thousands (a daemon's exit); :meth:`remove` still follows for each."""
-        with self._cond:
-            self._halt(slots)
-
-    def _halt(self, slots: Iterable[Slot]) -> None:
-        # Under the lock. A turn under way already holds its task; one about to start runs nothing.
-        for slot in slots:
-            self.slots -= slot.task is not None
-            slot.task = None
-        # Dead heap entries would stay for minutes after a reload dropped thousands.
-        if len(self._timers) > 2 * self.slots + 64:
-            self._timers = [t for t in self._timers if t[2].task is not None and t[2].deadline == t[0]]
-            heapq.heapify(self._timers)
+        with self._cond:  # a turn under way already holds its task; one about to start runs nothing
+            for slot in slots:
+                self.slots -= slot.task is not None
+                slot.task = None
+            # Dead heap entries would stay for minutes after a reload dropped thousands.
+            if len(self._timers) > 2 * self.slots + 64:
+                self._timers = [t for t in self._timers if t[2].task is not None and t[2].deadline == t[0]]
+                heapq.heapify(self._timers)
 
     def wake(self, slot: Slot, *, urgent: bool = True) -> None:
         """Run the task soon (coalesces with a pending or running turn); ``urgent``: ahead of
@@ -341,7 +337,7 @@ class Scheduler:
                 return
             if slot is not None:
                 self._finish(slot, time.monotonic(), urgent)
-            if not (self._idle or self._keeper) and (self._queue or self._timers):
+            if (self._queue and not self._idle) or (self._timers and not self._workers):
                 self._spawn()
         task = None if slot is None else slot.task
         if task is not None:
