@@ -261,7 +261,7 @@ def test_a_link_in_a_symlinked_directory_is_watched_where_it_is(origin: Repo, tm
         assert isinstance(watcher, Watcher)
         # Every planned directory is watched (a watch of the alias itself fails: the
         # watcher would plan again on every turn, a busy loop).
-        assert watcher.watch_count() == len(watcher.plan.watch)
+        assert watcher._watches.count() == len(watcher.plan.watch)
         rec = Recorder(guard)
         second = origin.commit("two")
         sync.sync(second)

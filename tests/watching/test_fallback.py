@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import errno
 import time
-from pathlib import Path
 
-from stalewatch.watching import fallback
+from stalewatch import LocalSource
+from stalewatch.git.refs import find_git_dirs
+from stalewatch.watching import watcher as watcher_module
 from tests.support.forks import exit_status_in_fork
+from tests.support.repos import Repo
 
 
-def test_a_forked_child_stops_polling_though_a_parent_thread_held_the_waiting_list(
-    tmp_path: Path,
-) -> None:
+def test_a_forked_child_stops_polling_though_a_parent_thread_held_the_waiting_list(git_repo: Repo) -> None:
     """The parent's watcher threads are gone in the child; their lock must not be."""
+    dirs = find_git_dirs(git_repo.path.resolve())
+    assert dirs is not None
 
     def body() -> None:
-        waiting = fallback.Fallback(tmp_path, 1.0, lambda: None)
-        waiting.unavailable(OSError(errno.ENOSPC, "No space left on device"), time.monotonic())
-        waiting.forget()
+        waiting = LocalSource(poll_interval=1.0).watch(dirs, lambda: None, lambda trusted, mode: None)
+        waiting._unavailable(OSError(errno.ENOSPC, "No space left on device"), time.monotonic())
+        waiting.stop()
 
-    assert exit_status_in_fork(body, holding=fallback._waiting.lock) == 0
+    assert exit_status_in_fork(body, holding=watcher_module._waiting_lock) == 0

@@ -192,7 +192,7 @@ def test_polling_chosen_by_the_variable_polls(monkeypatch: pytest.MonkeyPatch) -
     assert LocalSource().poll
     monkeypatch.setenv("STALEWATCH_NOTIFIER", "observer")
     source = LocalSource()
-    assert not source.poll and source.watcher_settings.notifier == "observer"
+    assert not source.poll and source.notifier == "observer"
     monkeypatch.setenv("STALEWATCH_NOTIFIER", "kqueue")
     with pytest.raises(ConfigError, match="STALEWATCH_NOTIFIER"):
         LocalSource()

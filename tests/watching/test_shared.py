@@ -166,14 +166,14 @@ def test_a_turn_on_the_reader_waits_for_the_rest_of_its_read_not_the_other_way_r
 def health_reports(guard: Guard) -> list[bool]:
     """Every trust report ``guard``'s watcher makes from now on, in order."""
     reports: list[bool] = []
-    health = watcher_of(guard)._health
-    real_report = health._on_health
+    watcher = watcher_of(guard)
+    real_report = watcher._on_health
 
     def spy(trusted: bool, mode: str) -> None:
         reports.append(trusted)
         real_report(trusted, mode)
 
-    health._on_health = spy
+    watcher._on_health = spy
     return reports
 
 

@@ -275,13 +275,13 @@ def test_c9_real_inotify_overflow_is_detected_even_with_every_logger_silenced(gi
             rec = Recorder(guard)
             overflowed = threading.Event()
             watcher = watcher_of(guard)
-            real = watcher.queue_overflowed
+            real = watcher.on_overflow
 
             def spy() -> None:
                 overflowed.set()
                 real()
 
-            watcher.queue_overflowed = spy  # type: ignore[method-assign]
+            watcher.on_overflow = spy  # type: ignore[method-assign]
             # Hold watchdog's reader back? Not possible; flood faster than it drains.
             refs = git_repo.path / ".git/refs/heads"
             head = git_repo.head()
@@ -341,14 +341,14 @@ def test_c9_watch_limit_reached_when_head_moves_to_a_new_directory(
         rec = Recorder(guard)
         watcher = watcher_of(guard)
         polling = threading.Event()
-        real = watcher._health._on_health
+        real = watcher._on_health
 
         def spy(trusted: bool, mode: str) -> None:
             if mode == "polling" and not trusted:
                 polling.set()
             real(trusted, mode)
 
-        watcher._health._on_health = spy
+        watcher._on_health = spy
         watch_limit.allowed = 0  # the limit is reached by another process meanwhile
         git_repo.git("checkout", "-q", "-b", "feature/deep")  # needs refs/heads/feature watched
         new = git_repo.commit("on the new branch")
@@ -370,14 +370,14 @@ def test_c9_watch_limit_lifted_returns_to_native_notification(
         assert guard.wait_ready(5)  # the watcher runs: polling, never trusted
         assert guard.snapshot().mode == "polling" and not guard.snapshot().trusted
         watcher = watcher_of(guard)
-        real = watcher._health._on_health
+        real = watcher._on_health
 
         def spy(trusted: bool, mode: str) -> None:
             if (trusted, mode) == (True, "native"):
                 native.set()
             real(trusted, mode)
 
-        watcher._health._on_health = spy
+        watcher._on_health = spy
         watch_limit.allowed = 1000  # another process let go of its watches
         # The guard (and a daemon's clients) are told: trusted again, mode native.
         assert native.wait(10), "never returned to native notification"

@@ -36,11 +36,6 @@ class LocalSource:
         self.poll = settings.poll(poll) or self.notifier == "polling"
         self.poll_interval = settings.poll_interval(poll_interval)
 
-    @property
-    def watcher_settings(self) -> settings.WatchSettings:
-        """What each of its watchers runs with."""
-        return settings.WatchSettings(self.verify_interval, self.poll, self.poll_interval, self.notifier)
-
     def watch(
         self,
         dirs: GitDirs,
@@ -51,4 +46,5 @@ class LocalSource:
         on_restart: OnRestart | None = None,
     ) -> Watcher:
         """Watch ``dirs`` in this process (no daemon: no restart notices)."""
-        return Watcher(self.watcher_settings, dirs, on_change, on_health)
+        watching = settings.WatchSettings(self.verify_interval, self.poll, self.poll_interval, self.notifier)
+        return Watcher(watching, dirs, on_change, on_health)

@@ -14,7 +14,7 @@ dead" (:meth:`Listener.on_reader_died`). Every implementation is one file:
   (FSEvents' ``MustScanSubDirs``, Windows' buffer overflow): the watcher's periodic
   verification is what catches such a drop, within its verify interval.
 - ``polling``: no notifier; the watcher stats its files every poll interval
-  (:mod:`.fallback`, which is also where a watcher goes when a notifier is refused).
+  (:mod:`.watcher`, which is also where a watcher goes when a notifier is refused).
 
 Which one runs: ``STALEWATCH_NOTIFIER`` (:func:`stalewatch.core.settings.notifier`),
 else :func:`platform_default`.
@@ -84,9 +84,6 @@ class Notifier(Protocol):
 
     def lost(self, registration: Registration) -> bool:
         """Whether ``registration`` no longer watches its directory (gone, or its thread died)."""
-
-    def watch_count(self) -> int:
-        """Directories watched now."""
 
     def release(self) -> None:
         """A watcher is done with this notifier; the last one closes it."""

@@ -88,30 +88,28 @@ class _Directory(FileSystemEventHandler):
     def dispatch(self, event: FileSystemEvent) -> None:
         """On the observer's thread; must never raise (that would end the thread)."""
         try:
-            self._dispatch(event)
+            source = os.fsdecode(event.src_path)
+            if source in self._prefixes and event.event_type in ("deleted", "moved"):
+                self.gone = True  # the directory itself: the backend's watch is over
+                for registration in tuple(self.registrations):
+                    registration.alive = False
+                    registration.listener.on_event(registration, b"", True)
+                return
+            for path in (source, os.fsdecode(event.dest_path)) if event.dest_path else (source,):
+                parent, name = os.path.split(path)
+                if parent not in self._prefixes:
+                    continue  # a subdirectory's (FSEvents is recursive)
+                raw = os.fsencode(name)
+                for registration in tuple(self.registrations):  # copied whole under the GIL
+                    if raw in registration.names:
+                        registration.listener.on_event(registration, raw, event.event_type == "deleted")
         except Exception:
             logger.exception("stalewatch: error handling an event in %s", self.path)
 
-    def _dispatch(self, event: FileSystemEvent) -> None:
-        deleted = event.event_type == "deleted"
-        source = os.fsdecode(event.src_path)
-        if source in self._prefixes and event.event_type in ("deleted", "moved"):
-            self.gone = True  # the directory itself: the backend's watch is over
-            for registration in tuple(self.registrations):
-                registration.alive = False
-                registration.listener.on_event(registration, b"", True)
-            return
-        paths = [source]
-        if event.dest_path:
-            paths.append(os.fsdecode(event.dest_path))
-        for path in paths:
-            parent, name = os.path.split(path)
-            if parent not in self._prefixes:
-                continue  # a subdirectory's (FSEvents is recursive)
-            raw = os.fsencode(name)
-            for registration in tuple(self.registrations):  # copied whole under the GIL
-                if raw in registration.names:
-                    registration.listener.on_event(registration, raw, deleted)
+    @property
+    def died(self) -> bool:
+        """Its emitter thread ran, and ended."""
+        return self.emitter is not None and self.emitter.ident is not None and not self.emitter.is_alive()
 
 
 class ObserverNotifier:
@@ -144,7 +142,7 @@ class ObserverNotifier:
                 raise OSError(errno.EBADF, "watchdog observer closed")
             key = (path, narrow)
             directory = self._directories.get(key)
-            if directory is not None and (directory.gone or self._emitter_died(directory)):
+            if directory is not None and (directory.gone or directory.died):
                 self._unschedule(directory)  # its registrations are told, or see lost()
                 directory = None
             if directory is None:
@@ -152,7 +150,10 @@ class ObserverNotifier:
                 directory.watch = self._observer.schedule(
                     directory, str(path), recursive=False, event_filter=_NARROW if narrow else _WIDE
                 )
-                directory.emitter = self._emitter(directory.watch)
+                for emitter in list(self._observer.emitters):
+                    if emitter.watch == directory.watch:
+                        emitter.name = "stalewatch-observer-emitter"
+                        directory.emitter = emitter
                 self._directories[key] = directory
             directory.registrations[registration] = None
         return registration
@@ -178,18 +179,13 @@ class ObserverNotifier:
             or registration not in directory.registrations  # its watch was replaced
             or directory.gone
             or not self._observer.is_alive()
-            or self._emitter_died(directory)
+            or directory.died
         )
 
     def watch_count(self) -> int:
         """Directories scheduled now."""
         with self._lock:
             return len(self._directories)
-
-    @property
-    def dead(self) -> bool:
-        """The observer's thread ended without :meth:`close`."""
-        return not self._closed and not self._observer.is_alive()
 
     def release(self) -> None:
         """A watcher is done with this observer; the last one stops it."""
@@ -219,20 +215,11 @@ class ObserverNotifier:
             with contextlib.suppress(KeyError):
                 self._observer.unschedule(directory.watch)
 
-    def _emitter(self, watch: ObservedWatch) -> EventEmitter | None:
-        for emitter in list(self._observer.emitters):
-            if emitter.watch == watch:
-                emitter.name = "stalewatch-observer-emitter"
-                return emitter
-        return None
-
-    def _emitter_died(self, directory: _Directory) -> bool:
-        emitter = directory.emitter
-        return emitter is not None and emitter.ident is not None and not emitter.is_alive()
-
 
 _shared: Shared[ObserverNotifier] = Shared(
-    ObserverNotifier, usable=lambda notifier: not notifier.dead, forget=ObserverNotifier.forget_after_fork
+    ObserverNotifier,
+    usable=lambda notifier: notifier._closed or notifier._observer.is_alive(),
+    forget=ObserverNotifier.forget_after_fork,
 )
 
 

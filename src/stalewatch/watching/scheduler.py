@@ -3,14 +3,15 @@
 Each :class:`Task` (a watcher) is run by whichever worker is free, never by two at
 once; a wake-up while it is queued or running coalesces into one more turn after the
 current one (C12: a write after a turn began always gets a turn of its own). Timers
-live in one heap that one idle worker waits on, so no thread exists per checkout.
+live in one heap that one idle worker (the time keeper) waits on, so no thread exists
+per checkout.
 
-Wake-ups (a ref changed: someone waits) come first: the thread that saw the change runs
-the turn itself if :mod:`.here` lets it and no turn runs, else an idle worker takes it
-at once. First turns (``urgent=False``: a reload starts a thousand) and timers' turns
-queue behind them, and wait while a wake-up's turn runs and for :data:`QUIET` after it,
-for at most :data:`MAX_HOLD`: a turn beside the update's path takes the GIL in turns
-with it at every system call (issue 17: 5 to 9 ms, against 2).
+One queue, a heap: wake-ups (a ref changed: someone waits) first, then first turns
+(``urgent=False``: a reload starts a thousand) and timers' turns, each in the order
+they came. The thread that saw a change runs the turn itself if :mod:`.here` lets it
+and no turn runs. The others wait while a wake-up's turn runs and for :data:`QUIET`
+after it, for at most :data:`MAX_HOLD`: a turn beside the update's path takes the GIL
+in turns with it at every system call (issue 17: 5 to 9 ms, against 2).
 
 Workers start on demand, up to :data:`MAX_WORKERS`, so a subscriber that blocks one
 delays only its own checkout. A worker that dies (``SystemExit`` from a callback) is
@@ -24,7 +25,6 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -52,14 +52,13 @@ class Task(Protocol):
 
 
 class Slot:
-    """A task's place in a scheduler (its queue and timer state, under the lock)."""
+    """A task's place in a scheduler (under its lock)."""
 
     def __init__(self, task: Task) -> None:
-        self.task: Task | None = task  # None once removed: it may stay in the heap (issue 17)
-        self.active = True
-        self.queued = False
-        self.running: threading.Thread | None = None
+        self.task: Task | None = task  # None once removed: it may stay in the heaps (issue 17)
+        self.ticket = 0  # its entry in the queue (0: not queued); older entries are dead
         self.urgent = False  # queued among the wake-ups
+        self.running: threading.Thread | None = None
         self.again = False  # woken while running: one more turn after this one
         self.deadline = _NEVER
         self.asked = _NEVER  # the earliest at() made while running: kept by _finish
@@ -71,15 +70,14 @@ class Scheduler:
     def __init__(self, max_workers: int = MAX_WORKERS) -> None:
         lock = threading.Lock()
         self._cond = threading.Condition(lock)  # idle workers wait here for work
-        self._clock = threading.Condition(lock)  # the one idle worker keeping time waits here
+        self._clock = threading.Condition(lock)  # the time keeper waits here
         self._done = threading.Condition(lock)  # remove() waits here for a turn to end
-        self._urgent: deque[Slot] = deque()  # wake-ups, first come first served
-        self._ready: deque[Slot] = deque()  # first turns and timers' turns, behind them
+        self._queue: list[tuple[bool, int, Slot]] = []  # (not urgent, ticket, slot)
         self._timers: list[tuple[float, int, Slot]] = []
-        self._seq = itertools.count()
+        self._seq = itertools.count(1)
         self._workers: list[threading.Thread] = []
         self._names = itertools.count(1)
-        self._idle = 0  # workers waiting on _cond
+        self._idle = 0  # workers waiting on _cond, not yet told
         self._keeper = False  # a worker waits on _clock
         self._running = 0  # turns under way
         self._urgent_running = 0  # wake-ups' turns under way: the others are held back
@@ -91,18 +89,17 @@ class Scheduler:
 
     def add(self, task: Task) -> Slot:
         """Add ``task``; it runs once :meth:`wake` or a timer asks."""
-        slot = Slot(task)
         with self._cond:
             self.slots += 1
-        return slot
+        return Slot(task)
 
     def remove(self, slot: Slot, wait: float = 1.0) -> bool:
         """Run ``slot`` no more; wait up to ``wait`` s for a turn under way to end (False:
         it still runs, in a slow callback)."""
         deadline = time.monotonic() + wait
+        self.halt([slot])
         with self._cond:
-            self._halt([slot])
-            while slot.running is not None and slot.running is not threading.current_thread():
+            while slot.running not in (None, threading.current_thread()):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -112,23 +109,14 @@ class Scheduler:
     def halt(self, slots: Iterable[Slot]) -> None:
         """Run ``slots`` no more, without waiting for a turn under way: one pass under the
         lock for thousands (a daemon's exit); :meth:`remove` still follows for each."""
-        with self._cond:
-            self._halt(slots)
-
-    def _halt(self, slots: Iterable[Slot]) -> None:
-        # Under _cond.
-        for slot in slots:
-            if slot.active:
-                slot.active = False
-                self.slots -= 1
-            # Let the task go now: a turn under way already holds what it calls, and one
-            # about to start runs nothing (the slot is inactive).
-            slot.task = None
-        # Dead heap entries (removed or re-timed slots) would stay for minutes after a
-        # reload dropped thousands: dropped once they outnumber the live ones.
-        if len(self._timers) > 2 * self.slots + 64:
-            self._timers = [t for t in self._timers if t[2].active and t[2].deadline == t[0]]
-            heapq.heapify(self._timers)
+        with self._cond:  # a turn under way already holds its task; one about to start runs nothing
+            for slot in slots:
+                self.slots -= slot.task is not None
+                slot.task = None
+            # Dead heap entries would stay for minutes after a reload dropped thousands.
+            if len(self._timers) > 2 * self.slots + 64:
+                self._timers = [t for t in self._timers if t[2].task is not None and t[2].deadline == t[0]]
+                heapq.heapify(self._timers)
 
     def wake(self, slot: Slot, *, urgent: bool = True) -> None:
         """Run the task soon (coalesces with a pending or running turn); ``urgent``: ahead of
@@ -136,7 +124,7 @@ class Scheduler:
         with self._cond:
             if here.pending() is slot:
                 return  # claimed by this thread, not begun: that turn serves this wake-up too
-            free = slot.active and not (self._closed or slot.queued)  # and not running: none runs
+            free = slot.task is not None and not (self._closed or slot.ticket)  # none runs: nor it
             if urgent and free and not self._running and here.may_claim():
                 self._begin(slot, True)  # running: a wake-up from elsewhere asks for one more
                 here.claim(slot, lambda: self._run_claimed(slot))
@@ -146,44 +134,35 @@ class Scheduler:
     def _run_claimed(self, slot: Slot) -> None:
         # A SystemExit from a callback is a worker's death (its task is told), not this thread's.
         try:
-            when = self._run(slot)
+            self._turn(slot, True)
         except BaseException as exc:
             self._exit(slot, True, exc)
-            return
-        with self._cond:
-            self._finish(slot, when, True)
 
     def _wake(self, slot: Slot, *, urgent: bool = True) -> None:
-        # Under _cond.
+        # Under the lock. An idle worker takes it now, or the time keeper; a burst gets more.
         if not self._enqueue(slot, urgent=urgent):
             return
-        if urgent:  # an idle worker takes it now, or the time keeper, or a new worker
-            if self._idle:
-                self._cond.notify()
-            elif self._keeper:
-                self._clock.notify()
-            elif len(self._workers) < self._max:
-                self._spawn()
-        elif len(self._urgent) + len(self._ready) <= self._idle:
+        if self._idle:
+            self._idle -= 1
             self._cond.notify()
-        elif self._keeper and len(self._urgent) + len(self._ready) <= self._idle + 1:
+            return
+        if self._keeper:
             self._clock.notify()
-        elif len(self._workers) < self._max:
+        if not self._keeper or len(self._queue) > 1:
             self._spawn()
 
     def _enqueue(self, slot: Slot, *, urgent: bool) -> bool:
-        """Under _cond: queue ``slot``; True if newly queued (a running one runs once more
-        instead). Woken urgently while queued behind, it is in both queues; taken once."""
-        if not slot.active or self._closed:
+        """Under the lock: queue ``slot``; True if newly queued (a running one runs once
+        more instead). Woken urgently while queued behind, it is queued again, ahead."""
+        if slot.task is None or self._closed:
             return False
         if slot.running is not None:
             slot.again = True
             return False
-        if slot.queued and (slot.urgent or not urgent):
+        if slot.ticket and (slot.urgent or not urgent):
             return False
-        slot.queued = True
-        slot.urgent = urgent
-        (self._urgent if urgent else self._ready).append(slot)
+        slot.ticket, slot.urgent = next(self._seq), urgent
+        heapq.heappush(self._queue, (not urgent, slot.ticket, slot))
         return True
 
     def at(self, slot: Slot, when: float) -> None:
@@ -192,27 +171,27 @@ class Scheduler:
             self._set_timer(slot, when)
 
     def _set_timer(self, slot: Slot, when: float) -> None:
-        # Under _cond.
-        if slot.running is not None and slot.running is not threading.current_thread():
+        # Under the lock.
+        if slot.running not in (None, threading.current_thread()):
             # Asked from another thread during a turn, whose own answer comes later:
             # the earlier of the two wins (a grace timer must not be lost).
             slot.asked = min(slot.asked, when)
-        if when == slot.deadline or not slot.active:
+        if when == slot.deadline or slot.task is None:
             return
         slot.deadline = when
         if when == _NEVER:
             return
         earliest = self._timers[0][0] if self._timers else _NEVER
         heapq.heappush(self._timers, (when, next(self._seq), slot))
-        if when < earliest:  # the time keeper must shorten its wait
-            if self._keeper:
-                self._clock.notify()
-            elif self._idle:
-                self._cond.notify()  # it becomes the keeper
-            elif len(self._workers) < self._max and threading.current_thread() not in self._workers:
-                # Every worker is in a turn (a worker asking keeps time once its own
-                # turn ends): a slow turn must not hold back the timers.
-                self._spawn()
+        if when >= earliest:
+            return
+        if self._keeper:  # it must shorten its wait
+            self._clock.notify()
+        elif self._idle:  # one becomes the keeper
+            self._idle -= 1
+            self._cond.notify()
+        elif threading.current_thread() not in self._workers:
+            self._spawn()  # every worker is in a turn: a slow one must not hold back the timers
 
     def close(self, timeout: float = 1.0) -> None:
         """Stop every worker, joining them within ``timeout`` (not the calling one)."""
@@ -233,18 +212,17 @@ class Scheduler:
             return len(self._workers)
 
     def _spawn(self) -> None:
-        # Under _cond.
-        if len(self._workers) >= self._max or self._closed:
-            return
-        name = f"stalewatch-worker-{next(self._names)}"
-        worker = threading.Thread(target=self._work, name=name, daemon=True)
-        self._workers.append(worker)
-        worker.start()
+        # Under the lock.
+        if len(self._workers) < self._max and not self._closed:
+            worker = threading.Thread(
+                target=self._work, name=f"stalewatch-worker-{next(self._names)}", daemon=True
+            )
+            self._workers.append(worker)
+            worker.start()
 
     def _next(self) -> tuple[Slot, bool] | None:
-        """The next slot to run and whether it was woken urgently, waiting for one or for
-        a timer; ``None`` once closed."""
-        # Under _cond.
+        """Under the lock: the next slot to run and whether it was woken urgently, waiting
+        for one or for a timer; ``None`` once closed."""
         while not self._closed:
             now = time.monotonic()
             while self._timers and self._timers[0][0] <= now:
@@ -254,46 +232,36 @@ class Scheduler:
                     # Behind wake-ups, for this worker to run in turn: a batch of
                     # verifications costs one thread wake-up, not one per idle worker.
                     self._enqueue(slot, urgent=False)
-            taken = self._take(self._urgent)
-            if taken is not None:
-                return taken, True
-            wait = self._timers[0][0] - now if self._timers else None
-            hold = self._hold(now)
-            if hold <= 0.0:
-                taken = self._take(self._ready)
-                if taken is not None:
-                    return taken, False
-            else:
-                wait = hold if wait is None else min(wait, hold)
+            hold = 0.0
+            while self._queue:
+                later, ticket, slot = self._queue[0]
+                live = slot.ticket == ticket and slot.task is not None
+                if live and later and (hold := self._hold(now)) > 0.0:
+                    break
+                heapq.heappop(self._queue)
+                if slot.ticket == ticket:
+                    slot.ticket = 0
+                    if live:
+                        return slot, not later
+            if not self._queue:
+                self._held_since = _NEVER
+            wait = min(self._timers[0][0] - now if self._timers else _NEVER, hold or _NEVER)
             if not self._keeper:
                 self._keeper = True
                 try:
-                    self._clock.wait(wait)
+                    self._clock.wait(None if wait == _NEVER else wait)
                 finally:
                     self._keeper = False
             else:
+                if hold:
+                    self._clock.notify()  # the keeper waits for the hold's end too
                 self._idle += 1
-                try:
-                    self._cond.wait()
-                finally:
-                    self._idle -= 1
-        return None
-
-    @staticmethod
-    def _take(queue: deque[Slot]) -> Slot | None:
-        # Under _cond.
-        while queue:
-            slot = queue.popleft()
-            if not slot.queued:
-                continue  # taken from the other queue already
-            if slot.active:
-                return slot
-            slot.queued = False  # removed while queued: never run again
+                self._cond.wait()
         return None
 
     def _hold(self, now: float) -> float:
-        """Under _cond: seconds before a turn of ``_ready`` may start (0: now)."""
-        if not self._ready or (not self._urgent_running and now >= self._quiet_at):
+        """Under the lock: seconds before a turn that is not a wake-up's may start (0: now)."""
+        if not self._urgent_running and now >= self._quiet_at:
             self._held_since = _NEVER
             return 0.0
         self._held_since = min(self._held_since, now)
@@ -314,9 +282,7 @@ class Scheduler:
                         return
                     slot, urgent = taken
                     self._begin(slot, urgent)
-                when = self._run(slot)
-                with self._cond:
-                    self._finish(slot, when, urgent)
+                self._turn(slot, urgent)
                 slot = None
         except BaseException as exc:  # SystemExit from a callback, a bug here: report, replace
             cause = exc
@@ -324,29 +290,31 @@ class Scheduler:
             self._exit(slot, urgent, cause)
 
     def _begin(self, slot: Slot, urgent: bool) -> None:
-        # Under _cond.
+        # Under the lock.
         self._running += 1
         self._urgent_running += urgent
-        slot.queued = slot.urgent = slot.again = False  # again: a later wake-up runs again
+        slot.ticket, slot.urgent, slot.again = 0, False, False  # again: a later wake-up runs again
         slot.running = threading.current_thread()
 
-    @staticmethod
-    def _run(slot: Slot) -> float:
+    def _turn(self, slot: Slot, urgent: bool) -> None:
+        """Run ``slot``'s turn, begun; a ``BaseException`` goes to the caller."""
         task = slot.task
         try:
-            return _NEVER if task is None else task.turn()
+            when = _NEVER if task is None else task.turn()
         except Exception:  # a task catches its own; this is the last line
             logger.exception("stalewatch: a watcher's turn failed")
-            return time.monotonic() + 1.0
+            when = time.monotonic() + 1.0
+        with self._cond:
+            self._finish(slot, when, urgent)
 
     def _finish(self, slot: Slot, when: float, urgent: bool) -> None:
-        # Under _cond.
+        # Under the lock.
         self._running -= 1
         if urgent:
             self._urgent_running -= 1
             if not self._urgent_running:
                 self._quiet_at = time.monotonic() + QUIET
-                if self._ready and self._keeper:
+                if self._keeper:
                     self._clock.notify()  # it waits for this end: now it waits for the quiet
         slot.running = None
         when, slot.asked = min(when, slot.asked), _NEVER
@@ -357,18 +325,19 @@ class Scheduler:
         self._done.notify_all()  # remove() may be waiting for this turn to end
 
     def _exit(self, slot: Slot | None, urgent: bool, cause: BaseException | None) -> None:
+        # A worker's end (closed, or ``cause``); or a claimed turn's death (.here): a
+        # reader's end would distrust every checkout of the process, so it goes on.
         me = threading.current_thread()
         with self._cond:
-            if me in self._workers:  # else a thread that claimed a turn (.here): a reader's end
-                # would distrust every checkout of the process, so it goes on
+            if me in self._workers:
                 self._workers.remove(me)
-            if cause is not None:  # else closed
+            if cause is not None:
                 logger.error("stalewatch: %s died in a turn (%r); its task starts over", me.name, cause)
             if self._closed:
                 return
             if slot is not None:
                 self._finish(slot, time.monotonic(), urgent)
-            if ((self._urgent or self._ready) and self._idle == 0) or (not self._workers and self._timers):
+            if (self._queue and not self._idle) or (self._timers and not self._workers):
                 self._spawn()
         task = None if slot is None else slot.task
         if task is not None:

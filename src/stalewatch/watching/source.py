@@ -82,8 +82,12 @@ class Source(Protocol):
         """
 
 
+@functools.lru_cache(maxsize=64)
 def _reads(watch: Callable[..., object]) -> tuple[bool, bool]:
-    """Which keywords ``watch`` takes: (the restart ones, ``work``), by name or ``**kwargs``."""
+    """Which keywords ``watch`` takes: (the restart ones, ``work``), by name or ``**kwargs``.
+
+    Cached by function: inspecting a signature costs more than the rest of a start (a
+    reload may start ten thousand watches)."""
     try:
         parameters = inspect.signature(watch).parameters
     except (TypeError, ValueError):
@@ -91,13 +95,6 @@ def _reads(watch: Callable[..., object]) -> tuple[bool, bool]:
     anything = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     restart = anything or {"loaded_revision", "on_restart"} <= parameters.keys()
     return restart, restart and (anything or "work" in parameters)
-
-
-@functools.lru_cache(maxsize=64)
-def _class_reads(kind: type) -> tuple[bool, bool]:
-    # Once per class: inspecting a signature costs more than the rest of a start (a
-    # reload may start ten thousand watches).
-    return _reads(kind.watch)  # type: ignore[attr-defined]
 
 
 def start_watch(
@@ -116,15 +113,11 @@ def start_watch(
     arguments, and keeps working (without restart notices); one written before
     ``work`` gets the restart keywords without it.
     """
-    if "watch" in getattr(source, "__dict__", {}) or not hasattr(type(source), "watch"):
-        restart, work_too = _reads(source.watch)  # set on the instance: asked each time
-    else:
-        restart, work_too = _class_reads(type(source))
-    if not restart:
-        return source.watch(dirs, on_change, on_health)
+    watch: Callable[..., Watch] = source.watch  # `work` is not in the protocol (see there)
+    restart, work_too = _reads(getattr(watch, "__func__", watch))
+    keywords: dict[str, object] = {}
+    if restart:
+        keywords.update(loaded_revision=loaded_revision, on_restart=on_restart)
     if work_too:
-        watch: Callable[..., Watch] = source.watch  # `work` is not in the protocol (see there)
-        return watch(
-            dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart, work=work
-        )
-    return source.watch(dirs, on_change, on_health, loaded_revision=loaded_revision, on_restart=on_restart)
+        keywords["work"] = work
+    return watch(dirs, on_change, on_health, **keywords)

@@ -14,7 +14,6 @@ import errno
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import notifier
@@ -36,15 +35,8 @@ def identity_of(path: str) -> Identity:
     return (st.st_dev, st.st_ino)
 
 
-@dataclass
-class _Watched:
-    registration: Registration | None  # None: a narrow directory we may not read
-    identity: Identity
-    narrow: bool
-
-
-def _want(plan: Plan, path: Path) -> tuple[bool, frozenset[bytes]]:
-    return path in plan.narrow, frozenset(os.fsencode(name) for name in plan.names(path))
+def _names(plan: Plan, path: Path) -> frozenset[bytes]:
+    return frozenset(os.fsencode(name) for name in plan.names(path))
 
 
 class Watches:
@@ -55,6 +47,9 @@ class Watches:
         replan: called when a planned directory vanished before it could be watched
             (git removed it meanwhile): the caller plans again.
         kind: which notifier (``inotify``, ``observer``: see :mod:`.notifier`).
+
+    Attributes:
+        instance: the notifier held now (``None`` when not watching).
     """
 
     def __init__(self, listener: Listener, replan: Callable[[], None], kind: str = "inotify") -> None:
@@ -63,13 +58,10 @@ class Watches:
         self._kind = kind
         self._lock = threading.Lock()
         self._closed = False
-        self._instance: Notifier | None = None
-        self._watched: dict[Path, _Watched] = {}
-
-    @property
-    def instance(self) -> Notifier | None:
-        """The instance held now (``None`` when not watching)."""
-        return self._instance
+        self.instance: Notifier | None = None
+        # By directory: its registration (None: a narrow directory we may not read) and
+        # its identity when watched.
+        self._watched: dict[Path, tuple[Registration | None, Identity]] = {}
 
     def open(self, plan: Plan) -> None:
         """Watch every directory of ``plan`` (after :meth:`close`).
@@ -81,17 +73,18 @@ class Watches:
         with self._lock:
             if self._closed:
                 raise OSError(errno.ESHUTDOWN, "stopping")
-            if self._instance is None:
-                self._instance = notifier.acquire(self._kind)
+            if self.instance is None:
+                self.instance = notifier.acquire(self._kind)
             for path in plan.watch:
-                self._add(self._instance, plan, path)
+                self._add(self.instance, plan, path)
 
     def _add(self, hub: Notifier, plan: Plan, path: Path) -> None:
         # Under _lock.
         ident = identity_of(str(path))  # before the watch: a later swap shows up as a mismatch
-        narrow, names = _want(plan, path)
         try:
-            registration: Registration | None = hub.add(path, narrow, names, self._listener)
+            registration: Registration | None = hub.add(
+                path, path in plan.narrow, _names(plan, path), self._listener
+            )
         except (FileNotFoundError, NotADirectoryError):
             self._replan()  # git removed it since the plan was made: plan again
             return
@@ -100,7 +93,7 @@ class Watches:
                 raise  # a git or ref directory we cannot watch: changes would go unseen
             # A traverse-only parent: the identity check of each verification backs it up.
             registration = None
-        self._watched[path] = _Watched(registration, ident, narrow)
+        self._watched[path] = (registration, ident)
 
     def follow(self, old: Plan, new: Plan, *, recheck: bool = False) -> bool:
         """Move the watches from plan ``old`` to ``new``; True if any changed.
@@ -114,65 +107,65 @@ class Watches:
             OSError: a watch could not be added (a limit): the caller falls back.
         """
         with self._lock:
-            hub = self._instance
+            hub = self.instance
             if self._closed or hub is None:
                 return False
-            if new is old and not recheck and not self._dead(hub) and self._watched.keys() == new.watch:
+            if new is old and not recheck and not self._lost(hub) and self._watched.keys() == new.watch:
                 return False  # the common case: nothing moved (and nothing left to watch)
             # Watches to make anew: a directory deleted or moved away (the kernel
             # dropped or moved its watch) or replaced, even on the same inode.
             stale = {
                 path
-                for path, watched in self._watched.items()
-                if (watched.registration is not None and hub.lost(watched.registration))
-                or (recheck and identity_of(str(path)) != watched.identity)
-                or _want(new, path)[0] != watched.narrow
+                for path, (registration, ident) in self._watched.items()
+                if (registration is not None and hub.lost(registration))
+                or (recheck and identity_of(str(path)) != ident)
+                or (path in new.narrow) != (registration is None or registration.narrow)
             }
             moved = False
             for path in (self._watched.keys() - new.watch) | stale:
-                watched = self._watched.pop(path)
-                if watched.registration is not None:
-                    hub.remove(watched.registration)
+                registration, _ = self._watched.pop(path)
+                if registration is not None:
+                    hub.remove(registration)
                 moved = True
-            for path, watched in self._watched.items():
-                names = _want(new, path)[1]
-                if watched.registration is not None and names != watched.registration.names:
+            for path, (registration, _) in self._watched.items():
+                names = _names(new, path)
+                if registration is not None and names != registration.names:
                     # The reader sorted events with the old names until now: the caller
                     # resolves again, so a write to the new branch is never lost.
-                    watched.registration.names = names
+                    registration.names = names
                     moved = True
             for path in new.watch - self._watched.keys():
                 self._add(hub, new, path)
                 moved = True
         return moved
 
-    def _dead(self, hub: Notifier | None) -> bool:
+    def _lost(self, hub: Notifier | None, *, recheck: bool = False) -> bool:
+        # Under _lock.
         return hub is not None and any(
-            w.registration is not None and hub.lost(w.registration) for w in self._watched.values()
+            registration is not None
+            and (hub.lost(registration) or (recheck and identity_of(str(path)) != ident))
+            for path, (registration, ident) in self._watched.items()
         )
 
     def lost(self) -> bool:
         """A directory's watch is gone, or the directory at its path is another one."""
         with self._lock:
-            return self._dead(self._instance) or any(
-                w.registration is not None and identity_of(str(path)) != w.identity
-                for path, w in self._watched.items()
-            )
+            return self._lost(self.instance, recheck=True)
 
     def close(self, *, final: bool = False) -> None:
         """Remove every watch and let go of the instance; ``final``: for good."""
         with self._lock:
             self._closed = self._closed or final
-            hub, watched = self._instance, self._watched
-            self._instance, self._watched = None, {}
+            hub, watched = self.instance, self._watched
+            self.instance, self._watched = None, {}
         if hub is None:
             return
-        for entry in watched.values():
-            if entry.registration is not None:
-                hub.remove(entry.registration, later=True)  # the reader unwatches them in batches
+        for registration, _ in watched.values():
+            if registration is not None:
+                hub.remove(registration, later=True)  # the reader unwatches them in batches
         hub.release()
 
     def count(self) -> int:
         """Directories watched natively now."""
         with self._lock:
-            return sum(1 for w in self._watched.values() if w.registration is not None)
+            return sum(registration is not None for registration, _ in self._watched.values())
