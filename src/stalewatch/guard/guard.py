@@ -185,7 +185,7 @@ class Guard(GuardState):
         (the barriers count each guarded request so). Any thread; no lock, nothing
         allocated. Example: ``with guard.work(): run_the_long_job()``.
         """
-        return self._work.unit
+        return self._work
 
     def count_work(self, counter: Counter) -> Callable[[], None]:
         """Add work the application counts itself; returns the function removing it.

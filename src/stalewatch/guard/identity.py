@@ -10,14 +10,14 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..core.errors import BindError, RefError
 from ..git import command
 from ..git.refs import GitDirs, find_git_dirs
 from .head import HeadReader, RevisionReader
-from .release import DeployLink, find_link, watched_dirs
+from .release import DeployLink, find_link
 
 __all__ = ["Binding", "bind_checkout", "bind_file", "bind_module"]
 
@@ -61,7 +61,10 @@ def _linked(given: str | Path, binding: Binding, deploy_link: DeployLinkArg) -> 
     link = find_link(Path(given), dirs.worktree if dirs is not None else None, deploy_link=deploy_link)
     if link is None:
         return binding
-    watched = watched_dirs(link, dirs)
+    # The watcher watches the checkout (outside git, the release's directory) and the link's name.
+    watched = (
+        GitDirs.plain(link.loaded.path, link.link) if dirs is None else replace(dirs, deploy_link=link.link)
+    )
     return Binding(watched.checkout, binding.source, watched, link)
 
 
