@@ -81,13 +81,11 @@ class WorkInFlight:
             except Exception:
                 self._failed_once(key, "stalewatch: work-in-flight counter %r raised", counter, exc_info=True)
                 continue
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                total += value
+            elif value is not None:
                 what = "stalewatch: work-in-flight counter %r answered %r, not a whole number"
                 self._failed_once(key, what, counter, value)
-                continue
-            total += value
         return total
 
     def _failed_once(self, key: object, message: str, *args: object, exc_info: bool = False) -> None:
