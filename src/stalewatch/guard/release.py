@@ -26,8 +26,8 @@ import os
 import stat
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..core.cache import BoundedCache
 from ..core.cause import Cause
@@ -44,8 +44,7 @@ _TARGETS: BoundedCache[tuple[Path, str], Path] = BoundedCache(64)
 _CHECKOUTS: BoundedCache[tuple[Path, int, int], tuple[GitDirs | None]] = BoundedCache(64)
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(NamedTuple):
     """One release directory and its revision (``None``: an unborn branch)."""
 
     path: Path
