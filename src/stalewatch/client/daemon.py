@@ -133,10 +133,8 @@ class DaemonWatch:
 
     def stop(self) -> None:
         """Disconnect and join the thread within a second. Harmless to call twice."""
-        with self._lock:
-            self._stop.set()
-            sock = self._sock
-        shut_down(sock)  # wakes the thread's recv at once
+        self._stop.set()
+        shut_down(self._sock)  # wakes the thread's recv at once (the thread checks the flag after setting it)
         if self._thread.ident is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
 
@@ -185,16 +183,12 @@ class DaemonWatch:
 
     def _follow(self) -> None:
         """Connect and follow the daemon until the connection ends."""
-        sock = connect(self._daemon.socket_path, timeout=1.0)
-        with self._lock:
-            self._sock = sock  # from now on stop() wakes the thread by shutting it down
-            stopping = self._stop.is_set()
+        sock = self._sock = connect(self._daemon.socket_path, timeout=1.0)  # stop() shuts it down
         try:
-            if not stopping:
+            if not self._stop.is_set():
                 self._session(sock)
         finally:
-            with self._lock:
-                self._sock = None
+            self._sock = None
             sock.close()
             self._inflight.lost()
             self._restart(None)  # what a gone daemon said about restarts no longer holds
