@@ -36,6 +36,9 @@ from ..git.refs import GitDirs, find_git_dirs
 
 __all__ = ["REVISION_FILE", "DeployLink", "Release", "find_link", "parse_revision_file", "read_release"]
 
+PathArg = str | os.PathLike[str]
+LinkArg = PathArg | None
+
 REVISION_FILE = "REVISION"
 """The file Capistrano and Deployer write into each release: the commit deployed."""
 _MAX_REVISION = 4096  # one line; never read a giant
@@ -195,9 +198,7 @@ class DeployLink:
         return str(release.relative_to(base)) if release.is_relative_to(base) else str(release)
 
 
-def find_link(
-    path: Path, worktree: Path | None, *, deploy_link: str | os.PathLike[str] | None = None
-) -> DeployLink | None:
+def find_link(path: Path, worktree: Path | None, *, deploy_link: LinkArg = None) -> DeployLink | None:
     """The deploy link code at ``path`` came through (``None``: none).
 
     Args:
