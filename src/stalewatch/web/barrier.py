@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
-from contextlib import ExitStack
+from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
@@ -155,6 +155,16 @@ RouteSpec = Routes | Iterable[str] | Callable[[str, str], bool]
 """Route prefixes, a ``(method, path)`` predicate, or a :class:`Routes`."""
 
 
+# One guarded request's unit of work in flight (empty: nothing to count, or ended).
+Counted = list[AbstractContextManager[None]]
+
+
+def _end(counted: Counted) -> None:
+    """End a request's unit once, whoever ends it first (``pop`` is atomic)."""
+    if counted:
+        counted.pop().__exit__(None, None, None)
+
+
 def _streams(headers: Iterable[tuple[Any, Any]]) -> bool:
     """Whether a response is an event stream (Server-Sent Events): not work in flight."""
     for name, value in headers:
@@ -189,12 +199,12 @@ class _Barrier(Generic[App]):
         # callable check has nothing to count them on.
         self._unit = check.work() if isinstance(check, Guard) else None
 
-    def _counted(self) -> ExitStack:
-        """One guarded request's unit of work in flight, ended by the first ``close()``."""
-        counted = ExitStack()
-        if self._unit is not None:
-            counted.enter_context(self._unit)
-        return counted
+    def _counted(self) -> Counted:
+        """One guarded request's unit of work in flight, entered now (see :func:`_end`)."""
+        if self._unit is None:
+            return []
+        self._unit.__enter__()
+        return [self._unit]
 
     def _refused(self) -> tuple[bytes, list[tuple[str, str]]] | None:
         """The 409's body and headers when the code is stale, else ``None``."""
@@ -220,7 +230,7 @@ class _Response:
     the client went away; that is when the request stops being work in flight.
     """
 
-    def __init__(self, iterable: Iterable[bytes], counted: ExitStack) -> None:
+    def __init__(self, iterable: Iterable[bytes], counted: Counted) -> None:
         self._iterable = iterable
         self._counted = counted
 
@@ -228,10 +238,12 @@ class _Response:
         return iter(self._iterable)
 
     def close(self) -> None:
-        with self._counted:
+        try:
             close = getattr(self._iterable, "close", None)
             if close is not None:
                 close()
+        finally:
+            _end(self._counted)
 
 
 class WSGIBarrier(_Barrier[WSGIApplication]):
@@ -268,16 +280,16 @@ class WSGIBarrier(_Barrier[WSGIApplication]):
                 return _Response(self.app(environ, _starting(start_response, counted)), counted)
             start_response(f"{CONFLICT} Conflict", refused[1])
         except BaseException:
-            counted.close()
+            _end(counted)
             raise
-        counted.close()  # a 409 counts nothing once answered
+        _end(counted)  # a 409 counts nothing once answered
         return [refused[0]]
 
 
-def _starting(start_response: StartResponse, counted: ExitStack) -> StartResponse:
+def _starting(start_response: StartResponse, counted: Counted) -> StartResponse:
     def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
         if _streams(headers):
-            counted.close()  # an event stream stays open for good: not work a drain waits for
+            _end(counted)  # an event stream stays open for good: not work a drain waits for
         if exc_info is not None:
             return start_response(status, headers, exc_info)
         return start_response(status, headers)
@@ -314,7 +326,8 @@ class ASGIBarrier(_Barrier[ASGIApp]):
         if not guarded:
             await self.app(scope, receive, send)
             return
-        with self._counted() as counted:  # before the check (see WSGIBarrier)
+        counted = self._counted()  # before the check (see WSGIBarrier)
+        try:
             refused = self._refused()
             if refused is None:
                 await self.app(scope, receive, _sending(send, counted))
@@ -323,12 +336,14 @@ class ASGIBarrier(_Barrier[ASGIApp]):
             headers = [(k.lower().encode(), v.encode()) for k, v in plain]
             await send({"type": "http.response.start", "status": CONFLICT, "headers": headers})
             await send({"type": "http.response.body", "body": body})
+        finally:
+            _end(counted)
 
 
-def _sending(send: Send, counted: ExitStack) -> Send:
+def _sending(send: Send, counted: Counted) -> Send:
     async def sending(message: Message) -> None:
         if message.get("type") == "http.response.start" and _streams(message.get("headers") or ()):
-            counted.close()  # an event stream stays open for good: not work a drain waits for
+            _end(counted)  # an event stream stays open for good: not work a drain waits for
         await send(message)
 
     return sending
