@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import socket
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import DaemonUnavailableError, ProtocolError
 from ..protocol.codec import MAX_MESSAGE_LINE, LineReader, decode
-from ..protocol.messages import hello_problem, silence_limit
+from ..protocol.messages import HELLO_TIMEOUT, hello_problem, silence_limit
 
-__all__ = ["check_hello", "connect", "messages", "read_status", "receive", "shut_down"]
+__all__ = ["check_hello", "connect", "messages", "read_status", "shut_down"]
 
 
 def connect(path: Path, timeout: float = 2.0) -> socket.socket:
@@ -58,30 +59,16 @@ def _refused(path: Path, exc: OSError) -> str:
     return "no daemon is listening on it (a leftover of a daemon that crashed? start the daemon)"
 
 
-def receive(sock: socket.socket, reader: LineReader, path: Path) -> list[dict[str, Any]] | None:
-    """The messages one ``recv`` completes; ``None`` when the socket's timeout came first.
-
-    Raises:
-        DaemonUnavailableError: the connection failed or closed, or a line broke the protocol.
-    """
-    try:
-        data = sock.recv(65536)
-    except TimeoutError:
-        return None
-    except OSError as exc:
-        raise DaemonUnavailableError(path, exc.strerror or str(exc)) from None
-    if not data:
-        raise DaemonUnavailableError(path, "the daemon closed the connection")
-    try:
-        return [decode(line) for line in reader.feed(data)]
-    except ProtocolError as exc:
-        raise DaemonUnavailableError(path, str(exc)) from None
-
-
-def messages(sock: socket.socket, path: Path, deadline: float | None = None) -> Iterator[dict[str, Any]]:
-    """Every message read from ``sock``, a checked ``hello`` first, until the socket's
-    timeout or ``deadline`` passes. Without a deadline, the hello sets the timeout: a
-    daemon silent for three keepalive intervals is taken as wedged.
+def messages(
+    sock: socket.socket,
+    path: Path,
+    deadline: float = math.inf,
+    tick: Callable[[float], float] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Every message read from ``sock``, a checked ``hello`` first, until ``deadline``
+    passes or, without one, the daemon stays silent too long: :data:`HELLO_TIMEOUT`
+    before its hello, three keepalive intervals after it (it is taken as wedged).
+    ``tick(now)``, called before each wait, says when (monotonic) to call it again.
 
     Raises:
         DaemonUnavailableError: the connection failed or closed, a line broke the
@@ -90,21 +77,35 @@ def messages(sock: socket.socket, path: Path, deadline: float | None = None) -> 
     """
     reader = LineReader(MAX_MESSAGE_LINE)
     greeted = False
+    timed = deadline < math.inf  # a deadline bounds the whole exchange, not each silence
+    limit = math.inf if timed else HELLO_TIMEOUT
+    last = time.monotonic()
     while True:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DaemonUnavailableError(path, "no complete answer in time")
-            sock.settimeout(left)
-        received = receive(sock, reader, path)
-        if received is None:
-            raise DaemonUnavailableError(path, "no answer in time")
+        now = time.monotonic()
+        if now >= deadline:
+            raise DaemonUnavailableError(path, "no complete answer in time")
+        if now - last >= limit:
+            raise DaemonUnavailableError(path, f"the daemon sent nothing for {now - last:.1f} s")
+        wake = min(deadline, last + limit, math.inf if tick is None else tick(now))
+        sock.settimeout(max(0.001, wake - now))
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except OSError as exc:
+            raise DaemonUnavailableError(path, exc.strerror or str(exc)) from None
+        if not data:
+            raise DaemonUnavailableError(path, "the daemon closed the connection")
+        last = time.monotonic()
+        try:
+            received = [decode(line) for line in reader.feed(data)]
+        except ProtocolError as exc:
+            raise DaemonUnavailableError(path, str(exc)) from None
         for message in received:
             if not greeted:
                 check_hello(message, path)
                 greeted = True
-                if deadline is None:
-                    sock.settimeout(silence_limit(message))
+                limit = limit if timed else silence_limit(message)
             yield message
 
 

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from ..core import settings
 from ..core.errors import DaemonUnavailableError
@@ -32,11 +32,11 @@ from ..core.escaping import printable
 from ..core.phases import RestartState
 from ..core.status import WatchMode
 from ..git.refs import GitDirs
-from ..protocol.codec import MAX_MESSAGE_LINE, LineReader, encode
-from ..protocol.messages import HELLO_TIMEOUT, register_message, silence_limit
+from ..protocol.codec import encode
+from ..protocol.messages import register_message
 from ..protocol.socket_path import default_socket_path
 from ..watching.source import OnChange, OnHealth, OnRestart, Workload
-from .connection import check_hello, connect, receive, shut_down
+from .connection import check_hello, connect, messages, shut_down
 from .following import MAX_BACKOFF, Backoff
 from .inflight import InflightReport
 
@@ -70,23 +70,22 @@ class Daemon:
         self.max_backoff = max_backoff
 
     def watch(
-        self,
-        dirs: GitDirs,
-        on_change: OnChange,
-        on_health: OnHealth,
-        *,
-        loaded_revision: str | None = None,
-        on_restart: OnRestart | None = None,
-        work: Workload | None = None,
+        self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth, **options: Unpack[WatchOptions]
     ) -> DaemonWatch:
         """Follow the daemon for ``dirs``; register ``loaded_revision`` with it and
         report ``work``'s work in flight."""
-        return DaemonWatch(
-            self, dirs, on_change, on_health, loaded=loaded_revision, on_restart=on_restart, work=work
-        )
+        return DaemonWatch(self, dirs, on_change, on_health, **options)
 
     def __repr__(self) -> str:
         return f"Daemon({str(self.socket_path)!r})"
+
+
+class WatchOptions(TypedDict, total=False):
+    """What a guard tells its source besides the checkout (see :meth:`Daemon.watch`)."""
+
+    loaded_revision: str | None
+    on_restart: OnRestart | None
+    work: Workload | None
 
 
 class DaemonWatch:
@@ -106,24 +105,22 @@ class DaemonWatch:
         dirs: GitDirs,
         on_change: OnChange,
         on_health: OnHealth,
-        *,
-        loaded: str | None,
-        on_restart: OnRestart | None,
-        work: Workload | None,
+        **options: Unpack[WatchOptions],
     ) -> None:
         self._daemon = daemon
         self._key = str(dirs.checkout)
         self._on_change = on_change
         self._on_health = on_health
-        self._loaded = loaded
-        self._on_restart = on_restart
-        self._inflight = InflightReport(self._key, work)
+        self._loaded = options.get("loaded_revision")
+        self._on_restart = options.get("on_restart")
+        self._inflight = InflightReport(self._key, options.get("work"))
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._reported: bool | None = None
         self._warned: set[str] = set()  # topics already warned about (once each)
         self._offer: bool | None = None  # the hello offered registration (with counts: True)
+        self._backoff = Backoff(daemon.max_backoff)
         self._thread = threading.Thread(
             target=self._run, name=f"stalewatch-daemon-client:{dirs.worktree}", daemon=True
         )
@@ -136,10 +133,8 @@ class DaemonWatch:
 
     def stop(self) -> None:
         """Disconnect and join the thread within a second. Harmless to call twice."""
-        with self._lock:
-            self._stop.set()
-            sock = self._sock
-        shut_down(sock)  # wakes the thread's recv at once
+        self._stop.set()
+        shut_down(self._sock)  # wakes the thread's recv at once (the thread checks the flag after setting it)
         if self._thread.ident is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
 
@@ -165,12 +160,10 @@ class DaemonWatch:
             logger.warning(message, *args)
 
     def _run(self) -> None:
-        backoff = Backoff(self._daemon.max_backoff)
         try:
             while not self._stop.is_set():
                 try:
-                    if self._follow():
-                        backoff.reset()
+                    self._follow()
                 except DaemonUnavailableError as exc:
                     if not self._stop.is_set():
                         self._warn_once(
@@ -183,85 +176,71 @@ class DaemonWatch:
                 except Exception:  # never a dead client: distrust (below), log, reconnect after the backoff
                     logger.exception("stalewatch: daemon client for %s failed; reconnecting", self._key)
                 self._report(False)  # C9: from now on every check re-reads
-                if backoff.wait(self._stop):
+                if self._backoff.wait(self._stop):
                     break
         finally:
             self._report(False, WatchMode.NONE)
 
-    def _follow(self) -> bool:
-        """Connect and follow the daemon until the connection ends; True once greeted."""
-        sock = connect(self._daemon.socket_path, timeout=1.0)
-        with self._lock:
-            self._sock = sock  # from now on stop() wakes the thread by shutting it down
-            stopping = self._stop.is_set()
+    def _follow(self) -> None:
+        """Connect and follow the daemon until the connection ends."""
+        sock = self._sock = connect(self._daemon.socket_path, timeout=1.0)  # stop() shuts it down
         try:
-            return not stopping and self._session(sock)
+            if not self._stop.is_set():
+                self._session(sock)
         finally:
-            with self._lock:
-                self._sock = None
+            self._sock = None
             sock.close()
             self._inflight.lost()
             self._restart(None)  # what a gone daemon said about restarts no longer holds
 
-    def _session(self, sock: socket.socket) -> bool:
-        """Follow one connection; True once it got as far as a hello."""
-        path = self._daemon.socket_path
-        reader = LineReader(MAX_MESSAGE_LINE)
-        silent_limit = HELLO_TIMEOUT
-        last_line = time.monotonic()
-        next_verify = last_line + self._daemon.verify_interval
-        greeted = False
-        while not self._stop.is_set():
-            now = time.monotonic()
-            if now - last_line >= silent_limit:
-                raise DaemonUnavailableError(path, f"the daemon sent nothing for {now - last_line:.1f} s")
+    def _session(self, sock: socket.socket) -> None:
+        """Follow one connection until it ends (it raises, also once stopped: the socket shut down)."""
+        interval = self._daemon.verify_interval
+        next_verify = time.monotonic() + interval
+
+        def tick(now: float) -> float:
+            nonlocal next_verify
             if now >= next_verify:
-                next_verify = now + self._daemon.verify_interval
+                next_verify = now + interval
                 self._changed()
             if (line := self._inflight.look(now)) is not None:
                 self._send(sock, line, "report the work in flight")
-            deadline = min(next_verify, last_line + silent_limit)
-            if (due := self._inflight.due()) is not None:
-                deadline = min(deadline, due)
-            sock.settimeout(max(0.001, deadline - now))
-            messages = receive(sock, reader, path)
-            if messages is None:
-                continue
-            last_line = time.monotonic()
-            for message in messages:
-                kind = message["type"]
-                if kind in ("hello", "error"):
-                    check_hello(message, path)  # raises for an error line or another protocol
-                    silent_limit = self._hello(message)
-                    greeted = True
-                elif message.get("checkout") != self._key:
-                    continue  # pings, pongs and other checkouts' lines
-                elif kind == "restart":
-                    self._restart(message)
-                elif kind == "snapshot":
-                    self._restart(message.get("restart"))
-                    self._subscribed(message)
-                    self._register(sock)
-                elif kind == "health":
-                    self._subscribed(message)
-                elif kind == "event":
-                    self._changed()
-                elif kind == "refused" and message.get("request") == "register":
-                    self._inflight.refused()
-                    self._warn_once(
-                        "refused",
-                        "stalewatch: the daemon refused this process's registration for %s: %s",
-                        self._key,
-                        printable(str(message.get("reason"))),
-                    )
-                elif kind == "removed":
-                    self._inflight.lost()
-                    self._report(False)
-                    logger.warning("stalewatch: the daemon stopped watching %s", self._key)
-        return greeted
+            due = self._inflight.due()
+            return next_verify if due is None else min(next_verify, due)
 
-    def _hello(self, message: dict[str, Any]) -> float:
-        """Note a (checked) hello, register if offered; return how long the daemon may stay silent."""
+        for message in messages(sock, self._daemon.socket_path, tick=tick):
+            kind = message["type"]
+            if kind in ("hello", "error"):
+                check_hello(message, self._daemon.socket_path)  # raises for an error line
+                self._hello(message)
+            elif message.get("checkout") != self._key:
+                continue  # pings, pongs and other checkouts' lines
+            elif kind == "restart":
+                self._restart(message)
+            elif kind == "snapshot":
+                self._restart(message.get("restart"))
+                self._subscribed(message)
+                self._register(sock)
+            elif kind == "health":
+                self._subscribed(message)
+            elif kind == "event":
+                self._changed()
+            elif kind == "refused" and message.get("request") == "register":
+                self._inflight.refused()
+                self._warn_once(
+                    "refused",
+                    "stalewatch: the daemon refused this process's registration for %s: %s",
+                    self._key,
+                    printable(str(message.get("reason"))),
+                )
+            elif kind == "removed":
+                self._inflight.lost()
+                self._report(False)
+                logger.warning("stalewatch: the daemon stopped watching %s", self._key)
+
+    def _hello(self, message: dict[str, Any]) -> None:
+        """Note a (checked) hello: connected (the backoff starts again), register if offered."""
+        self._backoff.reset()
         if "lost" in self._warned:
             self._warned.discard("lost")
             logger.info("stalewatch: reconnected to the daemon at %s", self._daemon.socket_path)
@@ -281,7 +260,6 @@ class DaemonWatch:
         self._offer = None
         if watched and isinstance(features, list) and "register" in features:
             self._offer = "inflight" in features
-        return silence_limit(message)
 
     def _register(self, sock: socket.socket) -> None:
         """Register the loaded revision, if the hello offered it and not yet done."""

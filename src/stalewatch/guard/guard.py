@@ -21,7 +21,8 @@ from ..core.errors import BindError, StaleError
 from ..watching.local import LocalSource
 from ..watching.source import Source, Watch, start_watch
 from . import identity
-from .identity import Binding, DeployLinkArg
+from .identity import Binding
+from .release import LinkArg, PathArg
 from .restart_as_seen import restart_as_seen
 from .state import GuardState
 from .work import Counter, WorkInFlight
@@ -81,7 +82,7 @@ class Guard(GuardState):
     # -- constructors (options as for Guard) ----------------------------------------------
 
     @classmethod
-    def for_module(cls, name: str, *, deploy_link: DeployLinkArg = None, **options: Unpack[Options]) -> Guard:
+    def for_module(cls, name: str, *, deploy_link: LinkArg = None, **options: Unpack[Options]) -> Guard:
         """Guard the checkout that supplied ``sys.modules[name]``.
 
         Example: ``Guard.for_module("run_agent")``. Options as for :class:`Guard`.
@@ -92,9 +93,7 @@ class Guard(GuardState):
         return cls(identity.bind_module(name, deploy_link), **options)
 
     @classmethod
-    def for_file(
-        cls, path: str | os.PathLike[str], *, deploy_link: DeployLinkArg = None, **options: Unpack[Options]
-    ) -> Guard:
+    def for_file(cls, path: PathArg, *, deploy_link: LinkArg = None, **options: Unpack[Options]) -> Guard:
         """Guard the checkout whose repository tracks exactly this source file.
 
         Example: ``Guard.for_file(run_agent.__file__)``. An untracked file gives an
@@ -105,9 +104,7 @@ class Guard(GuardState):
         return cls(identity.bind_file(os.fspath(path), deploy_link), **options)
 
     @classmethod
-    def for_checkout(
-        cls, path: str | os.PathLike[str], *, deploy_link: DeployLinkArg = None, **options: Unpack[Options]
-    ) -> Guard:
+    def for_checkout(cls, path: PathArg, *, deploy_link: LinkArg = None, **options: Unpack[Options]) -> Guard:
         """Guard a whole working tree; ``path`` is any file or directory inside it, or a
         deploy link (``/srv/app/current``). ``deploy_link`` as for :meth:`for_module`.
 
@@ -116,9 +113,7 @@ class Guard(GuardState):
         return cls(identity.bind_checkout(os.fspath(path), deploy_link), **options)
 
     @classmethod
-    def for_path(
-        cls, path: str | os.PathLike[str], *, deploy_link: DeployLinkArg = None, **options: Unpack[Options]
-    ) -> Guard:
+    def for_path(cls, path: PathArg, *, deploy_link: LinkArg = None, **options: Unpack[Options]) -> Guard:
         """What a command line or a configuration names: a checkout (any directory in
         it, or a deploy link to one), or a source file its repository tracks.
 
@@ -185,7 +180,7 @@ class Guard(GuardState):
         (the barriers count each guarded request so). Any thread; no lock, nothing
         allocated. Example: ``with guard.work(): run_the_long_job()``.
         """
-        return self._work.unit
+        return self._work
 
     def count_work(self, counter: Counter) -> Callable[[], None]:
         """Add work the application counts itself; returns the function removing it.

@@ -10,14 +10,14 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..core.errors import BindError, RefError
 from ..git import command
 from ..git.refs import GitDirs, find_git_dirs
 from .head import HeadReader, RevisionReader
-from .release import DeployLink, find_link, watched_dirs
+from .release import DeployLink, LinkArg, find_link
 
 __all__ = ["Binding", "bind_checkout", "bind_file", "bind_module"]
 
@@ -52,16 +52,16 @@ class Binding:
         return self.link if self.link is not None else HeadReader(self)
 
 
-DeployLinkArg = str | os.PathLike[str] | None
-
-
-def _linked(given: str | Path, binding: Binding, deploy_link: DeployLinkArg) -> Binding:
+def _linked(given: str | Path, binding: Binding, deploy_link: LinkArg) -> Binding:
     """``binding``, behind the deploy link ``given`` came through or that was named."""
     dirs = binding.dirs
     link = find_link(Path(given), dirs.worktree if dirs is not None else None, deploy_link=deploy_link)
     if link is None:
         return binding
-    watched = watched_dirs(link, dirs)
+    # The watcher watches the checkout (outside git, the release's directory) and the link's name.
+    watched = (
+        GitDirs.plain(link.loaded.path, link.link) if dirs is None else replace(dirs, deploy_link=link.link)
+    )
     return Binding(watched.checkout, binding.source, watched, link)
 
 
@@ -84,7 +84,7 @@ def _git_dirs(path: Path) -> GitDirs | None:
         raise BindError(path, f"cannot read its git repository: {reason}") from None
 
 
-def bind_file(path: str | Path, deploy_link: DeployLinkArg = None) -> Binding:
+def bind_file(path: str | Path, deploy_link: LinkArg = None) -> Binding:
     """Bind to the checkout whose repository tracks exactly this file.
 
     A file in no repository, or untracked in the enclosing one, binds as untracked,
@@ -111,7 +111,7 @@ def bind_file(path: str | Path, deploy_link: DeployLinkArg = None) -> Binding:
     return _linked(path, Binding(source.parent, source, None, reason=reason), deploy_link)
 
 
-def bind_module(name: str, deploy_link: DeployLinkArg = None) -> Binding:
+def bind_module(name: str, deploy_link: LinkArg = None) -> Binding:
     """Bind to the checkout that supplied ``sys.modules[name]``.
 
     Raises:
@@ -127,7 +127,7 @@ def bind_module(name: str, deploy_link: DeployLinkArg = None) -> Binding:
     return bind_file(file, deploy_link)
 
 
-def bind_checkout(path: str | Path, deploy_link: DeployLinkArg = None) -> Binding:
+def bind_checkout(path: str | Path, deploy_link: LinkArg = None) -> Binding:
     """Bind to the whole working tree containing ``path`` (a file or directory in it).
 
     ``path`` may be a deploy link itself (``/srv/app/current``), whose release need not

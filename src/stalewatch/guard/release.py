@@ -26,8 +26,8 @@ import os
 import stat
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from ..core.cache import BoundedCache
 from ..core.cause import Cause
@@ -35,6 +35,9 @@ from ..core.errors import BindError, RefError
 from ..git.refs import GitDirs, find_git_dirs
 
 __all__ = ["REVISION_FILE", "DeployLink", "Release", "find_link", "parse_revision_file", "read_release"]
+
+PathArg = str | os.PathLike[str]
+LinkArg = PathArg | None
 
 REVISION_FILE = "REVISION"
 """The file Capistrano and Deployer write into each release: the commit deployed."""
@@ -44,8 +47,7 @@ _TARGETS: BoundedCache[tuple[Path, str], Path] = BoundedCache(64)
 _CHECKOUTS: BoundedCache[tuple[Path, int, int], tuple[GitDirs | None]] = BoundedCache(64)
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(NamedTuple):
     """One release directory and its revision (``None``: an unborn branch)."""
 
     path: Path
@@ -196,17 +198,7 @@ class DeployLink:
         return str(release.relative_to(base)) if release.is_relative_to(base) else str(release)
 
 
-def _nearest_link(path: Path) -> Path | None:
-    """The nearest symlinked directory on ``path`` (not resolved), going up from it."""
-    for candidate in (path, *path.parents):
-        if candidate.is_symlink() and candidate.is_dir():
-            return candidate
-    return None
-
-
-def find_link(
-    path: Path, worktree: Path | None, *, deploy_link: str | os.PathLike[str] | None = None
-) -> DeployLink | None:
+def find_link(path: Path, worktree: Path | None, *, deploy_link: LinkArg = None) -> DeployLink | None:
     """The deploy link code at ``path`` came through (``None``: none).
 
     Args:
@@ -228,10 +220,10 @@ def find_link(
             raise BindError(named, "deploy_link must be a symlink (current -> releases/X)")
         # A checkout too must be one of the link's releases: a mistyped link would
         # otherwise make every guarded request a 409.
-        loaded = _release_among(named, worktree if worktree is not None else absolute.resolve())
-        loaded = worktree if worktree is not None else loaded
-        return DeployLink(named, Release(loaded, _read_loaded(loaded)))
-    link = _nearest_link(absolute)
+        loaded = _release_among(named, worktree or absolute.resolve())
+        return DeployLink(named, _loaded(worktree or loaded))
+    # The nearest symlinked directory on the path, going up from it.
+    link = next((p for p in (absolute, *absolute.parents) if p.is_symlink() and p.is_dir()), None)
     if link is None:
         return None
     target = link.resolve()
@@ -241,7 +233,7 @@ def find_link(
         found = absolute.resolve().is_relative_to(target) and (
             link == absolute or (target / REVISION_FILE).is_file()
         )
-    return DeployLink(link, Release(target, _read_loaded(target))) if found else None
+    return DeployLink(link, _loaded(target)) if found else None
 
 
 def _release_among(link: Path, source: Path) -> Path:
@@ -257,18 +249,10 @@ def _release_among(link: Path, source: Path) -> Path:
     return found
 
 
-def _read_loaded(release: Path) -> str | None:
+def _loaded(release: Path) -> Release:
     try:
-        return revision_of(release)
+        return Release(release, revision_of(release))
     except RefError as exc:
         raise BindError(release, f"cannot read the loaded release's revision: {exc.reason}") from None
     except OSError as exc:  # deleted since its path was resolved
         raise BindError(release, f"cannot read the loaded release: {exc.strerror or exc}") from None
-
-
-def watched_dirs(link: DeployLink, dirs: GitDirs | None) -> GitDirs:
-    """What the watcher watches for code behind ``link``: its checkout (or, outside git,
-    the release's directory) and the link's name."""
-    if dirs is None:
-        return GitDirs.plain(link.loaded.path, link.link)
-    return replace(dirs, deploy_link=link.link)

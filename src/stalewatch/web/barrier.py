@@ -130,45 +130,39 @@ class Routes:
         routes: Iterable[str] | Callable[[str, str], bool],
         methods: Iterable[str] | None = None,
     ) -> None:
-        self._predicate: Callable[[str, str], bool] | None = None
-        self._prefixes: tuple[str, ...] = ()
+        self._methods = None if methods is None else frozenset(m.upper() for m in methods)
         if callable(routes):
             self._predicate = routes
-        else:
-            prefixes = [routes] if isinstance(routes, str) else list(routes)
-            if not all(isinstance(p, str) and p.startswith("/") for p in prefixes):
-                raise ValueError(f"route prefixes must be paths starting with '/': {prefixes!r}")
-            self._prefixes = tuple(p.rstrip("/") for p in prefixes)
-        self._methods = None if methods is None else frozenset(m.upper() for m in methods)
+            return
+        given = [routes] if isinstance(routes, str) else list(routes)
+        if not all(isinstance(p, str) and p.startswith("/") for p in given):
+            raise ValueError(f"route prefixes must be paths starting with '/': {given!r}")
+        prefixes = tuple(p.rstrip("/") for p in given)
+
+        def under(method: str, path: str) -> bool:
+            return any(not p or path == p or path.startswith(f"{p}/") for p in prefixes)
+
+        self._predicate = under
 
     def __call__(self, method: str, path: str) -> bool:
         """True when a request with this method and path must pass the barrier."""
         if self._methods is not None and method.upper() not in self._methods:
             return False
-        if self._predicate is not None:
-            return bool(self._predicate(method, path))
-        return any(not p or path == p or path.startswith(f"{p}/") for p in self._prefixes)
+        return bool(self._predicate(method, path))
 
 
 RouteSpec = Routes | Iterable[str] | Callable[[str, str], bool]
 """Route prefixes, a ``(method, path)`` predicate, or a :class:`Routes`."""
 
 
-class _Counted:
-    """One guarded request's unit of work in flight, ended once, whoever ends it first
-    (none: the check is a plain callable, with nothing to count on)."""
+# One guarded request's unit of work in flight (empty: nothing to count, or ended).
+Counted = list[AbstractContextManager[None]]
 
-    __slots__ = ("_unit",)
 
-    def __init__(self, unit: AbstractContextManager[None] | None) -> None:
-        if unit is not None:
-            unit.__enter__()
-        self._unit = unit
-
-    def end(self) -> None:
-        unit, self._unit = self._unit, None
-        if unit is not None:
-            unit.__exit__(None, None, None)
+def _end(counted: Counted) -> None:
+    """End a request's unit once, whoever ends it first (``pop`` is atomic)."""
+    if counted:
+        counted.pop().__exit__(None, None, None)
 
 
 def _streams(headers: Iterable[tuple[Any, Any]]) -> bool:
@@ -205,6 +199,13 @@ class _Barrier(Generic[App]):
         # callable check has nothing to count them on.
         self._unit = check.work() if isinstance(check, Guard) else None
 
+    def _counted(self) -> Counted:
+        """One guarded request's unit of work in flight, entered now (see :func:`_end`)."""
+        if self._unit is None:
+            return []
+        self._unit.__enter__()
+        return [self._unit]
+
     def _refused(self) -> tuple[bytes, list[tuple[str, str]]] | None:
         """The 409's body and headers when the code is stale, else ``None``."""
         exc = refusal(self.check, strict=self.strict)
@@ -229,7 +230,7 @@ class _Response:
     the client went away; that is when the request stops being work in flight.
     """
 
-    def __init__(self, iterable: Iterable[bytes], counted: _Counted) -> None:
+    def __init__(self, iterable: Iterable[bytes], counted: Counted) -> None:
         self._iterable = iterable
         self._counted = counted
 
@@ -242,7 +243,7 @@ class _Response:
             if close is not None:
                 close()
         finally:
-            self._counted.end()
+            _end(self._counted)
 
 
 class WSGIBarrier(_Barrier[WSGIApplication]):
@@ -270,28 +271,25 @@ class WSGIBarrier(_Barrier[WSGIApplication]):
             return self.app(environ, start_response)
         # Counted before the check: a request that passes it is already counted when a
         # restart coming after the commit asks how much is in flight (R8).
-        counted = _Counted(self._unit)
+        counted = self._counted()
         try:
             refused = self._refused()
             if refused is None:
                 if self._unit is None:
                     return self.app(environ, start_response)
                 return _Response(self.app(environ, _starting(start_response, counted)), counted)
+            start_response(f"{CONFLICT} Conflict", refused[1])
         except BaseException:
-            counted.end()
+            _end(counted)
             raise
-        body, headers = refused
-        try:
-            start_response(f"{CONFLICT} Conflict", headers)
-        finally:
-            counted.end()  # a 409 counts nothing once answered
-        return [body]
+        _end(counted)  # a 409 counts nothing once answered
+        return [refused[0]]
 
 
-def _starting(start_response: StartResponse, counted: _Counted) -> StartResponse:
+def _starting(start_response: StartResponse, counted: Counted) -> StartResponse:
     def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
         if _streams(headers):
-            counted.end()  # an event stream stays open for good: not work a drain waits for
+            _end(counted)  # an event stream stays open for good: not work a drain waits for
         if exc_info is not None:
             return start_response(status, headers, exc_info)
         return start_response(status, headers)
@@ -328,24 +326,24 @@ class ASGIBarrier(_Barrier[ASGIApp]):
         if not guarded:
             await self.app(scope, receive, send)
             return
-        counted = _Counted(self._unit)  # before the check (see WSGIBarrier)
+        counted = self._counted()  # before the check (see WSGIBarrier)
         try:
             refused = self._refused()
-            if refused is not None:
-                body, plain = refused
-                headers = [(k.lower().encode(), v.encode()) for k, v in plain]
-                await send({"type": "http.response.start", "status": CONFLICT, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
+            if refused is None:
+                await self.app(scope, receive, _sending(send, counted))
                 return
-            await self.app(scope, receive, send if self._unit is None else _sending(send, counted))
+            body, plain = refused
+            headers = [(k.lower().encode(), v.encode()) for k, v in plain]
+            await send({"type": "http.response.start", "status": CONFLICT, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
         finally:
-            counted.end()
+            _end(counted)
 
 
-def _sending(send: Send, counted: _Counted) -> Send:
+def _sending(send: Send, counted: Counted) -> Send:
     async def sending(message: Message) -> None:
         if message.get("type") == "http.response.start" and _streams(message.get("headers") or ()):
-            counted.end()  # an event stream stays open for good: not work a drain waits for
+            _end(counted)  # an event stream stays open for good: not work a drain waits for
         await send(message)
 
     return sending

@@ -80,42 +80,50 @@ def _status_message(item: Snapshot | Event) -> bytes:
 class _Client:
     """One connected stream: a bounded queue filled by the guard, drained by the writer."""
 
-    def __init__(self, limit: int, notify: Callable[[], None]) -> None:
+    def __init__(self, guard: Guard, limit: int, notify: Callable[[], None]) -> None:
+        self._guard = guard
         self._limit = limit
         self._notify = notify
         self._lock = threading.Lock()
-        self._events: deque[Event] = deque()
+        self._events: list[Event] | None = []  # None: overflowed, resynced with a snapshot
         self._restarts: deque[RestartState] = deque(maxlen=limit)  # the newest phases win
-        self._overflowed = False
         self.closed = False
         self.last = 0  # the generation sent last (the writer's)
 
-    def push(self, event: Event) -> None:
-        """The guard's subscriber callback (any thread): queue, never block."""
+    def push(self, item: Event | RestartState) -> None:
+        """The guard's subscriber callback, for events and restart phases (any thread):
+        queue, never block."""
         with self._lock:
-            if len(self._events) >= self._limit:
-                self._events.clear()  # replaced by a snapshot when the writer catches up
-                self._overflowed = True
+            if isinstance(item, RestartState):
+                self._restarts.append(item)
+            elif self._events is not None and len(self._events) < self._limit:
+                self._events.append(item)
             else:
-                self._events.append(event)
-        self._notify()
-
-    def push_restart(self, state: RestartState) -> None:
-        """The guard's restart subscriber (any thread): queue, never block."""
-        with self._lock:
-            self._restarts.append(state)
+                self._events = None  # replaced by a snapshot when the writer catches up
         self._notify()
 
     def close(self) -> None:
         self.closed = True
         self._notify()
 
-    def take(self) -> tuple[deque[Event], deque[RestartState], bool]:
+    def after_wait(self, woke: bool) -> bytes:
+        """What to send after a wait: everything since the last generation sent, else
+        a keep-alive when the wait was silent."""
         with self._lock:
-            events, self._events = self._events, deque()
-            restarts, self._restarts = self._restarts, deque(maxlen=self._limit)
-            overflowed, self._overflowed = self._overflowed, False
-        return events, restarts, overflowed
+            events, self._events = self._events, []
+            restarts = list(self._restarts)
+            self._restarts.clear()
+        chunks: list[bytes] = []
+        for item in [self._guard.snapshot()] if events is None else events:
+            if item.generation > self.last:
+                chunks.append(_status_message(item))
+                self.last = item.generation
+        checkout = str(self._guard.checkout)
+        chunks.extend(
+            format_message("restart", {"type": "restart", "checkout": checkout, **state.to_dict()})
+            for state in restarts
+        )
+        return b"".join(chunks) or (b"" if woke else KEEPALIVE)
 
 
 class EventStream:
@@ -180,7 +188,7 @@ class EventStream:
     @contextlib.contextmanager
     def _opened(self, notify: Callable[[], None]) -> Iterator[tuple[_Client, bytes]]:
         """A client, subscribed, and its stream's start (the snapshot); forgotten on the way out."""
-        client = _Client(self.queue_size, notify)
+        client = _Client(self.guard, self.queue_size, notify)
         with self._changed:
             self._clients.add(client)
             self._changed.notify_all()
@@ -188,7 +196,7 @@ class EventStream:
         # Subscribe before reading the snapshot: nothing can fall between the two, and
         # events already covered by the snapshot are skipped by generation.
         unsubscribe_events = self.guard.subscribe(client.push)
-        unsubscribe_restarts = self.guard.subscribe_restart(client.push_restart)
+        unsubscribe_restarts = self.guard.subscribe_restart(client.push)
         try:
             snap = self.guard.snapshot()
             client.last = snap.generation
@@ -199,22 +207,6 @@ class EventStream:
             with self._changed:
                 self._clients.discard(client)
                 self._changed.notify_all()
-
-    def _pending(self, client: _Client) -> bytes:
-        """Everything to send since the client's last generation."""
-        events, restarts, overflowed = client.take()
-        chunks: list[bytes] = []
-        resync: list[Snapshot | Event] = [self.guard.snapshot()] if overflowed else []
-        for item in [*resync, *events]:
-            if item.generation > client.last:
-                chunks.append(_status_message(item))
-                client.last = item.generation
-        checkout = str(self.guard.checkout)
-        chunks.extend(
-            format_message("restart", {"type": "restart", "checkout": checkout, **state.to_dict()})
-            for state in restarts
-        )
-        return b"".join(chunks)
 
     # -- WSGI -------------------------------------------------------------------------
 
@@ -238,11 +230,9 @@ class EventStream:
         with self._opened(wake.set) as (client, start):
             yield start
             while not client.closed:
-                if not wake.wait(self.keepalive):
-                    yield KEEPALIVE
-                    continue
+                woke = wake.wait(self.keepalive)
                 wake.clear()  # before taking: a push after this sets it again
-                if data := self._pending(client):
+                if data := client.after_wait(woke):
                     yield data
 
     # -- ASGI -------------------------------------------------------------------------
@@ -275,13 +265,11 @@ class EventStream:
                 await send({"type": "http.response.start", "status": 200, "headers": list(_ASGI_HEADERS)})
                 await send({"type": "http.response.body", "body": start, "more_body": True})
                 while not client.closed:
-                    try:
+                    with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(wake.wait(), self.keepalive)
-                    except TimeoutError:
-                        await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
-                        continue
+                    woke = wake.is_set()
                     wake.clear()
-                    if data := self._pending(client):
+                    if data := client.after_wait(woke):
                         await send({"type": "http.response.body", "body": data, "more_body": True})
                 if not listener.done():  # closed by the server, not by the client: end cleanly
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
