@@ -14,9 +14,8 @@ attributes (``_AGENT_DIR``, ``_read_agent_revision``...), so the older shim
 ``sys.modules[__name__] = hermes`` reads what the drop-in holds; they are replaced on
 the drop-in itself.
 
-- :mod:`.accelerator`: :func:`accelerate`.
+- :mod:`.accelerator`: :func:`accelerate`, and restart-aware 409s with a daemon.
 - :mod:`.agent_head`: the one in-process read of the Agent checkout's HEAD.
-- :mod:`.restart_view`: restart-aware 409s with a daemon.
 - :mod:`.dropin`: the drop-in.
 - :mod:`.discovery`: where Hermes lives, found as the WebUI finds it.
 - :mod:`.setup`: what ``stalewatch hermes setup`` writes.
