@@ -19,9 +19,8 @@ def cmd_setup(args: argparse.Namespace) -> int:
         files = setup.render(install)
         if args.write:
             setup.write(files, force=args.force)
-            socket_dir = install.supervisor.kind.socket_dir(install.socket)
-            if socket_dir is not None:
-                setup.make_private_dirs(socket_dir)
+            if not install.supervisor.kind.dropin:  # else the daemon's service makes it
+                setup.make_private_dirs(install.socket.parent)
     except (SetupError, OSError) as exc:
         print(f"stalewatch: {exc}", file=sys.stderr)
         return exits.USAGE

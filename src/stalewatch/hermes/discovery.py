@@ -12,25 +12,8 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-__all__ = [
-    "AGENT_MODULE",
-    "WEBUI_UNIT",
-    "agent_python",
-    "discover_agent_dir",
-    "hermes_home",
-    "looks_like_webui",
-    "probe",
-    "read_dotenv",
-    "read_dotenv_text",
-    "read_text",
-    "user_home",
-    "webui_unit",
-]
-
 AGENT_MODULE = "run_agent"
 """The Agent module the WebUI imports ``AIAgent`` from."""
-WEBUI_UNIT = "hermes-webui.service"
-"""The WebUI's systemd unit when ``$HERMES_WEBUI_SYSTEMD_UNIT`` does not name another."""
 _SYSTEM_CANDIDATES = ("/opt/hermes-agent", "/usr/local/hermes-agent", "/usr/local/share/hermes-agent")
 
 
@@ -57,10 +40,8 @@ def probe(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
 def user_home(env: Mapping[str, str] = os.environ) -> Path | None:
     """``$HOME`` (this process's: else its passwd entry), ``None`` when neither says."""
     home = env.get("HOME", "").strip()
-    if home:
-        return Path(home)
-    if env is not os.environ:
-        return None
+    if home or env is not os.environ:
+        return Path(home) if home else None
     try:
         return Path("~").expanduser()
     except RuntimeError:  # no HOME and no passwd entry
@@ -88,27 +69,19 @@ def agent_python(agent_dir: Path, env: Mapping[str, str] = os.environ) -> Path |
     """
     if explicit := _named(env, "HERMES_WEBUI_PYTHON"):
         return explicit
-    for venv in ("venv", ".venv"):
-        for binary in (Path("bin") / "python", Path("Scripts") / "python.exe"):
-            candidate = agent_dir / venv / binary
-            if candidate.exists():
-                return candidate
-    return None
+    found = (agent_dir / v / b for v in ("venv", ".venv") for b in ("bin/python", "Scripts/python.exe"))
+    return next((candidate for candidate in found if candidate.exists()), None)
 
 
 def webui_unit(env: Mapping[str, str] = os.environ) -> str:
     """The WebUI's systemd unit: ``$HERMES_WEBUI_SYSTEMD_UNIT``, else ``hermes-webui.service``."""
-    unit = env.get("HERMES_WEBUI_SYSTEMD_UNIT", "").strip() or WEBUI_UNIT
+    unit = env.get("HERMES_WEBUI_SYSTEMD_UNIT", "").strip() or "hermes-webui.service"
     return unit if "." in unit else f"{unit}.service"
 
 
 def looks_like_webui(path: Path) -> bool:
     """Whether ``path`` is a Hermes WebUI checkout (its start script and its guard's module)."""
     return probe(path / "start.sh") and probe(path / "api" / "agent_runtime.py")
-
-
-def _has_agent(path: Path) -> bool:
-    return probe(path / f"{AGENT_MODULE}.py")
 
 
 def _pip_style(path: Path) -> bool:
@@ -148,7 +121,7 @@ def discover_agent_dir(webui_dir: Path | None = None, env: Mapping[str, str] = o
     from the loaded module.
     """
     candidates = agent_candidates(webui_dir, env)
-    for test in (_has_agent, _pip_style):
+    for test in (lambda path: probe(path / f"{AGENT_MODULE}.py"), _pip_style):
         for candidate in candidates:
             if test(candidate):
                 try:

@@ -19,8 +19,6 @@ from pathlib import Path
 from ..core.errors import SetupError
 from .discovery import looks_like_webui, read_text
 
-__all__ = ["Process", "ancestors", "cgroup_unit", "port_of", "running_webui", "webui_servers"]
-
 PROC = Path("/proc")
 _LIMIT = 256 * 1024
 
@@ -51,14 +49,11 @@ class Process:
         except (ValueError, IndexError):
             return None
         argv = tuple(a for a in _read(base / "cmdline").split("\0") if a)
-        environ: dict[str, str] = {}
-        for entry in _read(base / "environ").split("\0"):
-            key, sep, value = entry.partition("=")
-            if sep and key:
-                environ[key] = value
+        pairs = (entry.partition("=") for entry in _read(base / "environ").split("\0"))
+        environ = {key: value for key, sep, value in pairs if sep and key}
         cwd = None
         with contextlib.suppress(OSError):
-            cwd = Path((base / "cwd").readlink())
+            cwd = (base / "cwd").readlink()
         return cls(pid, ppid, name, argv, environ, cwd)
 
 
@@ -80,18 +75,13 @@ def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Proce
                 continue
         except OSError:
             continue
-        argv = [a for a in _read(proc / str(pid) / "cmdline").split("\0") if a]
-        scripts = [a for a in argv[1:3] if a.endswith("server.py")]
-        if not scripts:
-            continue
         process = Process.read(pid, proc)
         if process is None:
             continue
-        script = Path(scripts[0])
-        if not script.is_absolute() and process.cwd is not None:
-            script = process.cwd / script
-        if looks_like_webui(script.parent):
-            found.append((process, script.parent))
+        scripts = [a for a in process.argv[1:3] if a.endswith("server.py")]
+        checkout = ((process.cwd or Path()) / scripts[0]).parent if scripts else None  # cwd: a relative one
+        if checkout is not None and looks_like_webui(checkout):
+            found.append((process, checkout))
     return found
 
 

@@ -24,19 +24,8 @@ from ...core.errors import SetupError
 from ..discovery import looks_like_webui
 from ..processes import Process, ancestors
 from . import ctl, launchd, servicedir, supervisord, systemd
-from .base import Found, Service, Supervisor, Where
+from .base import Found, Supervisor
 from .supervisord import webui_programs
-
-__all__ = [
-    "KINDS",
-    "Found",
-    "Service",
-    "Supervisor",
-    "Where",
-    "answers",
-    "from_process",
-    "which",
-]
 
 _MODULES = (systemd, launchd, supervisord, servicedir, ctl)  # a new kind's module is added here
 KINDS: dict[str, Supervisor] = {kind.option: kind for module in _MODULES for kind in module.KINDS}

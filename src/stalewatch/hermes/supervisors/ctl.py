@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ...core.errors import SetupError
 from ..processes import Process
-from .base import Found, Service, Supervisor, Where
+from .base import Found, Install, Service, Supervisor
 
 
 class Ctl(Supervisor):
@@ -37,12 +37,12 @@ class Ctl(Supervisor):
     def status(self, found: Found, uid: int) -> list[str]:
         return ["/bin/bash", found.name, "status"]
 
-    def service(self, found: Found, where: Where) -> Service:
+    def service(self, found: Found, install: Install) -> Service:
         return Service(
             ["/bin/bash", found.name, "restart"],
             {},
             [
-                f"nohup {shlex.join(where.run)} >> {shlex.quote(str(where.log))} 2>&1 &",
+                f"nohup {shlex.join(install.run)} >> {shlex.quote(str(install.log))} 2>&1 &",
                 f"/bin/bash {shlex.quote(found.name)} restart",
             ],
             [

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..discovery import probe
 from ..processes import Process
-from .base import DAEMON_NAME, Found, Service, Supervisor, Where, mentions_webui
+from .base import DAEMON_NAME, Found, Install, Service, Supervisor, mentions_webui
 
 _CONFIGS = (Path("/etc/supervisor/supervisord.conf"), Path("/etc/supervisord.conf"))
 
@@ -57,17 +57,17 @@ class Supervisord(Supervisor):
         # supervisorctl exits 3 for a program not running; it answered all the same.
         return found.name in out and any(state in out for state in ("RUNNING", "STARTING"))
 
-    def service(self, found: Found, where: Where) -> Service:
+    def service(self, found: Found, install: Install) -> Service:
         ctl = _ctl(found)
         block = (
             "; stalewatch for Hermes WebUI: restart it after `hermes update` (stalewatch hermes setup).\n"
             f"[program:{DAEMON_NAME}]\n"
-            f"command={shlex.join(where.run)}\n"
-            f"directory={where.hermes_home}\n"
+            f"command={shlex.join(install.run)}\n"
+            f"directory={install.hermes_home}\n"
             + (f"user={found.user}\n" if found.user else "")
             + "autostart=true\nautorestart=true\nstartsecs=2\nstopsignal=TERM\nstopwaitsecs=10\n"
             "redirect_stderr=true\n"
-            f"stdout_logfile={where.log}\n"
+            f"stdout_logfile={install.log}\n"
         )
         allowed = f"the daemon runs `{shlex.join(ctl)}`: its user must be allowed by [unix_http_server]"
         then = [f"{shlex.join(ctl)} update", f"{shlex.join(ctl)} restart {found.name}"]
