@@ -34,7 +34,7 @@ from pathlib import Path
 from .. import __version__
 from ..core.errors import SetupError
 from ..core.files import write_atomically
-from . import discovery, processes, supervisors
+from . import discovery, supervisors
 from .supervisors.base import Install
 
 ACCELERATOR_LINES = (
@@ -78,7 +78,7 @@ def discover(args: argparse.Namespace) -> Install:
     """
     home = discovery.user_home()
     webui_dir = Path(args.webui_dir).expanduser().resolve() if args.webui_dir else None
-    running = processes.running_webui(webui_dir, args.port)
+    running = discovery.running_webui(webui_dir, args.port)
     env = running[0].environ if running is not None else dict(os.environ)
     webui_dir = webui_dir or (running[1] if running else None)
     hermes_home = Path(args.hermes_home).expanduser() if args.hermes_home else discovery.hermes_home(env)
@@ -130,11 +130,11 @@ def discover(args: argparse.Namespace) -> Install:
 
 
 def _port(
-    running: tuple[processes.Process, Path] | None, sources: list[tuple[str, Mapping[str, str]]]
+    running: tuple[discovery.Process, Path] | None, sources: list[tuple[str, Mapping[str, str]]]
 ) -> tuple[int, str]:
     """The WebUI's port and where it was found: the running server's, else the first of ``sources``."""
     if running is not None:
-        sources = [("the running WebUI's port", {"HERMES_WEBUI_PORT": processes.port_of(running[0])})]
+        sources = [("the running WebUI's port", {"HERMES_WEBUI_PORT": discovery.port_of(running[0])})]
     given = [
         (where, values["HERMES_WEBUI_PORT"]) for where, values in sources if values.get("HERMES_WEBUI_PORT")
     ]

@@ -21,8 +21,7 @@ import subprocess
 from pathlib import Path
 
 from ...core.errors import SetupError
-from ..discovery import looks_like_webui
-from ..processes import Process, ancestors
+from ..discovery import Process, ancestors, looks_like_webui
 from . import ctl, launchd, servicedir, supervisord, systemd
 from .base import Found, Supervisor
 from .supervisord import webui_programs

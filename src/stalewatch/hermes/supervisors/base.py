@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from ..discovery import read_text
-from ..processes import Process
+from ..discovery import Process, read_text
 
 DAEMON_NAME = "stalewatch-hermes"
 """The daemon's unit (``.service``), supervisord program and service directory."""

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 from ...core.errors import SetupError
-from ..processes import Process
+from ..discovery import Process
 from .base import Found, Install, Service, Supervisor
 
 

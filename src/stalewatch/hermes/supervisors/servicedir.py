@@ -12,8 +12,7 @@ import shlex
 from pathlib import Path
 
 from ...core.errors import SetupError
-from ..discovery import read_text
-from ..processes import Process
+from ..discovery import Process, read_text
 from .base import DAEMON_NAME, Found, Install, Service, Supervisor, mentions_webui
 
 _SCANNED = tuple(map(Path, ("/etc/sv", "/etc/service", "/var/service", "/etc/s6/sv", "/run/service")))

@@ -18,8 +18,7 @@ import stat
 from dataclasses import replace
 from pathlib import Path
 
-from ..discovery import probe
-from ..processes import Process
+from ..discovery import Process, probe
 from .base import DAEMON_NAME, Found, Install, Service, Supervisor, mentions_webui
 
 _CONFIGS = (Path("/etc/supervisor/supervisord.conf"), Path("/etc/supervisord.conf"))

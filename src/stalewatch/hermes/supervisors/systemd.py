@@ -12,8 +12,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from ..discovery import read_text, webui_unit
-from ..processes import Process, cgroup_unit
+from ..discovery import Process, cgroup_unit, read_text, webui_unit
 from .base import DAEMON_NAME, Found, Install, Service, Supervisor
 
 _SYSTEM_UNITS = (Path("/etc/systemd/system"), Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
