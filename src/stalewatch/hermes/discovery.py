@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,16 +32,20 @@ AGENT_MODULE = "run_agent"
 _SYSTEM_CANDIDATES = ("/opt/hermes-agent", "/usr/local/hermes-agent", "/usr/local/share/hermes-agent")
 
 
-def read_text(path: Path, limit: int = 64 * 1024) -> str | None:
-    """The first ``limit`` bytes of ``path`` as text (odd bytes replaced); ``None`` if unreadable.
+def read_text(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> str | None:
+    """The first ``limit`` bytes of ``path`` as text (odd bytes replaced); ``None`` if unreadable,
+    not a regular file (a FIFO never blocks the read) or, ``whole``, longer than ``limit``.
 
     Everything setup reads of the machine is outside input: a bounded read that never raises.
     """
     try:
-        with path.open("rb") as file:
-            return file.read(limit).decode("utf-8", "replace")
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                return None
+            data = file.read(limit + 1 if whole else limit)
     except OSError:
         return None
+    return None if len(data) > limit else data.decode("utf-8", "replace")
 
 
 def probe(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import shlex
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -97,6 +98,15 @@ class Install:
     def service(self) -> Service:
         """The restart action, the daemon's service and the socket's setting, for its supervisor."""
         return self.supervisor.kind.service(self.supervisor, self)
+
+
+def assignments(text: str) -> dict[str, str]:
+    """The ``NAME=value`` words of ``text``, shell-quoted (``{}`` for an open quote)."""
+    try:
+        pairs = [word.partition("=") for word in shlex.split(text)]
+    except ValueError:
+        return {}
+    return {name.strip(): value for name, has, value in pairs if has}
 
 
 def mentions_webui(text: str, webui_dir: Path | None) -> bool:

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 from ...core.errors import SetupError
-from ..discovery import Process
+from ..discovery import Process, read_text
 from .base import Found, Install, Service, Supervisor
 
 
@@ -22,8 +22,8 @@ class Ctl(Supervisor):
         default = (hermes_home or Path("/nonexistent")) / "webui.pid"
         pidfile = Path(server.environ.get("HERMES_WEBUI_PID_FILE", "") or default)
         try:
-            recorded = int(pidfile.read_text(encoding="ascii", errors="replace").split()[0])
-        except (OSError, ValueError, IndexError):
+            recorded = int((read_text(pidfile) or "").split()[0])
+        except (ValueError, IndexError):
             return None
         if recorded != server.pid or not (webui_dir / "ctl.sh").is_file():
             return None

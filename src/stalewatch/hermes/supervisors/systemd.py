@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 from ..discovery import Process, cgroup_unit, read_text, webui_unit
-from .base import DAEMON_NAME, Found, Install, Service, Supervisor
+from .base import DAEMON_NAME, Found, Install, Service, Supervisor, assignments
 
 _SYSTEM_UNITS = (Path("/etc/systemd/system"), Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
 
@@ -114,13 +114,7 @@ def _unit_environment(unit: Path) -> tuple[dict[str, str], str | None]:
     for line in (read_text(unit) or "").splitlines():
         key, sep, value = line.strip().partition("=")
         if sep and key == "Environment":
-            try:
-                words = shlex.split(value)
-            except ValueError:
-                continue
-            variables.update(
-                (name, setting) for name, has, setting in (w.partition("=") for w in words) if has
-            )
+            variables.update(assignments(value))
         elif sep and key == "User":
             user = value.strip() or None
     return variables, user
