@@ -123,12 +123,11 @@ def accelerate(module: ModuleType, *, daemon: str | os.PathLike[str] | bool | No
 
 def _socket(daemon: str | os.PathLike[str] | bool | None, name: str) -> Path | None:
     """The daemon's socket ``daemon`` names (see :func:`accelerate`), or ``None``."""
-    if daemon is None or daemon is False or daemon == "":
+    if not daemon:  # None, False or ""
         return None
     if daemon is not True:
         return Path(daemon)
-    explicit = os.environ.get(SOCKET_VARIABLE, "").strip()
-    if explicit:
+    if explicit := os.environ.get(SOCKET_VARIABLE, "").strip():
         return Path(explicit)
     try:
         return default_socket_path()
@@ -215,11 +214,10 @@ class RestartView:
 
     def bound(self, checkout: Path, revision: str) -> None:
         """The WebUI bound the Agent at ``checkout``, loaded at ``revision``: follow it."""
-        with self._lock:
-            if self._bound is not None and self._pid == os.getpid():
-                return  # bound once per process: the loaded revision does not change
-            self._bound, self._pid = (checkout, revision), os.getpid()
-            self._start(checkout, revision)
+        with self._lock:  # bound once per process: the loaded revision does not change
+            if self._bound is None or self._pid != os.getpid():
+                self._bound, self._pid = (checkout, revision), os.getpid()
+                self._start(checkout, revision)
 
     def _start(self, checkout: Path, revision: str) -> None:
         # Under _lock. A guard fed by the daemon: its client thread registers the
@@ -296,18 +294,16 @@ def restart_aware(original: Callable[..., Any], view: RestartView) -> Callable[.
         payload = original(exc, *args, **kwargs)
         try:
             state = view.state()
-            if not isinstance(payload, dict) or state is None:
-                return payload
-            if not (state.scheduled or state.phase in _GAVE_UP):
-                return payload
-            refusal = Refusal.of(exc, state)
-            fields = refusal.restart_fields()
-            said = payload.get("restart_scheduled")
-            # The WebUI's message was chosen with its own `restart_scheduled` (pull request
-            # 7160: from daemon_restarts, a moment ago); the daemon moved on since. Add
-            # nothing that would contradict its text: the next request says the new phase.
-            if not isinstance(said, bool) or said == fields["restart_scheduled"]:
-                payload.update(fields, retryable=refusal.retryable)  # retrying helps while one comes
+            told = state is not None and (state.scheduled or state.phase in _GAVE_UP)
+            if isinstance(payload, dict) and told:
+                refusal = Refusal.of(exc, state)
+                fields = refusal.restart_fields()
+                said = payload.get("restart_scheduled")
+                # The WebUI's message was chosen with its own `restart_scheduled` (pull request
+                # 7160: from daemon_restarts, a moment ago); the daemon moved on since. Add
+                # nothing that would contradict its text: the next request says the new phase.
+                if not isinstance(said, bool) or said == fields["restart_scheduled"]:
+                    payload.update(fields, retryable=refusal.retryable)  # retrying helps while one comes
         except Exception:  # the payload is upstream's whatever happens here
             logger.debug("stalewatch.hermes: restart state unavailable", exc_info=True)
         return payload

@@ -83,10 +83,9 @@ _bind_lock = threading.RLock()  # binding and unbinding; re-entrant because bind
 
 def _agent_dir() -> Path | None:
     """Where the Agent checkout is (``_AGENT_DIR``), discovered on first use."""
-    state = globals()
-    if "_AGENT_DIR" not in state:
-        state["_AGENT_DIR"] = _discover_agent_dir()
-    found: Path | None = state["_AGENT_DIR"]
+    if "_AGENT_DIR" not in globals():
+        globals()["_AGENT_DIR"] = _discover_agent_dir()
+    found: Path | None = globals()["_AGENT_DIR"]
     return found
 
 

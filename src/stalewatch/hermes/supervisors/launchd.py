@@ -49,9 +49,8 @@ class Launchd(Supervisor):
         return entry[1] if entry else []
 
     def service(self, found: Found, install: Install) -> Service:
-        plist = (
-            (install.home or Path("~").expanduser()) / "Library" / "LaunchAgents" / f"{DAEMON_LABEL}.plist"
-        )
+        agents = (install.home or Path("~").expanduser()) / "Library" / "LaunchAgents"
+        plist = agents / f"{DAEMON_LABEL}.plist"
         data: dict[str, object] = {"Label": DAEMON_LABEL, "ProgramArguments": install.run, "RunAtLoad": True}
         data |= {"KeepAlive": True, "ProcessType": "Background"}  # plistlib sorts the keys
         data |= {"StandardOutPath": str(install.log), "StandardErrorPath": str(install.log)}
@@ -75,10 +74,7 @@ def _launch_agent(plist: Path) -> tuple[str, list[str], dict[str, str]] | None:
     label = data.get("Label") if isinstance(data, dict) else None
     if not isinstance(label, str):
         return None
-    arguments = [str(a) for a in data.get("ProgramArguments", []) if isinstance(a, str)]
-    program = data.get("Program")
-    if isinstance(program, str):
-        arguments.insert(0, program)
+    arguments = [a for a in (data.get("Program"), *data.get("ProgramArguments", [])) if isinstance(a, str)]
     variables = data.get("EnvironmentVariables")
     environ = {str(k): str(v) for k, v in variables.items()} if isinstance(variables, dict) else {}
     return label, arguments, environ
