@@ -277,11 +277,8 @@ def ancestors(pid: int, proc: Path = PROC, limit: int = 64) -> list[Process]:
     chain: list[Process] = []
     current = Process.read(pid, proc)
     while current is not None and current.ppid > 0 and len(chain) < limit:
-        parent = Process.read(current.ppid, proc)
-        if parent is None:
-            break
-        chain.append(parent)
-        current = parent
+        if (current := Process.read(current.ppid, proc)) is not None:
+            chain.append(current)
     return chain
 
 

@@ -46,17 +46,12 @@ ACCELERATOR_FIGURE = "14.05 ms -> 43.40 µs per call"
 """The WebUI's own check in its own process, before and after the lines: the one figure
 docs/hermes.md and docs/benchmarks.md give, with its settings and command (a test keeps
 the three equal)."""
-UPDATE_MARKER = ".hermes-update-in-progress"
-RECOVERY_MARKERS = (".update-incomplete", ".lazy-refresh-incomplete")
-UPDATE_MAX_AGE = 1200  # Hermes' own: a marker older than 20 minutes is not a live update
 SOCKET_LIMIT = 100  # sun_path holds 104 (macOS) to 108 (Linux) bytes
 _PROBE = (  # one line on failure, never a traceback: the daemon's reason quotes its last line
     "import sys, urllib.request\n"
     "try:\n    urllib.request.urlopen(sys.argv[1], timeout=5).close()\n"
     "except Exception as exc:\n    sys.exit(f'{sys.argv[1]}: {exc}')\n"
 )
-
-
 _MAX_ENV = 1024 * 1024  # bytes of a .env setup rewrites
 
 
@@ -167,11 +162,11 @@ def _recovery_markers(install: Install) -> list[str]:
     # Hermes' updater leaves them in the checkout and in the root of the Agent's venv
     # (the directory holding venv/ or .venv/), which is usually the checkout itself.
     roots = [install.agent_dir]
-    if install.python is not None and install.python.parent.name in ("bin", "Scripts"):
-        venv = install.python.parent.parent
-        if venv.name in ("venv", ".venv") and venv.parent not in roots:
-            roots.append(venv.parent)
-    return [str(root / name) for root in roots for name in RECOVERY_MARKERS]
+    python = install.python or Path()
+    if python.parent.name in ("bin", "Scripts") and python.parent.parent.name in ("venv", ".venv"):
+        roots.append(python.parent.parent.parent)
+    names = (".update-incomplete", ".lazy-refresh-incomplete")
+    return [str(root / name) for root in dict.fromkeys(roots) for name in names]
 
 
 def render(install: Install) -> dict[Path, tuple[str, int]]:
@@ -187,8 +182,8 @@ def render(install: Install) -> dict[Path, tuple[str, int]]:
     policy = {
         "action": install.service.action,
         "settle": 2.0,
-        "update_marker": str(install.hermes_home / UPDATE_MARKER),
-        "update_marker_max_age": UPDATE_MAX_AGE,
+        "update_marker": str(install.hermes_home / ".hermes-update-in-progress"),
+        "update_marker_max_age": 1200,  # Hermes' own: a marker older than 20 minutes is not a live update
         "incomplete_markers": _recovery_markers(install),
         "verify": verify,
         "verify_timeout": 120,
