@@ -103,7 +103,9 @@ def accelerate(module: ModuleType, *, daemon: str | os.PathLike[str] | bool | No
         view = RestartView(socket, module) if socket is not None else None
         original: Any = getattr(module, ATTRIBUTE, None)
         if getattr(original, "__stalewatch_original__", None) is None:  # else ours already: idempotent
-            if not _compatible(original):
+            try:  # its callers' one convention (a non-callable has no signature: TypeError)
+                inspect.signature(original).bind(None, module_path=None)
+            except (TypeError, ValueError):
                 logger.warning(
                     "stalewatch.hermes: %s has no %s(agent_dir, *, module_path=None); left untouched",
                     name,
@@ -138,14 +140,6 @@ def _socket(daemon: str | os.PathLike[str] | bool | None, name: str) -> Path | N
             SOCKET_VARIABLE,
         )
         return None
-
-
-def _compatible(function: Any) -> bool:
-    try:  # its callers' one convention (a non-callable has no signature: TypeError)
-        inspect.signature(function).bind(None, module_path=None)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _hand_to_daemon(module: ModuleType, name: str, view: RestartView) -> None:

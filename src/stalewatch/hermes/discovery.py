@@ -223,11 +223,8 @@ def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Proce
     except OSError:
         return found
     for pid in entries:
-        try:
-            if uid != 0 and (proc / str(pid)).stat().st_uid != uid:
-                continue
-        except OSError:
-            continue
+        if uid != 0 and not probe(proc / str(pid), lambda path: path.stat().st_uid == uid):
+            continue  # another user's, or gone
         process = Process.read(pid, proc)
         if process is None:
             continue

@@ -144,9 +144,7 @@ def _changed_error(
 
 def _bind_guard(source_dir: Path, module_path: Path, revision: str) -> None:
     global _bound  # noqa: PLW0603 - the WebUI file's globals
-    old, _bound = _bound, None
-    if old is not None:
-        old.guard.stop()
+    stop()  # under _bind_lock (re-entrant), as every caller is
     try:
         guard = Guard.for_file(module_path, loaded_revision=revision)
     except StalewatchError as exc:
