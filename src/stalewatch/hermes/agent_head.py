@@ -21,7 +21,6 @@ from typing import Any, Final, NamedTuple
 
 from ..core.cache import BoundedCache
 from ..git import command, refs
-from ..git.refs import GitDirs
 from .discovery import AGENT_MODULE
 
 MAX_BINDINGS: Final = 64
@@ -44,7 +43,7 @@ class AgentFile(NamedTuple):
             a commit that untracks it moves HEAD anyway.
     """
 
-    dirs: GitDirs
+    dirs: refs.GitDirs
     tracked: bool
     index_stamp: tuple[int, int, int, int] | None
 
@@ -131,7 +130,7 @@ def _bind(agent_dir: Any, module_path: PurePath) -> AgentFile | None:
     return AgentFile(dirs, tracked, None if tracked else index)
 
 
-def _index_signature(dirs: GitDirs) -> tuple[int, int, int, int] | None:
+def _index_signature(dirs: refs.GitDirs) -> tuple[int, int, int, int] | None:
     try:
         info = (dirs.git_dir / "index").stat()
     except OSError:
