@@ -176,10 +176,6 @@ PROC = Path("/proc")
 _LIMIT = 256 * 1024
 
 
-def _read(path: Path) -> str:
-    return read_text(path, _LIMIT) or ""
-
-
 @dataclass(frozen=True)
 class Process:
     """One process: pid, parent, command name, argv, environment (empty when unreadable)."""
@@ -195,14 +191,14 @@ class Process:
     def read(cls, pid: int, proc: Path = PROC) -> Process | None:
         """The process ``pid`` now; ``None`` once it is gone or unreadable."""
         base = proc / str(pid)
-        stat = _read(base / "stat")
+        line = read_text(base / "stat", _LIMIT) or ""
         try:  # "" (gone, unreadable) included
-            name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            name = line[line.index("(") + 1 : line.rindex(")")]
+            ppid = int(line[line.rindex(")") + 2 :].split()[1])
         except (ValueError, IndexError):
             return None
-        argv = tuple(a for a in _read(base / "cmdline").split("\0") if a)
-        pairs = (entry.partition("=") for entry in _read(base / "environ").split("\0"))
+        argv = tuple(a for a in (read_text(base / "cmdline", _LIMIT) or "").split("\0") if a)
+        pairs = (entry.partition("=") for entry in (read_text(base / "environ", _LIMIT) or "").split("\0"))
         environ = {key: value for key, sep, value in pairs if sep and key}
         cwd = None
         with contextlib.suppress(OSError):
@@ -286,7 +282,7 @@ def cgroup_unit(pid: int, proc: Path = PROC) -> tuple[str, bool] | None:
     component; ``user`` when it is under a user manager (``user@UID.service``).
     A session or terminal scope (``*.scope``) is not a service: ``None``.
     """
-    for line in _read(proc / str(pid) / "cgroup").splitlines():
+    for line in (read_text(proc / str(pid) / "cgroup", _LIMIT) or "").splitlines():
         hierarchy, _, path = line.partition("::")
         if hierarchy != "0" or not path:
             continue
