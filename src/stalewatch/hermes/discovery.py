@@ -160,16 +160,9 @@ def read_dotenv(path: Path) -> dict[str, str]:
 
 def read_dotenv_text(text: str) -> dict[str, str]:
     """``KEY=VALUE`` lines: comments and blank lines skipped, ``export`` and quotes removed."""
-    found: dict[str, str] = {}
-    for raw_line in text.splitlines():
-        line = raw_line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        key = key.strip().removeprefix("export ").strip()
-        if key:
-            found[key] = value.strip().strip('"').strip("'")
-    return found
+    pairs = (line.strip().partition("=") for line in text.splitlines() if not line.strip().startswith("#"))
+    named = ((key.strip().removeprefix("export ").strip(), value) for key, has, value in pairs if has)
+    return {key: value.strip().strip('"').strip("'") for key, value in named if key}
 
 
 PROC = Path("/proc")
