@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.hermes import accelerate, agent_head, restart_view
+from stalewatch.hermes import accelerate, agent_head
+from stalewatch.hermes.accelerator import RestartView
 from tests.support import webui_runtime
 from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo, make_agent
@@ -41,7 +42,11 @@ def load(socket: Path | None, *, payload: bool = True) -> types.ModuleType:
     sys.modules[name] = module
     exec(compile(source, webui_runtime.__file__, "exec"), module.__dict__)  # noqa: S102
     assert accelerate(module, daemon=socket) is True
+    VIEWS.append(module._read_agent_revision.__stalewatch_view__)
     return module
+
+
+VIEWS: list[RestartView | None] = []  # every load()'s link to the daemon, stopped after each test
 
 
 @pytest.fixture
@@ -59,7 +64,9 @@ def agent(tmp_path: Path) -> Iterator[Repo]:
     importlib.invalidate_caches()
     agent_head.BINDINGS.clear()
     yield repo
-    restart_view.stop_all()  # no client thread outlives the test
+    while VIEWS:  # no client thread outlives the test
+        if (view := VIEWS.pop()) is not None:
+            view.stop()
     sys.path[:] = saved
     sys.modules.pop("run_agent", None)
     agent_head.BINDINGS.clear()

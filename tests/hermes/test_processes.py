@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stalewatch.hermes.processes import Process, cgroup_unit, webui_servers
+from stalewatch.hermes.discovery import Process, cgroup_unit, webui_servers
 from tests.support.properties import budget
 
 pytestmark = pytest.mark.unit

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch.cli import main
-from stalewatch.hermes import discovery, processes
+from stalewatch.hermes import discovery
 from stalewatch.hermes.setup import _PROBE as PROBE
 from stalewatch.hermes.setup import ACCELERATOR_FIGURE, ACCELERATOR_LINES
 from stalewatch.server.config import load
@@ -204,7 +204,7 @@ def test_the_agent_beside_the_webui_is_found_with_an_empty_home(
     monkeypatch.setenv("HOME", str(empty))
     assert discovery.discover_agent_dir(webui) == agent.path.resolve()
     args = ["--supervisor", "ctl.sh", "--port", "8787", "--config", str(tmp_path / "c.toml")]
-    if not processes.webui_servers():  # else setup would (rightly) take a running WebUI's checkout
+    if not discovery.webui_servers():  # else setup would (rightly) take a running WebUI's checkout
         assert main(["hermes", "setup", "--no-check", *args]) == 2  # no checkout: no sibling rule
         assert "--webui-dir" in capsys.readouterr().err
     assert setup(*args, "--webui-dir", str(webui), "--write") == 0

@@ -9,7 +9,7 @@ import pytest
 
 from stalewatch.cli.run import parser
 from stalewatch.hermes import supervisors
-from stalewatch.hermes.processes import Process, cgroup_unit
+from stalewatch.hermes.discovery import Process, cgroup_unit
 from tests.support.children import python_child
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")

@@ -14,9 +14,8 @@ attributes (``_AGENT_DIR``, ``_read_agent_revision``...), so the older shim
 ``sys.modules[__name__] = hermes`` reads what the drop-in holds; they are replaced on
 the drop-in itself.
 
-- :mod:`.accelerator`: :func:`accelerate`.
+- :mod:`.accelerator`: :func:`accelerate`, and restart-aware 409s with a daemon.
 - :mod:`.agent_head`: the one in-process read of the Agent checkout's HEAD.
-- :mod:`.restart_view`: restart-aware 409s with a daemon.
 - :mod:`.dropin`: the drop-in.
 - :mod:`.discovery`: where Hermes lives, found as the WebUI finds it.
 - :mod:`.setup`: what ``stalewatch hermes setup`` writes.
@@ -42,25 +41,10 @@ __all__ = [
 ]
 
 
-_DROP_IN_STATE = frozenset(  # besides its public names (this package's __all__)
-    {
-        "_capture_loaded_agent_revision",
-        "_reset_for_tests",
-        "_AGENT_DIR",
-        "_AGENT_SOURCE_DIR",
-        "_AGENT_MODULE_PATH",
-        "_AGENT_REVISION",
-        "_AIAgent",
-        "_read_agent_revision",
-        "_discover_agent_dir",
-        "_loaded_agent_identity",
-    }
-)
-
-
 def __getattr__(name: str) -> Any:
-    # PEP 562: the drop-in's names, read from it on every access (never copied here, so
-    # a value replaced on the drop-in is the one read through the package).
-    if name not in __all__ and name not in _DROP_IN_STATE:
+    # PEP 562: the drop-in's names, its public ones and its state (``_AGENT_DIR``...), read
+    # from it on every access (never copied here, so a value replaced on the drop-in is
+    # the one read through the package).
+    if name not in __all__ and (not name.startswith("_") or name.startswith("__")):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__name__}.dropin"), name)

@@ -8,95 +8,79 @@ pair, the checkout is found and one ``git ls-files`` confirms the file is tracke
 :class:`AgentFile`, cached and bounded, shared by every caller of the process); every
 call after that is one in-process read of HEAD (~20 µs). No thread is started.
 
-:func:`read` says :data:`DEFER` where it cannot decide (an unborn HEAD, odd input):
-the accelerator then asks the WebUI's own function, the drop-in answers ``None``
+Where :func:`read` cannot decide (an unborn HEAD, odd input) it raises: the
+accelerator then asks the WebUI's own function, the drop-in answers ``None``
 (unknown, which fails closed).
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from ..core.cache import BoundedCache
 from ..git import command, refs
-from ..git.refs import GitDirs
 from .discovery import AGENT_MODULE
-
-__all__ = [
-    "BINDINGS",
-    "DEFER",
-    "MAX_BINDINGS",
-    "AgentFile",
-    "Defer",
-    "loaded_agent_identity",
-    "loaded_module_path",
-    "read",
-    "read_agent_revision",
-]
 
 MAX_BINDINGS: Final = 64
 """At most this many (agent_dir, module_path) bindings are kept; the oldest goes first."""
 
 
-class Defer:
+class Defer(Exception):
     """The in-process read cannot decide: the caller's fallback must (fail closed as upstream)."""
 
 
-DEFER: Final = Defer()
-
-
-@dataclass(frozen=True)
-class AgentFile:
+class AgentFile(NamedTuple):
     """What a (``agent_dir``, ``module_path``) pair identifies.
 
     Attributes:
         dirs: the git directories of ``agent_dir``'s checkout.
         tracked: whether that checkout's repository tracks ``module_path`` literally.
-        index: for an untracked file, the index's (inode, size, mtime, ctime) when that
+        index_stamp: for an untracked file, the index's (inode, size, mtime, ctime) when that
             was decided: a later ``git add`` rewrites the index, and the file is asked
             about again. A tracked file is not: a call then runs no process at all, and
             a commit that untracks it moves HEAD anyway.
     """
 
-    dirs: GitDirs
+    dirs: refs.GitDirs
     tracked: bool
-    index: tuple[int, int, int, int] | None = None
+    index_stamp: tuple[int, int, int, int] | None
 
 
 BINDINGS: BoundedCache[tuple[Any, PurePath], AgentFile] = BoundedCache(MAX_BINDINGS)
 """The process's bindings, shared by every accelerated module and the drop-in."""
 
 
-def read(agent_dir: Any, module_path: Any) -> str | Defer | None:
-    """One in-process read of HEAD for the checkout tracking ``module_path``, or :data:`DEFER`.
+def read(agent_dir: Any, module_path: Any) -> str | None:
+    """One in-process read of HEAD for the checkout tracking ``module_path``.
 
     Raises:
+        Defer: it cannot decide (no ``agent_dir``, odd input, an unborn branch).
         Exception: anything unexpected (a git failure at binding: an untrusted owner,
-            a corrupt index); the caller decides as for :data:`DEFER`.
+            a corrupt index); the caller decides as for :class:`Defer`.
     """
     if agent_dir is None:
-        return DEFER  # upstream answers None at once, without a process
+        raise Defer  # upstream answers None at once, without a process
     if module_path is None:
         module_path = loaded_module_path()  # as upstream: the loaded run_agent's file
         if module_path is None:
             return None
     if not isinstance(module_path, PurePath):
-        return DEFER  # upstream's own behaviour for odd input, whatever it is
+        raise Defer  # upstream's own behaviour for odd input, whatever it is
     key = (agent_dir, module_path)
     binding = BINDINGS.get(key)
-    if binding is None or (not binding.tracked and binding.index != _index_signature(binding.dirs)):
-        found = _bind(agent_dir, module_path)
-        if found is None:
+    if binding is None or (not binding.tracked and binding.index_stamp != _index_signature(binding.dirs)):
+        binding = _bind(agent_dir, module_path)
+        if binding is None:
             return None
-        BINDINGS.put(key, found)
-        binding = found
+        BINDINGS.put(key, binding)
     if not binding.tracked:
         return None
     revision = binding.dirs.store.resolve_head(binding.dirs)  # exactly one read of HEAD
-    return revision if revision is not None else DEFER  # an unborn branch: upstream's to answer
+    if revision is None:
+        raise Defer  # an unborn branch: upstream's to answer
+    return revision
 
 
 def read_agent_revision(agent_dir: Path | None, *, module_path: Path | None = None) -> str | None:
@@ -109,26 +93,19 @@ def read_agent_revision(agent_dir: Path | None, *, module_path: Path | None = No
         agent_dir: the Agent source directory (``None``: nothing to read).
         module_path: the Agent module file; default: the loaded ``run_agent``'s.
     """
-    if module_path is not None and not isinstance(module_path, PurePath):
-        try:
-            module_path = Path(module_path)
-        except TypeError:
-            return None
     try:
-        revision = read(agent_dir, module_path)
+        if module_path is not None and not isinstance(module_path, PurePath):
+            module_path = Path(module_path)
+        return read(agent_dir, module_path)
     except Exception:  # an unknown reading: the caller fails closed (C4)
         return None
-    return revision if isinstance(revision, str) else None
 
 
 def loaded_module_path() -> Path | None:
     """The resolved file of the loaded ``run_agent``, if any."""
-    module = sys.modules.get(AGENT_MODULE)
-    module_file = getattr(module, "__file__", None)
-    if not module_file:
-        return None
+    module_file = getattr(sys.modules.get(AGENT_MODULE), "__file__", None)
     try:
-        return Path(module_file).resolve()
+        return Path(module_file).resolve() if module_file else None
     except (OSError, RuntimeError, TypeError, ValueError):
         return None
 
@@ -146,18 +123,14 @@ def _bind(agent_dir: Any, module_path: PurePath) -> AgentFile | None:
     it; a git failure (an untrusted owner, a corrupt index) raises.
     """
     dirs = refs.find_git_dirs(Path(agent_dir).resolve(strict=True))
-    if dirs is None:
-        return None
-    try:
-        relative = module_path.relative_to(dirs.worktree)
-    except ValueError:
+    if dirs is None or not module_path.is_relative_to(dirs.worktree):
         return None
     index = _index_signature(dirs)  # before asking: a write meanwhile means asking again
-    tracked = command.is_tracked(dirs.worktree, dirs.worktree / relative)
+    tracked = command.is_tracked(dirs.worktree, dirs.worktree / module_path.relative_to(dirs.worktree))
     return AgentFile(dirs, tracked, None if tracked else index)
 
 
-def _index_signature(dirs: GitDirs) -> tuple[int, int, int, int] | None:
+def _index_signature(dirs: refs.GitDirs) -> tuple[int, int, int, int] | None:
     try:
         info = (dirs.git_dir / "index").stat()
     except OSError:

@@ -4,46 +4,48 @@ The WebUI's server finds the Agent in its ``api/config.py`` (``_discover_agent_d
 :func:`discover_agent_dir` takes the same candidates in the same order, including the
 one that needs the WebUI's own checkout: ``hermes-agent`` beside it (so an install
 in ``/srv/hermes-webui`` + ``/srv/hermes-agent`` is found with an empty HOME).
+
+The running WebUI, as the kernel shows it (Linux ``/proc``), comes first: setup asks
+the running server rather than guessing. Its environment is what the WebUI resolved
+(``bootstrap.py`` exports ``HERMES_WEBUI_PORT``, ``HERMES_WEBUI_HOST`` and
+``HERMES_WEBUI_AGENT_DIR`` before it executes ``server.py``), and its ancestors and
+control group say which supervisor runs it. Elsewhere than Linux nothing is found (the
+caller then reads the supervisors' definitions, or asks).
+
+Everything read here is outside input: bounded reads, and any error means "unknown",
+never an exception.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = [
-    "AGENT_MODULE",
-    "WEBUI_UNIT",
-    "agent_python",
-    "discover_agent_dir",
-    "hermes_home",
-    "looks_like_webui",
-    "probe",
-    "read_dotenv",
-    "read_dotenv_text",
-    "read_text",
-    "user_home",
-    "webui_unit",
-]
+from ..core.errors import SetupError
 
 AGENT_MODULE = "run_agent"
 """The Agent module the WebUI imports ``AIAgent`` from."""
-WEBUI_UNIT = "hermes-webui.service"
-"""The WebUI's systemd unit when ``$HERMES_WEBUI_SYSTEMD_UNIT`` does not name another."""
 _SYSTEM_CANDIDATES = ("/opt/hermes-agent", "/usr/local/hermes-agent", "/usr/local/share/hermes-agent")
 
 
-def read_text(path: Path, limit: int = 64 * 1024) -> str | None:
-    """The first ``limit`` bytes of ``path`` as text (odd bytes replaced); ``None`` if unreadable.
+def read_text(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> str | None:
+    """The first ``limit`` bytes of ``path`` as text (odd bytes replaced); ``None`` if unreadable,
+    not a regular file (a FIFO never blocks the read) or, ``whole``, longer than ``limit``.
 
     Everything setup reads of the machine is outside input: a bounded read that never raises.
     """
     try:
-        with path.open("rb") as file:
-            return file.read(limit).decode("utf-8", "replace")
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                return None
+            data = file.read(limit + 1 if whole else limit)
     except OSError:
         return None
+    return None if len(data) > limit else data.decode("utf-8", "replace")
 
 
 def probe(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
@@ -57,10 +59,8 @@ def probe(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
 def user_home(env: Mapping[str, str] = os.environ) -> Path | None:
     """``$HOME`` (this process's: else its passwd entry), ``None`` when neither says."""
     home = env.get("HOME", "").strip()
-    if home:
-        return Path(home)
-    if env is not os.environ:
-        return None
+    if home or env is not os.environ:
+        return Path(home) if home else None
     try:
         return Path("~").expanduser()
     except RuntimeError:  # no HOME and no passwd entry
@@ -88,27 +88,19 @@ def agent_python(agent_dir: Path, env: Mapping[str, str] = os.environ) -> Path |
     """
     if explicit := _named(env, "HERMES_WEBUI_PYTHON"):
         return explicit
-    for venv in ("venv", ".venv"):
-        for binary in (Path("bin") / "python", Path("Scripts") / "python.exe"):
-            candidate = agent_dir / venv / binary
-            if candidate.exists():
-                return candidate
-    return None
+    found = (agent_dir / v / b for v in ("venv", ".venv") for b in ("bin/python", "Scripts/python.exe"))
+    return next((candidate for candidate in found if candidate.exists()), None)
 
 
 def webui_unit(env: Mapping[str, str] = os.environ) -> str:
     """The WebUI's systemd unit: ``$HERMES_WEBUI_SYSTEMD_UNIT``, else ``hermes-webui.service``."""
-    unit = env.get("HERMES_WEBUI_SYSTEMD_UNIT", "").strip() or WEBUI_UNIT
+    unit = env.get("HERMES_WEBUI_SYSTEMD_UNIT", "").strip() or "hermes-webui.service"
     return unit if "." in unit else f"{unit}.service"
 
 
 def looks_like_webui(path: Path) -> bool:
     """Whether ``path`` is a Hermes WebUI checkout (its start script and its guard's module)."""
     return probe(path / "start.sh") and probe(path / "api" / "agent_runtime.py")
-
-
-def _has_agent(path: Path) -> bool:
-    return probe(path / f"{AGENT_MODULE}.py")
 
 
 def _pip_style(path: Path) -> bool:
@@ -148,7 +140,7 @@ def discover_agent_dir(webui_dir: Path | None = None, env: Mapping[str, str] = o
     from the loaded module.
     """
     candidates = agent_candidates(webui_dir, env)
-    for test in (_has_agent, _pip_style):
+    for test in (lambda path: probe(path / f"{AGENT_MODULE}.py"), _pip_style):
         for candidate in candidates:
             if test(candidate):
                 try:
@@ -168,13 +160,127 @@ def read_dotenv(path: Path) -> dict[str, str]:
 
 def read_dotenv_text(text: str) -> dict[str, str]:
     """``KEY=VALUE`` lines: comments and blank lines skipped, ``export`` and quotes removed."""
-    found: dict[str, str] = {}
-    for raw_line in text.splitlines():
-        line = raw_line.strip()
-        if not line or line.startswith("#") or "=" not in line:
+    pairs = (line.strip().partition("=") for line in text.splitlines() if not line.strip().startswith("#"))
+    named = ((key.strip().removeprefix("export ").strip(), value) for key, has, value in pairs if has)
+    return {key: value.strip().strip('"').strip("'") for key, value in named if key}
+
+
+PROC = Path("/proc")
+_LIMIT = 256 * 1024
+
+
+@dataclass(frozen=True)
+class Process:
+    """One process: pid, parent, command name, argv, environment (empty when unreadable)."""
+
+    pid: int
+    ppid: int
+    name: str
+    argv: tuple[str, ...]
+    environ: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+
+    @classmethod
+    def read(cls, pid: int, proc: Path = PROC) -> Process | None:
+        """The process ``pid`` now; ``None`` once it is gone or unreadable."""
+        base = proc / str(pid)
+        line = read_text(base / "stat", _LIMIT) or ""
+        try:  # "" (gone, unreadable) included
+            name = line[line.index("(") + 1 : line.rindex(")")]
+            ppid = int(line[line.rindex(")") + 2 :].split()[1])
+        except (ValueError, IndexError):
+            return None
+        argv = tuple(a for a in (read_text(base / "cmdline", _LIMIT) or "").split("\0") if a)
+        pairs = (entry.partition("=") for entry in (read_text(base / "environ", _LIMIT) or "").split("\0"))
+        environ = {key: value for key, sep, value in pairs if sep and key}
+        cwd = None
+        with contextlib.suppress(OSError):
+            cwd = (base / "cwd").readlink()
+        return cls(pid, ppid, name, argv, environ, cwd)
+
+
+def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Process, Path]]:
+    """Every running Hermes WebUI server (a Python running ``server.py`` of a WebUI checkout).
+
+    Returns ``(process, checkout)`` pairs: the caller's own processes (``uid``, default
+    the caller's); as root, every user's (a system unit's WebUI runs as another user).
+    """
+    uid = os.getuid() if uid is None else uid
+    found: list[tuple[Process, Path]] = []
+    try:
+        entries = [int(e.name) for e in proc.iterdir() if e.name.isdigit()]
+    except OSError:
+        return found
+    for pid in entries:
+        if uid != 0 and not probe(proc / str(pid), lambda path: path.stat().st_uid == uid):
+            continue  # another user's, or gone
+        process = Process.read(pid, proc)
+        if process is None:
             continue
-        key, value = line.split("=", 1)
-        key = key.strip().removeprefix("export ").strip()
-        if key:
-            found[key] = value.strip().strip('"').strip("'")
+        scripts = [a for a in process.argv[1:3] if a.endswith("server.py")]
+        checkout = ((process.cwd or Path()) / scripts[0]).parent if scripts else None  # cwd: a relative one
+        if checkout is not None and looks_like_webui(checkout):
+            found.append((process, checkout))
     return found
+
+
+def running_webui(webui_dir: Path | None, port: int | None) -> tuple[Process, Path] | None:
+    """The running WebUI server ``--webui-dir`` (resolved) and ``--port`` point at (``None``: none runs).
+
+    Without ``webui_dir``, this user's (the same ``$HOME``: root sees every user's servers).
+
+    Raises:
+        SetupError: several run (the user must say which), or none on ``port`` but another.
+    """
+    servers = webui_servers()
+    if webui_dir is not None:
+        servers = [(p, d) for p, d in servers if d.resolve() == webui_dir]
+    else:
+        home = os.environ.get("HOME", "")
+        servers = [(p, d) for p, d in servers if home and p.environ.get("HOME") == home]
+    if port:
+        elsewhere = servers
+        servers = [(p, d) for p, d in servers if port_of(p) == str(port)]
+        if elsewhere and not servers:
+            listed = ", ".join(f"pid {p.pid} ({d}) on port {port_of(p)}" for p, d in elsewhere)
+            raise SetupError(
+                f"no Hermes WebUI server runs on port {port}, but one runs here: {listed}; pass its "
+                "port (or no --port), or restart it on the port you mean first"
+            )
+    if len(servers) > 1:
+        listed = ", ".join(f"pid {p.pid} ({d}, port {port_of(p)})" for p, d in servers)
+        raise SetupError(f"several Hermes WebUI servers run: {listed}; pass --webui-dir or --port")
+    return servers[0] if servers else None
+
+
+def port_of(server: Process) -> str:
+    """The port ``server`` listens on (its environment's, as its ``bootstrap.py`` set it)."""
+    return server.environ.get("HERMES_WEBUI_PORT", "8787")  # the WebUI's default
+
+
+def ancestors(pid: int, proc: Path = PROC, limit: int = 64) -> list[Process]:
+    """The parents of ``pid``, nearest first, up to (not including) pid 1's parent."""
+    chain: list[Process] = []
+    current = Process.read(pid, proc)
+    while current is not None and current.ppid > 0 and len(chain) < limit:
+        if (current := Process.read(current.ppid, proc)) is not None:
+            chain.append(current)
+    return chain
+
+
+def cgroup_unit(pid: int, proc: Path = PROC) -> tuple[str, bool] | None:
+    """The systemd service ``pid`` runs in: ``(unit, user)``; ``None`` outside one.
+
+    From the unified hierarchy's line of ``/proc/PID/cgroup``: the last ``*.service``
+    component; ``user`` when it is under a user manager (``user@UID.service``).
+    A session or terminal scope (``*.scope``) is not a service: ``None``.
+    """
+    for line in (read_text(proc / str(pid) / "cgroup", _LIMIT) or "").splitlines():
+        hierarchy, _, path = line.partition("::")
+        if hierarchy != "0" or not path:
+            continue
+        parts = [p for p in path.split("/") if p]
+        if not parts or not parts[-1].endswith(".service") or parts[-1].startswith("user@"):
+            return None  # a scope, or the user manager itself (not a unit of it)
+        return parts[-1], any(p.startswith("user@") and p.endswith(".service") for p in parts[:-1])
+    return None

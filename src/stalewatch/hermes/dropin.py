@@ -44,17 +44,6 @@ from ..core.revisions import short
 from .agent_head import loaded_agent_identity, read_agent_revision
 from .discovery import AGENT_MODULE, discover_agent_dir
 
-__all__ = [
-    "AgentRuntimeChangedError",
-    "agent_runtime_stale_payload",
-    "current_guard",
-    "ensure_agent_runtime_current",
-    "get_ai_agent_class",
-    "require_ai_agent_class",
-    "stop",
-    "wait_until_watching",
-]
-
 logger = logging.getLogger(__name__)
 
 _CLASS = "AIAgent"
@@ -62,31 +51,18 @@ _CLASS = "AIAgent"
 
 @dataclass(frozen=True)
 class _Bound:
-    """A running guard and exactly what it was bound for."""
+    """A running guard and exactly what it was bound for: (directory, file, revision)."""
 
     guard: Guard
-    source_dir: Path
-    module_path: Path
-    revision: str
+    key: tuple[Path, Path, str]
     pid: int = field(default_factory=os.getpid)
 
-    def serves(self, source_dir: object, module_path: object, revision: str) -> bool:
-        # Callers and tests replace the module attributes: the guard decides only for
-        # the very directory, file and revision it watches, never for another one.
-        return (
-            revision == self.revision
-            and _same_path(source_dir, self.source_dir)
-            and _same_path(module_path, self.module_path)
-        )
 
-
-def _same_path(value: object, path: Path) -> bool:
-    if not isinstance(value, str | os.PathLike):
-        return False
+def _as_path(value: object) -> Path | None:
     try:
-        return Path(value) == path
+        return Path(value) if isinstance(value, str | os.PathLike) else None
     except TypeError:
-        return False
+        return None
 
 
 # The drop-in's state: the WebUI's own module attributes, read at call time, so callers
@@ -107,10 +83,9 @@ _bind_lock = threading.RLock()  # binding and unbinding; re-entrant because bind
 
 def _agent_dir() -> Path | None:
     """Where the Agent checkout is (``_AGENT_DIR``), discovered on first use."""
-    state = globals()
-    if "_AGENT_DIR" not in state:
-        state["_AGENT_DIR"] = _discover_agent_dir()
-    found: Path | None = state["_AGENT_DIR"]
+    if "_AGENT_DIR" not in globals():
+        globals()["_AGENT_DIR"] = _discover_agent_dir()
+    found: Path | None = globals()["_AGENT_DIR"]
     return found
 
 
@@ -169,9 +144,7 @@ def _changed_error(
 
 def _bind_guard(source_dir: Path, module_path: Path, revision: str) -> None:
     global _bound  # noqa: PLW0603 - the WebUI file's globals
-    old, _bound = _bound, None
-    if old is not None:
-        old.guard.stop()
+    stop()  # under _bind_lock (re-entrant), as every caller is
     try:
         guard = Guard.for_file(module_path, loaded_revision=revision)
     except StalewatchError as exc:
@@ -181,7 +154,7 @@ def _bind_guard(source_dir: Path, module_path: Path, revision: str) -> None:
         # The guard's own read disagrees with the one that bound (the checkout moved
         # in between, or _read_agent_revision was replaced): let the read decide.
         return
-    _bound = _Bound(guard, source_dir, module_path, revision)
+    _bound = _Bound(guard, (source_dir, module_path, revision))
     guard.start()
 
 
@@ -265,7 +238,9 @@ def ensure_agent_runtime_current() -> None:
     source_dir = _AGENT_SOURCE_DIR
     module_path = _AGENT_MODULE_PATH
     bound = _bound
-    if bound is not None and bound.serves(source_dir, module_path, revision):
+    # Callers and tests replace the module attributes: the guard decides only for the
+    # very directory, file and revision it watches, never for another one.
+    if bound is not None and bound.key == (_as_path(source_dir), _as_path(module_path), revision):
         if bound.guard.snapshot().trusted:
             try:
                 bound.guard.check(strict=True)

@@ -26,26 +26,16 @@ import json
 import os
 import sys
 import time
-import urllib.error
 import urllib.request
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from .. import __version__
 from ..core.errors import SetupError
 from ..core.files import write_atomically
-from . import discovery, processes, supervisors
-from .supervisors import Found, Service, Where
-
-__all__ = [
-    "ACCELERATOR_FIGURE",
-    "ACCELERATOR_LINES",
-    "Install",
-    "discover",
-    "make_private_dirs",
-    "render",
-    "write",
-]
+from . import discovery, supervisors
+from .supervisors.base import Install
 
 ACCELERATOR_LINES = (
     "from stalewatch.hermes import accelerate",
@@ -56,36 +46,13 @@ ACCELERATOR_FIGURE = "14.05 ms -> 43.40 µs per call"
 """The WebUI's own check in its own process, before and after the lines: the one figure
 docs/hermes.md and docs/benchmarks.md give, with its settings and command (a test keeps
 the three equal)."""
-UPDATE_MARKER = ".hermes-update-in-progress"
-RECOVERY_MARKERS = (".update-incomplete", ".lazy-refresh-incomplete")
-UPDATE_MAX_AGE = 1200  # Hermes' own: a marker older than 20 minutes is not a live update
 SOCKET_LIMIT = 100  # sun_path holds 104 (macOS) to 108 (Linux) bytes
 _PROBE = (  # one line on failure, never a traceback: the daemon's reason quotes its last line
     "import sys, urllib.request\n"
     "try:\n    urllib.request.urlopen(sys.argv[1], timeout=5).close()\n"
     "except Exception as exc:\n    sys.exit(f'{sys.argv[1]}: {exc}')\n"
 )
-
-
-@dataclass(frozen=True)
-class Install:
-    """A Hermes install, as found, and what its daemon needs."""
-
-    agent_dir: Path
-    hermes_home: Path
-    python: Path | None
-    webui_dir: Path | None
-    host: str
-    port: int
-    supervisor: Found
-    config: Path
-    socket: Path
-    service: Service
-    checked: tuple[str, ...] = ()
-
-    @property
-    def health(self) -> str:
-        return f"http://{self.host}:{self.port}/health"
+_MAX_ENV = 1024 * 1024  # bytes of a .env setup rewrites
 
 
 def _config_home(home: Path | None) -> Path:
@@ -106,7 +73,7 @@ def discover(args: argparse.Namespace) -> Install:
     """
     home = discovery.user_home()
     webui_dir = Path(args.webui_dir).expanduser().resolve() if args.webui_dir else None
-    running = processes.running_webui(webui_dir, args.port)
+    running = discovery.running_webui(webui_dir, args.port)
     env = running[0].environ if running is not None else dict(os.environ)
     webui_dir = webui_dir or (running[1] if running else None)
     hermes_home = Path(args.hermes_home).expanduser() if args.hermes_home else discovery.hermes_home(env)
@@ -115,8 +82,7 @@ def discover(args: argparse.Namespace) -> Install:
             "cannot tell Hermes' home (no $HERMES_HOME and no home directory); pass --hermes-home"
         )
     supervisor = supervisors.which(args, running, webui_dir, home, hermes_home)
-    if webui_dir is None:
-        webui_dir = supervisors.webui_dir_of(supervisor)
+    webui_dir = webui_dir or supervisors.webui_dir_of(supervisor)
     if args.agent_dir:
         agent_dir: Path | None = Path(args.agent_dir).expanduser().resolve()
     else:
@@ -129,7 +95,11 @@ def discover(args: argparse.Namespace) -> Install:
             + ("" if webui_dir else " (or --webui-dir: the WebUI also looks beside its own checkout)")
         )
     dotenv = discovery.read_dotenv(webui_dir / ".env") if webui_dir else {}
-    port, port_from = _port(args, running, supervisor, webui_dir, dotenv)
+    if args.port:
+        port, port_from = args.port, "--port"
+    else:
+        sources = [("$HERMES_WEBUI_PORT", os.environ), (str(supervisor.definition), supervisor.environ)]
+        port, port_from = _port(running, [*sources, (f"{webui_dir}/.env", dotenv)])
     host = (env.get("HERMES_WEBUI_HOST") or dotenv.get("HERMES_WEBUI_HOST") or "127.0.0.1").strip()
     if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard bind is probed on loopback
         host = "127.0.0.1"
@@ -145,38 +115,24 @@ def discover(args: argparse.Namespace) -> Install:
         if args.unit_dir
         else (None if system else _config_home(home) / "systemd" / "user")
     )
-    run = [*_daemon_command(), "daemon", "--config", str(config)]
-    where = Where(run, socket, hermes_home, home, unit_dir, os.getuid())
-    service = supervisor.kind.service(supervisor, where)
+    script = Path(sys.executable).with_name("stalewatch")  # this very installation, however started
+    run = [str(script)] if script.is_file() else [sys.executable, "-m", "stalewatch"]
+    run += ["daemon", "--config", str(config)]
     install = Install(
-        agent_dir, hermes_home, python, webui_dir, host, port, supervisor, config, socket, service
+        agent_dir, hermes_home, home, python, webui_dir, host, port, supervisor, config, socket, unit_dir, run
     )
-    return replace(install, checked=() if args.no_check else _check(install, port_from))
+    return install if args.no_check else _check(install, port_from)
 
 
 def _port(
-    args: argparse.Namespace,
-    running: tuple[processes.Process, Path] | None,
-    supervisor: Found,
-    webui_dir: Path | None,
-    dotenv: dict[str, str],
+    running: tuple[discovery.Process, Path] | None, sources: list[tuple[str, Mapping[str, str]]]
 ) -> tuple[int, str]:
-    """The WebUI's port and where it was found: the flag, the running server, its definitions."""
-    if args.port:
-        return args.port, "--port"
+    """The WebUI's port and where it was found: the running server's, else the first of ``sources``."""
     if running is not None:
-        given = [("the running WebUI's port", processes.port_of(running[0]))]
-    else:
-        sources = [
-            ("$HERMES_WEBUI_PORT", os.environ),
-            (str(supervisor.definition), supervisor.environ),
-            (f"{webui_dir}/.env", dotenv),
-        ]
-        given = [
-            (where, values["HERMES_WEBUI_PORT"])
-            for where, values in sources
-            if values.get("HERMES_WEBUI_PORT")
-        ]
+        sources = [("the running WebUI's port", {"HERMES_WEBUI_PORT": discovery.port_of(running[0])})]
+    given = [
+        (where, values["HERMES_WEBUI_PORT"]) for where, values in sources if values.get("HERMES_WEBUI_PORT")
+    ]
     if not given:
         raise SetupError(
             "the WebUI's port is not known (it is not running here, and neither $HERMES_WEBUI_PORT, its "
@@ -188,60 +144,48 @@ def _port(
     return int(raw), source if running is None else f"the running WebUI (pid {running[0].pid})"
 
 
-def _daemon_command() -> list[str]:
-    # This very installation of stalewatch, whichever way it was started.
-    script = Path(sys.executable).with_name("stalewatch")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "stalewatch"]
-
-
-def _check(install: Install, port_from: str) -> tuple[str, ...]:
-    """Ask the supervisor and the WebUI before anything is written (SetupError if either is silent)."""
+def _check(install: Install, port_from: str) -> Install:
+    """``install``, once the supervisor and the WebUI answered (SetupError if either is silent)."""
     said = supervisors.answers(install.supervisor)
     try:
         with urllib.request.urlopen(install.health, timeout=5) as answer:  # noqa: S310 - http on loopback
             status = answer.status
-    except (OSError, urllib.error.URLError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # urllib's URLError is an OSError
         raise SetupError(
             f"the WebUI does not answer {install.health} (port from {port_from}): {exc}; "
             "pass --port (or --no-check to write anyway)"
         ) from None
-    return (said, f"{install.health}: {status}")
+    return replace(install, checked=(said, f"{install.health}: {status}"))
 
 
 def _recovery_markers(install: Install) -> list[str]:
     # Hermes' updater leaves them in the checkout and in the root of the Agent's venv
     # (the directory holding venv/ or .venv/), which is usually the checkout itself.
     roots = [install.agent_dir]
-    if install.python is not None and install.python.parent.name in ("bin", "Scripts"):
-        venv = install.python.parent.parent
-        if venv.name in ("venv", ".venv") and venv.parent not in roots:
-            roots.append(venv.parent)
-    return [str(root / name) for root in roots for name in RECOVERY_MARKERS]
-
-
-def _as_webui_user(install: Install, argv: list[str]) -> list[str]:
-    # A system unit's daemon runs as root: the Agent's code is imported as the WebUI's
-    # user, never as root (the checkout is that user's to write).
-    user = install.supervisor.user
-    if install.supervisor.kind.system and user and user != "root":
-        return ["runuser", "-u", user, "--", *argv]
-    return argv
-
-
-def _toml(value: object) -> str:
-    return json.dumps(value)  # strings and lists of strings: TOML reads JSON's form
+    python = install.python or Path()
+    if python.parent.name in ("bin", "Scripts") and python.parent.parent.name in ("venv", ".venv"):
+        roots.append(python.parent.parent.parent)
+    names = (".update-incomplete", ".lazy-refresh-incomplete")
+    return [str(root / name) for root in dict.fromkeys(roots) for name in names]
 
 
 def render(install: Install) -> dict[Path, tuple[str, int]]:
     """The files to install, by path: (text, mode)."""
     python = str(install.python) if install.python is not None else "python3"
+    verify = [python, "-c", "import run_agent"]
+    user = install.supervisor.user
+    if install.supervisor.kind.system and user and user != "root":
+        # A system unit's daemon runs as root: the Agent's code is imported as the WebUI's
+        # user, never as root (the checkout is that user's to write).
+        verify = ["runuser", "-u", user, "--", *verify]
+    toml = json.dumps  # strings and lists of strings: TOML reads JSON's form
     policy = {
         "action": install.service.action,
         "settle": 2.0,
-        "update_marker": str(install.hermes_home / UPDATE_MARKER),
-        "update_marker_max_age": UPDATE_MAX_AGE,
+        "update_marker": str(install.hermes_home / ".hermes-update-in-progress"),
+        "update_marker_max_age": 1200,  # Hermes' own: a marker older than 20 minutes is not a live update
         "incomplete_markers": _recovery_markers(install),
-        "verify": _as_webui_user(install, [python, "-c", "import run_agent"]),
+        "verify": verify,
         "verify_timeout": 120,
         # The WebUI must answer /health on the port checked at setup, and every process
         # of it that registered (the accelerator's daemon=True) must run the new revision.
@@ -258,15 +202,15 @@ def render(install: Install) -> dict[Path, tuple[str, int]]:
         f"{install.supervisor.name}) after `hermes update`, safely.\n"
         f"# Written by `stalewatch hermes setup` ({__version__}) on {time.strftime('%Y-%m-%d')}.\n"
         "# Every key: docs/restart.md. Reloaded on SIGHUP.\n"
-        f"socket = {_toml(str(install.socket))}  # the WebUI's STALEWATCH_SOCKET names the same path\n"
+        f"socket = {toml(str(install.socket))}  # the WebUI's STALEWATCH_SOCKET names the same path\n"
         'log_level = "info"\n\n'
         "[[checkout]]\n"
-        f"path = {_toml(str(install.agent_dir))}\n\n"
+        f"path = {toml(str(install.agent_dir))}\n\n"
         "[checkout.restart]\n"
-        + "".join(f"{key} = {_toml(value)}\n" for key, value in policy.items())
+        + "".join(f"{key} = {toml(value)}\n" for key, value in policy.items())
         + "# To stop `hermes update` from starting between the last check and the restart,\n"
         "# run it as `flock ~/.hermes/update.lock hermes update` and uncomment:\n"
-        f"# lock = {_toml(str(install.hermes_home / 'update.lock'))}\n"
+        f"# lock = {toml(str(install.hermes_home / 'update.lock'))}\n"
     )
     files = {install.config: (config, 0o600), **install.service.files}
     if install.webui_dir is not None and not install.supervisor.kind.dropin:
@@ -274,9 +218,6 @@ def render(install: Install) -> dict[Path, tuple[str, int]]:
         env = install.webui_dir / ".env"
         files[env] = (_env_text(env, install.socket), 0o600)
     return files
-
-
-_MAX_ENV = 1024 * 1024  # bytes of a .env setup rewrites
 
 
 def _env_text(path: Path, socket: Path) -> str:
@@ -317,15 +258,7 @@ def write(files: dict[Path, tuple[str, int]], *, force: bool) -> None:
         SetupError: a file is in the way.
         OSError: a file cannot be written.
     """
-    in_the_way = []
-    for path, (text, _mode) in files.items():
-        if path.name == ".env" and path.exists():
-            values = discovery.read_dotenv(path)
-            wanted = discovery.read_dotenv_text(text)
-            if values.get("STALEWATCH_SOCKET") not in (None, wanted.get("STALEWATCH_SOCKET")):
-                in_the_way.append(path)
-        elif os.path.lexists(path):
-            in_the_way.append(path)
+    in_the_way = [path for path, (text, _mode) in files.items() if _in_the_way(path, text)]
     if in_the_way and not force:
         listed = ", ".join(str(p) for p in in_the_way)
         raise SetupError(f"not overwriting {listed} (pass --force to replace)")
@@ -335,18 +268,20 @@ def write(files: dict[Path, tuple[str, int]], *, force: bool) -> None:
         write_atomically(path, text.encode(), path.stat().st_mode & 0o777 if own else mode)
 
 
+def _in_the_way(path: Path, text: str) -> bool:
+    if path.name != ".env" or not path.exists():
+        return os.path.lexists(path)
+    socket = discovery.read_dotenv(path).get("STALEWATCH_SOCKET")  # set to another: asked
+    return socket not in (None, discovery.read_dotenv_text(text).get("STALEWATCH_SOCKET"))
+
+
 def make_private_dirs(directory: Path) -> None:
     """Create ``directory`` and its missing parents with mode 0700, whatever the umask.
 
     Directories that exist are left as they are. The mode is set on the descriptor of
     the directory just made (never through a path a link could replace).
     """
-    missing = []
-    current = directory
-    while not os.path.lexists(current):
-        missing.append(current)
-        current = current.parent
-    for path in reversed(missing):
+    for path in reversed([p for p in (directory, *directory.parents) if not os.path.lexists(p)]):
         try:
             os.mkdir(path, 0o700)  # noqa: PTH102 - the mode is set on its descriptor below
         except FileExistsError:

@@ -21,22 +21,9 @@ import subprocess
 from pathlib import Path
 
 from ...core.errors import SetupError
-from ..discovery import looks_like_webui
-from ..processes import Process, ancestors
+from ..discovery import Process, ancestors, looks_like_webui
 from . import ctl, launchd, servicedir, supervisord, systemd
-from .base import Found, Service, Supervisor, Where
-from .supervisord import webui_programs
-
-__all__ = [
-    "KINDS",
-    "Found",
-    "Service",
-    "Supervisor",
-    "Where",
-    "answers",
-    "from_process",
-    "which",
-]
+from .base import Found, Supervisor
 
 _MODULES = (systemd, launchd, supervisord, servicedir, ctl)  # a new kind's module is added here
 KINDS: dict[str, Supervisor] = {kind.option: kind for module in _MODULES for kind in module.KINDS}
@@ -78,7 +65,7 @@ def which(
                 "`ctl.sh start`, or pass --supervisor"
             )
     if args.supervisord_conf:  # named: its programs, in the files it includes too
-        candidates = webui_programs(Path(args.supervisord_conf).expanduser(), webui_dir)
+        candidates = supervisord.webui_programs(Path(args.supervisord_conf).expanduser(), webui_dir)
     else:  # every definition on disk that runs the WebUI (several: ask which)
         candidates = [found for kind in KINDS.values() for found in kind.definitions(webui_dir, home)]
     if args.supervisor is not None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import abc
 import argparse
+import shlex
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
-from ..discovery import read_text
-from ..processes import Process
+from ..discovery import Process, read_text
 
 DAEMON_NAME = "stalewatch-hermes"
 """The daemon's unit (``.service``), supervisord program and service directory."""
@@ -61,19 +62,51 @@ class Service:
 
 
 @dataclass(frozen=True)
-class Where:
-    """What a service is made of: the daemon's argv (``run``) and where things are."""
+class Install:
+    """A Hermes install, as found, and what its daemon needs: also what a supervisor's
+    service is made of (:meth:`Supervisor.service`).
 
-    run: list[str]
-    socket: Path
+    Attributes:
+        run: the daemon's argv.
+        unit_dir: where a systemd unit is written (``None``: the system's).
+        checked: what the supervisor and the WebUI answered before anything was written.
+    """
+
+    agent_dir: Path
     hermes_home: Path
     home: Path | None
+    python: Path | None
+    webui_dir: Path | None
+    host: str
+    port: int
+    supervisor: Found
+    config: Path
+    socket: Path
     unit_dir: Path | None
-    uid: int
+    run: list[str]
+    checked: tuple[str, ...] = ()
+
+    @property
+    def health(self) -> str:
+        return f"http://{self.host}:{self.port}/health"
 
     @property
     def log(self) -> Path:
         return self.hermes_home / f"{DAEMON_NAME}.log"
+
+    @cached_property
+    def service(self) -> Service:
+        """The restart action, the daemon's service and the socket's setting, for its supervisor."""
+        return self.supervisor.kind.service(self.supervisor, self)
+
+
+def assignments(text: str) -> dict[str, str]:
+    """The ``NAME=value`` words of ``text``, shell-quoted (``{}`` for an open quote)."""
+    try:
+        pairs = [word.partition("=") for word in shlex.split(text)]
+    except ValueError:
+        return {}
+    return {name.strip(): value for name, has, value in pairs if has}
 
 
 def mentions_webui(text: str, webui_dir: Path | None) -> bool:
@@ -94,7 +127,8 @@ class Supervisor(abc.ABC):
     system = False
     """A system-wide service: the daemon runs as root (configuration in ``/etc``)."""
     dropin = False
-    """The WebUI learns the socket from a drop-in :meth:`service` writes, not from its ``.env``."""
+    """The WebUI learns the socket from a drop-in :meth:`service` writes, not from its ``.env``;
+    the daemon's service makes the socket's directory (else setup makes it, 0700)."""
 
     def parent(self, parent: Process, server: Process, webui_dir: Path) -> Found | None:
         """It, if ``parent`` (an ancestor of the running ``server``, nearest first) is it."""
@@ -129,13 +163,9 @@ class Supervisor(abc.ABC):
         return (read_text(definition) or "").replace("=", " ").split()
 
     @abc.abstractmethod
-    def service(self, found: Found, where: Where) -> Service:
+    def service(self, found: Found, install: Install) -> Service:
         """The restart action, the daemon's service and the socket's setting for ``found``."""
 
     def socket(self, uid: int, hermes_home: Path) -> Path:
         """The socket both sides name."""
         return hermes_home / "stalewatch" / "stalewatch.sock"
-
-    def socket_dir(self, socket: Path) -> Path | None:
-        """The directory setup makes for ``socket`` (``None``: the supervisor makes it)."""
-        return socket.parent

@@ -11,8 +11,8 @@ import shlex
 from pathlib import Path
 
 from ...core.errors import SetupError
-from ..processes import Process
-from .base import Found, Service, Supervisor, Where
+from ..discovery import Process, read_text
+from .base import Found, Install, Service, Supervisor
 
 
 class Ctl(Supervisor):
@@ -22,8 +22,8 @@ class Ctl(Supervisor):
         default = (hermes_home or Path("/nonexistent")) / "webui.pid"
         pidfile = Path(server.environ.get("HERMES_WEBUI_PID_FILE", "") or default)
         try:
-            recorded = int(pidfile.read_text(encoding="ascii", errors="replace").split()[0])
-        except (OSError, ValueError, IndexError):
+            recorded = int((read_text(pidfile) or "").split()[0])
+        except (ValueError, IndexError):
             return None
         if recorded != server.pid or not (webui_dir / "ctl.sh").is_file():
             return None
@@ -37,12 +37,12 @@ class Ctl(Supervisor):
     def status(self, found: Found, uid: int) -> list[str]:
         return ["/bin/bash", found.name, "status"]
 
-    def service(self, found: Found, where: Where) -> Service:
+    def service(self, found: Found, install: Install) -> Service:
         return Service(
             ["/bin/bash", found.name, "restart"],
             {},
             [
-                f"nohup {shlex.join(where.run)} >> {shlex.quote(str(where.log))} 2>&1 &",
+                f"nohup {shlex.join(install.run)} >> {shlex.quote(str(install.log))} 2>&1 &",
                 f"/bin/bash {shlex.quote(found.name)} restart",
             ],
             [

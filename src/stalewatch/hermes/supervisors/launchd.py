@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 from ...core.errors import SetupError
-from .base import Found, Service, Supervisor, Where, mentions_webui
+from .base import Found, Install, Service, Supervisor, mentions_webui
 
 DAEMON_LABEL = "com.stalewatch.hermes"
 """The daemon's LaunchAgent label."""
@@ -48,12 +48,13 @@ class Launchd(Supervisor):
         entry = _launch_agent(definition)
         return entry[1] if entry else []
 
-    def service(self, found: Found, where: Where) -> Service:
-        plist = (where.home or Path("~").expanduser()) / "Library" / "LaunchAgents" / f"{DAEMON_LABEL}.plist"
-        data: dict[str, object] = {"Label": DAEMON_LABEL, "ProgramArguments": where.run, "RunAtLoad": True}
+    def service(self, found: Found, install: Install) -> Service:
+        agents = (install.home or Path("~").expanduser()) / "Library" / "LaunchAgents"
+        plist = agents / f"{DAEMON_LABEL}.plist"
+        data: dict[str, object] = {"Label": DAEMON_LABEL, "ProgramArguments": install.run, "RunAtLoad": True}
         data |= {"KeepAlive": True, "ProcessType": "Background"}  # plistlib sorts the keys
-        data |= {"StandardOutPath": str(where.log), "StandardErrorPath": str(where.log)}
-        domain = f"gui/{where.uid}"
+        data |= {"StandardOutPath": str(install.log), "StandardErrorPath": str(install.log)}
+        domain = f"gui/{os.getuid()}"
         return Service(
             ["launchctl", "kickstart", "-k", f"{domain}/{found.name}"],
             {plist: (plistlib.dumps(data).decode(), 0o644)},
@@ -73,10 +74,7 @@ def _launch_agent(plist: Path) -> tuple[str, list[str], dict[str, str]] | None:
     label = data.get("Label") if isinstance(data, dict) else None
     if not isinstance(label, str):
         return None
-    arguments = [str(a) for a in data.get("ProgramArguments", []) if isinstance(a, str)]
-    program = data.get("Program")
-    if isinstance(program, str):
-        arguments.insert(0, program)
+    arguments = [a for a in (data.get("Program"), *data.get("ProgramArguments", [])) if isinstance(a, str)]
     variables = data.get("EnvironmentVariables")
     environ = {str(k): str(v) for k, v in variables.items()} if isinstance(variables, dict) else {}
     return label, arguments, environ

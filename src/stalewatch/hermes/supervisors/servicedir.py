@@ -12,9 +12,8 @@ import shlex
 from pathlib import Path
 
 from ...core.errors import SetupError
-from ..discovery import read_text
-from ..processes import Process
-from .base import DAEMON_NAME, Found, Service, Supervisor, Where, mentions_webui
+from ..discovery import Process, read_text
+from .base import DAEMON_NAME, Found, Install, Service, Supervisor, mentions_webui
 
 _SCANNED = tuple(map(Path, ("/etc/sv", "/etc/service", "/var/service", "/etc/s6/sv", "/run/service")))
 
@@ -56,11 +55,11 @@ class ServiceDirectory(Supervisor):
     def status(self, found: Found, uid: int) -> list[str]:
         return ["s6-svstat", found.name] if self.s6 else ["sv", "status", found.name]
 
-    def service(self, found: Found, where: Where) -> Service:
+    def service(self, found: Found, install: Install) -> Service:
         directory = Path(found.name).parent / DAEMON_NAME
         script = (
             "#!/bin/sh\n# stalewatch for Hermes WebUI (stalewatch hermes setup)\n"
-            f"exec 2>&1\nexec {shlex.join(where.run)}\n"
+            f"exec 2>&1\nexec {shlex.join(install.run)}\n"
         )
         action = ["s6-svc", "-r", found.name] if self.s6 else ["sv", "restart", found.name]
         return Service(

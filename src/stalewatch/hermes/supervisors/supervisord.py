@@ -12,15 +12,12 @@ import argparse
 import configparser
 import glob
 import itertools
-import os
 import shlex
-import stat
 from dataclasses import replace
 from pathlib import Path
 
-from ..discovery import probe
-from ..processes import Process
-from .base import DAEMON_NAME, Found, Service, Supervisor, Where, mentions_webui
+from ..discovery import Process, probe, read_text
+from .base import DAEMON_NAME, Found, Install, Service, Supervisor, assignments, mentions_webui
 
 _CONFIGS = (Path("/etc/supervisor/supervisord.conf"), Path("/etc/supervisord.conf"))
 
@@ -57,17 +54,17 @@ class Supervisord(Supervisor):
         # supervisorctl exits 3 for a program not running; it answered all the same.
         return found.name in out and any(state in out for state in ("RUNNING", "STARTING"))
 
-    def service(self, found: Found, where: Where) -> Service:
+    def service(self, found: Found, install: Install) -> Service:
         ctl = _ctl(found)
         block = (
             "; stalewatch for Hermes WebUI: restart it after `hermes update` (stalewatch hermes setup).\n"
             f"[program:{DAEMON_NAME}]\n"
-            f"command={shlex.join(where.run)}\n"
-            f"directory={where.hermes_home}\n"
+            f"command={shlex.join(install.run)}\n"
+            f"directory={install.hermes_home}\n"
             + (f"user={found.user}\n" if found.user else "")
             + "autostart=true\nautorestart=true\nstartsecs=2\nstopsignal=TERM\nstopwaitsecs=10\n"
             "redirect_stderr=true\n"
-            f"stdout_logfile={where.log}\n"
+            f"stdout_logfile={install.log}\n"
         )
         allowed = f"the daemon runs `{shlex.join(ctl)}`: its user must be allowed by [unix_http_server]"
         then = [f"{shlex.join(ctl)} update", f"{shlex.join(ctl)} restart {found.name}"]
@@ -111,9 +108,9 @@ def _programs(config: Path) -> list[Found]:
     files, found = [config], []
     for file in files:  # supervisord's own first: the files it includes are added as it is read
         parser = configparser.RawConfigParser(strict=False, interpolation=None)
-        try:
-            parser.read_string(_read_bounded(file), str(file))
-        except (configparser.Error, OSError, UnicodeDecodeError):
+        try:  # refused past MOST_BYTES (an include may name /proc/kcore: read whole, it fills the memory)
+            parser.read_string(read_text(file, MOST_BYTES, whole=True) or "", str(file))
+        except configparser.Error:
             continue
         for pattern in parser.get("include", "files", fallback="").split() if file is config else []:
             if len(files) > MOST_INCLUDED:
@@ -127,36 +124,16 @@ def _programs(config: Path) -> list[Found]:
                     files.append(Path(match))
         for section in (s for s in parser.sections() if s.startswith("program:")):
             name = section.split(":", 1)[1]
-            raw = parser.get(section, "environment", fallback="")
-            try:
-                pairs = [p.partition("=") for p in shlex.split(raw.replace(",", " "))]
-            except ValueError:  # an open quote (supervisord refuses it): the program, without it
-                pairs = []
-            environ = {k.strip(): v for k, s, v in pairs if s}
+            # An open quote (supervisord refuses it): the program, without its environment.
+            environ = assignments(parser.get(section, "environment", fallback="").replace(",", " "))
             user = parser.get(section, "user", fallback=None)
             evidence = f"supervisord program {name} in {file}"
             found.append(Found(SUPERVISORD, name, evidence, file, config, user, environ))
     return found
 
 
-def _read_bounded(file: Path) -> str:
-    """A configuration's text, refused past :data:`MOST_BYTES` (an include may name
-    ``/proc/kcore``: read whole, it fills the memory)."""
-    # Non-blocking, and a regular file only: a FIFO named there must not hang setup.
-    with os.fdopen(os.open(file, os.O_RDONLY | os.O_NONBLOCK), "rb") as stream:
-        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-            raise OSError(f"{file}: not a regular file")
-        data = stream.read(MOST_BYTES + 1)
-    if len(data) > MOST_BYTES:
-        raise OSError(f"{file}: larger than {MOST_BYTES} bytes")
-    return data.decode()
-
-
 def _text(file: Path | None) -> str:
-    try:
-        return "" if file is None else _read_bounded(file)
-    except (OSError, UnicodeDecodeError):
-        return ""
+    return (read_text(file, MOST_BYTES, whole=True) if file else None) or ""
 
 
 def webui_programs(config: Path, webui_dir: Path | None) -> list[Found]:

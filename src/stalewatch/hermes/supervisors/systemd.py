@@ -12,9 +12,8 @@ import argparse
 import shlex
 from pathlib import Path
 
-from ..discovery import read_text, webui_unit
-from ..processes import Process, cgroup_unit
-from .base import DAEMON_NAME, Found, Service, Supervisor, Where
+from ..discovery import Process, cgroup_unit, read_text, webui_unit
+from .base import DAEMON_NAME, Found, Install, Service, Supervisor, assignments
 
 _SYSTEM_UNITS = (Path("/etc/systemd/system"), Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
 
@@ -22,7 +21,7 @@ _SYSTEM_UNITS = (Path("/etc/systemd/system"), Path("/usr/lib/systemd/system"), P
 class Systemd(Supervisor):
     """A unit of the user's manager (``user``) or of the system's."""
 
-    dropin = True
+    dropin = True  # and the daemon's RuntimeDirectory= holds the socket
 
     def __init__(self, user: bool) -> None:
         self.user = user
@@ -58,11 +57,8 @@ class Systemd(Supervisor):
     def socket(self, uid: int, hermes_home: Path) -> Path:
         return (Path(f"/run/user/{uid}") if self.user else Path("/run")) / DAEMON_NAME / "stalewatch.sock"
 
-    def socket_dir(self, socket: Path) -> Path | None:
-        return None  # systemd makes the daemon's RuntimeDirectory=
-
-    def service(self, found: Found, where: Where) -> Service:
-        directory = where.unit_dir or Path("/etc/systemd/system")
+    def service(self, found: Found, install: Install) -> Service:
+        directory = install.unit_dir or Path("/etc/systemd/system")
         unit = found.name
         owner = f"Group={found.user}\n" if not self.user and found.user else ""
         text = (
@@ -75,7 +71,7 @@ class Systemd(Supervisor):
             "[Service]\n"
             "Type=notify\n"
             "NotifyAccess=main\n"
-            f"ExecStart={shlex.join(where.run)}\n"
+            f"ExecStart={shlex.join(install.run)}\n"
             "ExecReload=/bin/kill -HUP $MAINPID\n"
             "Restart=on-failure\n"
             "RestartPreventExitStatus=2\n"
@@ -93,7 +89,7 @@ class Systemd(Supervisor):
             "# Written by `stalewatch hermes setup`: where the WebUI finds the stalewatch daemon,\n"
             "# for `accelerate(sys.modules[__name__], daemon=True)` (the daemon's `socket`).\n"
             "[Service]\n"
-            f"Environment=STALEWATCH_SOCKET={where.socket}\n"
+            f"Environment=STALEWATCH_SOCKET={install.socket}\n"
         )
         systemctl = shlex.join(["systemctl", *self.scope])
         return Service(
@@ -118,13 +114,7 @@ def _unit_environment(unit: Path) -> tuple[dict[str, str], str | None]:
     for line in (read_text(unit) or "").splitlines():
         key, sep, value = line.strip().partition("=")
         if sep and key == "Environment":
-            try:
-                words = shlex.split(value)
-            except ValueError:
-                continue
-            variables.update(
-                (name, setting) for name, has, setting in (w.partition("=") for w in words) if has
-            )
+            variables.update(assignments(value))
         elif sep and key == "User":
             user = value.strip() or None
     return variables, user
