@@ -17,7 +17,7 @@ import pytest
 from stalewatch import Daemon, Guard, StaleError
 from stalewatch.client.daemon import DaemonWatch
 from stalewatch.core.status import Event
-from stalewatch.git.refs import GitDirs
+from stalewatch.git.refs import GitDirs, find_git_dirs
 from stalewatch.watching.source import OnChange, OnHealth
 from tests.support.daemons import WAIT, short_dir, start_daemon
 from tests.support.repos import Repo, make_repo
@@ -314,3 +314,11 @@ def test_r7_a_process_registers_only_once_it_applied_what_the_daemon_said_of_its
         conn[0].settimeout(WAIT)
         line = json.loads(conn[0].recv(4096).split(b"\n")[0])
         assert (line["type"], line["checkout"], line["revision"]) == ("register", key, git_repo.head())
+
+
+def test_an_unknown_watch_option_is_refused_as_a_keyword_argument_would_be(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    with pytest.raises(TypeError, match="bogus"):
+        Daemon(tmp_path / "no.sock").watch(
+            find_git_dirs(repo.path), lambda chain: None, lambda t, m: None, bogus=1
+        )  # type: ignore[call-arg]

@@ -107,6 +107,8 @@ class DaemonWatch:
         on_health: OnHealth,
         **options: Unpack[WatchOptions],
     ) -> None:
+        if unknown := options.keys() - WatchOptions.__annotations__:  # as a keyword argument would
+            raise TypeError(f"DaemonWatch() got unexpected keyword arguments {sorted(unknown)}")
         self._daemon = daemon
         self._key = str(dirs.checkout)
         self._on_change = on_change
