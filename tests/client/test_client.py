@@ -317,8 +317,7 @@ def test_r7_a_process_registers_only_once_it_applied_what_the_daemon_said_of_its
 
 
 def test_an_unknown_watch_option_is_refused_as_a_keyword_argument_would_be(tmp_path: Path) -> None:
-    repo = make_repo(tmp_path / "repo")
+    dirs = find_git_dirs(make_repo(tmp_path / "repo").path)
+    assert dirs is not None
     with pytest.raises(TypeError, match="bogus"):
-        Daemon(tmp_path / "no.sock").watch(
-            find_git_dirs(repo.path), lambda chain: None, lambda t, m: None, bogus=1
-        )  # type: ignore[call-arg]
+        Daemon(tmp_path / "no.sock").watch(dirs, lambda: None, lambda trusted, mode: None, bogus=1)  # type: ignore[call-arg]
