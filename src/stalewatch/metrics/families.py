@@ -80,9 +80,10 @@ def processes_by_revision(revisions: Iterable[str], limit: int = MAX_REVISIONS) 
 
 
 def build_info() -> Metric:
-    info = InfoMetricFamily("stalewatch_build", "stalewatch's version and the Python running it.")
-    info.add_metric([], {"version": __version__, "python_version": platform.python_version()})
-    return info
+    version = {"version": __version__, "python_version": platform.python_version()}
+    return InfoMetricFamily(
+        "stalewatch_build", "stalewatch's version and the Python running it.", value=version
+    )
 
 
 def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
@@ -164,15 +165,9 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
         status.add_metric(key, {s.value: s is snap.status for s in Status})
         stale.add_metric(key, 1.0 if snap.status.blocks else 0.0)
         if snap.status.blocks:
-            when = counts.stale_since if counts.stale_since is not None else snap.changed_at
-            since.add_metric(key, when)
-        revision.add_metric(
-            key,
-            {
-                "loaded_revision": snap.loaded_revision or "",
-                "current_revision": snap.current_revision or "",
-            },
-        )
+            since.add_metric(key, snap.changed_at if counts.stale_since is None else counts.stale_since)
+        revisions = {"loaded_revision": snap.loaded_revision, "current_revision": snap.current_revision}
+        revision.add_metric(key, {name: rev or "" for name, rev in revisions.items()})
         trusted.add_metric(key, 1.0 if snap.trusted else 0.0)
         mode.add_metric(key, {m.value: m is snap.mode for m in WatchMode})
         for s in Status:
@@ -195,8 +190,9 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
         if view.processes is not None:
             for rev, count in view.processes.items():
                 processes.add_metric([*key, rev], count)
-            current = snap.current_revision
-            behind.add_metric(key, sum(n for rev, n in view.processes.items() if rev != current))
+            behind.add_metric(
+                key, sum(n for rev, n in view.processes.items() if rev != snap.current_revision)
+            )
     families: list[Metric] = [status, stale, since, revision, trusted, mode, events, latency]
     if any(view.hooks for view in views):
         families.append(hooks)
@@ -209,12 +205,7 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
 
 def daemon_families(connected: int, connections: int, dropped: dict[str, int]) -> list[Metric]:
     """The daemon-wide families: its socket clients."""
-    clients = GaugeMetricFamily(
-        "stalewatch_clients", "Clients connected to the daemon's socket (a dropped one until it is closed)."
-    )
-    clients.add_metric([], connected)
-    accepted = CounterMetricFamily("stalewatch_client_connections_total", "Client connections accepted.")
-    accepted.add_metric([], connections)
+    clients = "Clients connected to the daemon's socket (a dropped one until it is closed)."
     drops = CounterMetricFamily(
         "stalewatch_clients_dropped_total",
         "Clients the daemon dropped or refused, by reason.",
@@ -222,4 +213,10 @@ def daemon_families(connected: int, connections: int, dropped: dict[str, int]) -
     )
     for reason in DROP_REASONS:
         drops.add_metric([reason], dropped.get(reason, 0))
-    return [clients, accepted, drops]
+    return [
+        GaugeMetricFamily("stalewatch_clients", clients, value=connected),
+        CounterMetricFamily(
+            "stalewatch_client_connections_total", "Client connections accepted.", value=connections
+        ),
+        drops,
+    ]
