@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from ..core.errors import DaemonUnavailableError
 from ..core.escaping import printable
 from ..guard import Guard
 from ..protocol.socket_path import default_socket_path
-from .human_lines import human_line
+from .human_lines import line
 
 __all__ = ["cmd_events", "cmd_status"]
 
@@ -41,9 +40,9 @@ def cmd_events(args: argparse.Namespace) -> int:
             for message in follower.messages():
                 if message.get("type") in ("ping", "pong"):
                     continue
-                line = json.dumps(message, separators=(",", ":")) if args.json else human_line(message)
-                if line is not None:
-                    print(line, flush=True)
+                shown = line(message, args.json)
+                if shown is not None:
+                    print(shown, flush=True)
     except KeyboardInterrupt:  # off the main thread no handler is installed
         return exits.OK
     finally:
@@ -72,5 +71,5 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
             return exits.USAGE
     for snapshot in snapshots:
-        print(json.dumps(snapshot, separators=(",", ":")) if args.json else human_line(snapshot))
+        print(line(snapshot, args.json))
     return exits.OK

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import queue
 import signal
 
@@ -11,7 +10,7 @@ from ..core import exits, signals
 from ..core.escaping import printable
 from ..core.status import Event, Snapshot, Status
 from ..guard import Guard
-from .human_lines import human_line
+from .human_lines import line
 
 __all__ = ["cmd_status", "cmd_watch"]
 
@@ -21,10 +20,7 @@ _READY_WAIT = 5.0  # seconds `watch` waits for its watcher before the first line
 
 def _line(item: Snapshot | Event, *, as_json: bool) -> str:
     # The same line as the daemon's messages get (`events`, `status --socket`).
-    data = {"type": "event" if isinstance(item, Event) else "snapshot", **item.to_dict()}
-    if as_json:
-        return json.dumps(data, separators=(",", ":"))
-    return human_line(data) or ""
+    return line({"type": "event" if isinstance(item, Event) else "snapshot", **item.to_dict()}, as_json) or ""
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -93,9 +93,10 @@ class MetricsServer:
             MetricsError: the address is in use, not local, or not permitted.
         """
         host, port = self.address
-        try:  # SO_REUSEADDR: TIME_WAIT after a restart; "::" takes IPv4 too
+        v6 = ":" in host
+        try:  # SO_REUSEADDR (TIME_WAIT after a restart); "::" takes IPv4 too, as the kernel's default
             sock = socket.create_server(
-                self.address, family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=64
+                self.address, family=socket.AF_INET6 if v6 else socket.AF_INET, backlog=64, dualstack_ipv6=v6
             )
         except OSError as exc:
             reason = f"cannot listen on {_host_port(host, port)}: {exc.strerror or exc}"
