@@ -16,31 +16,20 @@ import argparse
 import contextlib
 import json
 import logging
-from collections.abc import Iterator
-from dataclasses import fields
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..core import exits
+from ..core.declared import declared
 from ..core.errors import StalewatchError
 from ..core.escaping import printable
 from ..server import journal, startup
 from ..server.checkout import Checkout, Posted
-from ..server.config import DaemonConfig
 from ..server.registry import Registry
 from ..server.reload_plan import AT_START
 from .daemon import fail, observer, starting
 
 __all__ = ["cmd_check", "describe"]
-
-_TOP = ("keepalive", "max_clients", "client_queue", "client_buffer", "log_level")
-_METRICS = ("metrics_address", "metrics_textfile", "metrics_interval", "metrics_daemon")
-_HOOKS = {  # HookConfig's field: the file's key
-    "on_stale": "on_stale",
-    "on_current": "on_current",
-    "on_unreadable": "on_unreadable",
-    "timeout": "hook_timeout",
-    "hold_while": "hold_while",
-}
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -72,9 +61,11 @@ def describe(start: startup.Startup, entries: list[Checkout]) -> Iterator[str]:
     settings = start.settings
     yield f"# {_text(settings.file.absolute()) if settings.file else 'no configuration file'}: valid"
     yield _line("socket", start.socket.absolute(), note="read at start only")
-    yield from _values(settings, DaemonConfig(), {key: key for key in _TOP})
+    yield from _values(
+        settings, lambda key: key not in ("socket", "checkout") and not key.startswith("metrics_")
+    )
     if settings.metrics:
-        yield from _values(settings, DaemonConfig(), {key: key for key in _METRICS}, at_start=True)
+        yield from _values(settings, lambda key: key.startswith("metrics_"), at_start=True)
     else:
         yield "# metrics: off (neither metrics_address nor metrics_textfile)"
     for entry in entries:
@@ -98,27 +89,27 @@ def _checkout(entry: Checkout) -> Iterator[str]:
         yield "# revision: HEAD when the daemon starts"
     else:
         yield _line("revision", config.revision)
-    yield from _values(config.hooks, type(config.hooks)(), _HOOKS)
+    yield from _values(config.hooks)
     if config.restart is None:
         yield "# restart: none (no [checkout.restart] table)"
         return
     yield "[checkout.restart]"
     policy = config.restart
     # A signal is sent only without an action: with one, the default signal means nothing.
-    unused = {"signal"} if policy.action is not None else set()
-    keys = {field.name: field.name for field in fields(policy) if field.name not in unused}
-    yield from _values(policy, type(policy)(), keys)
+    yield from _values(policy, lambda key: key != "signal" or policy.action is None)
 
 
 def _values(
-    settings: object, defaults: object, keys: dict[str, str], *, at_start: bool = False
+    settings: object, wanted: Callable[[str], bool] = lambda key: True, *, at_start: bool = False
 ) -> Iterator[str]:
-    """``key = value`` for each field set (``None``: not set, left out), marking defaults."""
-    for attribute, key in keys.items():
-        value = getattr(settings, attribute)
-        if value is None or value == ():
+    """``key = value`` for each declared key ``wanted`` that is set (``None``: not set, left
+    out), in declaration order, marking defaults."""
+    defaults = type(settings)()
+    for key, (field, _) in declared(type(settings)).items():
+        value = getattr(settings, field.name)
+        if not wanted(key) or value is None or value == ():
             continue
-        notes = ["default"] if value == getattr(defaults, attribute) else []
+        notes = ["default"] if value == getattr(defaults, field.name) else []
         notes += ["read at start only"] if at_start and key in AT_START else []
         yield _line(key, value, note="; ".join(notes))
 
