@@ -13,6 +13,7 @@ commits leave the number of series where it was.
 
 from __future__ import annotations
 
+import itertools
 import platform
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -163,12 +164,12 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
         # A path may hold surrogate escapes or control characters the exposition cannot encode.
         key, snap, counts = [printable(view.key)], view.snapshot, view.counts
         status.add_metric(key, {s.value: s is snap.status for s in Status})
-        stale.add_metric(key, 1.0 if snap.status.blocks else 0.0)
+        stale.add_metric(key, float(snap.status.blocks))
         if snap.status.blocks:
             since.add_metric(key, snap.changed_at if counts.stale_since is None else counts.stale_since)
         revisions = {"loaded_revision": snap.loaded_revision, "current_revision": snap.current_revision}
         revision.add_metric(key, {name: rev or "" for name, rev in revisions.items()})
-        trusted.add_metric(key, 1.0 if snap.trusted else 0.0)
+        trusted.add_metric(key, float(snap.trusted))
         mode.add_metric(key, {m.value: m is snap.mode for m in WatchMode})
         for s in Status:
             events.add_metric([*key, s.value], counts.events.get(s, 0))
@@ -176,9 +177,8 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
         buckets = [("+Inf" if b == float("inf") else repr(b), n) for b, n in counts.latency.cumulative()]
         latency.add_metric(key, buckets, counts.latency.total)
         if view.hooks:
-            for hook in HOOKS:
-                for outcome in HOOK_OUTCOMES:
-                    hooks.add_metric([*key, hook, outcome], counts.hooks.get((hook, outcome), 0))
+            for hook, outcome in itertools.product(HOOKS, HOOK_OUTCOMES):
+                hooks.add_metric([*key, hook, outcome], counts.hooks.get((hook, outcome), 0))
         if view.restart is not None:
             for outcome in RESTART_OUTCOMES:
                 restarts.add_metric([*key, outcome], counts.restarts.get(outcome, 0))
