@@ -23,9 +23,9 @@ def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
     """The function that runs ``args``' command, its module imported now (only that one)."""
     where = {  # only this command's namespace has its flags
         "watch": "watch:cmd_watch",
-        "status": "events:cmd_status" if getattr(args, "socket", None) else "watch:cmd_status",
-        "daemon": "check:cmd_check" if getattr(args, "check", False) else "daemon:cmd_daemon",
-        "events": "events:cmd_events",
+        "status": "watch:cmd_daemon_status" if getattr(args, "socket", None) else "watch:cmd_status",
+        "daemon": "daemon:cmd_check" if getattr(args, "check", False) else "daemon:cmd_daemon",
+        "events": "watch:cmd_events",
         "hermes": "hermes:cmd_setup",
     }[args.command]
     module, name = where.split(":")
