@@ -256,17 +256,10 @@ class DaemonMetrics(DaemonObserver, Collector):
         views = []
         for entry in self._entries():
             try:
-                processes = self._registry.processes(entry.key)
-                views.append(
-                    CheckoutView(
-                        key=entry.key,
-                        snapshot=entry.guard.snapshot(),
-                        counts=self.tally.counts(entry.key),
-                        hooks=entry.hooks is not None,
-                        restart=entry.restart_state,
-                        processes=processes_by_revision(p.revision for p in processes),
-                    )
-                )
+                processes = processes_by_revision(p.revision for p in self._registry.processes(entry.key))
+                snap, counts = entry.guard.snapshot(), self.tally.counts(entry.key)
+                hooks, restart = entry.hooks is not None, entry.restart_state
+                views.append(CheckoutView(entry.key, snap, counts, hooks, restart, processes))
             except Exception as exc:  # one checkout's trouble leaves the others exposed
                 self._log_once(exc, f"metrics of {printable(entry.key)} could not be read")
         families = [*checkout_families(views), *daemon_families(*self.tally.clients()), build_info()]
