@@ -19,6 +19,7 @@ import copy
 import itertools
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -126,23 +127,27 @@ class Tally:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._checkouts: dict[str, CheckoutCounts] = {}
+        self._checkouts: defaultdict[str, CheckoutCounts] = defaultdict(CheckoutCounts)
         self.on_change: Callable[[], None] | None = None
         self._connected = self._connections = 0
         self._dropped = dict.fromkeys(DROP_REASONS, 0)
 
     @contextmanager
-    def _changing(self, key: str | None = None) -> Iterator[CheckoutCounts]:
-        """Under the lock: ``key``'s counts (made when new), or a scratch copy (``None``)."""
+    def _changing(self) -> Iterator[None]:
         with self._lock:
-            yield CheckoutCounts() if key is None else self._checkouts.setdefault(key, CheckoutCounts())
+            yield
         if self.on_change is not None:
             self.on_change()
+
+    @contextmanager
+    def _checkout(self, key: str) -> Iterator[CheckoutCounts]:
+        with self._changing():
+            yield self._checkouts[key]  # made when new
 
     def event(self, key: str, event: Event, written: RefWrite | None, now: float | None = None) -> None:
         """Count ``event`` (seen at ``now``); time it if the ref write ``written`` explains it."""
         now = time.time() if now is None else now
-        with self._changing(key) as counts:
+        with self._checkout(key) as counts:
             counts.events[event.status] += 1
             if not event.status.blocks:
                 counts.stale_since = None
@@ -164,17 +169,19 @@ class Tally:
     def hook(self, key: str, hook: str, outcome: str) -> None:
         """Count one hook run (``hook`` in :data:`HOOKS`, ``outcome`` in :data:`HOOK_OUTCOMES`)."""
         if hook in HOOKS and outcome in HOOK_OUTCOMES:  # a fixed label set, whatever a caller passes
-            with self._changing(key) as counts:
+            with self._checkout(key) as counts:
                 counts.hooks[hook, outcome] = counts.hooks.get((hook, outcome), 0) + 1
 
     def restart(self, key: str, state: RestartState) -> None:
         """Count a restart phase: an action run, or an outcome (entering a final phase)."""
-        with self._changing(key) as counts:
+        with self._checkout(key) as counts:
             previous, counts.phase = counts.phase, state.phase
-            if state.phase is not previous:  # the same phase again with another reason: one outcome
-                counts.restart_actions += state.phase is RestartPhase.RESTARTING
-                if state.phase.value in counts.restarts:  # a final phase: its outcome
-                    counts.restarts[state.phase.value] += 1
+            if state.phase is previous:
+                return  # the same phase again with another reason: one outcome, not two
+            if state.phase is RestartPhase.RESTARTING:
+                counts.restart_actions += 1
+            if state.phase.value in counts.restarts:  # a final phase: its outcome
+                counts.restarts[state.phase.value] += 1
 
     def track(self, key: str, snapshot: Snapshot, written: RefWrite | None) -> None:
         """Start following a guard for ``key`` (at start, or a reload's new guard).
@@ -183,7 +190,7 @@ class Tally:
         since its snapshot's ``changed_at``. ``written`` (the newest ref write now)
         explains no event to come.
         """
-        with self._changing(key) as counts:
+        with self._checkout(key) as counts:
             counts.stale_since = snapshot.changed_at if snapshot.status.blocks else None
             if written is not None:
                 counts.last_write = written.identity
