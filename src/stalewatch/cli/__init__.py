@@ -3,10 +3,10 @@ stalewatch`` run it through :func:`stalewatch.__main__.run`, which answers Ctrl-
 
 - :mod:`.arguments`: every command's arguments (the parser imports no command).
 - :mod:`.run`: :func:`~.run.main`, which imports the command that runs.
-- :mod:`.watch`: ``watch`` and ``status`` (a checkout watched from this process).
-- :mod:`.daemon`: ``daemon`` (the process, wired: configuration, log, socket, metrics).
-- :mod:`.check`: ``daemon --check`` (what a start would run, printed; nothing opened).
-- :mod:`.events`: ``events`` and ``status --socket`` (reading a running daemon).
+- :mod:`.watch`: ``watch`` and ``status`` (a checkout watched from this process),
+  ``events`` and ``status --socket`` (reading a running daemon).
+- :mod:`.daemon`: ``daemon`` (the process, wired: configuration, log, socket, metrics)
+  and ``daemon --check`` (what a start would run, printed; nothing opened).
 - :mod:`.human_lines`: one human line per protocol message.
 - :mod:`.hermes`: ``hermes setup``.
 """

@@ -19,7 +19,11 @@ __all__ = ["parser"]
 
 class _Command(argparse.ArgumentParser):
     """A command's parser: an argument it does not know is its usage error (its own
-    usage printed), not the top level's (argparse hands unknown words up by default)."""
+    usage printed), not the top level's (argparse hands unknown words up by default); its
+    description and examples are shown as written."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"formatter_class": argparse.RawDescriptionHelpFormatter, **kwargs})
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         parsed, extra = super().parse_known_args(args, namespace)
@@ -47,7 +51,6 @@ def _add_watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     watch = sub.add_parser(
         "watch",
         help="print a line for every status change until Ctrl-C",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Watch a checkout from this process: a line now, then a line each time its status\n"
         "changes (current, stale, unreadable), until SIGTERM or Ctrl-C.",
         epilog="examples:\n"
@@ -60,7 +63,6 @@ def _add_watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     status = sub.add_parser(
         "status",
         help="print the checkout's current revision",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Print the full commit id HEAD resolves to (exit 1 if it cannot be resolved), or,\n"
         "with --socket, what a running daemon says of the checkouts it watches.",
         epilog="examples:\n"
@@ -83,7 +85,6 @@ def _add_daemon(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     daemon = sub.add_parser(
         "daemon",
         help="watch checkouts and push events over a Unix socket",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Watch checkouts in the foreground and push every change to socket clients and\n"
         "hooks; with a restart policy, restart their servers onto new code. SIGHUP reloads\n"
         "--config; SIGTERM or Ctrl-C stops it.",
@@ -113,7 +114,6 @@ def _add_events(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     events = sub.add_parser(
         "events",
         help="print a running daemon's snapshots and events as they come",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Follow a running daemon: where each checkout stands, then a line per change,\n"
         "reconnecting (with backoff) when the daemon restarts, until SIGTERM or Ctrl-C.",
         epilog="examples:\n"
@@ -131,7 +131,6 @@ def _add_hermes(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     parser = commands.add_parser(
         "setup",
         help="print (or --write) a daemon configuration and a service under the WebUI's supervisor",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Find the Hermes install and what supervises the WebUI, then print (or write) a\n"
         "daemon configuration that restarts the WebUI after `hermes update`, safely, and a\n"
         "service running that daemon under the same supervisor.",

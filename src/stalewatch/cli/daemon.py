@@ -4,6 +4,16 @@ The command line wires the process together: the configuration, the daemon's log
 the listening socket, and, only when the configuration asks for them, metrics (so
 without it ``prometheus_client`` is never imported; asking without the ``metrics``
 extra exits 2 naming it).
+
+``stalewatch daemon --check``: what a start would run, printed; nothing opened. The
+check reads and binds as a start does (:func:`starting`, then
+:func:`stalewatch.server.startup.bind`: the file's ownership checks, every key, the
+metrics extra when asked for, every checkout bound) and stops before the socket, its
+lock and the watchers: it creates no file, and a daemon running on that socket does not
+notice. It exits 0 with what would run on stdout, or 2 with the error a start prints
+(``FILE:LINE: KEY: REASON``). The name follows ``nginx -t`` and ``haproxy -c``: the
+flag on the command it checks, so a unit's own ``ExecStart=`` line plus ``--check``
+checks exactly what that unit would start.
 """
 
 from __future__ import annotations
@@ -11,20 +21,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import logging
 import socket
 import sys
+from collections.abc import Callable, Iterator
 from importlib.util import find_spec
 from pathlib import Path
 
 from ..core import exits
+from ..core.declared import declared
 from ..core.errors import StalewatchError
+from ..core.escaping import printable
 from ..server import journal, startup
+from ..server.checkout import Checkout, Posted
 from ..server.config import DaemonConfig, load, with_checkouts
 from ..server.listening import listen, release, unlink_if_ours
 from ..server.loop import DaemonServer, ObserverFactory
+from ..server.registry import Registry
+from ..server.reload_plan import AT_START
 
-__all__ = ["cmd_daemon", "fail", "observer", "starting"]
+__all__ = ["cmd_check", "cmd_daemon", "describe"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,3 +117,107 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     # of checkouts for nothing (over a second at 10,000; systemd waits 5 s for us).
     gc.freeze()
     return exits.OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Check the daemon's configuration as a start would; print what would run."""
+    with contextlib.ExitStack() as cleanup:
+        try:
+            start = starting(args)
+            handler = journal.install(start.settings.log_level)  # what binding logs, as at start
+            cleanup.callback(logging.getLogger().removeHandler, handler)
+            factory = observer(start.settings)
+            if factory is not None:  # the metrics extra, asked for: imported as a start does
+                factory(start.settings, lambda: (), Registry())
+            # Bound as a start binds them, never started (so they tell nobody anything).
+            entries = startup.bind(start.settings, lambda config, base: Checkout(config, _nowhere, base))
+        except StalewatchError as exc:
+            return fail(exc)
+    for line in describe(start, list(entries.values())):
+        print(line)
+    return exits.OK
+
+
+def _nowhere(message: Posted) -> None:
+    """Where an unstarted checkout's messages would go: it sends none."""
+
+
+def describe(start: startup.Startup, entries: list[Checkout]) -> Iterator[str]:
+    """The lines ``--check`` prints: the settings in effect (``# default`` where nothing
+    was written), then each checkout, what it resolved to, its hooks and restart policy."""
+    settings = start.settings
+    yield f"# {_text(settings.file.absolute()) if settings.file else 'no configuration file'}: valid"
+    yield _line("socket", start.socket.absolute(), note="read at start only")
+    yield from _values(
+        settings, lambda key: key not in ("socket", "checkout") and not key.startswith("metrics_")
+    )
+    if settings.metrics:
+        yield from _values(settings, lambda key: key.startswith("metrics_"), at_start=True)
+    else:
+        yield "# metrics: off (neither metrics_address nor metrics_textfile)"
+    for entry in entries:
+        yield from _checkout(entry)
+    yield f"# {len(entries)} checkout{'s' if len(entries) != 1 else ''}; nothing was started"
+
+
+def _checkout(entry: Checkout) -> Iterator[str]:
+    config = entry.config
+    snap = entry.guard.snapshot()
+    dirs = entry.guard.binding.dirs
+    yield ""
+    yield "[[checkout]]"
+    yield _line("path", config.path)
+    if dirs is not None:
+        common = "" if dirs.common_dir == dirs.git_dir else f", common dir {_text(dirs.common_dir)}"
+        where = f"worktree {_text(dirs.worktree)}, git dir {_text(dirs.git_dir)}{common}"
+        yield f"# {where}, refs {dirs.store.name}"
+    yield f"# HEAD {snap.current_revision or '(no commit yet)'}, {snap.status.value}"
+    if config.revision is None:
+        yield "# revision: HEAD when the daemon starts"
+    else:
+        yield _line("revision", config.revision)
+    yield from _values(config.hooks)
+    if config.restart is None:
+        yield "# restart: none (no [checkout.restart] table)"
+        return
+    yield "[checkout.restart]"
+    policy = config.restart
+    # A signal is sent only without an action: with one, the default signal means nothing.
+    yield from _values(policy, lambda key: key != "signal" or policy.action is None)
+
+
+def _values(
+    settings: object, wanted: Callable[[str], bool] = lambda key: True, *, at_start: bool = False
+) -> Iterator[str]:
+    """``key = value`` for each declared key ``wanted`` that is set (``None``: not set, left
+    out), in declaration order, marking defaults."""
+    defaults = type(settings)()
+    for key, (field, _) in declared(type(settings)).items():
+        value = getattr(settings, field.name)
+        if not wanted(key) or value is None or value == ():
+            continue
+        notes = ["default"] if value == getattr(defaults, field.name) else []
+        notes += ["read at start only"] if at_start and key in AT_START else []
+        yield _line(key, value, note="; ".join(notes))
+
+
+def _line(key: str, value: object, *, note: str = "") -> str:
+    return f"{key} = {_toml(value)}" + (f"  # {note}" if note else "")
+
+
+def _toml(value: object) -> str:
+    """A value as the file would write it (strings escaped: one line, nothing a terminal obeys)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int):  # metrics_address
+        host, port = value
+        return json.dumps(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml(part) for part in value) + "]"
+    return json.dumps(str(value))  # ASCII, every control character escaped
+
+
+def _text(path: Path) -> str:
+    return printable(str(path))

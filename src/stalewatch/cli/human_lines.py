@@ -6,13 +6,14 @@ a newline or an escape sequence can never break a line or forge another.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..core.escaping import printable
 from ..core.refusal import retry_seconds
 from ..core.revisions import short
 
-__all__ = ["human_line"]
+__all__ = ["human_line", "line"]
 
 
 class _Shown(dict[str, Any]):
@@ -106,3 +107,8 @@ def human_line(message: dict[str, Any]) -> str | None:
     if kind == "error":
         return f"# error from the daemon: {message.get('reason')}: {message.get('detail')}"
     return None
+
+
+def line(message: dict[str, Any], as_json: bool) -> str | None:
+    """What ``--json`` prints (the message as one compact JSON line), else :func:`human_line`."""
+    return json.dumps(message, separators=(",", ":")) if as_json else human_line(message)

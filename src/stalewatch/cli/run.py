@@ -21,21 +21,13 @@ __all__ = ["main", "parser"]
 
 def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
     """The function that runs ``args``' command, its module imported now (only that one)."""
-    match args.command:
-        case "status" if args.socket:
-            where = "events:cmd_status"
-        case "status":
-            where = "watch:cmd_status"
-        case "daemon" if args.check:
-            where = "check:cmd_check"
-        case "daemon":
-            where = "daemon:cmd_daemon"
-        case "events":
-            where = "events:cmd_events"
-        case "hermes":
-            where = "hermes:cmd_setup"
-        case _:
-            where = "watch:cmd_watch"
+    where = {  # only this command's namespace has its flags
+        "watch": "watch:cmd_watch",
+        "status": "watch:cmd_daemon_status" if getattr(args, "socket", None) else "watch:cmd_status",
+        "daemon": "daemon:cmd_check" if getattr(args, "check", False) else "daemon:cmd_daemon",
+        "events": "watch:cmd_events",
+        "hermes": "hermes:cmd_setup",
+    }[args.command]
     module, name = where.split(":")
     run = getattr(importlib.import_module(f".{module}", __package__), name)
     return cast("Callable[[argparse.Namespace], int]", run)

@@ -31,8 +31,7 @@ from ..server.observer import DaemonObserver
 from ..server.registry import Registry
 
 if TYPE_CHECKING:  # both import prometheus_client: loaded only when asked for (load)
-    from .collector import GuardCollector
-    from .daemon import DaemonMetrics
+    from .collectors import DaemonMetrics, GuardCollector
 
 __all__ = [
     "EXTRA",
@@ -45,7 +44,7 @@ __all__ = [
     "for_daemon",
 ]
 
-_LAZY = {"GuardCollector": "collector", "DaemonMetrics": "daemon"}
+_LAZY = ("GuardCollector", "DaemonMetrics")  # in .collectors
 
 
 def available() -> bool:
@@ -66,8 +65,7 @@ def load(name: str, what: str) -> Any:
     """
     if not available():
         raise MetricsUnavailableError(what)
-    module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
-    return getattr(module, name)
+    return getattr(importlib.import_module(f"{__name__}.collectors"), name)
 
 
 def for_daemon(

@@ -13,6 +13,7 @@ commits leave the number of series where it was.
 
 from __future__ import annotations
 
+import itertools
 import platform
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -80,9 +81,10 @@ def processes_by_revision(revisions: Iterable[str], limit: int = MAX_REVISIONS) 
 
 
 def build_info() -> Metric:
-    info = InfoMetricFamily("stalewatch_build", "stalewatch's version and the Python running it.")
-    info.add_metric([], {"version": __version__, "python_version": platform.python_version()})
-    return info
+    version = {"version": __version__, "python_version": platform.python_version()}
+    return InfoMetricFamily(
+        "stalewatch_build", "stalewatch's version and the Python running it.", value=version
+    )
 
 
 def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
@@ -162,18 +164,12 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
         # A path may hold surrogate escapes or control characters the exposition cannot encode.
         key, snap, counts = [printable(view.key)], view.snapshot, view.counts
         status.add_metric(key, {s.value: s is snap.status for s in Status})
-        stale.add_metric(key, 1.0 if snap.status.blocks else 0.0)
+        stale.add_metric(key, float(snap.status.blocks))
         if snap.status.blocks:
-            when = counts.stale_since if counts.stale_since is not None else snap.changed_at
-            since.add_metric(key, when)
-        revision.add_metric(
-            key,
-            {
-                "loaded_revision": snap.loaded_revision or "",
-                "current_revision": snap.current_revision or "",
-            },
-        )
-        trusted.add_metric(key, 1.0 if snap.trusted else 0.0)
+            since.add_metric(key, snap.changed_at if counts.stale_since is None else counts.stale_since)
+        revisions = {"loaded_revision": snap.loaded_revision, "current_revision": snap.current_revision}
+        revision.add_metric(key, {name: rev or "" for name, rev in revisions.items()})
+        trusted.add_metric(key, float(snap.trusted))
         mode.add_metric(key, {m.value: m is snap.mode for m in WatchMode})
         for s in Status:
             events.add_metric([*key, s.value], counts.events.get(s, 0))
@@ -181,9 +177,8 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
         buckets = [("+Inf" if b == float("inf") else repr(b), n) for b, n in counts.latency.cumulative()]
         latency.add_metric(key, buckets, counts.latency.total)
         if view.hooks:
-            for hook in HOOKS:
-                for outcome in HOOK_OUTCOMES:
-                    hooks.add_metric([*key, hook, outcome], counts.hooks.get((hook, outcome), 0))
+            for hook, outcome in itertools.product(HOOKS, HOOK_OUTCOMES):
+                hooks.add_metric([*key, hook, outcome], counts.hooks.get((hook, outcome), 0))
         if view.restart is not None:
             for outcome in RESTART_OUTCOMES:
                 restarts.add_metric([*key, outcome], counts.restarts.get(outcome, 0))
@@ -195,8 +190,9 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
         if view.processes is not None:
             for rev, count in view.processes.items():
                 processes.add_metric([*key, rev], count)
-            current = snap.current_revision
-            behind.add_metric(key, sum(n for rev, n in view.processes.items() if rev != current))
+            behind.add_metric(
+                key, sum(n for rev, n in view.processes.items() if rev != snap.current_revision)
+            )
     families: list[Metric] = [status, stale, since, revision, trusted, mode, events, latency]
     if any(view.hooks for view in views):
         families.append(hooks)
@@ -209,12 +205,7 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
 
 def daemon_families(connected: int, connections: int, dropped: dict[str, int]) -> list[Metric]:
     """The daemon-wide families: its socket clients."""
-    clients = GaugeMetricFamily(
-        "stalewatch_clients", "Clients connected to the daemon's socket (a dropped one until it is closed)."
-    )
-    clients.add_metric([], connected)
-    accepted = CounterMetricFamily("stalewatch_client_connections_total", "Client connections accepted.")
-    accepted.add_metric([], connections)
+    clients = "Clients connected to the daemon's socket (a dropped one until it is closed)."
     drops = CounterMetricFamily(
         "stalewatch_clients_dropped_total",
         "Clients the daemon dropped or refused, by reason.",
@@ -222,4 +213,10 @@ def daemon_families(connected: int, connections: int, dropped: dict[str, int]) -
     )
     for reason in DROP_REASONS:
         drops.add_metric([reason], dropped.get(reason, 0))
-    return [clients, accepted, drops]
+    return [
+        GaugeMetricFamily("stalewatch_clients", clients, value=connected),
+        CounterMetricFamily(
+            "stalewatch_client_connections_total", "Client connections accepted.", value=connections
+        ),
+        drops,
+    ]

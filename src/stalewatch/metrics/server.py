@@ -52,7 +52,6 @@ _TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the text format every Prom
 @dataclass
 class _Connection:
     sock: socket.socket
-    deadline: float
     accepted: float
     received: bytearray = field(default_factory=bytearray)
     out: memoryview | None = None  # the response, while it is being written
@@ -71,27 +70,17 @@ class MetricsServer:
     def __init__(
         self, host: str, port: int, registry: Collector, *, request_timeout: float = REQUEST_TIMEOUT
     ) -> None:
-        self._host = host
+        self.address = (host, port)  # the port the kernel chose, once bound
         self._timeout = request_timeout
-        self._port = port
         self._registry = registry
         self._listener: socket.socket | None = None
-        self._wake: tuple[socket.socket, socket.socket] | None = None  # (read, write), while running
+        self._wake: tuple[socket.socket, ...] = ()  # (read, write), while running
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._connections: dict[int, _Connection] = {}
-        self._resting = False  # the listener rests until a place frees up,
-        self._resting_until: float | None = None  # or until then
+        self._resting_until: float | None = None  # the listener rests until a place frees up, or then
         self.scrapes = 0
         self._error_logged = 0.0
-
-    @property
-    def address(self) -> tuple[str, int]:
-        """The bound ``(host, port)`` (the port the kernel chose for port 0)."""
-        if self._listener is None:
-            return self._host, self._port
-        host, port = self._listener.getsockname()[:2]
-        return str(host), int(port)
 
     @property
     def url(self) -> str:
@@ -103,59 +92,54 @@ class MetricsServer:
         Raises:
             MetricsError: the address is in use, not local, or not permitted.
         """
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT after a restart
-            sock.bind((self._host, self._port))
-            sock.listen(64)
-            sock.setblocking(False)
+        host, port = self.address
+        v6 = ":" in host
+        try:  # SO_REUSEADDR (TIME_WAIT after a restart); "::" takes IPv4 too, as the kernel's default
+            sock = socket.create_server(
+                self.address, family=socket.AF_INET6 if v6 else socket.AF_INET, backlog=64, dualstack_ipv6=v6
+            )
         except OSError as exc:
-            sock.close()
-            where = _host_port(self._host, self._port)
-            raise MetricsError(
-                "metrics_address", f"cannot listen on {where}: {exc.strerror or exc}"
-            ) from None
+            reason = f"cannot listen on {_host_port(host, port)}: {exc.strerror or exc}"
+            raise MetricsError("metrics_address", reason) from None
+        sock.setblocking(False)
         self._listener = sock
+        self.address = (host, sock.getsockname()[1])
 
     def start(self) -> MetricsServer:
         if self._listener is None:
             self.bind()
         if self._thread is None and not self._stop.is_set():
             self._wake = socket.socketpair()
-            self._thread = threading.Thread(target=self._run, name="stalewatch-metrics-http", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, args=(self._listener,), name="stalewatch-metrics-http", daemon=True
+            )
             self._thread.start()
         return self
 
     def stop(self) -> None:
         """Stop serving, close every connection and the listener. Harmless twice."""
         self._stop.set()
-        if self._wake is not None:
-            with contextlib.suppress(OSError):
-                self._wake[1].send(b"\0")
+        with contextlib.suppress(OSError):
+            for sock in self._wake[1:]:  # the write end, while running
+                sock.send(b"\0")
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
             if thread.is_alive():
                 return  # wedged in a collect: leave its sockets to it (the process is ending)
-        for conn in list(self._connections.values()):
-            conn.sock.close()
+        for sock in [c.sock for c in self._connections.values()] + [*self._wake]:
+            sock.close()
         self._connections.clear()
+        self._wake = ()
         if self._listener is not None:
             self._listener.close()
-        for sock in self._wake or ():
-            sock.close()
-        self._wake = None
 
     # -- the thread ------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        listener, wake = self._listener, self._wake
-        if listener is None or wake is None:
-            return
+    def _run(self, listener: socket.socket) -> None:
         with selectors.DefaultSelector() as selector:
-            selector.register(listener, selectors.EVENT_READ, "listen")
-            selector.register(wake[0], selectors.EVENT_READ, "wake")
+            selector.register(listener, selectors.EVENT_READ)
+            selector.register(self._wake[0], selectors.EVENT_READ)
             while not self._stop.is_set():
                 try:
                     self._turn(selector, listener)
@@ -164,57 +148,44 @@ class MetricsServer:
                     self._stop.wait(0.1)
 
     def _turn(self, selector: selectors.BaseSelector, listener: socket.socket) -> None:
-        now = time.monotonic()
-        deadlines = [c.deadline for c in self._connections.values()]
+        deadlines = [c.accepted + self._timeout for c in self._connections.values()]
         if self._resting_until is not None:
             deadlines.append(self._resting_until)
-        timeout = max(0.0, min(deadlines) - now) if deadlines else None  # idle: sleep until woken
-        accepting = False
-        for key, mask in selector.select(timeout):
-            if key.data == "listen":
-                accepting = True
-            elif key.data != "wake":
-                conn = self._connections.get(key.fd)
-                if conn is not None:
-                    self._serve(selector, conn, mask)
+        timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None  # idle: until woken
+        events = selector.select(timeout)
+        for key, mask in events:
+            if isinstance(key.data, _Connection):
+                self._serve(selector, key.data, mask)
         # Accept after reading: a request that arrived is answered (or at least read)
         # before a newcomer may need its place.
-        if accepting:
+        if any(key.fileobj is listener for key, _ in events):
             self._accept(selector, listener)
         now = time.monotonic()
         if self._resting_until is not None and now >= self._resting_until:
             self._wake_listener(selector)
-        for conn in [c for c in self._connections.values() if now >= c.deadline]:
+        for conn in [c for c in self._connections.values() if now >= c.accepted + self._timeout]:
             self._close(selector, conn)
 
     def _wake_listener(self, selector: selectors.BaseSelector) -> None:
-        if self._resting and self._listener is not None:
-            self._resting, self._resting_until = False, None
-            selector.register(self._listener, selectors.EVENT_READ, "listen")
+        if self._listener is not None and self._listener not in selector.get_map():
+            self._resting_until = None
+            selector.register(self._listener, selectors.EVENT_READ)
 
     def _accept(self, selector: selectors.BaseSelector, listener: socket.socket) -> None:
         for _ in range(MAX_CONNECTIONS):
             if len(self._connections) >= MAX_CONNECTIONS:
                 # The oldest connection still sending its request past its grace makes
                 # room; never one being answered, nor a new one.
-                now = time.monotonic()
-                waiting = [
-                    c
-                    for c in self._connections.values()
-                    if c.out is None and now - c.accepted >= NEWCOMER_GRACE
-                ]
-                if not waiting:
+                coming = [c for c in self._connections.values() if c.out is None]
+                oldest = min(coming, key=lambda c: c.accepted, default=None)
+                if oldest is None or time.monotonic() < oldest.accepted + NEWCOMER_GRACE:
                     # Every place is being answered or young: the backlog holds the
                     # newcomers; rest the listener (no spinning) until a place frees up
                     # or the oldest request still coming may be replaced.
                     selector.unregister(listener)
-                    self._resting = True
-                    coming = [
-                        c.accepted + NEWCOMER_GRACE for c in self._connections.values() if c.out is None
-                    ]
-                    self._resting_until = min(coming, default=None)
+                    self._resting_until = None if oldest is None else oldest.accepted + NEWCOMER_GRACE
                     return
-                self._close(selector, min(waiting, key=lambda c: c.accepted))
+                self._close(selector, oldest)
             try:
                 sock, _ = listener.accept()
             except BlockingIOError:
@@ -225,10 +196,8 @@ class MetricsServer:
                     self._stop.wait(0.1)  # the backlog keeps it: rest instead of spinning
                 return
             sock.setblocking(False)
-            now = time.monotonic()
-            conn = _Connection(sock, now + self._timeout, now)
-            self._connections[sock.fileno()] = conn
-            selector.register(sock, selectors.EVENT_READ, "client")
+            conn = self._connections[sock.fileno()] = _Connection(sock, time.monotonic())
+            selector.register(sock, selectors.EVENT_READ, conn)
             # A request that waited in the backlog is here already: answer it now, before
             # it could need a place.
             self._serve(selector, conn, selectors.EVENT_READ)
@@ -245,12 +214,10 @@ class MetricsServer:
                 if end < 0 and len(conn.received) <= MAX_REQUEST:
                     return  # not whole yet
                 whole = 0 <= end <= MAX_REQUEST
-                response = self._respond(bytes(conn.received[:end]) if whole else None)
-                conn.out = memoryview(response)
-                selector.modify(conn.sock, selectors.EVENT_WRITE, "client")
+                conn.out = memoryview(self._respond(bytes(conn.received[:end]) if whole else None))
+                selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
             if conn.out is not None:
-                sent = conn.sock.send(conn.out)
-                conn.out = conn.out[sent:]
+                conn.out = conn.out[conn.sock.send(conn.out) :]
                 if not conn.out:
                     self._close(selector, conn)
         except BlockingIOError:
@@ -284,10 +251,9 @@ class MetricsServer:
             return _response(200, "OK", _INDEX, head_only=method == "HEAD")
         if path != "/metrics":
             return _response(404, "Not Found", b"not found: try /metrics\n")
-        headers = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
+        headers = {
+            name.strip().lower(): value.strip() for name, _, value in (h.partition(":") for h in lines[1:])
+        }
         encoder: Callable[[Collector], bytes]
         try:
             encoder, content_type = choose_encoder(headers.get("accept", ""))
@@ -309,13 +275,9 @@ class MetricsServer:
         # At most once a minute: a client that triggers an error in a loop must not
         # flood the daemon's log.
         now = time.monotonic()
-        if now - self._error_logged < 60.0 and self._error_logged:
-            return
-        self._error_logged = now
-        if trace:
-            logger.exception("stalewatch: %s", printable(what))
-        else:
-            logger.warning("stalewatch: %s", printable(what))
+        if not self._error_logged or now - self._error_logged >= 60.0:
+            self._error_logged = now
+            (logger.exception if trace else logger.warning)("stalewatch: %s", printable(what))
 
 
 def _host_port(host: str, port: int) -> str:

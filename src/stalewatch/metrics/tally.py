@@ -15,12 +15,15 @@ what it measures and its limits: docs/metrics.md, "Detection latency".
 from __future__ import annotations
 
 import bisect
+import copy
 import itertools
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..core.phases import RestartPhase, RestartState
 from ..core.status import Event, Snapshot, Status
@@ -51,14 +54,9 @@ DROP_REASONS = ("bad-request", "slow-client", "too-many-clients", "error")
 """The protocol's ``error`` reasons, and ``error``: a client dropped after a bug its input reached."""
 
 
-@dataclass(frozen=True)
-class RefWrite:
-    """The newest write among the files that decide HEAD's commit.
-
-    Attributes:
-        at: its modification time (Unix seconds).
-        identity: which write it was (path, inode, mtime and ctime in ns).
-    """
+class RefWrite(NamedTuple):
+    """The newest write among the files that decide HEAD's commit: its modification
+    time (Unix seconds) and which write it was (path, inode, mtime and ctime in ns)."""
 
     at: float
     identity: tuple[str, int, int, int]
@@ -74,17 +72,15 @@ def newest_ref_write(dirs: GitDirs | None) -> RefWrite | None:
     """
     if dirs is None:
         return None
-    paths = [dirs.head_file, *dirs.store.head_chain(dirs), *dirs.store.watched(dirs)]
-    newest: RefWrite | None = None
-    for path in paths:
+    writes = []
+    for path in (dirs.head_file, *dirs.store.head_chain(dirs), *dirs.store.watched(dirs)):
         try:
             info = path.stat()
         except (OSError, ValueError):
             continue
-        if newest is None or info.st_mtime_ns / 1e9 > newest.at:
-            identity = (str(path), info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
-            newest = RefWrite(info.st_mtime_ns / 1e9, identity)
-    return newest
+        identity = (str(path), info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+        writes.append(RefWrite(info.st_mtime_ns / 1e9, identity))
+    return max(writes, key=lambda write: write.at, default=None)
 
 
 @dataclass
@@ -120,15 +116,6 @@ class CheckoutCounts:
     last_write: tuple[str, int, int, int] | None = None  # the ref write last seen (timed or before)
     phase: RestartPhase | None = None  # the last restart phase counted
 
-    def copy(self) -> CheckoutCounts:
-        return replace(
-            self,
-            events=dict(self.events),
-            hooks=dict(self.hooks),
-            restarts=dict(self.restarts),
-            latency=Histogram(list(self.latency.counts), self.latency.total),
-        )
-
 
 class Tally:
     """Counts per checkout (keyed by the name the daemon gives it) and per daemon.
@@ -136,15 +123,13 @@ class Tally:
     Thread-safe: the daemon's loop, hook threads and a scrape's thread all use it.
     Each update takes one uncontended lock for a few integer operations; ``on_change``
     (if set) is called after each, outside the lock (it wakes a textfile writer).
-
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._checkouts: dict[str, CheckoutCounts] = {}
+        self._checkouts: defaultdict[str, CheckoutCounts] = defaultdict(CheckoutCounts)
         self.on_change: Callable[[], None] | None = None
-        self._connected = 0
-        self._connections = 0
+        self._connected = self._connections = 0
         self._dropped = dict.fromkeys(DROP_REASONS, 0)
 
     @contextmanager
@@ -157,18 +142,13 @@ class Tally:
     @contextmanager
     def _checkout(self, key: str) -> Iterator[CheckoutCounts]:
         with self._changing():
-            counts = self._checkouts.get(key)
-            if counts is None:
-                counts = self._checkouts[key] = CheckoutCounts()
-            yield counts
-
-    # -- per checkout ------------------------------------------------------------------------
+            yield self._checkouts[key]  # made when new
 
     def event(self, key: str, event: Event, written: RefWrite | None, now: float | None = None) -> None:
         """Count ``event`` (seen at ``now``); time it if the ref write ``written`` explains it."""
         now = time.time() if now is None else now
         with self._checkout(key) as counts:
-            counts.events[event.status] = counts.events.get(event.status, 0) + 1
+            counts.events[event.status] += 1
             if not event.status.blocks:
                 counts.stale_since = None
             elif not event.previous_status.blocks or counts.stale_since is None:
@@ -188,10 +168,9 @@ class Tally:
 
     def hook(self, key: str, hook: str, outcome: str) -> None:
         """Count one hook run (``hook`` in :data:`HOOKS`, ``outcome`` in :data:`HOOK_OUTCOMES`)."""
-        if hook not in HOOKS or outcome not in HOOK_OUTCOMES:
-            return  # a fixed label set, whatever a caller passes
-        with self._checkout(key) as counts:
-            counts.hooks[hook, outcome] = counts.hooks.get((hook, outcome), 0) + 1
+        if hook in HOOKS and outcome in HOOK_OUTCOMES:  # a fixed label set, whatever a caller passes
+            with self._checkout(key) as counts:
+                counts.hooks[hook, outcome] = counts.hooks.get((hook, outcome), 0) + 1
 
     def restart(self, key: str, state: RestartState) -> None:
         """Count a restart phase: an action run, or an outcome (entering a final phase)."""
@@ -224,10 +203,7 @@ class Tally:
     def counts(self, key: str) -> CheckoutCounts:
         """A copy of ``key``'s counts (zeros for a checkout that saw nothing yet)."""
         with self._lock:
-            counts = self._checkouts.get(key)
-            return counts.copy() if counts is not None else CheckoutCounts()
-
-    # -- daemon-wide --------------------------------------------------------------------------
+            return copy.deepcopy(self._checkouts.get(key) or CheckoutCounts())
 
     def client_connected(self) -> None:
         with self._changing():

@@ -52,8 +52,7 @@ class TextfileWriter:
         self._render = render
         self._interval = interval
         self._min_gap = min(min_gap, interval)
-        self._wake = threading.Event()
-        self._dirty = threading.Event()
+        self._changed = threading.Event()  # set by a change, and to stop
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._written: tuple[int, int] | None = None
@@ -80,9 +79,7 @@ class TextfileWriter:
 
     def changed(self) -> None:
         """Something changed: write soon (within ``min_gap``). Any thread; cheap."""
-        if not self._dirty.is_set():
-            self._dirty.set()
-            self._wake.set()
+        self._changed.set()
 
     def start(self) -> TextfileWriter:
         if self._thread is None:
@@ -93,7 +90,7 @@ class TextfileWriter:
     def stop(self) -> None:
         """Stop the thread, then remove the file if it is still ours. Harmless twice."""
         self._stop.set()
-        self._wake.set()
+        self._changed.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
@@ -104,14 +101,12 @@ class TextfileWriter:
                 self.path.unlink()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            due = self._last + (self._min_gap if self._dirty.is_set() else self._interval)
-            left = due - time.monotonic()
-            if left > 0:
-                self._wake.wait(left)
-                self._wake.clear()
-                continue
-            self._dirty.clear()
+        # A write every interval, and min_gap after the last one once something changed.
+        while True:
+            self._changed.wait(self._last + self._interval - time.monotonic())
+            if self._stop.wait(max(0.0, self._last + self._min_gap - time.monotonic())):
+                return
+            self._changed.clear()
             try:
                 self._write()
             except Exception as exc:  # a full disk or a bug: logged, and the next write tries again

@@ -1,20 +1,28 @@
-"""``DaemonMetrics``: the one object the daemon calls when it exposes metrics.
+"""The collectors: ``GuardCollector`` (an app's guards) and ``DaemonMetrics`` (the daemon's).
 
-The daemon tells it about what only happens once (an event fanned out, a hook's
-outcome, a restart phase, a client connected, dropped or closed); each call is a few
-integer updates (:class:`~.tally.Tally`). Everything else is read when a scrape comes,
-through :meth:`DaemonMetrics.collect`: each checkout's guard snapshot, restart phase
-and registered processes, read with the same thread-safe accessors the daemon's loop
-uses. With nobody scraping, metrics cost the daemon those few updates per event and,
-with a textfile, one write per ``metrics_interval``.
+``GuardCollector``, for apps without the daemon (or beside it): everything is read at
+scrape time from :meth:`Guard.snapshot`, so the barrier (:meth:`Guard.check`) costs
+exactly what it cost before. What only events can tell (events by status, when the
+checkout went stale, detection latency, restart outcomes when a daemon with a restart
+policy feeds the guard) is counted by subscribers, which run once per change on the
+thread that observed it, never on a request's flag read.
 
-Exposition: :class:`~.server.MetricsServer` (HTTP, ``metrics_address``) and
-:class:`~.textfile.TextfileWriter` (``metrics_textfile``), one thread each.
+``DaemonMetrics`` is the one object the daemon calls when it exposes metrics. The
+daemon tells it about what only happens once (an event fanned out, a hook's outcome,
+a restart phase, a client connected, dropped or closed); each call is a few integer
+updates (:class:`~.tally.Tally`). Everything else is read when a scrape comes, through
+:meth:`DaemonMetrics.collect`: each checkout's guard snapshot, restart phase and
+registered processes, read with the same thread-safe accessors the daemon's loop uses.
+With nobody scraping, metrics cost the daemon those few updates per event and, with a
+textfile, one write per ``metrics_interval``. Exposition: :class:`~.server.MetricsServer`
+(HTTP, ``metrics_address``) and :class:`~.textfile.TextfileWriter` (``metrics_textfile``),
+one thread each.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -25,6 +33,7 @@ from prometheus_client.registry import Collector
 from ..core.escaping import printable
 from ..core.phases import RestartState
 from ..core.status import Event
+from ..guard.guard import Guard
 from ..server.checkout import Checkout
 from ..server.observer import DaemonObserver
 from ..server.registry import Registry
@@ -33,9 +42,87 @@ from .server import MetricsServer
 from .tally import Tally, newest_ref_write
 from .textfile import TextfileWriter
 
-__all__ = ["DaemonMetrics"]
+__all__ = ["DaemonMetrics", "GuardCollector"]
 
 logger = logging.getLogger(__name__)
+
+
+class GuardCollector(Collector):
+    """Exposes one or more guards' metrics; register it in a ``CollectorRegistry``.
+
+    Each guard's checkout is a ``checkout`` label: two guards of one checkout would
+    expose the same series twice, so the second is refused.
+
+    Example::
+
+        from prometheus_client import REGISTRY, start_http_server
+        from stalewatch.metrics import GuardCollector
+
+        guard = Guard.for_module("myapp").start()
+        collector = GuardCollector(guard)
+        REGISTRY.register(collector)       # read at scrape time; check() is unchanged
+        ...
+        REGISTRY.unregister(collector)
+        collector.close()                  # unsubscribes from the guards
+
+    Args:
+        guards: the guards to expose (more with :meth:`add`).
+        build_info: also expose ``stalewatch_build_info``.
+
+    Raises:
+        ValueError: two guards of the same checkout.
+    """
+
+    def __init__(self, *guards: Guard, build_info: bool = True) -> None:
+        self._lock = threading.Lock()
+        self._tally = Tally()
+        self._guards: dict[str, tuple[Guard, Callable[[], object]]] = {}
+        self._build_info = build_info
+        for guard in guards:
+            self.add(guard)
+
+    def add(self, guard: Guard) -> None:
+        """Expose ``guard`` too (from its current snapshot on)."""
+        key = str(guard.checkout)
+        with self._lock:
+            if key in self._guards:
+                raise ValueError(f"a guard of {key} is already collected; one per checkout")
+            self._tally.track(key, guard.snapshot(), newest_ref_write(guard.binding.dirs))
+            unsubscribers = [
+                guard.subscribe(lambda event: self._tally.seen(key, event, guard.binding.dirs)),
+                guard.subscribe_restart(lambda state: self._tally.restart(key, state)),
+            ]
+            self._guards[key] = (guard, lambda: [unsubscribe() for unsubscribe in unsubscribers])
+
+    def remove(self, guard: Guard) -> None:
+        """Stop exposing ``guard`` (harmless when it is not exposed)."""
+        key = str(guard.checkout)
+        with self._lock:
+            found = self._guards.get(key)
+            if found is None or found[0] is not guard:
+                return
+            del self._guards[key]
+        found[1]()
+        self._tally.forget(key)
+
+    def close(self) -> None:
+        """Unsubscribe from every guard (the collector then exposes nothing)."""
+        with self._lock:
+            guards = [guard for guard, _ in self._guards.values()]
+        for guard in guards:
+            self.remove(guard)
+
+    def collect(self) -> Iterator[Metric]:
+        """The families, from each guard's snapshot now (what a scrape calls)."""
+        with self._lock:
+            guards = [(key, guard) for key, (guard, _) in self._guards.items()]
+        views = []
+        for key, guard in guards:
+            snap = guard.snapshot()
+            views.append(CheckoutView(key, snap, self._tally.counts(key), restart=snap.restart))
+        yield from checkout_families(views)
+        if self._build_info:
+            yield build_info()
 
 
 class DaemonMetrics(DaemonObserver, Collector):
@@ -169,17 +256,10 @@ class DaemonMetrics(DaemonObserver, Collector):
         views = []
         for entry in self._entries():
             try:
-                processes = self._registry.processes(entry.key)
-                views.append(
-                    CheckoutView(
-                        key=entry.key,
-                        snapshot=entry.guard.snapshot(),
-                        counts=self.tally.counts(entry.key),
-                        hooks=entry.hooks is not None,
-                        restart=entry.restart_state,
-                        processes=processes_by_revision(p.revision for p in processes),
-                    )
-                )
+                processes = processes_by_revision(p.revision for p in self._registry.processes(entry.key))
+                snap, counts = entry.guard.snapshot(), self.tally.counts(entry.key)
+                hooks, restart = entry.hooks is not None, entry.restart_state
+                views.append(CheckoutView(entry.key, snap, counts, hooks, restart, processes))
             except Exception as exc:  # one checkout's trouble leaves the others exposed
                 self._log_once(exc, f"metrics of {printable(entry.key)} could not be read")
         families = [*checkout_families(views), *daemon_families(*self.tally.clients()), build_info()]
