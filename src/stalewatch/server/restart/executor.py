@@ -67,10 +67,8 @@ from .inputs import (
     Verified,
 )
 from .machine import State, step
-from .policy import RestartPolicy
-from .rules import Rules
-from .running import Belief
-from .waits import estimate
+from .policy import RestartPolicy, Rules
+from .state import Belief, estimate
 from .work import Work
 
 __all__ = ["Restarter"]

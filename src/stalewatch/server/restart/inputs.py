@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .rules import Rules
+from .policy import Rules
 
 __all__ = [
     "Acted",

@@ -46,7 +46,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...core.phases import RestartPhase
-from . import drain
 from .effects import Effect, ReadHead, Stage
 from .inputs import (
     Acted,
@@ -73,9 +72,11 @@ from .state import (
     Attempt,
     Confirm,
     Confirming,
+    Departed,
     GiveUp,
     Locking,
     State,
+    held,
     interval_left,
 )
 
@@ -120,7 +121,7 @@ def _servers(r: Run, event: Servers) -> None:
     a = s.attempt
     # Work in flight that left with its registration, outside our action: it may still
     # run (R8). Counted until it registers again, its process is gone, or the bound.
-    departed = [d for d in drain.held(s.departed, r.now, s.rules) if d.pid not in pids]
+    departed = [d for d in held(s.departed, r.now, s.rules) if d.pid not in pids]
     if a is None or a.stage < Stage.ACT:
         gone = {x.pid for x in s.servers if x.pid not in pids and x.pid not in s.retiring}
         left: dict[int, int] = {}
@@ -128,7 +129,7 @@ def _servers(r: Run, event: Servers) -> None:
             if x.pid in gone and x.inflight > 0:
                 left[x.pid] = left.get(x.pid, 0) + x.inflight
         departed = [d for d in departed if d.pid not in left]
-        departed += [drain.Departed(pid, count, r.now) for pid, count in left.items()]
+        departed += [Departed(pid, count, r.now) for pid, count in left.items()]
     belief = s.belief
     if s.servers and not servers and (a is None or a.stage < Stage.ACT):
         # Every registered server went away, and not in a restart of ours: they were

@@ -14,11 +14,25 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ...core.phases import RestartPhase, RestartState
-from . import confirming, drain
 from .effects import Abort, Effect, ProbeDrain, Publish, Rebind, ReleaseLock, Retire, Stage, Wake
 from .inputs import Server
-from .state import MARKER_POLL, Attempt, GiveUp, Locking, State, Taken, interval_left
-from .waits import Waits, estimate, retry_after
+from .state import (
+    MARKER_POLL,
+    Attempt,
+    Departed,
+    GiveUp,
+    Locking,
+    State,
+    Taken,
+    Waits,
+    estimate,
+    grace,
+    held,
+    in_flight,
+    interval_left,
+    newcomers,
+    retry_after,
+)
 
 __all__ = ["Run"]
 
@@ -88,13 +102,13 @@ class Run:
         s = self.s
         return tuple(x for x in s.servers if x.pid not in s.retiring)
 
-    def held(self) -> tuple[drain.Departed, ...]:
+    def held(self) -> tuple[Departed, ...]:
         """The departed servers whose work still counts."""
-        return drain.held(self.s.departed, self.now, self.s.rules)
+        return held(self.s.departed, self.now, self.s.rules)
 
     def in_flight(self) -> int | None:
         """The work in flight as last told (``None``: the drain probe cannot tell)."""
-        return drain.in_flight(self.s.servers, self.s.rules, self.s.probed, self.held())
+        return in_flight(self.s.servers, self.s.rules, self.s.probed, self.held())
 
     def looks(self) -> bool:
         """Whether the drain is looked at (the probe, or whether departed servers still run)."""
@@ -156,7 +170,7 @@ class Run:
         if announced is not None and s.servers:
             times.append(announced + s.rules.drain_poll)
         if s.started is not None:
-            times.append(s.started + drain.grace(s.rules))
+            times.append(s.started + grace(s.rules))
         at = max(times)
         return at if self.now < at else None
 
@@ -243,7 +257,7 @@ class Run:
         failed signalled nothing: it has nothing to abort).
         """
         if act.traits.aborts and signalled:
-            new = confirming.newcomers(self.s.servers, act.at, act.old_pids)
+            new = newcomers(self.s.servers, act.at, act.old_pids)
             self.effects.append(Abort(frozenset(s.pid for s in new), act.ticket))
         if act.traits.beside:
             reason = f"{reason}; the old servers still serve"
