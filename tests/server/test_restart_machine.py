@@ -39,8 +39,9 @@ from stalewatch.server.restart.inputs import (
     Verdict,
     Verified,
 )
-from stalewatch.server.restart.machine import State, interval_left, step
+from stalewatch.server.restart.machine import State, step
 from stalewatch.server.restart.policy import ANSWER_MARGIN, RECONNECT_GRACE, DrainOutcome, Rules
+from stalewatch.server.restart.state import interval_left
 from tests.support.machine import A, B, C, D, Driver, names, phase
 
 HANDOFF = Handoff.traits

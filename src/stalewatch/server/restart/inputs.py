@@ -21,24 +21,6 @@ from dataclasses import dataclass
 
 from .policy import Rules
 
-__all__ = [
-    "Acted",
-    "Answer",
-    "ConfirmProbed",
-    "Drain",
-    "Head",
-    "Input",
-    "Loaded",
-    "Lock",
-    "Markers",
-    "Reload",
-    "Server",
-    "Servers",
-    "Tick",
-    "Verdict",
-    "Verified",
-]
-
 
 @dataclass(frozen=True)
 class Server:

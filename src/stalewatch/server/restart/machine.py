@@ -73,14 +73,10 @@ from .state import (
     Confirm,
     Confirming,
     Departed,
-    GiveUp,
     Locking,
     State,
     held,
-    interval_left,
 )
-
-__all__ = ["Attempt", "GiveUp", "Stage", "State", "interval_left", "step"]
 
 Answer = Head | Markers | Verified | Drain | Lock | Acted | ConfirmProbed
 

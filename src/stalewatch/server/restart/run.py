@@ -34,8 +34,6 @@ from .state import (
     retry_after,
 )
 
-__all__ = ["Run"]
-
 
 class Run:
     """The state being built by one step (``s``) and the effects asked so far."""

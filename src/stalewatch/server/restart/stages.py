@@ -31,8 +31,6 @@ from .state import (
     wanted,
 )
 
-__all__ = ["advance", "drain_under_lock", "final"]
-
 _MOST_MOVES = 64  # transitions in one step at most (a run has 17 stages): never a hang
 
 

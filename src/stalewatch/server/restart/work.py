@@ -10,13 +10,14 @@ hook's) and the variables that say which revision they are about.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ...core.errors import LockError
 from ...core.procs import read_proc
 from ...git.refs import GitDirs
 from ...protocol.messages import MAX_INFLIGHT
@@ -27,11 +28,8 @@ from . import loaded
 from .actions import Action, Started, action_of
 from .effects import Act, CheckMarkers, ProbeConfirm, ProbeDrain, TakeLock, Verify
 from .inputs import Acted, ConfirmProbed, Drain, Loaded, Lock, Markers, Verdict, Verified
-from .lock import HandoffLock
 from .markers import assess
 from .policy import RestartPolicy
-
-__all__ = ["Work", "environment", "parse_count"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +82,7 @@ class Work:
         self._loaded = loaded
         self._drain = drain
         self._stop = stop
-        self._lock: HandoffLock | None = None
+        self._lock: tuple[Path, int] | None = None  # the handoff lock's path and descriptor
         self._releasing = threading.Lock()  # the worker and stop() may both release
         # What the last action started beside the old servers, with the ticket of its
         # Act: Retire and Abort act on it only when they name that very action (R9).
@@ -164,23 +162,37 @@ class Work:
         return Drain(request.ticket, time.monotonic(), count, "" if count is not None else detail, gone)
 
     def take_lock(self, request: TakeLock) -> Lock:
-        path = self.policy.lock
-        if path is None:
-            return Lock(request.ticket, time.monotonic(), acquired=True)
-        lock = self._lock if self._lock is not None and self._lock.path == path else HandoffLock(path)
+        """The handoff lock, as ``flock(1)`` takes it (an exclusive ``flock`` on the file,
+        created, never through a symlink), without blocking; held until released."""
+        path, now = self.policy.lock, time.monotonic
+        if path is None or (self._lock is not None and self._lock[0] == path):
+            return Lock(request.ticket, now(), acquired=True)
+        import fcntl  # noqa: PLC0415 - Unix only, and the CLI imports this module everywhere
+
         try:
-            acquired = lock.try_acquire()
-        except LockError as exc:
-            return Lock(request.ticket, time.monotonic(), acquired=False, error=str(exc))
-        if acquired:
-            self._lock = lock
-        return Lock(request.ticket, time.monotonic(), acquired, "" if acquired else f"{path} is held")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
+        except OSError as exc:
+            return Lock(request.ticket, now(), False, error=f"cannot open the lock {path}: {exc.strerror}")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if isinstance(exc, BlockingIOError):
+                return Lock(request.ticket, now(), False, f"{path} is held")
+            return Lock(request.ticket, now(), False, error=f"cannot lock {path}: {exc.strerror}")
+        self._lock = (path, fd)
+        return Lock(request.ticket, now(), acquired=True)
 
     def release_lock(self) -> None:
+        """Release the handoff lock (harmless when not held)."""
         with self._releasing:
-            lock, self._lock = self._lock, None
-            if lock is not None:
-                lock.release()
+            held, self._lock = self._lock, None
+            if held is not None:
+                import fcntl  # noqa: PLC0415 - Unix only (see take_lock)
+
+                with contextlib.suppress(OSError):
+                    fcntl.flock(held[1], fcntl.LOCK_UN)
+                os.close(held[1])
 
     def act(self, request: Act) -> Acted:
         """Restart through the supervisor: the policy's action (:mod:`.actions`)."""
