@@ -172,14 +172,21 @@ class Work:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
         except OSError as exc:
-            return Lock(request.ticket, now(), False, error=f"cannot open the lock {path}: {exc.strerror}")
+            return Lock(
+                request.ticket,
+                now(),
+                False,
+                error=f"[Errno {exc.errno}] cannot open the lock {path}: {exc.strerror}",
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
             if isinstance(exc, BlockingIOError):
                 return Lock(request.ticket, now(), False, f"{path} is held")
-            return Lock(request.ticket, now(), False, error=f"cannot lock {path}: {exc.strerror}")
+            return Lock(
+                request.ticket, now(), False, error=f"[Errno {exc.errno}] cannot lock {path}: {exc.strerror}"
+            )
         self._lock = (path, fd)
         return Lock(request.ticket, now(), acquired=True)
 
