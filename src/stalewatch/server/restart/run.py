@@ -261,6 +261,26 @@ class Run:
             reason = f"{reason}; the old servers still serve"
         self.failure(a, reason)
 
+    def unanswered(self, a: Attempt) -> None:
+        """The answer awaited never came (the executor answers every request; a backstop).
+
+        Before the action: a failed attempt (a new run after ``min_interval``, the lock
+        released). The action or its confirmation: a failed restart; an action that
+        aborts stops only what that very action started, if anything.
+        """
+        a = replace(a, ask=None)
+        self.put(a)
+        if a.stage is Stage.LOCK:
+            # The lost try may yet take it: released after it, before any new try (one
+            # worker, in order).
+            self.effects.append(ReleaseLock())
+        stage = a.stage.name.lower().replace("_", " ")
+        why = f"no answer from the {stage} stage in {self.s.rules.patience:g} s"
+        if a.action is not None:  # the action or its confirmation
+            self.restart_failed(a, a.action, f"not-confirmed: {why}")
+        else:
+            self.failure(a, why)
+
     def failure(self, a: Attempt, reason: str) -> None:
         """A failed attempt: tell it, then a new run while attempts remain, else give up."""
         if a.reloaded:

@@ -34,17 +34,6 @@ from .policy import RestartPolicy
 logger = logging.getLogger(__name__)
 
 
-def environment(key: str, target: str, loaded: str | None) -> dict[str, str]:
-    """The ``STALEWATCH_*`` variables of a restart's commands: the checkout, the revision
-    restarted onto (``STALEWATCH_REVISION``, also ``..._CURRENT_...``) and the loaded one."""
-    return {
-        "STALEWATCH_CHECKOUT": key,
-        "STALEWATCH_REVISION": target,
-        "STALEWATCH_LOADED_REVISION": loaded or "",
-        "STALEWATCH_CURRENT_REVISION": target,
-    }
-
-
 def parse_count(output: str) -> int | None:
     """The drain probe's answer: its last line, a whole number up to ``MAX_INFLIGHT``."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
@@ -78,7 +67,7 @@ class Work:
     ) -> None:
         self.key = key
         self.worktree = worktree
-        self.policy = policy  # and its action (a property)
+        self.policy = policy  # a reload sets it, and so the action
         self._loaded = loaded
         self._drain = drain
         self._stop = stop
@@ -91,23 +80,22 @@ class Work:
         self._learnt = ""  # what runs, as last learnt (logged when it changes)
 
     @property
-    def policy(self) -> RestartPolicy:
-        """The restart policy in force (a reload sets it, and so the action)."""
-        return self._policy
-
-    @policy.setter
-    def policy(self, policy: RestartPolicy) -> None:
-        self._policy = policy
-        self.action: Action = action_of(policy)
+    def action(self) -> Action:
+        """The policy's action (:mod:`.actions`)."""
+        return action_of(self.policy)
 
     def _run(
         self, argv: tuple[str, ...], what: str, revision: str, timeout: float, level: int = logging.WARNING
     ) -> Outcome:
+        """Run a configured argv with the ``STALEWATCH_*`` variables: the checkout, the revision
+        restarted onto (``STALEWATCH_REVISION``, also ``..._CURRENT_...``) and the loaded one."""
+        env = {"STALEWATCH_CHECKOUT": self.key, "STALEWATCH_LOADED_REVISION": self._loaded() or ""}
+        env |= dict.fromkeys(("STALEWATCH_REVISION", "STALEWATCH_CURRENT_REVISION"), revision)
         outcome = commands.run(
             argv,
             cwd=self.worktree,
             timeout=timeout,
-            env=environment(self.key, revision, self._loaded()),
+            env=env,
             stop=self._stop,
             drain=self._drain,
             label=f"{what} for {self.key}",
@@ -117,12 +105,9 @@ class Work:
         return outcome
 
     def markers(self, request: CheckMarkers) -> Markers:
-        verdict = assess(self.policy)
-        now = time.monotonic()
-        if verdict.action == "go":
-            held = self._under_way(now)
-            if held is not None:
-                return Markers(request.ticket, now, *held)
+        verdict, now = assess(self.policy), time.monotonic()
+        if verdict.go and (held := self._under_way(now)) is not None:
+            return Markers(request.ticket, now, *held)
         return Markers(request.ticket, now, Verdict(verdict.action), verdict.reason)
 
     def _under_way(self, now: float) -> tuple[Verdict, str] | None:
@@ -169,24 +154,20 @@ class Work:
             return Lock(request.ticket, now(), acquired=True)
         import fcntl  # noqa: PLC0415 - Unix only, and the CLI imports this module everywhere
 
+        what = "open the lock"
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
+            what = "lock"
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise
+        except BlockingIOError:
+            return Lock(request.ticket, now(), False, f"{path} is held")
         except OSError as exc:
-            return Lock(
-                request.ticket,
-                now(),
-                False,
-                error=f"[Errno {exc.errno}] cannot open the lock {path}: {exc.strerror}",
-            )
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if isinstance(exc, BlockingIOError):
-                return Lock(request.ticket, now(), False, f"{path} is held")
-            return Lock(
-                request.ticket, now(), False, error=f"[Errno {exc.errno}] cannot lock {path}: {exc.strerror}"
-            )
+            error = f"[Errno {exc.errno}] cannot {what} {path}: {exc.strerror}"
+            return Lock(request.ticket, now(), False, error=error)
         self._lock = (path, fd)
         return Lock(request.ticket, now(), acquired=True)
 
@@ -223,9 +204,7 @@ class Work:
 
     def _of(self, ticket: int) -> Started | None:
         """What the action with ``ticket`` started beside the old servers, if anything."""
-        if self.started is None or self.started[0] != ticket:
-            return None
-        return self.started[1]
+        return self.started[1] if self.started is not None and self.started[0] == ticket else None
 
     def learn(self, dirs: GitDirs | None, head: str | None) -> Loaded:
         """What the servers run, when they do not register, as the machine is told it;

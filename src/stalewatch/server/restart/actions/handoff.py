@@ -223,7 +223,9 @@ class Handoff:
         refused = self.refusal()
         if refused is not None:  # a master started (or moved under a supervisor) since
             return Done(False, refused.reason, refused=True)
-        begun, detail = Begun.begin(self.path, self.name, time.time())
+        at = time.time()
+        proc, detail = pidfile.signal_server(self.path, self.name)  # checked, :mod:`..pidfile`
+        begun = None if proc is None else Begun(self.path, proc, at)
         refusal = detail.startswith("refused: ")
         return Done(begun is not None, detail.removeprefix("refused: "), refusal, begun)
 
@@ -236,12 +238,6 @@ class Begun:
     old: Proc
     signalled_at: float
     retired: bool = False
-
-    @classmethod
-    def begin(cls, path: Path, signame: str, now: float) -> tuple[Begun | None, str]:
-        """Signal the pidfile's master (checked, :mod:`.pidfile`); the handoff, or why not."""
-        proc, detail = pidfile.signal_server(path, signame)
-        return (None if proc is None else cls(path, proc, now)), detail
 
     def _old_alive(self) -> bool:
         now = read_proc(self.old.pid)
