@@ -148,9 +148,11 @@ class Run:
     def earliest(self) -> float | None:
         """When the next action may run at the earliest (``min_interval``), if later than now."""
         s = self.s
-        if s.last_action is None or s.last_action + s.rules.min_interval <= self.now:
-            return None
-        return s.last_action + s.rules.min_interval
+        return (
+            None
+            if s.last_action is None or not interval_left(s, self.now)
+            else s.last_action + s.rules.min_interval
+        )
 
     def heard_at(self) -> float | None:
         """When the servers' counts are in, if that is still ahead: one ``drain_poll``
@@ -178,14 +180,10 @@ class Run:
         if a is None:
             return Waits()  # no run: nothing is coming
         rules = s.rules
-        settle = 0.0
-        if a.began is not None and stage <= Stage.SETTLE:
-            settle = a.began + rules.settle - now
-        verifies = 0
-        if rules.verify and stage <= Stage.VERIFY:
-            verifies = 2  # fail fast, then under the lock (R9)
-        elif rules.verify and stage <= Stage.LOCKED_VERIFY:
-            verifies = 1
+        settle = a.began + rules.settle - now if a.began is not None and stage <= Stage.SETTLE else 0.0
+        interval = interval_left(s, now) if stage < Stage.ACT else 0.0
+        # Fail fast, then under the lock (R9): the probes ahead.
+        verifies = (stage <= Stage.VERIFY) + (stage <= Stage.LOCKED_VERIFY) if rules.verify else 0
         flowing = counts = 0.0
         if stage <= Stage.DRAIN and self.in_flight() != 0:
             flowing = rules.drain_poll  # ahead or under way; unknown length: at least the next look
@@ -193,19 +191,8 @@ class Run:
             # Nothing in flight yet is no drain: the counts are still coming (R8: a poll
             # after the announcement, the reconnect grace after the daemon's start).
             counts = heard - now
-        poll = 0.0
-        if stage == Stage.MARKERS:
-            poll = MARKER_POLL
-        elif stage == Stage.LOCK:
-            poll = (a.lock or Locking()).delay
-        return Waits(
-            settle=settle,
-            interval=interval_left(s, now) if stage < Stage.ACT else 0.0,
-            counts=counts,
-            poll=poll,
-            drain=flowing,
-            verifies=verifies,
-        )
+        poll = {Stage.MARKERS: MARKER_POLL, Stage.LOCK: (a.lock or Locking()).delay}.get(stage, 0.0)
+        return Waits(settle, interval, counts, poll, flowing, verifies)
 
     def wake(self) -> None:
         """Ask for the next tick the run needs (while an answer is awaited: when it is lost)."""
@@ -231,20 +218,14 @@ class Run:
         if act.traits.retires:
             # Only now: the new ones run the target (R9).
             self.effects.append(Retire(act.old_pids, act.ticket))
-        if a.lock_held:
-            self.effects.append(ReleaseLock())
+        self.drop()  # ``a`` is the run under way: its lock released
         s = self.s
-        self.s = replace(
-            s,
-            attempt=None,
-            belief=s.belief.confirmed(running),
-            restart_seconds=max(0.5, self.now - act.at),
-        )
-        if act.traits.retires:
-            # The old servers stay registered until they finish their work and exit
-            # (gunicorn's graceful_timeout, which may well be longer than confirm_timeout):
-            # they make no restart wanted meanwhile, however long that takes (R9).
-            self.s = replace(self.s, retiring=act.old_pids)
+        # Retired, the old servers stay registered until they finish their work and exit
+        # (gunicorn's graceful_timeout, which may well be longer than confirm_timeout):
+        # they make no restart wanted meanwhile, however long that takes (R9).
+        retiring = act.old_pids if act.traits.retires else s.retiring
+        belief, took = s.belief.confirmed(running), max(0.5, self.now - act.at)
+        self.s = replace(s, belief=belief, restart_seconds=took, retiring=retiring)
         self.publish(RestartPhase.CONFIRMED, None, Stage.DONE, running)
         self.effects.append(Rebind(running))
 
