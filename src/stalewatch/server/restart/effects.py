@@ -159,19 +159,5 @@ class Rebind:
     revision: str
 
 
-Effect = (
-    Publish
-    | Wake
-    | ReadHead
-    | CheckMarkers
-    | Verify
-    | ProbeDrain
-    | TakeLock
-    | ReleaseLock
-    | Act
-    | ProbeConfirm
-    | Retire
-    | Abort
-    | Rebind
-)
+Effect = Publish | Wake | Request | ReleaseLock | Retire | Abort | Rebind  # a Request: each of its kinds
 """One effect of :func:`~.machine.step`."""
