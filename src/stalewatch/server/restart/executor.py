@@ -36,6 +36,7 @@ from ...core.status import Event
 from ...guard.guard import Guard
 from ..drain import OutputDrain
 from ..registry import Process
+from .decisions import estimate
 from .effects import (
     Abort,
     Act,
@@ -69,7 +70,7 @@ from .inputs import (
 )
 from .machine import step
 from .policy import RestartPolicy, Rules
-from .state import Belief, State, estimate
+from .state import Belief, State
 from .work import Work
 
 logger = logging.getLogger(__name__)

@@ -14,25 +14,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ...core.phases import RestartPhase, RestartState
+from .decisions import Waits, estimate, grace, held, in_flight, newcomers, retry_after
 from .effects import Abort, Effect, ProbeDrain, Publish, Rebind, ReleaseLock, Retire, Stage, Wake
 from .inputs import Server
-from .state import (
-    MARKER_POLL,
-    Attempt,
-    Departed,
-    GiveUp,
-    Locking,
-    State,
-    Taken,
-    Waits,
-    estimate,
-    grace,
-    held,
-    in_flight,
-    interval_left,
-    newcomers,
-    retry_after,
-)
+from .state import MARKER_POLL, Attempt, Departed, GiveUp, Locking, State, Taken, interval_left
 
 
 class Run:
