@@ -265,9 +265,7 @@ class Rules:
             min_interval=policy.min_interval,
             # An action that lingers is looked at with the markers: a previous handoff
             # whose old master still finishes its requests is waited for (R9).
-            markers=policy.update_marker is not None
-            or bool(policy.incomplete_markers)
-            or bool(policy.hold_while)
+            markers=bool(policy.update_marker or policy.incomplete_markers or policy.hold_while)
             or action.lingers,
             verify=policy.verify is not None,
             lock=policy.lock is not None,

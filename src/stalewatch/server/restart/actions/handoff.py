@@ -147,11 +147,6 @@ def parse_environ(data: bytes) -> dict[str, str]:
     return found
 
 
-def _comm(pid: int) -> str:
-    data = read(PROC / str(pid) / "comm", 64)
-    return "" if data is None else data.strip().decode(errors="replace")
-
-
 def supervised(pid: int) -> Supervised | None:
     """The supervisor that runs ``pid`` directly, when ``/proc`` tells one; else ``None``."""
     proc = read_proc(pid)
@@ -159,7 +154,8 @@ def supervised(pid: int) -> Supervised | None:
         return None
     data = read(PROC / str(pid) / "environ", _MAX_ENVIRON)
     env = parse_environ(data) if data is not None else {}
-    parent = _comm(proc.ppid) if proc.ppid > 0 else ""
+    comm = read(PROC / str(proc.ppid) / "comm", 64) if proc.ppid > 0 else None
+    parent = (comm or b"").strip().decode(errors="replace")
     if "SUPERVISOR_ENABLED" in env or "SUPERVISOR_PROCESS_NAME" in env:
         name = env.get("SUPERVISOR_PROCESS_NAME", "")
         return Supervised("supervisord", "SUPERVISOR_PROCESS_NAME in its environment", name)
