@@ -302,11 +302,11 @@ class Restarter:
             answer = do()
         except Exception as exc:
             logger.exception("stalewatch: restart of %s: carrying out %s failed", self.key, job)
-            answer = failed(f"failed: {type(exc).__name__}: {exc}")
+            answer = None if failed is None else failed(f"failed: {type(exc).__name__}: {exc}")
         if answer is not None:
             self.feed(answer)
 
-    def _pair(self, job: Job) -> tuple[Callable[[], Reply], Callable[[str], Reply]]:
+    def _pair(self, job: Job) -> tuple[Callable[[], Reply], Callable[[str], Input] | None]:
         """What carrying out ``job`` does, and its answer when that raises (``None``: not a request)."""
         work, now = self._work, time.monotonic
         match job:
@@ -321,29 +321,27 @@ class Restarter:
             case TakeLock(ticket=t):  # not taken: tried again, backing off
                 return lambda: work.take_lock(job), lambda e: Lock(t, now(), acquired=False, detail=e)
             case ReadHead(ticket=t):
-                # Reading it now failed: HEAD as last read.
-                return lambda: Head(
-                    now(), self._guard.refresh().current_revision, t
-                ), lambda e: self._last_head(t)
+                return lambda: self._read_head(t, fresh=True), lambda e: self._read_head(t, fresh=False)
             case Act(ticket=t):
                 return lambda: work.act(job), lambda e: self._act_failed(t, e)
             case ProbeConfirm(ticket=t):
                 return lambda: work.confirm_probe(job), lambda e: ConfirmProbed(t, now(), False, e)
             case ReleaseLock():
-                return work.release_lock, lambda e: None
+                return work.release_lock, None
             case Retire(ticket=t):
-                return lambda: work.retire(t), lambda e: None
+                return lambda: work.retire(t), None
             case Abort(ticket=t):
-                return lambda: work.abort(t), lambda e: None
+                return lambda: work.abort(t), None
             case Rebind(revision=revision):  # its event comes back through notice()
-                return lambda: self._rebind(revision), lambda e: None
+                return lambda: self._rebind(revision), None
             case _:  # the worker's own job (Publish and Wake are carried out in feed())
                 guard = self._guard
-                return lambda: work.learn(
-                    guard.binding.dirs, guard.snapshot().current_revision
-                ), lambda e: None
+                return lambda: work.learn(guard.binding.dirs, guard.snapshot().current_revision), None
 
-    def _last_head(self, ticket: int) -> Head:
+    def _read_head(self, ticket: int, *, fresh: bool) -> Head:
+        """HEAD read now (``fresh``), else as last read (reading it now failed)."""
+        if fresh:
+            return Head(time.monotonic(), self._guard.refresh().current_revision, ticket)
         try:
             revision = self._guard.snapshot().current_revision
         except Exception:
