@@ -103,7 +103,7 @@ QUICK = "confirm_timeout = 30\nmin_interval = 0\n"
 
 # What a supervisor puts in its programs' environment: never passed on from whatever
 # runs the lab (a CI job under systemd), or the daemon would take a bare gunicorn for a
-# supervised one (server/restart/supervised.py).
+# supervised one (server/restart/actions/handoff.py, supervised).
 _SUPERVISOR_MARKS = ("SUPERVISOR_", "NOTIFY_SOCKET", "MAINPID", "INVOCATION_ID", "LISTEN_")
 
 

@@ -9,8 +9,7 @@ import pytest
 from stalewatch.core.declared import declared
 from stalewatch.core.tables import TableReader
 from stalewatch.server.config import CheckoutConfig, DaemonConfig, HookConfig
-from stalewatch.server.restart.policy import RestartPolicy
-from stalewatch.server.restart.rules import Rules
+from stalewatch.server.restart.policy import RestartPolicy, Rules
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,7 @@ from stalewatch.client.following import MAX_BACKOFF
 from stalewatch.core.declared import declared
 from stalewatch.core.errors import DaemonConfigError
 from stalewatch.server.config import load
-from stalewatch.server.restart.policy import RestartPolicy
-from stalewatch.server.restart.rules import DrainOutcome
+from stalewatch.server.restart.policy import DrainOutcome, RestartPolicy
 
 pytestmark = pytest.mark.unit
 

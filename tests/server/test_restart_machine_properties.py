@@ -56,7 +56,7 @@ from stalewatch.server.restart.inputs import (
     Verified,
 )
 from stalewatch.server.restart.machine import State, step
-from stalewatch.server.restart.rules import DrainOutcome, Rules
+from stalewatch.server.restart.policy import DrainOutcome, Rules
 from tests.support.machine import A, B, C
 from tests.support.properties import budget
 

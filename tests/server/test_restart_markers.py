@@ -9,17 +9,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from stalewatch.core.errors import LockError
 from stalewatch.server.restart import markers
-from stalewatch.server.restart.lock import HandoffLock
+from stalewatch.server.restart.effects import TakeLock
 from stalewatch.server.restart.markers import GO, MAX_MARKER, Verdict, assess, exists, read_pid_marker
 from stalewatch.server.restart.policy import RestartPolicy
+from stalewatch.server.restart.work import Work
 from tests.support.forks import report_from_fork
 
 DAY = 86400.0
@@ -126,22 +127,34 @@ def test_r1_hold_file_waits_and_a_dangling_symlink_holds_too(tmp_path: Path) -> 
 )
 def test_r3_lock_is_exclusive_with_flock_1_and_not_followed_through_a_symlink(tmp_path: Path) -> None:
     path = tmp_path / "update.lock"
-    ours = HandoffLock(path)
-    assert ours.try_acquire()
+    ours = _work(tmp_path, path)
+    assert ours.take_lock(TakeLock(1)).acquired
+    assert ours.take_lock(TakeLock(2)).acquired  # held already
     # flock(1), as an updater would run it: cannot take the lock while we hold it.
     busy = subprocess.run(["flock", "-n", str(path), "true"], check=False, timeout=10)
     assert busy.returncode != 0
-    ours.release()
-    ours.release()  # harmless twice
+    ours.release_lock()
+    ours.release_lock()  # harmless twice
     assert subprocess.run(["flock", "-n", str(path), "true"], check=False, timeout=10).returncode == 0
     with path.open("w") as held:  # an updater holding it: we wait
         fcntl.flock(held, fcntl.LOCK_EX)
-        assert not HandoffLock(path).try_acquire()
+        answer = _work(tmp_path, path).take_lock(TakeLock(3))
+        assert (answer.acquired, answer.detail, answer.error) == (False, f"{path} is held", None)
     link = tmp_path / "link.lock"
     link.symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(LockError):
-        HandoffLock(link).try_acquire()
+    answer = _work(tmp_path, link).take_lock(TakeLock(4))
+    assert (
+        not answer.acquired
+        and answer.error is not None
+        and answer.error.startswith("[Errno 40] cannot open the lock")
+    )
     assert not (tmp_path / "elsewhere").exists()  # never created through the link
+
+
+def _work(tmp_path: Path, lock: Path) -> Work:
+    """What carries out the machine's requests, for a policy with ``lock``."""
+    policy = RestartPolicy(action=("true",), lock=lock)
+    return Work("c", tmp_path, policy, loaded=lambda: None, drain=None, stop=threading.Event())
 
 
 # -- issue 20: what the mutation run found unchecked ---------------------------------------

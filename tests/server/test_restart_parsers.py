@@ -25,9 +25,8 @@ from stalewatch.protocol.messages import MAX_INFLIGHT
 from stalewatch.server.config import load
 from stalewatch.server.restart.inputs import Loaded
 from stalewatch.server.restart.loaded import told_at
-from stalewatch.server.restart.policy import RestartPolicy
-from stalewatch.server.restart.rules import DrainOutcome
-from stalewatch.server.restart.running import Belief, wanted
+from stalewatch.server.restart.policy import DrainOutcome, RestartPolicy
+from stalewatch.server.restart.state import Belief, wanted
 from stalewatch.server.restart.work import parse_count
 from tests.support.properties import budget
 

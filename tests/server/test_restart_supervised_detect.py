@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from stalewatch.core.errors import DaemonConfigError, SupervisedHandoffError
 from stalewatch.core.procs import read_proc
 from stalewatch.server.restart.actions import Handoff, Signal
-from stalewatch.server.restart.supervised import Supervised, parse_environ, supervised
+from stalewatch.server.restart.actions.handoff import Supervised, parse_environ, supervised
 from tests.support.children import Child, python_child
 from tests.support.properties import budget
 

@@ -36,7 +36,7 @@ from stalewatch.server.restart.inputs import (
     Verified,
 )
 from stalewatch.server.restart.machine import State, step
-from stalewatch.server.restart.rules import Rules
+from stalewatch.server.restart.policy import Rules
 
 A, B, C, D = ("a" * 40, "b" * 40, "c" * 40, "d" * 40)
 

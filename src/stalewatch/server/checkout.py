@@ -26,7 +26,7 @@ from .hooks import HookRunner
 from .registry import Registry
 from .restart.executor import Restarter
 from .restart.policy import RestartPolicy
-from .restart.running import Belief
+from .restart.state import Belief
 from .revisions import Revisions
 from .supervision import ObservedSource
 

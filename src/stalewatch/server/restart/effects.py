@@ -13,25 +13,6 @@ from dataclasses import dataclass
 from ...core.phases import RestartState
 from .actions.base import REPLACES, Traits
 
-__all__ = [
-    "Abort",
-    "Act",
-    "CheckMarkers",
-    "Effect",
-    "ProbeConfirm",
-    "ProbeDrain",
-    "Publish",
-    "ReadHead",
-    "Rebind",
-    "ReleaseLock",
-    "Request",
-    "Retire",
-    "Stage",
-    "TakeLock",
-    "Verify",
-    "Wake",
-]
-
 
 class Stage(enum.IntEnum):
     """Where one run of the sequence for a target stands, in the order it moves.
@@ -178,19 +159,5 @@ class Rebind:
     revision: str
 
 
-Effect = (
-    Publish
-    | Wake
-    | ReadHead
-    | CheckMarkers
-    | Verify
-    | ProbeDrain
-    | TakeLock
-    | ReleaseLock
-    | Act
-    | ProbeConfirm
-    | Retire
-    | Abort
-    | Rebind
-)
+Effect = Publish | Wake | Request | ReleaseLock | Retire | Abort | Rebind  # a Request: each of its kinds
 """One effect of :func:`~.machine.step`."""

@@ -29,12 +29,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 from ...core.phases import RestartPhase, RestartState
 from ...core.status import Event
 from ...guard.guard import Guard
 from ..drain import OutputDrain
 from ..registry import Process
+from .decisions import estimate
 from .effects import (
     Abort,
     Act,
@@ -66,30 +68,16 @@ from .inputs import (
     Verdict,
     Verified,
 )
-from .machine import State, step
-from .policy import RestartPolicy
-from .rules import Rules
-from .running import Belief
-from .waits import estimate
+from .machine import step
+from .policy import RestartPolicy, Rules
+from .state import Belief, State
 from .work import Work
-
-__all__ = ["Restarter"]
 
 logger = logging.getLogger(__name__)
 
 
-class _Learn:
-    """The worker's own job: ask what the servers run (:mod:`.loaded`)."""
-
-
-_LEARN = _Learn()
-Job = Effect | _Learn
+Job = Effect | Literal["learn"]  # "learn": the worker's own job, ask what the servers run
 Reply = Input | None  # what carrying out a job feeds back (None: nothing)
-
-
-def _nothing(error: str) -> Reply:
-    """No answer: the job is no request."""
-    return None
 
 
 class Restarter:
@@ -150,7 +138,7 @@ class Restarter:
         ``quiet``) that only registrations will."""
         policy = self._work.policy
         if policy.pidfile is not None or policy.pid_command is not None:
-            self._queue(_LEARN)
+            self._queue("learn")
         elif not quiet:
             logger.info(
                 "stalewatch: restart of %s: until servers register, %s: no pidfile nor pid_command tells",
@@ -242,11 +230,8 @@ class Restarter:
             self._publish(state)
         except Exception:
             logger.exception("stalewatch: publishing a restart phase of %s failed", self.key)
-        level = (
-            logging.WARNING if state.phase in (RestartPhase.REFUSED, RestartPhase.FAILED) else logging.INFO
-        )
         logger.log(
-            level,
+            logging.WARNING if state.phase in (RestartPhase.REFUSED, RestartPhase.FAILED) else logging.INFO,
             "stalewatch: restart of %s onto %s: %s%s",
             self.key,
             (state.revision or "")[:7] or "-",
@@ -317,16 +302,15 @@ class Restarter:
             answer = do()
         except Exception as exc:
             logger.exception("stalewatch: restart of %s: carrying out %s failed", self.key, job)
-            answer = failed(f"failed: {type(exc).__name__}: {exc}")
+            answer = None if failed is None else failed(f"failed: {type(exc).__name__}: {exc}")
         if answer is not None:
             self.feed(answer)
 
-    def _pair(self, job: Job) -> tuple[Callable[[], Reply], Callable[[str], Reply]]:
+    def _pair(self, job: Job) -> tuple[Callable[[], Reply], Callable[[str], Input] | None]:
         """What carrying out ``job`` does, and its answer when that raises (``None``: not a request)."""
         work, now = self._work, time.monotonic
         match job:
-            case CheckMarkers(ticket=t):
-                # Refused when it cannot be judged: looked at again.
+            case CheckMarkers(ticket=t):  # refused when it cannot be judged: looked at again
                 return lambda: work.markers(job), lambda e: Markers(t, now(), Verdict.REFUSE, f"markers: {e}")
             case Verify(ticket=t):
                 return lambda: work.verify(job), lambda e: Verified(t, now(), False, e)
@@ -334,8 +318,7 @@ class Restarter:
                 attempt = self._state.attempt
                 target = attempt.target if attempt is not None else ""
                 return lambda: work.drain_probe(job, target), lambda e: Drain(t, now(), None, e)
-            case TakeLock(ticket=t):
-                # Not taken: tried again, backing off.
+            case TakeLock(ticket=t):  # not taken: tried again, backing off
                 return lambda: work.take_lock(job), lambda e: Lock(t, now(), acquired=False, detail=e)
             case ReadHead(ticket=t):
                 return lambda: self._read_head(t, fresh=True), lambda e: self._read_head(t, fresh=False)
@@ -344,17 +327,16 @@ class Restarter:
             case ProbeConfirm(ticket=t):
                 return lambda: work.confirm_probe(job), lambda e: ConfirmProbed(t, now(), False, e)
             case ReleaseLock():
-                return work.release_lock, _nothing
+                return work.release_lock, None
             case Retire(ticket=t):
-                return lambda: work.retire(t), _nothing
+                return lambda: work.retire(t), None
             case Abort(ticket=t):
-                return lambda: work.abort(t), _nothing
-            case Rebind(revision=revision):
-                # Its event comes back through notice().
-                return lambda: self._rebind(revision), _nothing
+                return lambda: work.abort(t), None
+            case Rebind(revision=revision):  # its event comes back through notice()
+                return lambda: self._rebind(revision), None
             case _:  # the worker's own job (Publish and Wake are carried out in feed())
                 guard = self._guard
-                return lambda: work.learn(guard.binding.dirs, guard.snapshot().current_revision), _nothing
+                return lambda: work.learn(guard.binding.dirs, guard.snapshot().current_revision), None
 
     def _read_head(self, ticket: int, *, fresh: bool) -> Head:
         """HEAD read now (``fresh``), else as last read (reading it now failed)."""

@@ -19,25 +19,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .rules import Rules
-
-__all__ = [
-    "Acted",
-    "Answer",
-    "ConfirmProbed",
-    "Drain",
-    "Head",
-    "Input",
-    "Loaded",
-    "Lock",
-    "Markers",
-    "Reload",
-    "Server",
-    "Servers",
-    "Tick",
-    "Verdict",
-    "Verified",
-]
+from .policy import Rules
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,6 @@ from ..drain import OutputDrain
 from . import pidfile
 from .policy import RestartPolicy
 
-__all__ = ["PID_COMMAND_TIMEOUT", "Told", "code_start", "learn", "told_at"]
-
 PID_COMMAND_TIMEOUT = 10.0
 """Seconds the ``pid_command`` may take."""
 _CLOCK = 0.1  # seconds of error allowed between the process's clock and git's

@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...core.phases import RestartPhase
-from . import drain
+from .decisions import held
 from .effects import Effect, ReadHead, Stage
 from .inputs import (
     Acted,
@@ -73,13 +73,11 @@ from .state import (
     Attempt,
     Confirm,
     Confirming,
-    GiveUp,
+    Departed,
     Locking,
     State,
-    interval_left,
+    Taken,
 )
-
-__all__ = ["Attempt", "GiveUp", "Stage", "State", "interval_left", "step"]
 
 Answer = Head | Markers | Verified | Drain | Lock | Acted | ConfirmProbed
 
@@ -120,15 +118,14 @@ def _servers(r: Run, event: Servers) -> None:
     a = s.attempt
     # Work in flight that left with its registration, outside our action: it may still
     # run (R8). Counted until it registers again, its process is gone, or the bound.
-    departed = [d for d in drain.held(s.departed, r.now, s.rules) if d.pid not in pids]
+    departed = [d for d in held(s.departed, r.now, s.rules) if d.pid not in pids]
     if a is None or a.stage < Stage.ACT:
-        gone = {x.pid for x in s.servers if x.pid not in pids and x.pid not in s.retiring}
         left: dict[int, int] = {}
         for x in s.servers:
-            if x.pid in gone and x.inflight > 0:
+            if x.pid not in pids and x.pid not in s.retiring and x.inflight > 0:
                 left[x.pid] = left.get(x.pid, 0) + x.inflight
         departed = [d for d in departed if d.pid not in left]
-        departed += [drain.Departed(pid, count, r.now) for pid, count in left.items()]
+        departed += [Departed(pid, count, r.now) for pid, count in left.items()]
     belief = s.belief
     if s.servers and not servers and (a is None or a.stage < Stage.ACT):
         # Every registered server went away, and not in a restart of ours: they were
@@ -172,8 +169,8 @@ def _answer(r: Run, event: Answer) -> None:
             _markers(r, a, event)
         case Verified() if a.stage in (Stage.VERIFY, Stage.LOCKED_VERIFY):
             _verified(r, a, event)
-        case Verified() if a.stage is Stage.CONFIRM_VERIFY:
-            _verified_loaded(r, a, event)
+        case Verified() if a.stage is Stage.CONFIRM_VERIFY and a.action and a.confirm and a.confirm.running:
+            _verified_loaded(r, a, a.action, a.confirm.running, event)
         case Drain() if a.stage in (Stage.DRAIN, Stage.LOCKED_DRAIN, Stage.FINAL_HEAD):
             _probed(r, a, event)
         case Lock() if a.stage is Stage.LOCK:
@@ -182,10 +179,10 @@ def _answer(r: Run, event: Answer) -> None:
             r.next()  # else HEAD moved: advance() starts over for the new target
         case Head() if a.stage is Stage.FINAL_HEAD and event.revision == a.target:
             final(r, a)
-        case Acted() if a.stage is Stage.ACT:
-            _acted(r, a, event)
-        case ConfirmProbed() if a.stage is Stage.CONFIRM:
-            _probed_confirm(r, a, event)
+        case Acted() if a.stage is Stage.ACT and a.action is not None:
+            _acted(r, a, a.action, event)
+        case ConfirmProbed() if a.stage is Stage.CONFIRM and a.confirm is not None:
+            _probed_confirm(r, a, a.confirm, event)
 
 
 # -- the answers: a handler per type ------------------------------------------------------
@@ -213,11 +210,8 @@ def _verified(r: Run, a: Attempt, event: Verified) -> None:
         r.give_up(RestartPhase.REFUSED, f"verify-failed: {event.detail}")
 
 
-def _verified_loaded(r: Run, a: Attempt, event: Verified) -> None:
+def _verified_loaded(r: Run, a: Attempt, act: Taken, running: str, event: Verified) -> None:
     """The only probe of what the restarted servers loaded (a commit that landed meanwhile)."""
-    act, running = a.action, None if a.confirm is None else a.confirm.running
-    if act is None or running is None:
-        return
     if event.ok:
         r.confirmed(a, act, running)
     elif act.traits.aborts:
@@ -257,10 +251,7 @@ def _locked(r: Run, a: Attempt, event: Lock) -> None:
         r.put(replace(a, deadline=r.now + lock.delay, lock=later))
 
 
-def _acted(r: Run, a: Attempt, event: Acted) -> None:
-    act = a.action
-    if act is None:
-        return  # never: the stage is entered with it
+def _acted(r: Run, a: Attempt, act: Taken, event: Acted) -> None:
     if event.refused and not event.ok:
         r.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
     elif not event.ok:
@@ -275,10 +266,7 @@ def _acted(r: Run, a: Attempt, event: Acted) -> None:
         r.next(replace(a, confirm=Confirming(by, r.now + rules.confirm_timeout)))
 
 
-def _probed_confirm(r: Run, a: Attempt, event: ConfirmProbed) -> None:
-    c = a.confirm
-    if c is None:
-        return  # never: the stage is entered with it
+def _probed_confirm(r: Run, a: Attempt, c: Confirming, event: ConfirmProbed) -> None:
     until = min(r.now + c.probe_delay, c.until)
     delay = min(c.probe_delay * 2, CONFIRM_POLL[1])
     c = replace(c, probe_ok=event.ok, last=f"the probe {event.detail}", probe_delay=delay)

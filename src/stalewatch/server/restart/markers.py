@@ -26,8 +26,6 @@ from pathlib import Path
 from ..commands import parse_pid
 from .policy import RestartPolicy
 
-__all__ = ["Verdict", "assess", "exists", "read_pid_marker"]
-
 MAX_MARKER = 4096  # a PID marker is two short lines
 _CLOCK_SKEW = 60.0  # a marker this far in the future is still "now"
 

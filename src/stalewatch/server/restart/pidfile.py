@@ -25,8 +25,6 @@ from pathlib import Path
 from ...core.procs import Proc, read_proc, signal_if
 from ..commands import parse_pid
 
-__all__ = ["TOLERANCE", "Claim", "Found", "judge", "read_pidfile", "server", "signal_proc", "signal_server"]
-
 TOLERANCE = 1.0
 """Seconds a process may seem to have started after its pidfile was written: the start
 time is computed from two clocks read one after the other, and the wall clock may be

@@ -14,13 +14,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ...core.phases import RestartPhase, RestartState
-from . import confirming, drain
+from .decisions import Waits, estimate, grace, held, in_flight, newcomers, retry_after
 from .effects import Abort, Effect, ProbeDrain, Publish, Rebind, ReleaseLock, Retire, Stage, Wake
 from .inputs import Server
-from .state import MARKER_POLL, Attempt, GiveUp, Locking, State, Taken, interval_left
-from .waits import Waits, estimate, retry_after
-
-__all__ = ["Run"]
+from .state import MARKER_POLL, Attempt, Departed, GiveUp, Locking, State, Taken, interval_left
 
 
 class Run:
@@ -88,13 +85,13 @@ class Run:
         s = self.s
         return tuple(x for x in s.servers if x.pid not in s.retiring)
 
-    def held(self) -> tuple[drain.Departed, ...]:
+    def held(self) -> tuple[Departed, ...]:
         """The departed servers whose work still counts."""
-        return drain.held(self.s.departed, self.now, self.s.rules)
+        return held(self.s.departed, self.now, self.s.rules)
 
     def in_flight(self) -> int | None:
         """The work in flight as last told (``None``: the drain probe cannot tell)."""
-        return drain.in_flight(self.s.servers, self.s.rules, self.s.probed, self.held())
+        return in_flight(self.s.servers, self.s.rules, self.s.probed, self.held())
 
     def looks(self) -> bool:
         """Whether the drain is looked at (the probe, or whether departed servers still run)."""
@@ -136,9 +133,11 @@ class Run:
     def earliest(self) -> float | None:
         """When the next action may run at the earliest (``min_interval``), if later than now."""
         s = self.s
-        if s.last_action is None or s.last_action + s.rules.min_interval <= self.now:
-            return None
-        return s.last_action + s.rules.min_interval
+        return (
+            None
+            if s.last_action is None or not interval_left(s, self.now)
+            else s.last_action + s.rules.min_interval
+        )
 
     def heard_at(self) -> float | None:
         """When the servers' counts are in, if that is still ahead: one ``drain_poll``
@@ -156,7 +155,7 @@ class Run:
         if announced is not None and s.servers:
             times.append(announced + s.rules.drain_poll)
         if s.started is not None:
-            times.append(s.started + drain.grace(s.rules))
+            times.append(s.started + grace(s.rules))
         at = max(times)
         return at if self.now < at else None
 
@@ -166,14 +165,10 @@ class Run:
         if a is None:
             return Waits()  # no run: nothing is coming
         rules = s.rules
-        settle = 0.0
-        if a.began is not None and stage <= Stage.SETTLE:
-            settle = a.began + rules.settle - now
-        verifies = 0
-        if rules.verify and stage <= Stage.VERIFY:
-            verifies = 2  # fail fast, then under the lock (R9)
-        elif rules.verify and stage <= Stage.LOCKED_VERIFY:
-            verifies = 1
+        settle = a.began + rules.settle - now if a.began is not None and stage <= Stage.SETTLE else 0.0
+        interval = interval_left(s, now) if stage < Stage.ACT else 0.0
+        # Fail fast, then under the lock (R9): the probes ahead.
+        verifies = (stage <= Stage.VERIFY) + (stage <= Stage.LOCKED_VERIFY) if rules.verify else 0
         flowing = counts = 0.0
         if stage <= Stage.DRAIN and self.in_flight() != 0:
             flowing = rules.drain_poll  # ahead or under way; unknown length: at least the next look
@@ -181,19 +176,8 @@ class Run:
             # Nothing in flight yet is no drain: the counts are still coming (R8: a poll
             # after the announcement, the reconnect grace after the daemon's start).
             counts = heard - now
-        poll = 0.0
-        if stage == Stage.MARKERS:
-            poll = MARKER_POLL
-        elif stage == Stage.LOCK:
-            poll = (a.lock or Locking()).delay
-        return Waits(
-            settle=settle,
-            interval=interval_left(s, now) if stage < Stage.ACT else 0.0,
-            counts=counts,
-            poll=poll,
-            drain=flowing,
-            verifies=verifies,
-        )
+        poll = {Stage.MARKERS: MARKER_POLL, Stage.LOCK: (a.lock or Locking()).delay}.get(stage, 0.0)
+        return Waits(settle, interval, counts, poll, flowing, verifies)
 
     def wake(self) -> None:
         """Ask for the next tick the run needs (while an answer is awaited: when it is lost)."""
@@ -219,20 +203,14 @@ class Run:
         if act.traits.retires:
             # Only now: the new ones run the target (R9).
             self.effects.append(Retire(act.old_pids, act.ticket))
-        if a.lock_held:
-            self.effects.append(ReleaseLock())
+        self.drop()  # ``a`` is the run under way: its lock released
         s = self.s
-        self.s = replace(
-            s,
-            attempt=None,
-            belief=s.belief.confirmed(running),
-            restart_seconds=max(0.5, self.now - act.at),
-        )
-        if act.traits.retires:
-            # The old servers stay registered until they finish their work and exit
-            # (gunicorn's graceful_timeout, which may well be longer than confirm_timeout):
-            # they make no restart wanted meanwhile, however long that takes (R9).
-            self.s = replace(self.s, retiring=act.old_pids)
+        # Retired, the old servers stay registered until they finish their work and exit
+        # (gunicorn's graceful_timeout, which may well be longer than confirm_timeout):
+        # they make no restart wanted meanwhile, however long that takes (R9).
+        retiring = act.old_pids if act.traits.retires else s.retiring
+        belief, took = s.belief.confirmed(running), max(0.5, self.now - act.at)
+        self.s = replace(s, belief=belief, restart_seconds=took, retiring=retiring)
         self.publish(RestartPhase.CONFIRMED, None, Stage.DONE, running)
         self.effects.append(Rebind(running))
 
@@ -243,11 +221,31 @@ class Run:
         failed signalled nothing: it has nothing to abort).
         """
         if act.traits.aborts and signalled:
-            new = confirming.newcomers(self.s.servers, act.at, act.old_pids)
+            new = newcomers(self.s.servers, act.at, act.old_pids)
             self.effects.append(Abort(frozenset(s.pid for s in new), act.ticket))
         if act.traits.beside:
             reason = f"{reason}; the old servers still serve"
         self.failure(a, reason)
+
+    def unanswered(self, a: Attempt) -> None:
+        """The answer awaited never came (the executor answers every request; a backstop).
+
+        Before the action: a failed attempt (a new run after ``min_interval``, the lock
+        released). The action or its confirmation: a failed restart; an action that
+        aborts stops only what that very action started, if anything.
+        """
+        a = replace(a, ask=None)
+        self.put(a)
+        if a.stage is Stage.LOCK:
+            # The lost try may yet take it: released after it, before any new try (one
+            # worker, in order).
+            self.effects.append(ReleaseLock())
+        stage = a.stage.name.lower().replace("_", " ")
+        why = f"no answer from the {stage} stage in {self.s.rules.patience:g} s"
+        if a.action is not None:  # the action or its confirmation
+            self.restart_failed(a, a.action, f"not-confirmed: {why}")
+        else:
+            self.failure(a, why)
 
     def failure(self, a: Attempt, reason: str) -> None:
         """A failed attempt: tell it, then a new run while attempts remain, else give up."""

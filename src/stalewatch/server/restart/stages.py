@@ -13,13 +13,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ...core.phases import RestartPhase
-from . import confirming, drain
-from .effects import Act, CheckMarkers, ProbeConfirm, ReadHead, ReleaseLock, Stage, TakeLock, Verify
+from .decisions import Next, decide, describe, grace, old_code, registered_on, runs
+from .effects import Act, CheckMarkers, ProbeConfirm, ReadHead, Stage, TakeLock, Verify
 from .run import Run
-from .running import wanted
-from .state import Attempt, Confirm, Draining, Taken, interval_left
-
-__all__ = ["advance", "drain_under_lock", "final"]
+from .state import Attempt, Confirm, Draining, Taken, interval_left, wanted
 
 _MOST_MOVES = 64  # transitions in one step at most (a run has 17 stages): never a hang
 
@@ -46,7 +43,7 @@ def _move(r: Run) -> None:
         if handle is not None:
             handle(r, a, a.deadline is None or r.now >= a.deadline)
     elif r.now >= a.asked_at + s.rules.patience:
-        unanswered(r, a)
+        r.unanswered(a)
 
 
 def _idle(r: Run, want: str | None) -> None:
@@ -92,17 +89,13 @@ def _scheduled(r: Run, a: Attempt, due: bool) -> None:
         r.publish(RestartPhase.WAITING, "settle", Stage.SETTLE)
 
 
-def _settle(r: Run, a: Attempt, due: bool) -> None:
+def _timer(r: Run, a: Attempt, due: bool) -> None:
+    """Settle, then the interval: the bounds once more when the timer is due."""
     if due:
         bounds(r)
 
 
-def _interval(r: Run, a: Attempt, due: bool) -> None:
-    if due:
-        r.next()
-
-
-def _markers(r: Run, a: Attempt, due: bool) -> None:
+def _check_markers(r: Run, a: Attempt, due: bool) -> None:
     if not r.s.rules.markers:
         r.next()
     elif due:
@@ -120,7 +113,7 @@ def _verify(r: Run, a: Attempt, due: bool) -> None:
     r.ask(lambda t: Verify(t, a.target))
 
 
-def _lock(r: Run, a: Attempt, due: bool) -> None:
+def _take_lock(r: Run, a: Attempt, due: bool) -> None:
     if not r.s.rules.lock:
         r.next()
     elif due:
@@ -164,15 +157,15 @@ def drain_stage(r: Run, a: Attempt, due: bool) -> None:
     if total != 0 and r.s.drain_since is None:
         r.s = replace(r.s, drain_since=r.now)  # the drain begins
     s = r.s
-    verdict = drain.decide(total, s.drain_since, r.now, s.rules)
+    verdict = decide(total, s.drain_since, r.now, s.rules)
     heard = r.heard_at()
-    if verdict is drain.Next.GO and heard is not None:
-        verdict = drain.Next.WAIT  # a count from before the announcement proves nothing
-    if verdict is not drain.Next.WAIT:
+    if verdict is Next.GO and heard is not None:
+        verdict = Next.WAIT  # a count from before the announcement proves nothing
+    if verdict is not Next.WAIT:
         drained(r, verdict, total)
         return
-    told, reason = s.published, f"drain: {drain.describe(total, s.probe_detail)}"
-    if total == 0 and s.started is not None and r.now < s.started + drain.grace(s.rules):
+    told, reason = s.published, f"drain: {describe(total, s.probe_detail)}"
+    if total == 0 and s.started is not None and r.now < s.started + grace(s.rules):
         reason += " (the daemon just started: servers may still register)"
     draining = told.phase is RestartPhase.WAITING and (told.reason or "").startswith("drain:")
     due_at = s.published_at + s.rules.drain_poll
@@ -195,19 +188,19 @@ def drain_under_lock(r: Run, a: Attempt) -> None:
         r.next()  # the bound passed: restart anyway
         return
     total = r.in_flight()
-    verdict = drain.decide(total, r.s.drain_since, r.now, r.s.rules)
-    if verdict is drain.Next.WAIT:
+    verdict = decide(total, r.s.drain_since, r.now, r.s.rules)
+    if verdict is Next.WAIT:
         r.again()
     else:
         drained(r, verdict, total)
 
 
-def drained(r: Run, verdict: drain.Next, total: int | None) -> None:
+def drained(r: Run, verdict: Next, total: int | None) -> None:
     """The drain's verdict: on to the next stage, restart anyway, or give up."""
     left = "unknown" if total is None else str(total)
-    if verdict is drain.Next.GO:
+    if verdict is Next.GO:
         r.next()
-    elif verdict is drain.Next.RESTART:
+    elif verdict is Next.RESTART:
         a = r.s.attempt
         note = f"drain-timeout: {left} still in flight"
         r.next(a and replace(a, drain=replace(a.drain or Draining(), note=note)))
@@ -257,9 +250,7 @@ def confirm(r: Run, a: Attempt, due: bool) -> None:
         return  # never: the stage is entered with both
     heads = (a.target, s.head)
     if c.by is Confirm.REGISTRATIONS:
-        running = confirming.registered_on(
-            s.servers, heads, act.at, beside=act.traits.beside, old=act.old_pids
-        )
+        running = registered_on(s.servers, heads, act.at, beside=act.traits.beside, old=act.old_pids)
         if running is not None and running != a.target and s.rules.verify:
             # A commit landed during the restart and the new servers loaded it: the
             # probe passed for the target only, so it must pass for this one too (R2).
@@ -268,14 +259,14 @@ def confirm(r: Run, a: Attempt, due: bool) -> None:
         elif running is not None:
             r.confirmed(a, act, running)
         elif r.now >= c.until:
-            who = confirming.runs(s.servers)
+            who = runs(s.servers)
             why = f"not-confirmed: after {s.rules.confirm_timeout:g} s the registered servers run {who}"
             r.restart_failed(a, act, why)
     elif c.by is Confirm.PROBE:
-        if c.probe_ok and not confirming.old_code(s.servers, heads):
+        if c.probe_ok and not old_code(s.servers, heads):
             r.confirmed(a, act, a.target)
         elif r.now >= c.until:
-            last = f"the registered servers run {confirming.runs(s.servers)}" if c.probe_ok else c.last
+            last = f"the registered servers run {runs(s.servers)}" if c.probe_ok else c.last
             r.restart_failed(a, act, f"not-confirmed: within {s.rules.confirm_timeout:g} s: {last}")
         elif due:
             r.ask(lambda t: ProbeConfirm(t, a.target))
@@ -283,37 +274,16 @@ def confirm(r: Run, a: Attempt, due: bool) -> None:
         r.confirmed(a, act, a.target)  # neither registrations nor a probe: the exit status says
 
 
-def unanswered(r: Run, a: Attempt) -> None:
-    """The answer awaited never came (the executor answers every request; a backstop).
-
-    Before the action: a failed attempt (a new run after ``min_interval``, the lock
-    released). The action or its confirmation: a failed restart; an action that
-    aborts stops only what that very action started, if anything.
-    """
-    a = replace(a, ask=None)
-    r.put(a)
-    if a.stage is Stage.LOCK:
-        # The lost try may yet take it: released after it, before any new try (one
-        # worker, in order).
-        r.effects.append(ReleaseLock())
-    stage = a.stage.name.lower().replace("_", " ")
-    why = f"no answer from the {stage} stage in {r.s.rules.patience:g} s"
-    if a.action is not None:  # the action or its confirmation
-        r.restart_failed(a, a.action, f"not-confirmed: {why}")
-    else:
-        r.failure(a, why)
-
-
 MOVES: dict[Stage, Callable[[Run, Attempt, bool], None]] = {
     Stage.SCHEDULED: _scheduled,
-    Stage.SETTLE: _settle,
-    Stage.INTERVAL: _interval,
-    Stage.MARKERS: _markers,
+    Stage.SETTLE: _timer,
+    Stage.INTERVAL: _timer,
+    Stage.MARKERS: _check_markers,
     Stage.VERIFY: _verify,
     Stage.DRAIN: drain_stage,
-    Stage.LOCK: _lock,
+    Stage.LOCK: _take_lock,
     Stage.LOCKED_HEAD: _read_head,
-    Stage.LOCKED_MARKERS: _markers,
+    Stage.LOCKED_MARKERS: _check_markers,
     Stage.LOCKED_DRAIN: _locked_drain,
     Stage.LOCKED_VERIFY: _verify,
     Stage.FINAL_HEAD: _final_head,

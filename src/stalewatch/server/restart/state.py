@@ -7,43 +7,51 @@ small record for what each phase owns, ``None`` until that phase makes it
 lock, :class:`Taken` once the action is taken, :class:`Confirming` once it succeeded);
 a stage's handler reads and replaces only its record. :class:`GiveUp` is a verdict that
 stands for its revision.
+
+**What runs.** What the servers run, as the restart machine knows it, and so which restart is wanted.
+
+In order of precedence:
+
+1. registrations: the servers that registered say what they loaded (the registry
+   accepted only revisions the checkout had);
+2. what the supervisor or the process tells of servers that do not register
+   (:class:`~.inputs.Loaded`: HEAD's revision when the server process started, or a
+   revision it started before), and a restart the machine confirmed itself;
+3. only when nothing tells: the daemon's loaded revision is presumed loaded (HEAD when
+   it began watching, or the configured ``revision``; the first HEAD heard of when
+   there was none), so an action-only policy whose servers neither register nor can be
+   asked still restarts when HEAD moves, and A->B->A ends with nothing to do. The
+   executor feeds :class:`~.inputs.Loaded` at start so that this never decides for a
+   server that started before HEAD moved (issue 15, item 4).
+
+All of it outlives the policy: a restart table changed, or removed and added back, by
+reloads starts from what was known (the daemon saw its servers load A: issue 29).
+
+Stopped servers run nothing: when the servers that registered all went away outside a
+restart of the machine's, or the supervisor or the process says none runs, no restart
+is wanted (restarting through a supervisor would *start* them, the Hermes WebUI bug).
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from ...core.phases import RestartPhase, RestartState
 from .actions.base import Traits
-from .drain import Departed
 from .effects import Stage
-from .inputs import Server
-from .rules import Rules
-from .running import Belief
-from .waits import DEFAULT_RESTART, DEFAULT_VERIFY
-
-__all__ = [
-    "CONFIRM_POLL",
-    "LOCK_POLL",
-    "MARKER_POLL",
-    "REFUSED_POLL",
-    "Attempt",
-    "Confirm",
-    "Confirming",
-    "Draining",
-    "GiveUp",
-    "Locking",
-    "State",
-    "Taken",
-    "interval_left",
-]
+from .inputs import Loaded, Server
+from .policy import Rules
 
 MARKER_POLL = 0.5  # seconds between looks at markers while an update runs
 REFUSED_POLL = 2.0  # seconds between looks at a refusing marker
 LOCK_POLL = (0.05, 1.0)  # first and longest wait between tries of a held lock
 CONFIRM_POLL = (0.2, 2.0)  # first and longest wait between runs of the confirm probe
+DEFAULT_RESTART = 5.0  # seconds from action to confirmed, until one is measured
+DEFAULT_VERIFY = 1.0  # seconds a verify probe takes, until one is measured
+DEPARTED = 64  # departed servers kept at most (the newest): memory bounded whatever clients do
 
 
 class Confirm(enum.Enum):
@@ -161,6 +169,75 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class Belief:
+    """What the servers that do not register run (see the module doc, "What runs").
+
+    Attributes:
+        runs: the revision they run (told, or a restart confirmed onto it).
+        not_runs: a revision they do not run (told: they started before HEAD moved to it).
+        presumed: the first HEAD heard of (the fallback when nothing tells).
+        stopped: no server runs (they went away, or the supervisor says so).
+    """
+
+    runs: str | None = None
+    not_runs: str | None = None
+    presumed: str | None = None
+    stopped: bool = False
+
+    def told(self, loaded: Loaded) -> Belief:
+        """What a :class:`~.inputs.Loaded` input makes of it (nothing when it cannot tell)."""
+        if loaded.revision is not None:
+            return Belief(loaded.revision, None, self.presumed)
+        if loaded.not_revision is not None:
+            return Belief(None, loaded.not_revision, self.presumed)
+        return self.gone() if loaded.stopped else self
+
+    def gone(self) -> Belief:
+        """No server runs now: none runs old code (until one registers or is told of)."""
+        return Belief(None, None, self.presumed, stopped=True)
+
+    def confirmed(self, revision: str) -> Belief:
+        """The machine confirmed a restart onto ``revision``: the servers run it."""
+        return Belief(revision, None, self.presumed)
+
+    def describe(self) -> str:
+        """What is known, in words (the log's while no server registers)."""
+        if self.stopped:
+            return "no server runs (they went away, or the supervisor said so)"
+        if self.runs is not None:
+            return f"they run {self.runs[:7]}"
+        if self.not_runs is not None:
+            return f"they do not run {self.not_runs[:7]}"
+        return f"what they run is presumed to be {(self.presumed or '-')[:7]}, the loaded revision"
+
+    def heard(self, head: str | None) -> Belief:
+        """A reading of HEAD: the first readable one becomes the presumption."""
+        return self if self.presumed is not None or head is None else replace(self, presumed=head)
+
+
+def wanted(head: str | None, servers: Sequence[Server], belief: Belief) -> str | None:
+    """The revision the servers should be restarted onto (HEAD's), or ``None`` when none is."""
+    if head is None or (belief.stopped and not servers):
+        return None  # unborn or unreadable; or never start a stopped server
+    if servers:
+        stale = any(server.revision != head for server in servers)
+    elif belief.runs is not None:
+        stale = belief.runs != head
+    else:
+        stale = belief.not_runs == head or belief.presumed not in (None, head)
+    return head if stale else None
+
+
+@dataclass(frozen=True)
+class Departed:
+    """A registration that went away with ``inflight`` work, at ``left`` (monotonic)."""
+
+    pid: int
+    inflight: int
+    left: float
+
+
+@dataclass(frozen=True)
 class State:
     """Everything the machine knows; a plain value. Start with ``State(rules)``.
 
@@ -178,7 +255,7 @@ class State:
         drain_since: when the drain of the target began (``None``: none yet).
         probed, probe_detail: the drain probe's last answer.
         departed: registrations that went away with work in flight outside an action of
-            the machine's: their work may still run (:mod:`.drain`).
+            the machine's: their work may still run (see the module doc).
         attempt: the run under way, if any.
         published: the last phase told; ``published_at``: when (for ``drain_poll``).
         tickets: the last ticket given to a request.

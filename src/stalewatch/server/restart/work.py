@@ -10,13 +10,14 @@ hook's) and the variables that say which revision they are about.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ...core.errors import LockError
 from ...core.procs import read_proc
 from ...git.refs import GitDirs
 from ...protocol.messages import MAX_INFLIGHT
@@ -27,24 +28,10 @@ from . import loaded
 from .actions import Action, Started, action_of
 from .effects import Act, CheckMarkers, ProbeConfirm, ProbeDrain, TakeLock, Verify
 from .inputs import Acted, ConfirmProbed, Drain, Loaded, Lock, Markers, Verdict, Verified
-from .lock import HandoffLock
 from .markers import assess
 from .policy import RestartPolicy
 
-__all__ = ["Work", "environment", "parse_count"]
-
 logger = logging.getLogger(__name__)
-
-
-def environment(key: str, target: str, loaded: str | None) -> dict[str, str]:
-    """The ``STALEWATCH_*`` variables of a restart's commands: the checkout, the revision
-    restarted onto (``STALEWATCH_REVISION``, also ``..._CURRENT_...``) and the loaded one."""
-    return {
-        "STALEWATCH_CHECKOUT": key,
-        "STALEWATCH_REVISION": target,
-        "STALEWATCH_LOADED_REVISION": loaded or "",
-        "STALEWATCH_CURRENT_REVISION": target,
-    }
 
 
 def parse_count(output: str) -> int | None:
@@ -80,11 +67,11 @@ class Work:
     ) -> None:
         self.key = key
         self.worktree = worktree
-        self.policy = policy  # and its action (a property)
+        self.policy = policy  # a reload sets it, and so the action
         self._loaded = loaded
         self._drain = drain
         self._stop = stop
-        self._lock: HandoffLock | None = None
+        self._lock: tuple[Path, int] | None = None  # the handoff lock's path and descriptor
         self._releasing = threading.Lock()  # the worker and stop() may both release
         # What the last action started beside the old servers, with the ticket of its
         # Act: Retire and Abort act on it only when they name that very action (R9).
@@ -93,23 +80,22 @@ class Work:
         self._learnt = ""  # what runs, as last learnt (logged when it changes)
 
     @property
-    def policy(self) -> RestartPolicy:
-        """The restart policy in force (a reload sets it, and so the action)."""
-        return self._policy
-
-    @policy.setter
-    def policy(self, policy: RestartPolicy) -> None:
-        self._policy = policy
-        self.action: Action = action_of(policy)
+    def action(self) -> Action:
+        """The policy's action (:mod:`.actions`)."""
+        return action_of(self.policy)
 
     def _run(
         self, argv: tuple[str, ...], what: str, revision: str, timeout: float, level: int = logging.WARNING
     ) -> Outcome:
+        """Run a configured argv with the ``STALEWATCH_*`` variables: the checkout, the revision
+        restarted onto (``STALEWATCH_REVISION``, also ``..._CURRENT_...``) and the loaded one."""
+        env = {"STALEWATCH_CHECKOUT": self.key, "STALEWATCH_LOADED_REVISION": self._loaded() or ""}
+        env |= dict.fromkeys(("STALEWATCH_REVISION", "STALEWATCH_CURRENT_REVISION"), revision)
         outcome = commands.run(
             argv,
             cwd=self.worktree,
             timeout=timeout,
-            env=environment(self.key, revision, self._loaded()),
+            env=env,
             stop=self._stop,
             drain=self._drain,
             label=f"{what} for {self.key}",
@@ -119,12 +105,9 @@ class Work:
         return outcome
 
     def markers(self, request: CheckMarkers) -> Markers:
-        verdict = assess(self.policy)
-        now = time.monotonic()
-        if verdict.action == "go":
-            held = self._under_way(now)
-            if held is not None:
-                return Markers(request.ticket, now, *held)
+        verdict, now = assess(self.policy), time.monotonic()
+        if verdict.go and (held := self._under_way(now)) is not None:
+            return Markers(request.ticket, now, *held)
         return Markers(request.ticket, now, Verdict(verdict.action), verdict.reason)
 
     def _under_way(self, now: float) -> tuple[Verdict, str] | None:
@@ -164,23 +147,40 @@ class Work:
         return Drain(request.ticket, time.monotonic(), count, "" if count is not None else detail, gone)
 
     def take_lock(self, request: TakeLock) -> Lock:
-        path = self.policy.lock
-        if path is None:
-            return Lock(request.ticket, time.monotonic(), acquired=True)
-        lock = self._lock if self._lock is not None and self._lock.path == path else HandoffLock(path)
+        """The handoff lock, as ``flock(1)`` takes it (an exclusive ``flock`` on the file,
+        created, never through a symlink), without blocking; held until released."""
+        path, now = self.policy.lock, time.monotonic
+        if path is None or (self._lock is not None and self._lock[0] == path):
+            return Lock(request.ticket, now(), acquired=True)
+        import fcntl  # noqa: PLC0415 - Unix only, and the CLI imports this module everywhere
+
+        what = "open the lock"
         try:
-            acquired = lock.try_acquire()
-        except LockError as exc:
-            return Lock(request.ticket, time.monotonic(), acquired=False, error=str(exc))
-        if acquired:
-            self._lock = lock
-        return Lock(request.ticket, time.monotonic(), acquired, "" if acquired else f"{path} is held")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
+            what = "lock"
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise
+        except BlockingIOError:
+            return Lock(request.ticket, now(), False, f"{path} is held")
+        except OSError as exc:
+            error = f"[Errno {exc.errno}] cannot {what} {path}: {exc.strerror}"
+            return Lock(request.ticket, now(), False, error=error)
+        self._lock = (path, fd)
+        return Lock(request.ticket, now(), acquired=True)
 
     def release_lock(self) -> None:
+        """Release the handoff lock (harmless when not held)."""
         with self._releasing:
-            lock, self._lock = self._lock, None
-            if lock is not None:
-                lock.release()
+            held, self._lock = self._lock, None
+            if held is not None:
+                import fcntl  # noqa: PLC0415 - Unix only (see take_lock)
+
+                with contextlib.suppress(OSError):
+                    fcntl.flock(held[1], fcntl.LOCK_UN)
+                os.close(held[1])
 
     def act(self, request: Act) -> Acted:
         """Restart through the supervisor: the policy's action (:mod:`.actions`)."""
@@ -204,9 +204,7 @@ class Work:
 
     def _of(self, ticket: int) -> Started | None:
         """What the action with ``ticket`` started beside the old servers, if anything."""
-        if self.started is None or self.started[0] != ticket:
-            return None
-        return self.started[1]
+        return self.started[1] if self.started is not None and self.started[0] == ticket else None
 
     def learn(self, dirs: GitDirs | None, head: str | None) -> Loaded:
         """What the servers run, when they do not register, as the machine is told it;

@@ -12,24 +12,17 @@ tells, from a policy's keys, which one runs.
 
 from __future__ import annotations
 
-from ..policy import RestartPolicy
-from .base import REPLACES, Action, Done, Run, Started, Traits
+from typing import TYPE_CHECKING
+
+from .base import REPLACES, Action, Started, Traits
 from .command import Command
 from .handoff import Handoff
 from .signal import Signal
 
-__all__ = [
-    "REPLACES",
-    "Action",
-    "Command",
-    "Done",
-    "Handoff",
-    "Run",
-    "Signal",
-    "Started",
-    "Traits",
-    "action_of",
-]
+if TYPE_CHECKING:
+    from ..policy import RestartPolicy
+
+__all__ = ["REPLACES", "Action", "Handoff", "Signal", "Started", "Traits", "action_of"]
 
 
 def action_of(policy: RestartPolicy) -> Action:

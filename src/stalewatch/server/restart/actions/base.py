@@ -16,8 +16,6 @@ from typing import ClassVar, Protocol
 
 from ...commands import Outcome
 
-__all__ = ["REPLACES", "Action", "Done", "Replacing", "Run", "Started", "Traits"]
-
 Run = Callable[[tuple[str, ...], str, str, float], Outcome]
 """Runs a configured argv: ``(argv, what, revision, timeout)`` (the worker's commands)."""
 

@@ -11,8 +11,6 @@ import threading
 
 from .base import Done, Replacing, Run
 
-__all__ = ["Command"]
-
 
 class Command(Replacing):
     """Run ``argv`` (never through a shell of ours) with the restart's variables."""

@@ -31,6 +31,26 @@ master finishes its requests first (up to ``graceful_timeout``). :func:`pending`
 such a handoff under way (waited for before the next action, never a failure); a
 ``<pidfile>.2`` naming no live process is what a killed new master left behind, and is
 ignored.
+
+**Which supervisor runs a process** (:func:`supervised`), told by ``/proc``: supervisord,
+systemd, or none known.
+
+A restart action that replaces the server's main process (gunicorn's ``USR2`` handoff:
+the old master exits, a new one serves) is only safe when nothing waits on the old one
+to exit. Two supervisors do:
+
+- supervisord is the parent of every program it runs and restarts it when it exits
+  (``autorestart``); it sets ``SUPERVISOR_ENABLED`` and ``SUPERVISOR_PROCESS_NAME`` in
+  each program's environment (supervisord.org, "Subprocess Environment" and its FAQ).
+- systemd tracks a service's main process: when it exits the service ends and, with the
+  default ``KillMode=control-group``, what is left in its cgroup is killed. Its main
+  process is a child of the manager (pid 1, or the user's ``systemd --user``) started
+  with ``INVOCATION_ID`` (every service) and, for ``Type=notify``, ``NOTIFY_SOCKET``
+  (systemd.exec(5), sd_notify(3)); ``MAINPID`` is what its own ``ExecReload=`` sees.
+
+The environment is ``/proc/PID/environ`` (the one the process was started with),
+readable for a process of the same user; every file is outside input, so each reader
+returns ``None`` rather than raising.
 """
 
 from __future__ import annotations
@@ -44,13 +64,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from ....core.errors import SupervisedHandoffError
-from ....core.procs import Proc, read_proc
+from ....core.procs import PROC, Proc, read, read_proc
 from .. import pidfile
 from ..pidfile import TOLERANCE
-from ..supervised import Supervised, supervised
 from .base import Done, Run, Traits
-
-__all__ = ["NEW_SUFFIX", "PROMOTION_WAIT", "Begun", "Handoff", "alternative", "pending", "promoted"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +115,58 @@ def promoted(path: Path, stop: threading.Event, wait: float = PROMOTION_WAIT) ->
             return f"{under_way}, still after {wait:g} s"
         if stop.wait(0.05):
             return "stopped"
+    return None
+
+
+# -- which supervisor runs a process (see the module doc) -----------------------------
+
+_MAX_ENVIRON = 1 << 20  # a process's environment and arguments share 2 MiB at most (ARG_MAX / 2)
+
+
+@dataclass(frozen=True)
+class Supervised:
+    """A process's supervisor: ``by`` (``supervisord`` or ``systemd``), ``how`` it was told,
+    and ``name``, the program or unit when its environment says (else empty)."""
+
+    by: str
+    how: str
+    name: str = ""
+
+
+def parse_environ(data: bytes) -> dict[str, str]:
+    """The variables of a ``/proc/PID/environ`` block (``NAME=value`` ended by NUL bytes).
+
+    Entries without ``=`` or with an empty name are skipped; bytes that are not UTF-8 are
+    replaced (only a few ASCII names are ever looked up); the first of two equal names wins.
+    """
+    found: dict[str, str] = {}
+    for entry in data.split(b"\0"):
+        name, sep, value = entry.partition(b"=")
+        if sep and name:
+            found.setdefault(name.decode(errors="replace"), value.decode(errors="replace"))
+    return found
+
+
+def supervised(pid: int) -> Supervised | None:
+    """The supervisor that runs ``pid`` directly, when ``/proc`` tells one; else ``None``."""
+    proc = read_proc(pid)
+    if proc is None:
+        return None
+    data = read(PROC / str(pid) / "environ", _MAX_ENVIRON)
+    env = parse_environ(data) if data is not None else {}
+    comm = read(PROC / str(proc.ppid) / "comm", 64) if proc.ppid > 0 else None
+    parent = (comm or b"").strip().decode(errors="replace")
+    if "SUPERVISOR_ENABLED" in env or "SUPERVISOR_PROCESS_NAME" in env:
+        name = env.get("SUPERVISOR_PROCESS_NAME", "")
+        return Supervised("supervisord", "SUPERVISOR_PROCESS_NAME in its environment", name)
+    if parent == "supervisord":
+        return Supervised("supervisord", f"its parent (pid {proc.ppid}) is supervisord")
+    for variable in ("NOTIFY_SOCKET", "MAINPID"):
+        if variable in env:
+            return Supervised("systemd", f"{variable} in its environment")
+    if "INVOCATION_ID" in env and (proc.ppid == 1 or parent == "systemd"):
+        how = f"a service's INVOCATION_ID, and its parent (pid {proc.ppid}) is systemd"
+        return Supervised("systemd", how)
     return None
 
 
@@ -150,7 +219,9 @@ class Handoff:
         refused = self.refusal()
         if refused is not None:  # a master started (or moved under a supervisor) since
             return Done(False, refused.reason, refused=True)
-        begun, detail = Begun.begin(self.path, self.name, time.time())
+        at = time.time()
+        proc, detail = pidfile.signal_server(self.path, self.name)  # checked, :mod:`..pidfile`
+        begun = None if proc is None else Begun(self.path, proc, at)
         refusal = detail.startswith("refused: ")
         return Done(begun is not None, detail.removeprefix("refused: "), refusal, begun)
 
@@ -163,12 +234,6 @@ class Begun:
     old: Proc
     signalled_at: float
     retired: bool = False
-
-    @classmethod
-    def begin(cls, path: Path, signame: str, now: float) -> tuple[Begun | None, str]:
-        """Signal the pidfile's master (checked, :mod:`.pidfile`); the handoff, or why not."""
-        proc, detail = pidfile.signal_server(path, signame)
-        return (None if proc is None else cls(path, proc, now)), detail
 
     def _old_alive(self) -> bool:
         now = read_proc(self.old.pid)

@@ -14,8 +14,6 @@ from ..pidfile import signal_server
 from .base import Done, Replacing, Run
 from .handoff import promoted
 
-__all__ = ["Signal"]
-
 
 class Signal(Replacing):
     """Send ``SIG<name>`` to the master in ``pidfile``."""
