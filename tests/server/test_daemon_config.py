@@ -67,6 +67,7 @@ def test_full_example(tmp_path: Path) -> None:
         ('[[checkout]]\npath = "/a"\non_current = []\n', "checkout[1].on_current", 3),
         ('[[checkout]]\npath = "/a"\nhook_timeout = -1\n', "checkout[1].hook_timeout", 3),
         ("a = [1,\n  2\nb = 3\n", "TOML", 3),
+        ('[[checkout]]\npath = "~no-such-user-stalewatch/a"\n', "checkout[1].path", 2),  # no home to expand
     ],
 )
 def test_invalid_config_names_key_and_line(tmp_path: Path, text: str, name: str, line: int) -> None:

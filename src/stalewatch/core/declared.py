@@ -152,7 +152,10 @@ def _path(value: object, table: TableReader) -> Path:
     """A path (``~`` expanded; relative to the file's directory)."""
     if not isinstance(value, str) or not value or "\0" in value:
         raise Refused("expected a non-empty path string (without NUL)")
-    return table.file.parent / Path(value).expanduser()  # an absolute path replaces the directory
+    try:
+        return table.file.parent / Path(value).expanduser()  # an absolute path replaces the directory
+    except RuntimeError:  # pathlib's word for "~user" naming nobody
+        raise Refused("no home directory to expand ~ to") from None
 
 
 def _paths(value: object, table: TableReader) -> tuple[Path, ...]:
