@@ -99,7 +99,7 @@ def runner_factory() -> Iterator[Any]:
     drain = OutputDrain()
 
     def make(config: HookConfig) -> HookRunner:
-        runner = HookRunner(Path("/srv/app"), config, drain).start()
+        runner = HookRunner(Path("/srv/app"), config, drain)
         runners.append(runner)
         return runner
 
@@ -252,7 +252,7 @@ def test_missing_command_is_logged_and_later_hooks_still_run(
 
 def test_stop_ends_a_running_hook_quickly(hooks: HookServer) -> None:
     drain = OutputDrain()
-    runner = HookRunner(Path("/srv/app"), HookConfig(on_stale=hooks.command()), drain).start()
+    runner = HookRunner(Path("/srv/app"), HookConfig(on_stale=hooks.command()), drain)
     runner.submit(_event(Status.STALE), 1)
     conn, _ = hooks.next_run()
     started = time.monotonic()

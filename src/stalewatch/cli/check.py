@@ -27,7 +27,7 @@ from ..server import journal, startup
 from ..server.checkout import Checkout, Posted
 from ..server.config import DaemonConfig
 from ..server.registry import Registry
-from ..server.reload_plan import AT_START
+from ..server.reloader import AT_START
 from .daemon import fail, observer, starting
 
 __all__ = ["cmd_check", "describe"]

@@ -170,10 +170,8 @@ class Checkout:
         return True, lost
 
     def start(self) -> None:
-        """Subscribe, let the hook runner take work, start the guard's watcher and the restarts."""
+        """Subscribe (events reach the hooks from now on), start the guard's watcher and the restarts."""
         self._unsubscribe = self.guard.subscribe(self._on_event)
-        if self.hooks is not None:
-            self.hooks.start()
         self.guard.start()
         if self.restarter is not None:
             self._start_restarts(self.restarter)
@@ -241,7 +239,7 @@ class Checkout:
         if self.hooks is not None:
             self.hooks.config = config.hooks  # dropping every hook leaves an idle runner
         elif config.hooks.any:  # the first hooks of a checkout watched without any
-            self.hooks = self._hook_runner(config).start()
+            self.hooks = self._hook_runner(config)
         if config.restart is not None and self.restarter is not None:
             self.restarter.update(config.restart)
         elif config.restart is not None:

@@ -22,17 +22,7 @@ import time
 from ..core.escaping import printable
 from ..core.signals import Wakeup
 
-__all__ = [
-    "DRAIN_BURST",
-    "DRAIN_RATE",
-    "HEAD_BYTES",
-    "MAX_DRAINED",
-    "MAX_LINES",
-    "TAIL_BYTES",
-    "BoundedOutput",
-    "OutputDrain",
-    "read_available",
-]
+__all__ = ["MAX_DRAINED", "BoundedOutput", "OutputDrain", "read_available"]
 
 logger = logging.getLogger(__name__)
 

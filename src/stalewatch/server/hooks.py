@@ -93,30 +93,19 @@ class HookRunner:
         self._stop = threading.Event()
         self._pending: tuple[Event, int] | None = None
         self.state = "idle"
-        self._started = False
         self.thread: threading.Thread | None = None  # while it has work
-
-    def start(self) -> HookRunner:
-        """Accept work: from now on a submitted event starts the thread."""
-        with self._cond:
-            self._started = True
-            self._spawn()
-        return self
 
     def submit(self, event: Event, generation: int) -> None:
         """Queue ``event``, replacing any event still waiting (coalescing). Any thread."""
         with self._cond:
             self._pending = (event, generation)
-            self._spawn()
-
-    def _spawn(self) -> None:
-        # Under _cond: the thread clears self.thread under _cond as it decides to end,
-        # so an event submitted meanwhile either is seen by it or starts a new one.
-        if self._started and self._pending is not None and self.thread is None and not self._stop.is_set():
-            self.thread = threading.Thread(
-                target=self._run, name=f"stalewatch-hooks:{self.checkout}", daemon=True
-            )
-            self.thread.start()
+            # The thread clears self.thread under _cond as it decides to end, so an
+            # event submitted meanwhile either is seen by it or starts a new one.
+            if self.thread is None and not self._stop.is_set():
+                self.thread = threading.Thread(
+                    target=self._run, name=f"stalewatch-hooks:{self.checkout}", daemon=True
+                )
+                self.thread.start()
 
     def request_stop(self) -> None:
         """Begin stopping without waiting: a running hook's group gets SIGTERM now and
