@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..core.phases import RestartPhase, RestartState
 from ..core.status import Event, WatchMode
@@ -36,16 +36,14 @@ __all__ = ["Checkout", "EventSeen", "HealthReported", "Posted", "RestartTold"]
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class EventSeen:
+class EventSeen(NamedTuple):
     """The checkout's guard saw a change of status or revision."""
 
     entry: Checkout
     event: Event
 
 
-@dataclass(frozen=True)
-class HealthReported:
+class HealthReported(NamedTuple):
     """The daemon's own watcher of the checkout became trusted or not, or changed mode."""
 
     entry: Checkout
@@ -53,8 +51,7 @@ class HealthReported:
     mode: WatchMode
 
 
-@dataclass(frozen=True)
-class RestartTold:
+class RestartTold(NamedTuple):
     """The checkout's restart sequence entered a new phase."""
 
     entry: Checkout
