@@ -33,7 +33,7 @@ from pathlib import Path
 from ..core.status import Status, WatchMode
 from ..git.refs import GitDirs
 from ..watching.local import LocalSource
-from ..watching.source import OnChange, OnHealth, OnRestart
+from ..watching.source import OnChange, OnHealth
 from ..watching.watcher import Watcher
 
 __all__ = ["READY_WAIT", "SD_ENV", "ObservedSource", "SystemdNotifier", "counted", "notify", "status_text"]
@@ -109,15 +109,9 @@ class ObservedSource(LocalSource):
     def _beat(self) -> None:
         self.beat = time.monotonic()
 
-    def watch(
-        self,
-        dirs: GitDirs,
-        on_change: OnChange,
-        on_health: OnHealth,
-        *,
-        loaded_revision: str | None = None,
-        on_restart: OnRestart | None = None,
-    ) -> Watcher:
+    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth, **_: object) -> Watcher:
+        """Watch ``dirs`` in this process, as :class:`LocalSource` does, beating on each turn."""
+
         def changed() -> Sequence[Path] | None:
             self._beat()
             return on_change()
