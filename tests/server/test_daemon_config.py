@@ -13,8 +13,7 @@ from stalewatch.cli import main
 from stalewatch.core.errors import DaemonConfigError, ProtocolError, SocketPathError
 from stalewatch.protocol.codec import LineReader, decode, encode
 from stalewatch.protocol.socket_path import default_socket_path
-from stalewatch.server.config import load
-from stalewatch.server.owned_file import MAX_CONFIG_BYTES, check_ownership
+from stalewatch.server.config import MAX_CONFIG_BYTES, check_ownership, load
 from tests.support.daemons import short_dir
 from tests.support.repos import Repo
 

@@ -18,7 +18,7 @@ import pytest
 
 from stalewatch.core.status import Event, Status
 from stalewatch.server.config import HookConfig
-from stalewatch.server.drain import HEAD_BYTES, MAX_LINES, TAIL_BYTES
+from stalewatch.server.drain import HEAD_BYTES, MAX_LINES, TAIL_BYTES, OutputDrain
 from stalewatch.server.hooks import HookRunner
 from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo, make_repo
@@ -96,21 +96,35 @@ def _event(status: Status, current: str = "b" * 40, generation: int = 1) -> Even
 @pytest.fixture
 def runner_factory() -> Iterator[Any]:
     runners: list[HookRunner] = []
+    drain = OutputDrain()
 
     def make(config: HookConfig) -> HookRunner:
-        runner = HookRunner(Path("/srv/app"), config).start()
+        runner = HookRunner(Path("/srv/app"), config, drain)
         runners.append(runner)
         return runner
 
     yield make
     for runner in runners:
         runner.stop()
+    drain.stop()
+
+
+def wait_until_idle(runner: HookRunner, timeout: float) -> bool:
+    """Wait until nothing is pending or running; False on timeout."""
+    with runner._cond:
+        return runner._cond.wait_for(lambda: runner._pending is None and runner.state == "idle", timeout)
+
+
+def wait_for_state(runner: HookRunner, state: str, timeout: float) -> bool:
+    """Wait until the runner is in ``state``; False on timeout."""
+    with runner._cond:
+        return runner._cond.wait_for(lambda: runner.state == state, timeout)
 
 
 def finish(runner: HookRunner, conn: socket.socket, code: int = 0) -> None:
     """Let the hook waiting on ``conn`` exit with ``code``; wait until the runner is idle."""
     conn.send(bytes([code]))
-    assert runner.wait_until_idle(WAIT)
+    assert wait_until_idle(runner, WAIT)
 
 
 def test_hook_gets_argv_literally_and_the_event_in_env(
@@ -137,7 +151,7 @@ def test_hook_gets_argv_literally_and_the_event_in_env(
 def test_only_the_matching_hook_runs(hooks: HookServer, runner_factory: Any) -> None:
     runner = runner_factory(HookConfig(on_current=hooks.command("current")))
     runner.submit(_event(Status.STALE), 1)  # no on_stale: nothing runs
-    assert runner.wait_until_idle(WAIT)
+    assert wait_until_idle(runner, WAIT)
     assert not hooks.pending()
     runner.submit(_event(Status.CURRENT, "a" * 40, 2), 2)
     conn, report = hooks.next_run()
@@ -172,7 +186,7 @@ def test_timeout_kills_the_hook(
     with caplog.at_level(logging.INFO, logger="stalewatch.server"):
         runner.submit(_event(Status.STALE), 1)
         conn, _ = hooks.next_run()  # and never answered
-        assert runner.wait_until_idle(WAIT)
+        assert wait_until_idle(runner, WAIT)
         assert conn.recv(1) == b""  # the hook process is gone
     assert "timed out after 0.3 s" in caplog.text
 
@@ -203,7 +217,7 @@ def test_timeout_ends_a_process_that_left_the_group_too(
         runner.submit(_event(Status.STALE), 1)
         roles = {report["argv"][0]: conn for conn, report in (hooks.next_run() for _ in range(2))}
         hook, escaped = roles["hook"], roles["escaped"]
-        assert runner.wait_until_idle(WAIT)
+        assert wait_until_idle(runner, WAIT)
         assert hook.recv(1) == b""  # the hook was killed
         assert escaped.recv(1) == b""  # and so was the process that left its group
     assert "timed out after 2.0 s" in caplog.text
@@ -214,7 +228,7 @@ def test_hold_while_marker_exists(hooks: HookServer, runner_factory: Any, tmp_pa
     marker.touch()
     runner = runner_factory(HookConfig(on_stale=hooks.command(), hold_while=marker))
     runner.submit(_event(Status.STALE, "b" * 40, 1), 1)
-    assert runner.wait_for_state("held", WAIT)
+    assert wait_for_state(runner, "held", WAIT)
     runner.submit(_event(Status.STALE, "c" * 40, 2), 2)
     assert not hooks.pending()
     marker.unlink()  # the updater finished
@@ -229,7 +243,7 @@ def test_missing_command_is_logged_and_later_hooks_still_run(
 ) -> None:
     runner = runner_factory(HookConfig(on_stale=("/nonexistent/restart-it",), on_current=hooks.command()))
     runner.submit(_event(Status.STALE), 1)
-    assert runner.wait_until_idle(WAIT)
+    assert wait_until_idle(runner, WAIT)
     assert "on_stale hook for /srv/app ['/nonexistent/restart-it']: cannot run" in caplog.text
     runner.submit(_event(Status.CURRENT, "a" * 40, 2), 2)
     conn, _ = hooks.next_run()
@@ -237,12 +251,14 @@ def test_missing_command_is_logged_and_later_hooks_still_run(
 
 
 def test_stop_ends_a_running_hook_quickly(hooks: HookServer) -> None:
-    runner = HookRunner(Path("/srv/app"), HookConfig(on_stale=hooks.command())).start()
+    drain = OutputDrain()
+    runner = HookRunner(Path("/srv/app"), HookConfig(on_stale=hooks.command()), drain)
     runner.submit(_event(Status.STALE), 1)
     conn, _ = hooks.next_run()
     started = time.monotonic()
     runner.stop()
     runner.stop()
+    drain.stop()
     assert time.monotonic() - started < 1.5
     assert conn.recv(1) == b""
 
@@ -306,7 +322,7 @@ def test_hook_output_is_bounded_in_bytes_under_yes(
     try:
         with caplog.at_level(logging.INFO, logger="stalewatch.server"):
             runner.submit(_event(Status.STALE), 1)
-            assert runner.wait_until_idle(WAIT)
+            assert wait_until_idle(runner, WAIT)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -330,7 +346,7 @@ def test_one_huge_line_is_logged_as_a_bounded_head_and_tail(
     try:
         with caplog.at_level(logging.INFO, logger="stalewatch.server"):
             runner.submit(_event(Status.STALE), 1)
-            assert runner.wait_until_idle(WAIT * 3)
+            assert wait_until_idle(runner, WAIT * 3)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -369,7 +385,7 @@ def test_a_hook_is_done_when_it_exits_even_if_its_child_holds_stdout(
         runner.submit(_event(Status.STALE), 1)
         child, report = hooks.next_run()
         assert report["argv"] == ["child"]
-        assert runner.wait_until_idle(WAIT)  # not after the 30 s timeout
+        assert wait_until_idle(runner, WAIT)  # not after the 30 s timeout
         assert time.monotonic() - started < WAIT
         assert "on_stale hook for /srv/app exited 0" in caplog.text
         # The next hook is not delayed by the child, which is still running.
@@ -424,7 +440,7 @@ def test_a_dangling_symlink_marker_holds(hooks: HookServer, runner_factory: Any,
     marker.symlink_to(tmp_path / "lock-of-the-updater-gone")
     runner = runner_factory(HookConfig(on_stale=hooks.command(), hold_while=marker))
     runner.submit(_event(Status.STALE), 1)
-    assert runner.wait_for_state("held", WAIT)
+    assert wait_for_state(runner, "held", WAIT)
     assert not hooks.pending()
     marker.unlink()
     conn, _ = hooks.next_run()

@@ -8,7 +8,7 @@ import threading
 from typing import cast
 
 from stalewatch.server.inbox import Inbox, Message
-from stalewatch.server.reload_plan import Bound
+from stalewatch.server.reloader import Bound
 
 
 def _message(name: str) -> Message:
@@ -58,7 +58,7 @@ def test_a_post_during_the_loops_turn_is_left_to_the_loop_and_never_waits_for_it
 
 def test_a_bound_and_what_follows_it_are_the_loops_in_order() -> None:
     loop = _Loop()
-    bound = Bound(plan=None)
+    bound = Bound()
     with loop.inbox.turn:
         loop.inbox.post(_message("before"))
         loop.inbox.post(bound)

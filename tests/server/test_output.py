@@ -43,7 +43,7 @@ def test_the_drain_holds_at_most_max_drained_pipes(caplog: pytest.LogCaptureFixt
                 read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
                 writers.append(write_end)
                 drain.adopt(read_end, f"hook {n}", BoundedOutput())
-            assert drain.pipes == MAX_DRAINED
+            assert len(drain._pipes) == MAX_DRAINED
             for oldest in writers[:6]:
                 assert _hung_up(oldest)  # closed by the drain: its writer would get EPIPE
             assert not _hung_up(writers[6], timeout=0.05)  # the others are still drained
@@ -60,7 +60,7 @@ def test_the_drain_holds_at_most_max_drained_pipes(caplog: pytest.LogCaptureFixt
         drain.stop()
     assert caplog.text.count("closing the oldest") == 6
     assert f"hook {MAX_DRAINED + 5}: still read" in caplog.text
-    assert drain.pipes == 0
+    assert not drain._pipes
 
 
 def test_a_background_flood_is_cut_off_instead_of_busying_the_drain_for_ever(

@@ -39,7 +39,7 @@ from ..server.config import DaemonConfig, load, with_checkouts
 from ..server.listening import listen, release, unlink_if_ours
 from ..server.loop import DaemonServer, ObserverFactory
 from ..server.registry import Registry
-from ..server.reload_plan import AT_START
+from ..server.reloader import AT_START
 
 __all__ = ["cmd_check", "cmd_daemon", "describe"]
 

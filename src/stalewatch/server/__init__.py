@@ -7,9 +7,8 @@
 - :mod:`.publisher`: what subscribers are told, and when.
 - :mod:`.registry`: the server processes that registered the revision they loaded.
 - :mod:`.registrations`: what a server process's registration does.
-- :mod:`.config` and :mod:`.owned_file`: the configuration, and reading it safely.
-- :mod:`.reload_plan`: a SIGHUP's plan, bound before anything changes.
-- :mod:`.reloader`: a reload's course on the loop, from the request to ``READY=1``.
+- :mod:`.config`: the configuration, and reading it safely; :mod:`.startup`: what a start reads and binds.
+- :mod:`.reloader`: a SIGHUP's plan, bound before anything changes, and its course on the loop.
 - :mod:`.hooks`, :mod:`.commands`, :mod:`.drain`: running commands, and their output.
 - :mod:`.supervision`: systemd readiness, status and watchdog (sd_notify).
 - :mod:`.listening`: the listening socket, bound safely; :mod:`.journal`: the log.

@@ -13,12 +13,14 @@ records through its methods (:meth:`Checkout.note_health`,
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..core.phases import RestartPhase, RestartState
 from ..core.status import Event, WatchMode
+from ..git.reflog import head_log
 from ..guard.guard import Guard
 from .config import CheckoutConfig
 from .drain import OutputDrain
@@ -27,24 +29,21 @@ from .registry import Registry
 from .restart.executor import Restarter
 from .restart.policy import RestartPolicy
 from .restart.state import Belief
-from .revisions import Revisions
 from .supervision import ObservedSource
 
-__all__ = ["Checkout", "EventSeen", "HealthReported", "Posted", "RestartTold", "bind_checkout"]
+__all__ = ["Checkout", "EventSeen", "HealthReported", "Posted", "RestartTold"]
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class EventSeen:
+class EventSeen(NamedTuple):
     """The checkout's guard saw a change of status or revision."""
 
     entry: Checkout
     event: Event
 
 
-@dataclass(frozen=True)
-class HealthReported:
+class HealthReported(NamedTuple):
     """The daemon's own watcher of the checkout became trusted or not, or changed mode."""
 
     entry: Checkout
@@ -52,8 +51,7 @@ class HealthReported:
     mode: WatchMode
 
 
-@dataclass(frozen=True)
-class RestartTold:
+class RestartTold(NamedTuple):
     """The checkout's restart sequence entered a new phase."""
 
     entry: Checkout
@@ -65,14 +63,8 @@ Posted = EventSeen | HealthReported | RestartTold
 Post = Callable[[Posted], None]
 
 
-def bind_checkout(checkout: CheckoutConfig, source: ObservedSource | None = None) -> Guard:
-    """A guard for one configured checkout (not started).
-
-    Raises:
-        BindError: the path does not exist, is not in a git checkout, or is a file no
-            repository tracks.
-    """
-    return Guard.for_path(checkout.path, loaded_revision=checkout.revision, source=source or ObservedSource())
+MAX_SEEN = 4096
+"""Revisions a checkout remembers from what the daemon saw (the oldest forgotten first)."""
 
 
 class Checkout:
@@ -89,7 +81,8 @@ class Checkout:
         on_hook: called with ``(checkout, hook, outcome)`` after each hook run (metrics).
 
     Raises:
-        BindError: as :func:`bind_checkout`.
+        BindError: the path does not exist, is not in a git checkout, or is a file no
+            repository tracks.
     """
 
     def __init__(
@@ -104,16 +97,20 @@ class Checkout:
     ) -> None:
         self.config = config
         self.source = ObservedSource()
-        self.guard = bind_checkout(config, self.source)
+        self.guard = Guard.for_path(config.path, loaded_revision=config.revision, source=self.source)
         self.base = base
         self.key = str(self.guard.checkout)
-        self._drain = drain
+        self._drain = drain or OutputDrain()
         self._registry = registry or Registry()
         self._on_hook = on_hook
         self.hooks = self._hook_runner(config) if config.hooks.any else None
+        # The revisions a server may register (see knows()): seen, and in logs/HEAD.
+        self._revisions_lock = threading.Lock()
+        self._seen: dict[str, None] = {}
+        self._logged: frozenset[str] = frozenset()
+        self._log_stamp: tuple[int, int, int, int] | None = None
         snap = self.guard.snapshot()
-        self.revisions = Revisions(self.guard.binding.dirs)  # what a server may register
-        self.revisions.saw(snap.loaded_revision, snap.current_revision)
+        self._saw(snap.loaded_revision, snap.current_revision)
         self._known: Belief | None = None  # what a restarter a reload removed knew
         self.restarter = self._restarter(config.restart) if config.restart is not None else None
         self._was_trusted = False
@@ -170,10 +167,8 @@ class Checkout:
         return True, lost
 
     def start(self) -> None:
-        """Subscribe, let the hook runner take work, start the guard's watcher and the restarts."""
+        """Subscribe (events reach the hooks from now on), start the guard's watcher and the restarts."""
         self._unsubscribe = self.guard.subscribe(self._on_event)
-        if self.hooks is not None:
-            self.hooks.start()
         self.guard.start()
         if self.restarter is not None:
             self._start_restarts(self.restarter)
@@ -182,16 +177,48 @@ class Checkout:
         restarter.start()
         restarter.servers(self._registry.processes(self.key))
 
+    def _saw(self, *revisions: str | None) -> None:
+        with self._revisions_lock:
+            for revision in filter(None, revisions):
+                self._seen.pop(revision, None)
+                self._seen[revision] = None  # the newest last
+                if len(self._seen) > MAX_SEEN:
+                    del self._seen[next(iter(self._seen))]
+
     def knows(self, revision: str) -> bool:
-        """Whether the checkout ever had ``revision`` (a registration of another is refused)."""
+        """Whether the checkout ever had ``revision`` (a registration of another is refused).
+
+        A revision the checkout never had is a lie (or a bug), and must never make the
+        restart machine want a restart (issue 15: a bogus revision made the daemon
+        restart in a loop). Known: HEAD's now, one the daemon saw HEAD at (its loaded
+        revision, its events), or one ``logs/HEAD`` names (its newest 256 KiB: where
+        HEAD was before the daemon started), read again only when the file changed, so
+        a client registering over and over costs a ``stat``.
+        """
         snap = self.guard.snapshot()
-        return revision in (snap.loaded_revision, snap.current_revision) or self.revisions.knows(revision)
+        if revision in (snap.loaded_revision, snap.current_revision):
+            return True
+        with self._revisions_lock:
+            if revision in self._seen or revision in self._logged:
+                return True
+            if (dirs := self.guard.binding.dirs) is None:  # untracked: only what was seen
+                return False
+            try:
+                info = dirs.store.reflogs(dirs)[0].stat()
+            except (IndexError, OSError):  # no reflog (reftable), or none yet
+                return False
+            stamp = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            if stamp != self._log_stamp:
+                entries, _ = head_log(dirs)
+                self._logged = frozenset(e.old for e in entries) | frozenset(e.new for e in entries)
+                self._log_stamp = stamp
+            return revision in self._logged
 
     def _on_event(self, event: Event) -> None:
         # On the watcher's thread: hand over, never block here. A restart phase first:
         # a client that learns the code is stale learns in the same breath that a
         # restart is coming (its 409s say so from the first one).
-        self.revisions.saw(event.loaded_revision, event.current_revision)
+        self._saw(event.loaded_revision, event.current_revision)
         restarter = self.restarter
         if restarter is not None:
             try:
@@ -207,9 +234,9 @@ class Checkout:
         """Take a reloaded configuration with the same path and revision (hooks, restarts)."""
         self.config = config
         if self.hooks is not None:
-            self.hooks.update(config.hooks)  # dropping every hook leaves an idle runner
+            self.hooks.config = config.hooks  # dropping every hook leaves an idle runner
         elif config.hooks.any:  # the first hooks of a checkout watched without any
-            self.hooks = self._hook_runner(config).start()
+            self.hooks = self._hook_runner(config)
         if config.restart is not None and self.restarter is not None:
             self.restarter.update(config.restart)
         elif config.restart is not None:

@@ -212,7 +212,8 @@ def _end(pid: int, signum: int, mark: str | None) -> None:
     """Signal the command's group; with ``mark``: what it started outside the group too.
 
     They are looked for first: once its group is gone, a child of the command is an
-    orphan, found only by its mark.
+    orphan, found only by its mark. Each is signalled only while it still is the process
+    found (its start time: a pid reused meanwhile is spared).
     """
     found = _started(pid, mark) if mark is not None else {}
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone

@@ -34,21 +34,25 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..core.declared import ARGV, PATH, Kind, Refused, choice, integer, known, read, seconds, setting
-from ..core.errors import SupervisedHandoffError
+from ..core.errors import DaemonConfigError, SupervisedHandoffError
 from ..core.revisions import is_object_id
 from ..core.settings import METRICS_DAEMON, NAME, is_name
 from ..core.tables import TableReader, parse
-from .owned_file import read_checked
 from .restart.actions import action_of
 from .restart.policy import RestartPolicy, parse_policy
 
-__all__ = ["CheckoutConfig", "DaemonConfig", "HookConfig", "load", "with_checkouts"]
+__all__ = ["CheckoutConfig", "DaemonConfig", "HookConfig", "load", "read_checked", "with_checkouts"]
+
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest configuration file read (a real one is a few hundred bytes)."""
 
 _ADDRESS = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>[0-9]{1,5})$")
 
@@ -202,9 +206,9 @@ def load(file: Path) -> DaemonConfig:
 
     Raises:
         DaemonConfigError: the file cannot be read (missing, not a regular file,
-            larger than :data:`~.owned_file.MAX_CONFIG_BYTES`, not UTF-8), is writable
+            larger than :data:`MAX_CONFIG_BYTES`, not UTF-8), is writable
             by group or others or owned by a stranger (see
-            :func:`~.owned_file.check_ownership`), is not TOML, or a key is invalid
+            :func:`check_ownership`), is not TOML, or a key is invalid
             (the message names the file, the line and the key). This is the only
             exception it raises.
     """
@@ -217,3 +221,53 @@ def with_checkouts(config: DaemonConfig, paths: Sequence[str]) -> DaemonConfig:
     """``config`` plus checkouts named on the command line (no hooks, HEAD as loaded)."""
     extra = tuple(CheckoutConfig(Path(path).expanduser().absolute()) for path in paths)
     return replace(config, checkouts=config.checkouts + extra)
+
+
+def read_checked(file: Path) -> str:
+    """The file's text, after checking the opened file: regular, small, safely owned.
+
+    Every check is made on the opened file (``fstat``): the file checked is the file
+    read. A FIFO, a device or a huge file is refused without hanging or reading it whole.
+    """
+    try:
+        # O_NONBLOCK: a FIFO planted at the path must not hang the daemon (or a reload).
+        fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        raise _refused(file, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _refused(file, "cannot read: not a regular file")
+        check_ownership(file, info)
+        with open(fd, "rb", closefd=False) as opened:  # buffered: reads on until that much, or the end
+            data = opened.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise _refused(file, f"cannot read: larger than {MAX_CONFIG_BYTES} bytes")
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _refused(file, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def check_ownership(file: Path, info: os.stat_result, euid: int | None = None) -> None:
+    """Refuse a file that anyone but its owner may write, or owned by a stranger.
+
+    Its owner must be root or the daemon's user (``euid``; default ours).
+
+    Raises:
+        DaemonConfigError: naming the owner or the mode, and what to do.
+    """
+    euid = os.geteuid() if euid is None else euid
+    if info.st_uid not in (0, euid):
+        owner = f"owned by uid {info.st_uid}, neither root nor the daemon's user (uid {euid})"
+        raise _refused(file, f"{owner}; it names commands the daemon runs")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022:
+        who = "group and others" if mode & 0o022 == 0o022 else "group" if mode & 0o020 else "others"
+        reason = f"writable by {who} (mode {mode:04o}); it names commands the daemon runs"
+        raise _refused(file, f"{reason}: chmod go-w {file}")
+
+
+def _refused(file: Path, reason: str) -> DaemonConfigError:
+    return DaemonConfigError("config", str(file), reason, file=file)

@@ -15,24 +15,14 @@ from __future__ import annotations
 
 import logging
 import os
-import selectors
+import select
 import threading
 import time
 
 from ..core.escaping import printable
 from ..core.signals import Wakeup
 
-__all__ = [
-    "DRAIN_BURST",
-    "DRAIN_RATE",
-    "HEAD_BYTES",
-    "MAX_DRAINED",
-    "MAX_LINES",
-    "TAIL_BYTES",
-    "BoundedOutput",
-    "OutputDrain",
-    "read_available",
-]
+__all__ = ["MAX_DRAINED", "BoundedOutput", "OutputDrain", "read_available"]
 
 logger = logging.getLogger(__name__)
 
@@ -128,14 +118,15 @@ class OutputDrain:
 
     One thread (``stalewatch-hook-output``) runs only while there is a pipe to read, and
     ends when the last one reaches end of file. :meth:`stop` closes every pipe left
-    (the daemon is exiting) and joins it. Safe from any thread.
+    (the daemon is exiting) and joins it. Safe from any thread: every pipe is read,
+    closed and forgotten under one lock, so the thread never reads a pipe it no
+    longer holds (it polls the pipes anew each pass, and ignores what was closed).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # fd -> (label, output, [bytes allowed, when]: a token bucket, see _within_rate)
         self._pipes: dict[int, tuple[str, BoundedOutput, list[float]]] = {}
-        self._evicted: list[int] = []  # by adopt(): the thread unregisters, then closes them
         self._thread: threading.Thread | None = None
         self._wakeup: Wakeup | None = None  # while the thread runs
         self._stopping = False
@@ -154,15 +145,13 @@ class OutputDrain:
                 return
             while len(self._pipes) >= MAX_DRAINED:
                 oldest = next(iter(self._pipes))  # dicts keep insertion order
-                old_label, old_output, _ = self._pipes.pop(oldest)
-                self._evicted.append(oldest)
                 logger.warning(
                     "stalewatch: %s: more than %d hook output pipes held by background processes;"
                     " closing the oldest",
-                    old_label,
+                    self._pipes[oldest][0],
                     MAX_DRAINED,
                 )
-                _log_rest(old_label, old_output, closed=True)
+                self._close(oldest, closed=True)
             self._pipes[fd] = (label, output, [float(DRAIN_BURST), time.monotonic()])
             if self._wakeup is None:
                 self._wakeup = Wakeup()
@@ -170,13 +159,7 @@ class OutputDrain:
                     target=self._run, args=(self._wakeup,), name="stalewatch-hook-output", daemon=True
                 )
                 self._thread.start()
-            else:
-                self._wakeup.poke()
-
-    @property
-    def pipes(self) -> int:
-        """How many pipes are being drained."""
-        return len(self._pipes)
+            self._wakeup.poke()  # poll the pipes as they are now
 
     def stop(self) -> None:
         """Close every pipe still drained and join the thread. Harmless twice."""
@@ -189,67 +172,57 @@ class OutputDrain:
             thread.join(timeout=1.0)
 
     def _run(self, wakeup: Wakeup) -> None:
-        selector = selectors.DefaultSelector()
-        watched = selector.get_map()  # the pipes registered, and the wake-up
         try:
-            selector.register(wakeup.fileno(), selectors.EVENT_READ)
             while True:
                 with self._lock:
-                    for fd in self._evicted:
-                        if fd in watched:
-                            selector.unregister(fd)
-                        os.close(fd)
-                    self._evicted.clear()
                     if self._stopping or not self._pipes:
-                        self._finish(wakeup)
+                        self._finish()
                         return
-                    for fd in self._pipes.keys() - watched.keys():
-                        selector.register(fd, selectors.EVENT_READ)
-                for key, _ in selector.select():
-                    if key.fd == wakeup.fileno():
-                        wakeup.drain()
-                        continue
-                    with self._lock:  # adopt() may evict it meanwhile
-                        self._read(key.fd, selector)
+                    poller = select.poll()
+                    for fd in (wakeup.fileno(), *self._pipes):
+                        poller.register(fd, select.POLLIN)
+                for fd, _ in poller.poll():
+                    with self._lock:
+                        if fd in self._pipes:  # else: closed meanwhile (adopt, stop)
+                            self._read(fd)
+                wakeup.drain()
         except Exception:
             logger.exception("stalewatch: draining hook output failed")
             with self._lock:
-                self._finish(wakeup)
-        finally:
-            selector.close()
+                self._finish()
 
-    def _read(self, fd: int, selector: selectors.BaseSelector) -> None:
+    def _finish(self) -> None:
+        # Under _lock: close what is left, and let the next adopt() start a thread.
+        for fd in list(self._pipes):
+            self._close(fd, closed=True)
+        if self._wakeup is not None:
+            self._wakeup.close()
+        self._thread = self._wakeup = None
+
+    def _read(self, fd: int) -> None:
         # Under _lock: read what ``fd`` has; done with it at its end, or when it floods.
-        if fd not in self._pipes:
-            return  # evicted meanwhile (closed on the next turn)
         label, output, budget = self._pipes[fd]
         before = output.total
         ended = read_available(fd, output)
         flooding = not ended and not _within_rate(budget, output.total - before)
+        if flooding:
+            logger.warning(
+                "stalewatch: %s: a background process writes more than %d bytes/s to the"
+                " hook's output; closing it (redirect its output: cmd >/dev/null 2>&1 &)",
+                label,
+                DRAIN_RATE,
+            )
         if ended or flooding:
-            selector.unregister(fd)
-            del self._pipes[fd]
-            os.close(fd)
-            if flooding:
-                logger.warning(
-                    "stalewatch: %s: a background process writes more than %d bytes/s to the"
-                    " hook's output; closing it (redirect its output: cmd >/dev/null 2>&1 &)",
-                    label,
-                    DRAIN_RATE,
-                )
-            _log_rest(label, output, closed=flooding)
+            self._close(fd, closed=flooding)
 
-    def _finish(self, wakeup: Wakeup) -> None:
-        # Under _lock: close what is left, and let the next adopt() start a thread.
-        for fd in self._evicted:
-            os.close(fd)
-        self._evicted.clear()
-        for fd, (label, output, _) in self._pipes.items():
-            os.close(fd)
-            _log_rest(label, output, closed=True)
-        self._pipes.clear()
-        wakeup.close()
-        self._thread = self._wakeup = None
+    def _close(self, fd: int, *, closed: bool) -> None:
+        # Under _lock: forget the pipe, close it, log what it kept.
+        label, output, _ = self._pipes.pop(fd)
+        os.close(fd)
+        end = "closed at exit" if closed else "closed by its last writer"
+        logger.info("stalewatch: %s: background output, %d bytes, %s", label, output.total, end)
+        for line in output.lines():
+            logger.info("stalewatch: %s: %s", label, line)
 
 
 def _within_rate(budget: list[float], taken: int) -> bool:
@@ -262,10 +235,3 @@ def _within_rate(budget: list[float], taken: int) -> bool:
     now = time.monotonic()
     budget[:] = min(float(DRAIN_BURST), budget[0] + (now - budget[1]) * DRAIN_RATE) - taken, now
     return budget[0] >= 0
-
-
-def _log_rest(label: str, output: BoundedOutput, *, closed: bool = False) -> None:
-    end = "closed at exit" if closed else "closed by its last writer"
-    logger.info("stalewatch: %s: background output, %d bytes, %s", label, output.total, end)
-    for line in output.lines():
-        logger.info("stalewatch: %s: %s", label, line)

@@ -64,13 +64,14 @@ class HookRunner:
     """Runs one checkout's hooks, one at a time, latest event wins.
 
     Its thread (``stalewatch-hooks:<checkout>``) is started by :meth:`submit` and ends
-    when nothing is pending: an idle runner holds no thread.
+    when nothing is pending: an idle runner holds no thread. ``state`` is ``idle``,
+    ``held`` (waiting for the ``hold_while`` marker to go) or ``running``.
 
     Args:
         checkout: the checkout (for thread names and logs).
-        config: which commands to run; replace with :meth:`update` on reload.
+        config: which commands to run; a reload replaces it (read at each run).
         drain: where the pipes of hooks that left a background writer go (the
-            daemon shares one; default: the runner's own, stopped with it).
+            daemon shares one).
         on_outcome: called with ``(hook, outcome)`` after each run, on the runner's
             thread; ``outcome`` is ``success``, ``failure``, ``killed``, ``timeout``
             or ``not_started`` (the daemon's metrics count them).
@@ -80,58 +81,31 @@ class HookRunner:
         self,
         checkout: Path,
         config: HookConfig,
-        drain: OutputDrain | None = None,
+        drain: OutputDrain,
         *,
         on_outcome: Callable[[str, str], None] | None = None,
     ) -> None:
         self.checkout = checkout
+        self.config = config
+        self._drain = drain
         self._on_outcome = on_outcome
-        self._config = config
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._pending: tuple[Event, int] | None = None
-        self.state = "idle"  # or held (waiting for the marker to go), or running
-        self._started = False
+        self.state = "idle"
         self.thread: threading.Thread | None = None  # while it has work
-        self._own_drain = drain is None
-        self._drain = drain if drain is not None else OutputDrain()
-
-    def start(self) -> HookRunner:
-        """Accept work: from now on a submitted event starts the thread."""
-        with self._cond:
-            self._started = True
-            self._spawn()
-        return self
-
-    def update(self, config: HookConfig) -> None:
-        """Use new commands from the next run on (a reload)."""
-        self._config = config
 
     def submit(self, event: Event, generation: int) -> None:
         """Queue ``event``, replacing any event still waiting (coalescing). Any thread."""
         with self._cond:
             self._pending = (event, generation)
-            self._cond.notify_all()
-            self._spawn()
-
-    def _spawn(self) -> None:
-        # Under _cond: the thread clears self.thread under _cond before it ends, so
-        # an event submitted meanwhile either is seen by it or starts a new one.
-        if self._started and self._pending is not None and self.thread is None and not self._stop.is_set():
-            self.thread = threading.Thread(
-                target=self._run, name=f"stalewatch-hooks:{self.checkout}", daemon=True
-            )
-            self.thread.start()
-
-    def wait_until_idle(self, timeout: float) -> bool:
-        """Wait until nothing is pending or running; False on timeout."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._pending is None and self.state == "idle", timeout)
-
-    def wait_for_state(self, state: str, timeout: float) -> bool:
-        """Wait until the runner is in ``state``; False on timeout."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self.state == state, timeout)
+            # The thread clears self.thread under _cond as it decides to end, so an
+            # event submitted meanwhile either is seen by it or starts a new one.
+            if self.thread is None and not self._stop.is_set():
+                self.thread = threading.Thread(
+                    target=self._run, name=f"stalewatch-hooks:{self.checkout}", daemon=True
+                )
+                self.thread.start()
 
     def request_stop(self) -> None:
         """Begin stopping without waiting: a running hook's group gets SIGTERM now and
@@ -140,19 +114,14 @@ class HookRunner:
         The daemon calls this on every runner before joining any, so the grace
         periods of several hooks that ignore SIGTERM run side by side.
         """
-        with self._cond:
-            self._stop.set()
-            self._cond.notify_all()
+        self._stop.set()
 
     def stop(self) -> None:
         """Stop: end a running hook's process group, join the thread. Harmless twice."""
-        self.request_stop()
-        with self._cond:
-            thread = self.thread
+        self._stop.set()
+        thread = self.thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2 * commands.KILL_GRACE + 1.0)
-        if self._own_drain:
-            self._drain.stop()
 
     # -- the thread -----------------------------------------------------------------
 
@@ -162,36 +131,27 @@ class HookRunner:
             self._cond.notify_all()
 
     def _run(self) -> None:
-        try:
-            while True:
-                with self._cond:
-                    if self._stop.is_set() or self._pending is None:
-                        # Decided and cleared under one lock: an event submitted after
-                        # this sees no thread and starts one (none is ever stranded).
-                        self.thread = None
-                        return
-                if not self._hold():
-                    return
-                with self._cond:
-                    pending, self._pending = self._pending, None
-                    self.state = "running"
-                try:
-                    if pending is not None:  # always: only this thread takes it
-                        self._execute(*pending)
-                except Exception:  # a broken hook must never stop later ones
-                    logger.exception("stalewatch: hook for %s failed", self.checkout)
-                finally:
-                    self._set_state("idle")
-        finally:
+        while True:
             with self._cond:
-                if self.thread is threading.current_thread():  # stopped, or a bug
-                    self.thread = None
                 self.state = "idle"
                 self._cond.notify_all()
+                if self._stop.is_set() or self._pending is None:
+                    self.thread = None  # decided under the lock that submit() takes
+                    return
+            if not self._hold():
+                continue  # stopped: ends on the next pass
+            with self._cond:
+                pending, self._pending = self._pending, None
+                self.state = "running"
+            try:  # a broken hook, or a broken count of it, must never stop later ones
+                if pending is not None:  # always: only this thread takes it
+                    self._execute(*pending)
+            except Exception:
+                logger.exception("stalewatch: hook for %s failed", self.checkout)
 
     def _hold(self) -> bool:
         """Wait while the hold_while marker exists; False when stopped meanwhile."""
-        marker = self._config.hold_while
+        marker = self.config.hold_while
         # lexists: a marker that is a dangling symlink is still there (an updater may
         # link it to a lock file of its own, gone or not).
         if marker is None or not os.path.lexists(marker):
@@ -200,7 +160,7 @@ class HookRunner:
         logger.info("stalewatch: hooks for %s held while %s exists", self.checkout, marker)
         remind = time.monotonic() + _HOLD_REMIND
         # A poll, because the marker may live anywhere (even where inotify cannot
-        # reach); stop_event.wait keeps stop() prompt. Re-read the config each time:
+        # reach); _stop.wait keeps stop() prompt. Re-read the config each time:
         # a reload may move or drop the marker.
         while marker is not None and os.path.lexists(marker):
             if self._stop.wait(_HOLD_POLL):
@@ -208,12 +168,12 @@ class HookRunner:
             if time.monotonic() >= remind:
                 remind += _HOLD_REMIND
                 logger.warning("stalewatch: hooks for %s still held: %s exists", self.checkout, marker)
-            marker = self._config.hold_while
+            marker = self.config.hold_while
         logger.info("stalewatch: hold released; running hooks for %s", self.checkout)
         return True
 
     def _execute(self, event: Event, generation: int) -> None:
-        config = self._config
+        config = self.config
         name = _HOOKS.get(event.status)
         argv: tuple[str, ...] | None = getattr(config, name) if name else None
         if not argv or name is None or self._stop.is_set():
@@ -231,11 +191,5 @@ class HookRunner:
         else:
             level = logging.ERROR if outcome.result == "timeout" else logging.WARNING
             logger.log(level, "stalewatch: %s %s: %s", label, printable(repr(list(argv))), outcome.detail)
-        self._outcome(name, "killed" if outcome.result == "stopped" else outcome.result)
-
-    def _outcome(self, name: str, outcome: str) -> None:
         if self._on_outcome is not None:
-            try:
-                self._on_outcome(name, outcome)
-            except Exception:  # counting a run must never cost the next one
-                logger.exception("stalewatch: recording the outcome of a hook failed")
+            self._on_outcome(name, "killed" if outcome.result == "stopped" else outcome.result)

@@ -2,7 +2,7 @@
 
 Watcher threads (a guard's event, a watcher's health), restart threads (a new phase)
 and the reload's thread (what it bound) never touch the loop's tables: they post a
-typed message (:data:`~.checkout.Posted`, :class:`~.reload_plan.Bound`), handled in
+typed message (:data:`~.checkout.Posted`, :class:`~.reloader.Bound`), handled in
 the order posted.
 
 The loop holds :attr:`Inbox.turn` for all of its turn but its wait. A thread that
@@ -11,7 +11,7 @@ there and then (``handle``: the loop's own code, so its lines reach the clients
 without waiting for the loop's thread to wake, issue 27); it never waits for the lock
 (the loop may be waiting for that very thread: a watcher's stop). Whoever handles,
 the loop is woken after, for what may wait until the lines are out (the journal,
-``STATUS=``); a reload's :class:`~.reload_plan.Bound`, and what follows it, is left
+``STATUS=``); a reload's :class:`~.reloader.Bound`, and what follows it, is left
 to the loop's thread.
 """
 
@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from .checkout import Posted
-from .reload_plan import Bound
+from .reloader import Bound
 
 __all__ = ["Inbox", "Message"]
 
@@ -65,7 +65,7 @@ class Inbox:
 
     def take(self, *, posted_only: bool = False) -> Iterator[Message]:
         """Every message posted so far, and those posted meanwhile, under :attr:`turn`;
-        ``posted_only``: up to the first :class:`~.reload_plan.Bound` (the loop's alone)."""
+        ``posted_only``: up to the first :class:`~.reloader.Bound` (the loop's alone)."""
         if not posted_only:
             self._poked = False
         queue = self._queue

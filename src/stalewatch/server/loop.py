@@ -25,6 +25,7 @@ turn.
 
 from __future__ import annotations
 
+import gc
 import logging
 import selectors
 import signal
@@ -39,7 +40,7 @@ from ..core.version import __version__
 from ..protocol.codec import encode
 from ..protocol.messages import ping_message
 from ..watching.watcher import halt
-from . import memory, startup
+from . import startup
 from .checkout import Checkout, EventSeen, HealthReported, RestartTold
 from .config import CheckoutConfig, DaemonConfig
 from .connections import ACCEPT_PAUSE, Client, ClientSet
@@ -49,8 +50,7 @@ from .observer import DaemonObserver
 from .publisher import Publisher
 from .registrations import Registrations
 from .registry import Registry
-from .reload_plan import Bound
-from .reloader import Reloader
+from .reloader import Bound, Reloader
 from .supervision import ObservedSource, SystemdNotifier, counted, status_text
 
 __all__ = [
@@ -223,7 +223,7 @@ class DaemonServer:
         self._clients.burst = 1 + len(self._entries)
         for entry in self._entries.values():
             entry.start()
-        memory.settle()  # what a checkout keeps: out of every later collection's walk
+        gc.freeze()  # what a checkout keeps: out of every later collection's walk
         self._systemd.serving(self._entries)
         self._selector.register(listener, selectors.EVENT_READ, "listen")
         self._selector.register(self._wakeup.fileno(), selectors.EVENT_READ, "wake")

@@ -16,7 +16,7 @@ from ..core.errors import DaemonConfigError
 from ..protocol.socket_path import default_socket_path
 from .checkout import Checkout
 from .config import CheckoutConfig, DaemonConfig, load, with_checkouts
-from .reload_plan import plan_reload
+from .reloader import plan_reload
 
 __all__ = ["Startup", "bind", "read"]
 

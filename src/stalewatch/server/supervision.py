@@ -33,7 +33,7 @@ from pathlib import Path
 from ..core.status import Status, WatchMode
 from ..git.refs import GitDirs
 from ..watching.local import LocalSource
-from ..watching.source import OnChange, OnHealth, OnRestart, Watch
+from ..watching.source import OnChange, OnHealth
 from ..watching.watcher import Watcher
 
 __all__ = ["READY_WAIT", "SD_ENV", "ObservedSource", "SystemdNotifier", "counted", "notify", "status_text"]
@@ -82,26 +82,23 @@ def watchdog_interval(environ: Mapping[str, str] = os.environ) -> float | None:
     (``WATCHDOG_PID`` names a different pid).
     """
     usec, pid = environ.get("WATCHDOG_USEC", ""), environ.get("WATCHDOG_PID", "")
-    if pid and pid != str(os.getpid()):
+    if (pid and pid != str(os.getpid())) or not (usec.isascii() and usec.isdigit()) or not int(usec):
         return None
-    try:
-        value = int(usec)
-    except ValueError:
-        return None
-    return value / 2e6 if value > 0 else None
+    return int(usec) / 2e6
 
 
-class ObservedSource:
+class ObservedSource(LocalSource):
     """A :class:`LocalSource` that records the watcher's heartbeat and health reports.
 
     The watcher beats on every periodic verification (and restart), run by the
     process's shared workers; a recent beat proves they still turn for this checkout:
     the systemd watchdog pings only on that proof. Verifications are spread and
-    stretched with the number of checkouts (``verify_interval`` is the period now).
+    stretched with the number of checkouts (the watcher's ``verify_period`` is the
+    period now).
     """
 
     def __init__(self) -> None:
-        self._inner = LocalSource()
+        super().__init__()
         self.watcher: Watcher | None = None  # the watcher it made (None: not watching yet)
         # The last beat; at first, when its watcher was made: a watcher a reload just added
         # has as long for its first turn as any other for its next (a thousand new ones
@@ -109,24 +106,12 @@ class ObservedSource:
         self.beat: float | None = None
         self.on_report: Callable[[bool, WatchMode], None] | None = None  # set by the checkout
 
-    @property
-    def verify_interval(self) -> float:
-        """Seconds between the watcher's verifications now (more checkouts: longer)."""
-        watcher = self.watcher
-        return watcher.verify_period if watcher is not None else self._inner.verify_interval
-
     def _beat(self) -> None:
         self.beat = time.monotonic()
 
-    def watch(
-        self,
-        dirs: GitDirs,
-        on_change: OnChange,
-        on_health: OnHealth,
-        *,
-        loaded_revision: str | None = None,
-        on_restart: OnRestart | None = None,
-    ) -> Watch:
+    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth, **_: object) -> Watcher:
+        """Watch ``dirs`` in this process, as :class:`LocalSource` does, beating on each turn."""
+
         def changed() -> Sequence[Path] | None:
             self._beat()
             return on_change()
@@ -136,11 +121,10 @@ class ObservedSource:
             if self.on_report is not None:
                 self.on_report(trusted, mode)
 
-        watcher = self._inner.watch(dirs, changed, health)
-        watcher.on_verified = self._beat
+        self.watcher = super().watch(dirs, changed, health)
+        self.watcher.on_verified = self._beat
         self._beat()
-        self.watcher = watcher
-        return watcher
+        return self.watcher
 
 
 def status_text(states: Iterable[tuple[Status, bool]], clients: int) -> str:
@@ -283,7 +267,8 @@ class SystemdNotifier:
         if now - self._loop_beat > 3 * self._loop_tick:
             return f"the socket loop has not run for {now - self._loop_beat:.1f} s"
         for key, source in self._watchers:
-            beat, interval = source.beat, source.verify_interval
+            beat = source.beat
+            interval = source.watcher.verify_period if source.watcher is not None else source.verify_interval
             if beat is None or now - beat > 3 * interval + 1:
                 return f"the watcher for {key} has not re-verified for {3 * interval + 1:.0f} s"
         return None
