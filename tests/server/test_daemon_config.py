@@ -86,6 +86,13 @@ def test_invalid_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert f"{file}:3: checkout[1].on_stale" in err and "never run through a shell" in err
 
 
+def test_a_checkout_under_a_home_nobody_has_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["daemon", "--socket", str(tmp_path / "s"), "~no-such-user-stalewatch/x"]) == 2
+    assert "CHECKOUT: no home directory to expand ~ to" in capsys.readouterr().err
+
+
 def test_unreadable_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["daemon", "--socket", str(tmp_path / "s"), "--config", str(tmp_path / "missing.toml")]) == 2
     assert "cannot read" in capsys.readouterr().err

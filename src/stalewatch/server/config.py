@@ -219,7 +219,10 @@ def load(file: Path) -> DaemonConfig:
 
 def with_checkouts(config: DaemonConfig, paths: Sequence[str]) -> DaemonConfig:
     """``config`` plus checkouts named on the command line (no hooks, HEAD as loaded)."""
-    extra = tuple(CheckoutConfig(Path(path).expanduser().absolute()) for path in paths)
+    try:
+        extra = tuple(CheckoutConfig(Path(path).expanduser().absolute()) for path in paths)
+    except RuntimeError:  # pathlib's word for "~user" naming nobody
+        raise DaemonConfigError("CHECKOUT", paths, "no home directory to expand ~ to") from None
     return replace(config, checkouts=config.checkouts + extra)
 
 
