@@ -226,3 +226,21 @@ def test_a_stopped_webuis_program_is_found_in_the_file_supervisord_includes(
     assert "append the" not in out, out  # nothing to edit by hand
     assert (root / "conf.d" / "stalewatch-hermes.conf").is_file()
     assert f"http://127.0.0.1:{port}/health" in out  # the port, from the program's environment
+
+
+def test_a_supervisord_conf_under_home_is_expanded_for_supervisorctl_too(
+    world: tuple[Path, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--supervisord-conf ~/...` reaches `supervisorctl -c` expanded (supervisorctl does
+    not expand `~`)."""
+    root, _ = world
+    named = "~/../supervisord.conf"  # HOME is root/h
+    args = ["--write", "--no-check", "--config", str(root / "h.toml"), "--supervisord-conf", named]
+    assert main(["hermes", "setup", *args]) == 0, capsys.readouterr().err
+    written = (root / "h.toml").read_text()
+    assert f'"-c", "{root / "supervisord.conf"}"' in written, written
+
+
+def test_a_path_under_a_home_nobody_has_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["hermes", "setup", "--webui-dir", "~no-such-user-stalewatch/webui"]) == 2
+    assert "no home directory to expand ~ to" in capsys.readouterr().err

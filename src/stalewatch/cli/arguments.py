@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
 
 from ..core.version import __version__
@@ -168,4 +169,13 @@ def _add_hermes(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         ("--socket", "the daemon's socket (default: per supervisor)"),
         ("--unit-dir", "systemd: where units go (default: ~/.config/systemd/user)"),
     ):
-        parser.add_argument(flag, help=text)
+        kind = str if flag in ("--unit", "--label", "--program") else _user_path
+        parser.add_argument(flag, type=kind, help=text)
+
+
+def _user_path(text: str) -> Path:
+    """A path argument, ``~`` expanded once here (for every use, supervisorctl's ``-c`` too)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # pathlib's word for "~user" naming nobody
+        raise argparse.ArgumentTypeError(f"{text}: no home directory to expand ~ to") from None

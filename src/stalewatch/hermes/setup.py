@@ -72,11 +72,11 @@ def discover(args: argparse.Namespace) -> Install:
             decides), or a check before writing failed.
     """
     home = discovery.user_home()
-    webui_dir = Path(args.webui_dir).expanduser().resolve() if args.webui_dir else None
+    webui_dir = args.webui_dir.resolve() if args.webui_dir else None
     running = discovery.running_webui(webui_dir, args.port)
     env = running[0].environ if running is not None else dict(os.environ)
     webui_dir = webui_dir or (running[1] if running else None)
-    hermes_home = Path(args.hermes_home).expanduser() if args.hermes_home else discovery.hermes_home(env)
+    hermes_home = args.hermes_home if args.hermes_home else discovery.hermes_home(env)
     if hermes_home is None:
         raise SetupError(
             "cannot tell Hermes' home (no $HERMES_HOME and no home directory); pass --hermes-home"
@@ -84,7 +84,7 @@ def discover(args: argparse.Namespace) -> Install:
     supervisor = supervisors.which(args, running, webui_dir, home, hermes_home)
     webui_dir = webui_dir or supervisors.webui_dir_of(supervisor)
     if args.agent_dir:
-        agent_dir: Path | None = Path(args.agent_dir).expanduser().resolve()
+        agent_dir: Path | None = args.agent_dir.resolve()
     else:
         agent_dir = discovery.discover_agent_dir(webui_dir, env)
     if agent_dir is None or not (agent_dir / "run_agent.py").is_file():
@@ -103,17 +103,15 @@ def discover(args: argparse.Namespace) -> Install:
     host = (env.get("HERMES_WEBUI_HOST") or dotenv.get("HERMES_WEBUI_HOST") or "127.0.0.1").strip()
     if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard bind is probed on loopback
         host = "127.0.0.1"
-    python = Path(args.python).expanduser() if args.python else discovery.agent_python(agent_dir, env)
+    python = args.python if args.python else discovery.agent_python(agent_dir, env)
     system = supervisor.kind.system  # the daemon runs as root: its configuration is in /etc
-    config = Path(args.config).expanduser() if args.config else None
+    config = args.config
     config = config or (Path("/etc") if system else _config_home(home)) / "stalewatch" / "hermes.toml"
-    socket = Path(args.socket) if args.socket else supervisor.kind.socket(os.getuid(), hermes_home)
+    socket = args.socket if args.socket else supervisor.kind.socket(os.getuid(), hermes_home)
     if len(os.fsencode(socket)) > SOCKET_LIMIT:
         raise SetupError(f"the socket path {socket} is too long for a Unix socket: pass --socket")
     unit_dir = (
-        Path(args.unit_dir).expanduser()
-        if args.unit_dir
-        else (None if system else _config_home(home) / "systemd" / "user")
+        args.unit_dir if args.unit_dir else (None if system else _config_home(home) / "systemd" / "user")
     )
     script = Path(sys.executable).with_name("stalewatch")  # this very installation, however started
     run = [str(script)] if script.is_file() else [sys.executable, "-m", "stalewatch"]

@@ -65,7 +65,7 @@ def which(
                 "`ctl.sh start`, or pass --supervisor"
             )
     if args.supervisord_conf:  # named: its programs, in the files it includes too
-        candidates = supervisord.webui_programs(Path(args.supervisord_conf).expanduser(), webui_dir)
+        candidates = supervisord.webui_programs(args.supervisord_conf, webui_dir)
     else:  # every definition on disk that runs the WebUI (several: ask which)
         candidates = [found for kind in KINDS.values() for found in kind.definitions(webui_dir, home)]
     if args.supervisor is not None:

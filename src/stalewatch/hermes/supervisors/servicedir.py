@@ -44,7 +44,7 @@ class ServiceDirectory(Supervisor):
         return found
 
     def given(self, args: argparse.Namespace) -> Found | None:
-        directory = Path(args.service_dir) if args.service_dir else None
+        directory = args.service_dir
         return (
             Found(self, str(directory.resolve()), "--service-dir", directory / "run") if directory else None
         )

@@ -44,7 +44,7 @@ class Supervisord(Supervisor):
         return webui_programs(config, webui_dir) if config is not None else []
 
     def named(self, args: argparse.Namespace, webui_dir: Path | None) -> Found:
-        conf = Path(args.supervisord_conf) if args.supervisord_conf else None
+        conf = args.supervisord_conf
         return Found(self, args.program or "hermes-webui", "--supervisor", conf, conf)
 
     def status(self, found: Found, uid: int) -> list[str]:
