@@ -198,6 +198,18 @@ def test_polling_chosen_by_the_variable_polls(monkeypatch: pytest.MonkeyPatch) -
         LocalSource()
 
 
+def test_poll_false_as_a_keyword_outranks_the_polling_variable(
+    monkeypatch: pytest.MonkeyPatch, git_repo: Repo
+) -> None:
+    # Defaults: the keyword argument, then the variable (docs/library.md).
+    monkeypatch.setenv("STALEWATCH_NOTIFIER", "polling")
+    source = LocalSource(poll=False)
+    assert not source.poll and source.notifier == notifier_module.platform_default()
+    with Guard.for_checkout(git_repo.path, source=source) as guard:
+        assert guard.wait_ready(5)
+        assert guard.snapshot().mode != "polling" and guard.snapshot().trusted
+
+
 def _watcher(guard: Guard) -> Watcher:
     watcher = guard._watch
     assert isinstance(watcher, Watcher)

@@ -32,7 +32,10 @@ class LocalSource:
         poll_interval: float | None = None,
     ) -> None:
         self.verify_interval = settings.verify_interval(verify_interval)
-        self.notifier = settings.notifier() or platform_default()
+        chosen = settings.notifier()
+        if poll is False and chosen == "polling":  # the keyword outranks the variable
+            chosen = None
+        self.notifier = chosen or platform_default()
         self.poll = settings.poll(poll) or self.notifier == "polling"
         self.poll_interval = settings.poll_interval(poll_interval)
 
