@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import shutil
 import struct
 import threading
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from stalewatch.watching import inotify_calls
 from stalewatch.watching import local as watcher_module
 from stalewatch.watching import observer as observer_module
 from stalewatch.watching.plan import Relevance
+from stalewatch.watching.source import OnChange, OnHealth, Watch
 from stalewatch.watching.watcher import halt
 from tests.support.forks import report_from_fork
 from tests.support.notifiers import inotify_only
@@ -655,3 +658,32 @@ def test_a_halted_watcher_takes_no_more_turns_and_still_stops(git_repo: Repo) ->
         assert watcher.turns == turns
         halted.stop()
         assert halted.snapshot().trusted is False
+
+
+def test_a_source_whose_watch_is_an_unhashable_callable_still_feeds_a_guard(git_repo: Repo) -> None:
+    """``Source`` is public: its ``watch`` may be any callable, an unhashable one too (a
+    dataclass with ``__call__``); the keywords it takes are read from its signature."""
+    local = LocalSource()
+
+    @dataclasses.dataclass  # eq and not frozen: no __hash__
+    class Feed:
+        told: list[str | None]
+
+        def __call__(
+            self,
+            dirs: GitDirs,
+            on_change: OnChange,
+            on_health: OnHealth,
+            *,
+            loaded_revision: str | None = None,
+            on_restart: object = None,
+        ) -> Watch:
+            self.told.append(loaded_revision)
+            return local.watch(dirs, on_change, on_health)
+
+    feed = Feed([])
+    source = types.SimpleNamespace(watch=feed)
+    guard = Guard.for_checkout(git_repo.path, source=source)
+    with guard:
+        assert guard.wait_ready(5)
+        assert feed.told == [git_repo.head()]

@@ -114,7 +114,11 @@ def start_watch(
     ``work`` gets the restart keywords without it.
     """
     watch: Callable[..., Watch] = source.watch  # `work` is not in the protocol (see there)
-    restart, work_too = _reads(getattr(watch, "__func__", watch))
+    function = getattr(watch, "__func__", watch)
+    try:
+        restart, work_too = _reads(function)
+    except TypeError:  # an unhashable callable (a dataclass with __call__): asked each time
+        restart, work_too = _reads.__wrapped__(function)
     keywords: dict[str, object] = {}
     if restart:
         keywords.update(loaded_revision=loaded_revision, on_restart=on_restart)
