@@ -148,6 +148,30 @@ def test_a_worker_killed_by_a_turn_is_replaced_and_the_task_told(
     task.wait_turns(1)
 
 
+def test_a_turn_whose_own_ending_fails_is_ended_once(
+    sched: Scheduler, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The end of a turn can raise after its counts are taken back (a thread that cannot
+    # start, "can't start new thread"): the worker's exit must not take them back twice,
+    # or the scheduler believes -1 turns run and holds every later one back.
+    failed: list[Slot] = []
+    set_timer = sched._set_timer
+
+    def once(slot: Slot, when: float) -> None:
+        if slot.task is task and not failed:
+            failed.append(slot)
+            raise RuntimeError("can't start new thread")
+        set_timer(slot, when)
+
+    monkeypatch.setattr(sched, "_set_timer", once)
+    task = Task()
+    slot = added(sched, task)
+    sched.wake(slot)
+    assert task.lost.wait(5)
+    with sched._cond:
+        assert (sched._running, sched._urgent_running) == (0, 0)
+
+
 def test_removed_tasks_do_not_run_and_remove_waits_for_a_running_turn(sched: Scheduler) -> None:
     entered, release = threading.Event(), threading.Event()
 

@@ -335,7 +335,7 @@ class Scheduler:
                 logger.error("stalewatch: %s died in a turn (%r); its task starts over", me.name, cause)
             if self._closed:
                 return
-            if slot is not None:
+            if slot is not None and slot.running is me:  # not if its own _finish raised
                 self._finish(slot, time.monotonic(), urgent)
             if (self._queue and not self._idle) or (self._timers and not self._workers):
                 self._spawn()
