@@ -276,8 +276,8 @@ def test_bindings_are_bounded(module: types.ModuleType, tmp_path: Path) -> None:
     fast = module._read_agent_revision
     for path in agents:
         assert fast(path, module_path=path / "run_agent.py") is not None
-        assert len(agent_head.BINDINGS) <= agent_head.MAX_BINDINGS
-    assert len(agent_head.BINDINGS) == agent_head.MAX_BINDINGS
+        assert len(agent_head.BINDINGS.entries) <= agent_head.MAX_BINDINGS
+    assert len(agent_head.BINDINGS.entries) == agent_head.MAX_BINDINGS
     first = agents[0]
     assert agent_head.BINDINGS.get((first, first / "run_agent.py")) is None  # the oldest went
     assert fast(first, module_path=first / "run_agent.py") is not None  # and binds again
