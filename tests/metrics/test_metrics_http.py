@@ -310,6 +310,9 @@ def test_an_address_in_use_says_the_system_reason_alone() -> None:
             MetricsServer("127.0.0.1", port, _registry()).bind()
     reason = os.strerror(errno.EADDRINUSE)  # the daemon's line, as before: no Python repr after it
     assert str(refused.value) == f"metrics_address: cannot listen on 127.0.0.1:{port}: {reason}"
+    with pytest.raises(MetricsError) as refused:  # a scope no interface has: the lookup's own words
+        MetricsServer("fe80::1%stalewatch-none", 0, _registry()).bind()
+    assert "Unknown error" not in str(refused.value)
 
 
 def test_an_ipv6_address_is_served_where_the_platform_has_no_dual_stack(

@@ -106,9 +106,9 @@ class MetricsServer:
                 dualstack_ipv6=dualstack,
             )
         except OSError as exc:  # the system's reason alone (create_server appends the address's repr)
-            reason = (
-                f"cannot listen on {_host_port(host, port)}: {os.strerror(exc.errno) if exc.errno else exc}"
-            )
+            code = exc.errno or 0  # < 0: a lookup's (getaddrinfo), no system errno
+            said = os.strerror(code) if code > 0 else exc.strerror or exc
+            reason = f"cannot listen on {_host_port(host, port)}: {said}"
             raise MetricsError("metrics_address", reason) from None
         sock.setblocking(False)
         self._listener = sock
