@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 
+from stalewatch.cli.run import main
 from tests.support.daemons import WAIT, Subscriber, daemon_command, greet, short_dir, start_daemon
 from tests.support.metrics import (
     label_names,
@@ -411,6 +412,26 @@ def test_an_address_in_use_exits_2_naming_the_key(workdir: Path, git_repo: Repo)
         taken.close()
     assert done.returncode == 2, done.stderr
     assert f"metrics_address: cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert not (workdir / "d.sock").exists()  # nothing left behind
+
+
+def test_an_ipv6_address_in_use_without_dual_stack_exits_2(
+    workdir: Path, git_repo: Repo, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A platform without dual-stack sockets (OpenBSD, or IPv6 only): a bind error there
+    # is the same clean exit 2 as anywhere, never a traceback (in process: the platform
+    # is the one thing simulated).
+    monkeypatch.setattr(socket, "has_dualstack_ipv6", lambda: False)
+    with socket.socket(socket.AF_INET6) as taken:
+        taken.bind(("::1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        config = write_config(workdir / "c.toml", f'metrics_address = "[::1]:{port}"\n')
+        code = main(
+            ["daemon", "--socket", str(workdir / "d.sock"), "--config", str(config), str(git_repo.path)]
+        )
+    assert code == 2
+    assert f"metrics_address: cannot listen on [::1]:{port}" in capsys.readouterr().err
     assert not (workdir / "d.sock").exists()  # nothing left behind
 
 

@@ -7,7 +7,9 @@ daemon is put through the same while it keeps serving its socket clients.
 
 from __future__ import annotations
 
+import errno
 import gzip
+import os
 import signal
 import socket
 import threading
@@ -22,6 +24,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.registry import Collector
 
+from stalewatch.core.errors import MetricsError
 from stalewatch.metrics.server import MAX_CONNECTIONS, MAX_REQUEST, MetricsServer
 from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
 from tests.support.metrics import get, metrics_url, samples, scrape, value, write_config
@@ -296,3 +299,32 @@ def test_an_accept_header_the_library_chokes_on_gets_the_text_format(
     assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
     assert value(samples(body.decode()), "stalewatch_test_value") == 42
     assert "unexpected error" not in caplog.text
+
+
+def test_an_address_in_use_says_the_system_reason_alone() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(MetricsError) as refused:
+            MetricsServer("127.0.0.1", port, _registry()).bind()
+    reason = os.strerror(errno.EADDRINUSE)  # the daemon's line, as before: no Python repr after it
+    assert str(refused.value) == f"metrics_address: cannot listen on 127.0.0.1:{port}: {reason}"
+    with pytest.raises(MetricsError) as refused:  # a scope no interface has: the lookup's own words
+        MetricsServer("fe80::1%stalewatch-none", 0, _registry()).bind()
+    assert "Unknown error" not in str(refused.value)
+
+
+def test_an_ipv6_address_is_served_where_the_platform_has_no_dual_stack(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # OpenBSD, or a kernel without IPv4-mapped sockets: socket.create_server refuses
+    # dualstack_ipv6 there with a ValueError; an IPv6 address still binds, IPv6 only.
+    monkeypatch.setattr(socket, "has_dualstack_ipv6", lambda: False)
+    server = MetricsServer("::1", 0, _registry())
+    server.start()
+    try:
+        status, _, body = get(server.url)
+        assert status == 200 and b"stalewatch_test_value 42.0" in body
+    finally:
+        server.stop()

@@ -24,6 +24,7 @@ import contextlib
 import errno
 import gzip
 import logging
+import os
 import selectors
 import socket
 import threading
@@ -94,12 +95,20 @@ class MetricsServer:
         """
         host, port = self.address
         v6 = ":" in host
-        try:  # SO_REUSEADDR (TIME_WAIT after a restart); "::" takes IPv4 too, as the kernel's default
+        # SO_REUSEADDR (TIME_WAIT after a restart); "::" takes IPv4 too where the platform can
+        # (create_server raises ValueError where it cannot: OpenBSD, IPv6 off).
+        dualstack = v6 and socket.has_dualstack_ipv6()
+        try:
             sock = socket.create_server(
-                self.address, family=socket.AF_INET6 if v6 else socket.AF_INET, backlog=64, dualstack_ipv6=v6
+                self.address,
+                family=socket.AF_INET6 if v6 else socket.AF_INET,
+                backlog=64,
+                dualstack_ipv6=dualstack,
             )
-        except OSError as exc:
-            reason = f"cannot listen on {_host_port(host, port)}: {exc.strerror or exc}"
+        except OSError as exc:  # the system's reason alone (create_server appends the address's repr)
+            code = exc.errno or 0  # < 0: a lookup's (getaddrinfo), no system errno
+            said = os.strerror(code) if code > 0 else exc.strerror or exc
+            reason = f"cannot listen on {_host_port(host, port)}: {said}"
             raise MetricsError("metrics_address", reason) from None
         sock.setblocking(False)
         self._listener = sock
