@@ -238,6 +238,17 @@ def test_setup_asks_for_the_port_and_the_supervisor_instead_of_guessing(
     assert setup("--port", "8800", "--supervisor", "launchd") == 0
 
 
+def test_a_launch_agent_launchd_would_refuse_is_not_taken_for_the_webuis(
+    hermes: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agents = hermes / "Library" / "LaunchAgents"
+    agents.mkdir(parents=True)
+    plist = {"Label": "com.example.hermes-webui", "Program": f"{hermes}/hermes-webui/start.sh"}
+    (agents / "com.example.hermes-webui.plist").write_bytes(plistlib.dumps(plist | {"ProgramArguments": 5}))
+    assert setup() == 0  # was: a TypeError's traceback
+    assert "systemd-user hermes-webui.service" in capsys.readouterr().out
+
+
 def test_the_check_before_writing_names_what_did_not_answer(
     hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -24,6 +24,7 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from ..core.errors import SetupError
 
@@ -32,20 +33,37 @@ AGENT_MODULE = "run_agent"
 _SYSTEM_CANDIDATES = ("/opt/hermes-agent", "/usr/local/hermes-agent", "/usr/local/share/hermes-agent")
 
 
-def read_text(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> str | None:
-    """The first ``limit`` bytes of ``path`` as text (odd bytes replaced); ``None`` if unreadable,
-    not a regular file (a FIFO never blocks the read) or, ``whole``, longer than ``limit``.
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` open for reading if it is a regular file, never blocking on the open (a FIFO).
+
+    Raises:
+        OSError: it cannot be opened, or is not a regular file (a FIFO, a device, a directory).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return os.fdopen(fd, "rb")
+    os.close(fd)
+    raise OSError("not a regular file")
+
+
+def read_bytes(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> bytes | None:
+    """The first ``limit`` bytes of ``path``; ``None`` if unreadable, not a regular file (a FIFO
+    never blocks the read) or, ``whole``, longer than ``limit``.
 
     Everything setup reads of the machine is outside input: a bounded read that never raises.
     """
     try:
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as file:
-            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                return None
+        with open_regular(path) as file:
             data = file.read(limit + 1 if whole else limit)
     except OSError:
         return None
-    return None if len(data) > limit else data.decode("utf-8", "replace")
+    return None if len(data) > limit else data
+
+
+def read_text(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> str | None:
+    """:func:`read_bytes` as text (odd bytes replaced)."""
+    data = read_bytes(path, limit, whole=whole)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def probe(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:

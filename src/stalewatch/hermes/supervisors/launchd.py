@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 from ...core.errors import SetupError
+from ..discovery import read_bytes
 from .base import Found, Install, Service, Supervisor, mentions_webui
 
 DAEMON_LABEL = "com.stalewatch.hermes"
@@ -65,19 +66,29 @@ class Launchd(Supervisor):
         )
 
 
+MOST_BYTES = 1 << 20
+"""Bytes of one LaunchAgent read at most."""
+
+
 def _launch_agent(plist: Path) -> tuple[str, list[str], dict[str, str]] | None:
-    try:
-        with plist.open("rb") as file:
-            data = plistlib.load(file)
-    except (OSError, plistlib.InvalidFileException, ValueError):
+    """A LaunchAgent's label, program and arguments, and environment; ``None`` for a file that is
+    not one as launchd reads it (unreadable, not a regular file, past :data:`MOST_BYTES`, not a
+    plist, or a key launchd reads of another type than it reads)."""
+    raw = read_bytes(plist, MOST_BYTES, whole=True)
+    try:  # a malformed plist raises no one type (ExpatError, AttributeError, binascii.Error...)
+        data = plistlib.loads(raw) if raw is not None else None
+    except Exception:
         return None
-    label = data.get("Label") if isinstance(data, dict) else None
-    if not isinstance(label, str):
+    if not isinstance(data, dict):
         return None
-    arguments = [a for a in (data.get("Program"), *data.get("ProgramArguments", [])) if isinstance(a, str)]
-    variables = data.get("EnvironmentVariables")
-    environ = {str(k): str(v) for k, v in variables.items()} if isinstance(variables, dict) else {}
-    return label, arguments, environ
+    label, program = data.get("Label"), data.get("Program")
+    arguments, variables = data.get("ProgramArguments", []), data.get("EnvironmentVariables", {})
+    if not (isinstance(label, str) and isinstance(arguments, list) and isinstance(variables, dict)):
+        return None
+    argv = ([] if program is None else [program]) + arguments
+    if not all(isinstance(word, str) for word in [*argv, *variables, *variables.values()]):
+        return None
+    return label, argv, variables
 
 
 KINDS = (Launchd(),)
