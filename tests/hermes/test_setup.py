@@ -479,26 +479,31 @@ def test_a_refused_confirm_probe_while_the_webui_starts_is_debug_without_a_trace
     assert isinstance(answered, ConfirmProbed) and answered.ok
 
 
+@pytest.mark.timeout(20)  # a FIFO opened blocking waits for a writer for ever
 @pytest.mark.parametrize(
     ("content", "said"),
     [
         (b"A=1\nNAME=caf\xe9\n", "is not UTF-8"),  # latin-1: rewriting it would change the line
-        (None, "cannot read"),  # a directory where the .env belongs
+        ("directory", "cannot read"),  # a directory where the .env belongs
+        ("fifo", "not a regular file"),  # nobody writes it: setup hung
     ],
 )
 def test_setup_refuses_a_dotenv_it_cannot_rewrite_exactly_and_writes_nothing(
-    hermes: Path, capsys: pytest.CaptureFixture[str], content: bytes | None, said: str
+    hermes: Path, capsys: pytest.CaptureFixture[str], content: bytes | str, said: str
 ) -> None:
     webui = hermes / "hermes-webui"
     dotenv = webui / ".env"
-    if content is None:
+    if isinstance(content, bytes):
+        dotenv.write_bytes(content)
+    elif content == "directory":
         dotenv.mkdir()
     else:
-        dotenv.write_bytes(content)
+        os.mkfifo(dotenv)
     config = hermes / "c.toml"
     assert setup("--supervisor", "ctl.sh", "--port", "8787", "--config", str(config), "--write") == 2
     err = capsys.readouterr().err
     assert said in err and str(dotenv) in err and "Traceback" not in err
     assert not config.exists()
-    if content is not None:
+    if isinstance(content, bytes):
         assert dotenv.read_bytes() == content
+    assert stat.S_ISFIFO(dotenv.lstat().st_mode) == (content == "fifo")

@@ -222,8 +222,8 @@ def _env_text(path: Path, socket: Path) -> str:
     """The WebUI's ``.env`` with ``STALEWATCH_SOCKET`` set (its other lines kept)."""
     # The file is rewritten with its other lines kept, so it is read whole and exactly;
     # what cannot be kept so is the user's to fix, said as such (never a traceback).
-    try:
-        with path.open("rb") as file:
+    try:  # a regular file only: a FIFO's open would wait for a writer
+        with discovery.open_regular(path) as file:
             raw = file.read(_MAX_ENV + 1)
     except FileNotFoundError:
         raw = b""
