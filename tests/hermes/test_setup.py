@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import plistlib
 import shutil
 import socket
+import socketserver
 import stat
 import subprocess
 import sys
@@ -290,6 +292,51 @@ def test_a_webui_not_answering_on_the_port_it_would_probe_stops_setup_before_wri
         os.environ["PATH"] = path
     err = capsys.readouterr().err
     assert f"the WebUI does not answer http://127.0.0.1:{port}/health" in err and "--port" in err
+    assert not (hermes / ".config" / "stalewatch").exists()
+
+
+class _NotHttp(socketserver.BaseRequestHandler):
+    answer = b""
+
+    def handle(self) -> None:
+        self.request.recv(65536)  # the request
+        with contextlib.suppress(OSError):  # the client may stop reading before the end
+            self.request.sendall(self.answer)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"SSH-2.0-OpenSSH_9.6\r\n",  # BadStatusLine
+        b"HTTP/1.1 200 OK\r\n" + b"X-A: b\r\n" * 101,  # HTTPException: more than 100 headers
+        b"HTTP/1.1 200 " + b"O" * 70000 + b"\r\n",  # LineTooLong
+        b"",  # closed without a word: RemoteDisconnected
+    ],
+)
+def test_a_port_answering_something_else_than_http_stops_setup_as_a_silent_one(
+    hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, answer: bytes
+) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "systemctl").write_text("#!/bin/sh\necho LoadState=loaded\necho ActiveState=active\n")
+    (fake / "systemctl").chmod(0o755)
+    handler = type("Answer", (_NotHttp,), {"answer": answer})
+    with socketserver.TCPServer(("127.0.0.1", 0), handler) as server:
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+        thread.start()
+        path = os.environ["PATH"]
+        os.environ["PATH"] = f"{fake}:{path}"
+        try:
+            port = server.server_address[1]
+            webui = ["--webui-dir", str(hermes / "hermes-webui")]
+            assert main(["hermes", "setup", "--write", *webui, "--port", str(port)]) == 2  # was: a traceback
+        finally:
+            os.environ["PATH"] = path
+            server.shutdown()
+            thread.join()
+    err = capsys.readouterr().err
+    assert f"the WebUI does not answer http://127.0.0.1:{port}/health" in err and "--port" in err
+    assert len(err) < 1000 and "Traceback" not in err
     assert not (hermes / ".config" / "stalewatch").exists()
 
 

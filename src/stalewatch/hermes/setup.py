@@ -22,6 +22,7 @@ overwritten without ``--force``; directories it creates are 0700, whatever the u
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import sys
@@ -148,9 +149,11 @@ def _check(install: Install, port_from: str) -> Install:
     try:
         with urllib.request.urlopen(install.health, timeout=5) as answer:  # noqa: S310 - http on loopback
             status = answer.status
-    except (OSError, ValueError) as exc:  # urllib's URLError is an OSError
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # urllib's URLError is an OSError
+        # Something else than HTTP on the port (BadStatusLine, LineTooLong...) is as silent.
+        reason = f"not HTTP ({exc!r:.200})" if isinstance(exc, http.client.HTTPException) else exc
         raise SetupError(
-            f"the WebUI does not answer {install.health} (port from {port_from}): {exc}; "
+            f"the WebUI does not answer {install.health} (port from {port_from}): {reason}; "
             "pass --port (or --no-check to write anyway)"
         ) from None
     return replace(install, checked=(said, f"{install.health}: {status}"))
