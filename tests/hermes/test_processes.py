@@ -7,7 +7,10 @@ directory): what setup reads of a process is outside input, so odd content gives
 
 from __future__ import annotations
 
+import contextlib
 import os
+import struct
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stalewatch.hermes.discovery import Process, cgroup_unit, webui_servers
+from stalewatch.watching import inotify_calls as abi
 from tests.support.properties import budget
 
 pytestmark = pytest.mark.unit
@@ -103,6 +107,55 @@ def test_the_webuis_server_is_found_by_its_script_in_a_webui_checkout(tmp_path: 
     assert found == [(10, str(webui)), (11, str(webui))]
     assert webui_servers(proc, uid=os.getuid() + 1) == []  # another user's processes are not ours
     assert webui_servers(tmp_path / "no-proc") == []
+
+
+@contextlib.contextmanager
+def opens(directories: list[Path]) -> Iterator[Callable[[], set[tuple[Path, str]]]]:
+    """What was opened in ``directories`` so far: the kernel's IN_OPEN events, queued as each
+    open happens (nothing to wait for once the call returns)."""
+    fd = abi.inotify_init()
+    os.set_blocking(fd, False)
+    watched = {abi.inotify_add_watch(fd, os.fsencode(d), 0x20): d for d in directories}  # IN_OPEN
+
+    def opened() -> set[tuple[Path, str]]:
+        found: set[tuple[Path, str]] = set()
+        with contextlib.suppress(BlockingIOError):
+            while data := os.read(fd, 1 << 16):
+                offset = 0
+                while offset < len(data):  # struct inotify_event: wd, mask, cookie, len, name
+                    wd, _mask, _cookie, length = struct.unpack_from("iIII", data, offset)
+                    name = data[offset + 16 : offset + 16 + length].rstrip(b"\0").decode()
+                    found.add((watched[wd], name))
+                    offset += 16 + length
+        return found
+
+    try:
+        yield opened
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not abi.AVAILABLE, reason="inotify: Linux")
+def test_only_a_process_running_server_py_is_read_past_its_command_line(tmp_path: Path) -> None:
+    # Every process of the user (as root: of the machine) is looked at: its environment
+    # (up to 256 KiB), stat and cwd are read only for a server.py in a WebUI checkout.
+    webui = tmp_path / "hermes-webui"
+    (webui / "api").mkdir(parents=True)
+    (webui / "start.sh").write_text("#!/bin/bash\n")
+    (webui / "api" / "agent_runtime.py").write_text("import sys\n")
+    proc = tmp_path / "proc"
+    server = fake_process(proc, 10, argv=("python3", "server.py"), cwd=webui)
+    others = [
+        fake_process(proc, 11, argv=("bash",), cwd=webui),
+        fake_process(proc, 12, argv=("python3", "other.py"), environ={"A": "b" * 1000}, cwd=webui),
+        fake_process(proc, 13, argv=()),  # a kernel thread: an empty command line
+    ]
+    with opens([server, *others]) as opened:
+        assert [(p.pid, d) for p, d in webui_servers(proc, uid=os.getuid())] == [(10, webui)]
+        read = opened()
+    assert {(server, "cmdline"), (server, "stat"), (server, "environ")} <= read
+    assert {name for where, name in read if where != server} == {"cmdline"}
+    assert {where for where, _ in read} == {server, *others}
 
 
 @budget(300)

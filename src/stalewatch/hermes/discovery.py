@@ -232,6 +232,10 @@ def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Proce
     for pid in entries:
         if uid != 0 and not probe(proc / str(pid), lambda path: path.stat().st_uid == uid):
             continue  # another user's, or gone
+        # Its command line first: only a server.py is read whole (its environment: up to 256 KiB).
+        argv = [a for a in (read_text(proc / str(pid) / "cmdline", _LIMIT) or "").split("\0") if a]
+        if not any(a.endswith("server.py") for a in argv[1:3]):
+            continue
         process = Process.read(pid, proc)
         if process is None:
             continue
