@@ -251,6 +251,16 @@ def test_a_launch_agent_launchd_would_refuse_is_not_taken_for_the_webuis(
     assert "systemd-user hermes-webui.service" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("port", ["\u00b2", "\u0663", "9" * 5000, "8_800", "0", "65536", "http"])
+def test_a_port_that_is_not_one_is_said_so_never_a_traceback(
+    hermes: Path, capsys: pytest.CaptureFixture[str], port: str
+) -> None:
+    (hermes / "hermes-webui" / ".env").write_text(f"HERMES_WEBUI_PORT={port}\n")
+    assert setup("--supervisor", "ctl.sh") == 2  # was: ValueError (², 5000 digits), port 3 (٣)
+    err = capsys.readouterr().err
+    assert "/.env is not a port" in err and "pass --port" in err and len(err) < 300
+
+
 def test_the_check_before_writing_names_what_did_not_answer(
     hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -138,9 +138,11 @@ def _port(
             "service definition nor its .env names one): pass --port"
         )
     source, raw = given[0]
-    if not raw.strip().isdigit() or not 0 < int(raw) < 65536:
-        raise SetupError(f"{source} is not a port ({raw!r}): pass --port")
-    return int(raw), source if running is None else f"the running WebUI (pid {running[0].pid})"
+    digits = raw.strip()  # ASCII digits only: int() takes "²" (refusing it) and 5000 digits (refusing them)
+    port = int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 10 else 0
+    if not 0 < port < 65536:
+        raise SetupError(f"{source} is not a port ({raw[:20]!r}): pass --port")
+    return port, source if running is None else f"the running WebUI (pid {running[0].pid})"
 
 
 def _check(install: Install, port_from: str) -> Install:
