@@ -438,6 +438,20 @@ def test_the_webuis_env_file_keeps_its_lines_and_mode(
     assert env.stat().st_mode & 0o777 == 0o640
 
 
+@pytest.mark.parametrize("supervisor", [["ctl.sh"], ["launchd", "--label", "w"]])
+def test_a_path_that_is_not_utf8_is_said_so_and_nothing_written(
+    hermes: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, supervisor: list[str]
+) -> None:
+    # Bytes a file system may hold, in the environment (as os.environ gives them: surrogates).
+    monkeypatch.setenv("HERMES_HOME", os.fsdecode(os.fsencode(hermes / ".hermes") + b"-\xff"))
+    config = hermes / "c.toml"
+    args = ["--supervisor", *supervisor, "--port", "8800", "--config", str(config), "--write"]
+    assert setup(*args) == 2  # was: UnicodeEncodeError, a traceback
+    err = capsys.readouterr().err
+    assert "is not UTF-8" in err and "\\udcff" in err
+    assert not config.exists() and not (hermes / "hermes-webui" / ".env").exists()
+
+
 def test_setup_without_hermes_says_where_it_looked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -117,6 +117,15 @@ def discover(args: argparse.Namespace) -> Install:
     script = Path(sys.executable).with_name("stalewatch")  # this very installation, however started
     run = [str(script)] if script.is_file() else [sys.executable, "-m", "stalewatch"]
     run += ["daemon", "--config", str(config)]
+    named = [agent_dir, hermes_home, python, webui_dir, host, config, socket, unit_dir, *run]
+    for value in [*named, supervisor.name]:
+        try:  # a path of the machine, or a value of the environment, may be bytes UTF-8 cannot say
+            str(value).encode()
+        except UnicodeEncodeError:
+            raise SetupError(
+                f"{str(value)!r} is not UTF-8: the files setup writes cannot name it (rename it, or "
+                "pass the flag naming another)"
+            ) from None
     install = Install(
         agent_dir, hermes_home, home, python, webui_dir, host, port, supervisor, config, socket, unit_dir, run
     )
