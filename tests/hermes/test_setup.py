@@ -438,17 +438,28 @@ def test_the_webuis_env_file_keeps_its_lines_and_mode(
     assert env.stat().st_mode & 0o777 == 0o640
 
 
-@pytest.mark.parametrize("supervisor", [["ctl.sh"], ["launchd", "--label", "w"]])
+@pytest.mark.parametrize(
+    ("supervisor", "odd"),
+    [
+        (["ctl.sh"], b"-\xff"),  # not UTF-8: os.environ gives it as a surrogate
+        (["launchd", "--label", "w"], b"-\xff"),
+        (["ctl.sh"], b"\nHERMES_WEBUI_PORT=1"),  # was: a line of its own in the .env
+    ],
+)
 def test_a_path_that_is_not_utf8_is_said_so_and_nothing_written(
-    hermes: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, supervisor: list[str]
+    hermes: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    supervisor: list[str],
+    odd: bytes,
 ) -> None:
-    # Bytes a file system may hold, in the environment (as os.environ gives them: surrogates).
-    monkeypatch.setenv("HERMES_HOME", os.fsdecode(os.fsencode(hermes / ".hermes") + b"-\xff"))
+    # Bytes a file system may hold, in the environment.
+    monkeypatch.setenv("HERMES_HOME", os.fsdecode(os.fsencode(hermes / ".hermes") + odd))
     config = hermes / "c.toml"
     args = ["--supervisor", *supervisor, "--port", "8800", "--config", str(config), "--write"]
     assert setup(*args) == 2  # was: UnicodeEncodeError, a traceback
     err = capsys.readouterr().err
-    assert "is not UTF-8" in err and "\\udcff" in err
+    assert "is not UTF-8 without control characters" in err and repr(os.fsdecode(odd))[1:-1] in err
     assert not config.exists() and not (hermes / "hermes-webui" / ".env").exists()
 
 

@@ -118,14 +118,14 @@ def discover(args: argparse.Namespace) -> Install:
     run = [str(script)] if script.is_file() else [sys.executable, "-m", "stalewatch"]
     run += ["daemon", "--config", str(config)]
     named = [agent_dir, hermes_home, python, webui_dir, host, config, socket, unit_dir, *run]
-    for value in [*named, supervisor.name]:
-        try:  # a path of the machine, or a value of the environment, may be bytes UTF-8 cannot say
-            str(value).encode()
-        except UnicodeEncodeError:
+    for value in map(str, [*named, supervisor.name]):
+        # A path of the machine, or a value of the environment, may be bytes UTF-8 cannot say, or
+        # hold a line break (it would start a line of its own in a .env, a unit, a program).
+        if any(c < " " or c == "\x7f" or "\ud800" <= c <= "\udfff" for c in value):
             raise SetupError(
-                f"{str(value)!r} is not UTF-8: the files setup writes cannot name it (rename it, or "
-                "pass the flag naming another)"
-            ) from None
+                f"{value!r} is not UTF-8 without control characters: the files setup writes cannot "
+                "name it (rename it, or pass the flag naming another)"
+            )
     install = Install(
         agent_dir, hermes_home, home, python, webui_dir, host, port, supervisor, config, socket, unit_dir, run
     )
