@@ -463,6 +463,19 @@ def test_a_path_that_is_not_utf8_is_said_so_and_nothing_written(
     assert not config.exists() and not (hermes / "hermes-webui" / ".env").exists()
 
 
+@pytest.mark.parametrize(
+    "flag", [["--webui-dir"], ["--agent-dir"], ["--supervisor", "runit", "--service-dir"]]
+)
+def test_a_directory_flag_naming_a_link_loop_is_said_so(
+    hermes: Path, capsys: pytest.CaptureFixture[str], flag: list[str]
+) -> None:
+    (hermes / "loop").symlink_to("loop-too")
+    (hermes / "loop-too").symlink_to("loop")
+    assert setup("--port", "8800", *flag, str(hermes / "loop")) == 2  # was: RuntimeError, a traceback
+    err = capsys.readouterr().err
+    assert f"{flag[-1]} {hermes / 'loop'} cannot be resolved" in err
+
+
 def test_setup_without_hermes_says_where_it_looked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

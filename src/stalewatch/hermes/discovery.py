@@ -74,6 +74,14 @@ def probe(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
         return False
 
 
+def resolved(path: Path, flag: str) -> Path:
+    """``path`` (given as ``flag``) resolved; SetupError naming both where it cannot be (a link loop)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as exc:  # Python 3.11 raises RuntimeError for a loop
+        raise SetupError(f"{flag} {path} cannot be resolved: {exc}") from None
+
+
 def user_home(env: Mapping[str, str] = os.environ) -> Path | None:
     """``$HOME`` (this process's: else its passwd entry), ``None`` when neither says."""
     home = env.get("HOME", "").strip()

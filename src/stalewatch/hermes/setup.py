@@ -73,7 +73,7 @@ def discover(args: argparse.Namespace) -> Install:
             decides), or a check before writing failed.
     """
     home = discovery.user_home()
-    webui_dir = args.webui_dir.resolve() if args.webui_dir else None
+    webui_dir = discovery.resolved(args.webui_dir, "--webui-dir") if args.webui_dir else None
     running = discovery.running_webui(webui_dir, args.port)
     env = running[0].environ if running is not None else dict(os.environ)
     webui_dir = webui_dir or (running[1] if running else None)
@@ -85,7 +85,7 @@ def discover(args: argparse.Namespace) -> Install:
     supervisor = supervisors.which(args, running, webui_dir, home, hermes_home)
     webui_dir = webui_dir or supervisors.webui_dir_of(supervisor)
     if args.agent_dir:
-        agent_dir: Path | None = args.agent_dir.resolve()
+        agent_dir: Path | None = discovery.resolved(args.agent_dir, "--agent-dir")
     else:
         agent_dir = discovery.discover_agent_dir(webui_dir, env)
     if agent_dir is None or not (agent_dir / "run_agent.py").is_file():

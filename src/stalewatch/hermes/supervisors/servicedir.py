@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 from ...core.errors import SetupError
-from ..discovery import Process, read_text
+from ..discovery import Process, read_text, resolved
 from .base import DAEMON_NAME, Found, Install, Service, Supervisor, mentions_webui
 
 _SCANNED = tuple(map(Path, ("/etc/sv", "/etc/service", "/var/service", "/etc/s6/sv", "/run/service")))
@@ -45,9 +45,9 @@ class ServiceDirectory(Supervisor):
 
     def given(self, args: argparse.Namespace) -> Found | None:
         directory = args.service_dir
-        return (
-            Found(self, str(directory.resolve()), "--service-dir", directory / "run") if directory else None
-        )
+        if directory is None:
+            return None
+        return Found(self, str(resolved(directory, "--service-dir")), "--service-dir", directory / "run")
 
     def named(self, args: argparse.Namespace, webui_dir: Path | None) -> Found:
         raise SetupError(f"--supervisor {self.option}: pass --service-dir (the WebUI's service directory)")
