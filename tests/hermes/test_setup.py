@@ -281,6 +281,23 @@ def test_the_check_before_writing_names_what_did_not_answer(
     assert not (hermes / ".config" / "stalewatch").exists()
 
 
+def test_a_supervisor_answering_bytes_that_are_not_utf8_is_quoted_never_a_traceback(
+    hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sv").write_bytes(b"#!/bin/sh\nprintf 'fail: caf\\351\\n'\nexit 1\n")
+    (fake / "sv").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    service = tmp_path / "sv" / "hermes-webui"
+    service.mkdir(parents=True)
+    webui = ["--webui-dir", str(hermes / "hermes-webui")]
+    args = ["--supervisor", "runit", "--service-dir", str(service), "--port", "8800"]
+    assert main(["hermes", "setup", *webui, *args]) == 2  # was: UnicodeDecodeError, a traceback
+    err = capsys.readouterr().err
+    assert "runit does not answer" in err and "fail: caf\ufffd" in err
+
+
 def test_a_webui_not_answering_on_the_port_it_would_probe_stops_setup_before_writing(
     hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

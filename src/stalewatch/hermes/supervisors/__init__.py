@@ -101,7 +101,9 @@ def answers(found: Found) -> str:
     """
     command = found.kind.status(found, os.getuid())
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=15, check=False)
+        done = subprocess.run(
+            command, capture_output=True, text=True, errors="replace", timeout=15, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         out, ok = str(exc), False
     else:
