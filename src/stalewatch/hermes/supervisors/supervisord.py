@@ -118,8 +118,12 @@ def _programs(config: Path) -> list[Found]:
             # supervisord's own glob: relative to the configuration's directory, and `**`
             # is `*` (Path.glob would walk for it, and refuses `/`). Taken lazily and cut
             # short: at most MOST_INCLUDED files in all, each once, however many patterns.
-            matches = itertools.islice(glob.iglob(str(config.parent / pattern)), 4 * MOST_INCLUDED)  # noqa: PTH207
-            for match in sorted(matches):
+            globbed = itertools.islice(glob.iglob(str(config.parent / pattern)), 4 * MOST_INCLUDED)  # noqa: PTH207
+            try:
+                matches = sorted(globbed)
+            except ValueError:  # a NUL byte in the pattern
+                continue
+            for match in matches:
                 if len(files) <= MOST_INCLUDED and Path(match) not in files and probe(Path(match)):
                     files.append(Path(match))
         for section in (s for s in parser.sections() if s.startswith("program:")):
