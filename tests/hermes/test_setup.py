@@ -439,12 +439,13 @@ def test_a_runit_or_s6_service_gets_its_restart_and_a_daemon_service_beside_it(
     assert "ln -s" in out  # the user links it where the scanner looks
 
 
+@pytest.mark.parametrize("comments", [0, 70_000])  # was: a socket past 64 KiB unseen, replaced unasked
 def test_the_webuis_env_file_keeps_its_lines_and_mode(
-    hermes: Path, capsys: pytest.CaptureFixture[str]
+    hermes: Path, capsys: pytest.CaptureFixture[str], comments: int
 ) -> None:
     webui = hermes / "hermes-webui"
     env = webui / ".env"
-    env.write_text("HERMES_WEBUI_LANG=fr\nSTALEWATCH_SOCKET=/elsewhere.sock\n")
+    env.write_text("HERMES_WEBUI_LANG=fr\n" + "#\n" * (comments // 2) + "STALEWATCH_SOCKET=/elsewhere.sock\n")
     env.chmod(0o640)
     args = ["--supervisor", "ctl.sh", "--webui-dir", str(webui), "--port", "8800", "--write"]
     assert setup(*args) == 2 and "--force" in capsys.readouterr().err  # another socket: asked

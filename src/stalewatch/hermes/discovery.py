@@ -179,9 +179,14 @@ def discover_agent_dir(webui_dir: Path | None = None, env: Mapping[str, str] = o
 def read_dotenv(path: Path) -> dict[str, str]:
     """``KEY=VALUE`` lines of a ``.env`` file as the WebUI's bootstrap reads them (``{}`` if none).
 
-    At most 64 KiB read; never raises for a missing or unreadable file.
+    Read whole (a line cut at a bound would be another value), ``{}`` past :data:`DOTENV_LIMIT`;
+    never raises for a missing or unreadable file.
     """
-    return read_dotenv_text(read_text(path) or "")
+    return read_dotenv_text(read_text(path, DOTENV_LIMIT, whole=True) or "")
+
+
+DOTENV_LIMIT = 1024 * 1024
+"""Bytes of a ``.env`` read at most (setup rewrites none longer)."""
 
 
 def read_dotenv_text(text: str) -> dict[str, str]:

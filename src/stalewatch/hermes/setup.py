@@ -53,7 +53,6 @@ _PROBE = (  # one line on failure, never a traceback: the daemon's reason quotes
     "try:\n    urllib.request.urlopen(sys.argv[1], timeout=5).close()\n"
     "except Exception as exc:\n    sys.exit(f'{sys.argv[1]}: {exc}')\n"
 )
-_MAX_ENV = 1024 * 1024  # bytes of a .env setup rewrites
 
 
 def _config_home(home: Path | None) -> Path:
@@ -238,13 +237,13 @@ def _env_text(path: Path, socket: Path) -> str:
     # what cannot be kept so is the user's to fix, said as such (never a traceback).
     try:  # a regular file only: a FIFO's open would wait for a writer
         with discovery.open_regular(path) as file:
-            raw = file.read(_MAX_ENV + 1)
+            raw = file.read(discovery.DOTENV_LIMIT + 1)
     except FileNotFoundError:
         raw = b""
     except OSError as error:
         raise SetupError(f"cannot read {path}: {error.strerror or error}") from None
-    if len(raw) > _MAX_ENV:
-        raise SetupError(f"{path} is over {_MAX_ENV // 1024} KiB: not a .env setup rewrites")
+    if len(raw) > discovery.DOTENV_LIMIT:
+        raise SetupError(f"{path} is over {discovery.DOTENV_LIMIT // 1024} KiB: not a .env setup rewrites")
     try:
         lines = raw.decode("utf-8").splitlines()
     except UnicodeDecodeError:
