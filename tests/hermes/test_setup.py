@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import plistlib
+import pwd
 import shutil
 import socket
 import socketserver
@@ -492,6 +493,50 @@ def test_a_directory_flag_naming_a_link_loop_is_said_so(
     assert setup("--port", "8800", *flag, str(hermes / "loop")) == 2  # was: RuntimeError, a traceback
     err = capsys.readouterr().err
     assert f"{flag[-1]} {hermes / 'loop'} cannot be resolved" in err
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["HERMES_HOME", "HERMES_WEBUI_AGENT_DIR", "XDG_DATA_HOME", "HERMES_WEBUI_PYTHON", "XDG_CONFIG_HOME"],
+)
+def test_a_variable_naming_the_home_of_no_known_user_is_unknown_never_a_traceback(
+    hermes: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, "~no-such-user-stalewatch/x")  # pathlib: RuntimeError
+    code = setup("--supervisor", "ctl.sh", "--port", "8800")
+    if variable == "XDG_CONFIG_HOME":  # where to write: asked
+        assert code == 2 and "cannot tell where to write" in capsys.readouterr().err
+    else:  # where to look: as unset
+        assert code == 0 and f"# Hermes home:           {hermes / '.hermes'}" in capsys.readouterr().out
+
+
+def test_a_launch_agent_with_no_home_known_is_asked_never_a_traceback(
+    hermes: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(uid)
+
+    monkeypatch.delenv("HOME")  # and no passwd entry: a container's user
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(hermes / ".config"))
+    args = [
+        "--supervisor",
+        "launchd",
+        "--label",
+        "w",
+        "--port",
+        "8800",
+        "--hermes-home",
+        str(hermes / ".hermes"),
+    ]
+    where = [
+        "--webui-dir",
+        str(hermes / "hermes-webui"),
+        "--agent-dir",
+        str(hermes / ".hermes" / "hermes-agent"),
+    ]
+    assert main(["hermes", "setup", "--no-check", *where, *args]) == 2  # was: RuntimeError, a traceback
+    assert "no home directory" in capsys.readouterr().err
 
 
 def test_setup_without_hermes_says_where_it_looked(

@@ -95,7 +95,10 @@ def user_home(env: Mapping[str, str] = os.environ) -> Path | None:
 
 def _named(env: Mapping[str, str], variable: str) -> Path | None:
     value = env.get(variable, "").strip()
-    return Path(value).expanduser() if value else None
+    try:
+        return Path(value).expanduser() if value else None
+    except RuntimeError:  # ~user of no user known here: unknown, as unset
+        return None
 
 
 def hermes_home(env: Mapping[str, str] = os.environ) -> Path | None:

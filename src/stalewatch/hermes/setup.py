@@ -57,8 +57,12 @@ _PROBE = (  # one line on failure, never a traceback: the daemon's reason quotes
 
 def _config_home(home: Path | None) -> Path:
     xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()
-    if xdg:
-        return Path(xdg).expanduser()
+    try:
+        xdg_home = Path(xdg).expanduser() if xdg else None
+    except RuntimeError:  # ~user of no user known here
+        raise SetupError(f"cannot tell where to write ($XDG_CONFIG_HOME is {xdg!r}): pass --config") from None
+    if xdg_home is not None:
+        return xdg_home
     if home is None:
         raise SetupError("cannot tell where to write (no home directory): pass --config")
     return home / ".config"

@@ -50,7 +50,9 @@ class Launchd(Supervisor):
         return entry[1] if entry else []
 
     def service(self, found: Found, install: Install) -> Service:
-        agents = (install.home or Path("~").expanduser()) / "Library" / "LaunchAgents"
+        if install.home is None:
+            raise SetupError("cannot tell where the LaunchAgents are (no home directory): set $HOME")
+        agents = install.home / "Library" / "LaunchAgents"
         plist = agents / f"{DAEMON_LABEL}.plist"
         data: dict[str, object] = {"Label": DAEMON_LABEL, "ProgramArguments": install.run, "RunAtLoad": True}
         data |= {"KeepAlive": True, "ProcessType": "Background"}  # plistlib sorts the keys
