@@ -74,8 +74,8 @@ MOST_BYTES = 1 << 20
 
 def _launch_agent(plist: Path) -> tuple[str, list[str], dict[str, str]] | None:
     """A LaunchAgent's label, program and arguments, and environment; ``None`` for a file that is
-    not one as launchd reads it (unreadable, not a regular file, past :data:`MOST_BYTES`, not a
-    plist, or a key launchd reads of another type than it reads)."""
+    not one (unreadable, not a regular file, past :data:`MOST_BYTES`, not a plist), or whose keys
+    read here are not of launchd's types (strings; a list of them; a dict of them)."""
     raw = read_bytes(plist, MOST_BYTES, whole=True)
     try:  # a malformed plist raises no one type (ExpatError, AttributeError, binascii.Error...)
         data = plistlib.loads(raw) if raw is not None else None
