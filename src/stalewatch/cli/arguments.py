@@ -15,8 +15,6 @@ from ..core.version import __version__
 from ..hermes.supervisors import KINDS
 from ..protocol.socket_path import DEFAULT_TEXT
 
-__all__ = ["parser"]
-
 
 class _Command(argparse.ArgumentParser):
     """A command's parser: an argument it does not know is its usage error (its own

@@ -41,8 +41,6 @@ from ..server.loop import DaemonServer, ObserverFactory
 from ..server.registry import Registry
 from ..server.reloader import AT_START
 
-__all__ = ["cmd_check", "cmd_daemon", "describe"]
-
 logger = logging.getLogger(__name__)
 
 

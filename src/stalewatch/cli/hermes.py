@@ -9,8 +9,6 @@ from ..core import exits
 from ..core.errors import SetupError
 from ..hermes import setup
 
-__all__ = ["cmd_setup"]
-
 
 def cmd_setup(args: argparse.Namespace) -> int:
     """Print (or write) what makes ``hermes update`` restart the WebUI by itself."""

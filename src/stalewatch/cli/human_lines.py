@@ -13,8 +13,6 @@ from ..core.escaping import printable
 from ..core.refusal import retry_seconds
 from ..core.revisions import short
 
-__all__ = ["human_line", "line"]
-
 
 class _Shown(dict[str, Any]):
     """A message's fields made safe to print; a missing field reads ``?``."""

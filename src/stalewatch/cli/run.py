@@ -16,8 +16,6 @@ from ..core import exits
 from ..core.errors import DaemonUnavailableError, HeadUnreadableError, StalewatchError
 from .arguments import parser
 
-__all__ = ["main", "parser"]
-
 
 def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
     """The function that runs ``args``' command, its module imported now (only that one)."""

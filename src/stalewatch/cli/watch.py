@@ -21,9 +21,6 @@ from ..guard import Guard
 from ..protocol.socket_path import default_socket_path
 from .human_lines import line
 
-__all__ = ["cmd_daemon_status", "cmd_events", "cmd_status", "cmd_watch"]
-
-
 _READY_WAIT = 5.0  # seconds `watch` waits for its watcher before the first line
 
 

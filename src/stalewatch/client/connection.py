@@ -23,8 +23,6 @@ from ..core.errors import DaemonUnavailableError, ProtocolError
 from ..protocol.codec import MAX_MESSAGE_LINE, LineReader, decode
 from ..protocol.messages import HELLO_TIMEOUT, hello_problem, silence_limit
 
-__all__ = ["check_hello", "connect", "messages", "read_status", "shut_down"]
-
 
 def connect(path: Path, timeout: float = 2.0) -> socket.socket:
     """Connect to the daemon at ``path`` (blocking socket with ``timeout``).

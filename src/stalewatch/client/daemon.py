@@ -40,8 +40,6 @@ from .connection import check_hello, connect, messages, shut_down
 from .following import MAX_BACKOFF, Backoff
 from .inflight import InflightReport
 
-__all__ = ["Daemon", "DaemonWatch"]
-
 logger = logging.getLogger(__name__)
 
 

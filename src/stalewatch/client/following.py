@@ -18,8 +18,6 @@ from ..core.signals import Wakeup
 from ..protocol.messages import HELLO_TIMEOUT
 from .connection import connect, messages, shut_down
 
-__all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "Backoff", "Follower"]
-
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
 

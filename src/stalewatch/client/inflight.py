@@ -27,8 +27,6 @@ from typing import Any
 from ..protocol.messages import MAX_INFLIGHT, inflight_message
 from ..watching.source import Workload
 
-__all__ = ["REPORT_INTERVAL", "InflightReport"]
-
 logger = logging.getLogger(__name__)
 
 REPORT_INTERVAL = 0.1

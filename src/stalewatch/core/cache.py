@@ -17,8 +17,6 @@ from typing import Generic, TypeVar
 
 from . import forking
 
-__all__ = ["BoundedCache"]
-
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-__all__ = ["Cause"]
-
 
 @dataclass(frozen=True)
 class Cause:

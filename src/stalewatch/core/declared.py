@@ -18,20 +18,6 @@ from typing import Any, Generic, TypeVar
 
 from .tables import TableReader
 
-__all__ = [
-    "ARGV",
-    "FLAG",
-    "PATH",
-    "PATHS",
-    "Kind",
-    "Refused",
-    "choice",
-    "declared",
-    "known",
-    "read",
-    "setting",
-]
-
 T = TypeVar("T")
 
 

@@ -18,27 +18,6 @@ from .phases import RestartState
 from .revisions import short
 from .status import Status
 
-__all__ = [
-    "METRICS_EXTRA",
-    "AgentRuntimeChangedError",
-    "BindError",
-    "ConfigError",
-    "DaemonConfigError",
-    "DaemonUnavailableError",
-    "HeadUnreadableError",
-    "LockError",
-    "MetricsError",
-    "MetricsUnavailableError",
-    "ProtocolError",
-    "RefError",
-    "ResourceExhaustedError",
-    "SetupError",
-    "SocketPathError",
-    "StaleError",
-    "StalewatchError",
-    "SupervisedHandoffError",
-]
-
 METRICS_EXTRA = "pip install 'stalewatch[metrics]'"
 """What installs the metrics extra (``prometheus_client``)."""
 

@@ -18,8 +18,6 @@ code  meaning
 
 from __future__ import annotations
 
-__all__ = ["FAILED", "INTERRUPTED", "OK", "UNREACHABLE", "UNREADABLE", "USAGE"]
-
 OK = 0
 UNREADABLE = 1
 FAILED = 1

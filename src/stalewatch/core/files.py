@@ -7,8 +7,6 @@ import os
 import secrets
 from pathlib import Path
 
-__all__ = ["write_atomically"]
-
 
 def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> tuple[int, int]:
     """Replace ``path`` with ``data`` atomically, with ``mode``; return the new file's

@@ -20,8 +20,6 @@ import os
 import weakref
 from collections.abc import Callable
 
-__all__ = ["in_child", "prune"]
-
 logger = logging.getLogger(__name__)
 
 _Ref = Callable[[], "Callable[[], object] | None"]

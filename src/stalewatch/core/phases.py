@@ -13,8 +13,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RestartPhase", "RestartState"]
-
 
 class RestartPhase(enum.StrEnum):
     """A phase of one restart sequence.

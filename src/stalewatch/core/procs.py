@@ -16,19 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "PROC",
-    "Proc",
-    "children",
-    "parse_stat",
-    "parse_status_uids",
-    "pidfd",
-    "read",
-    "read_proc",
-    "read_stat",
-    "signal_if",
-]
-
 PROC = Path("/proc")
 _MAX_READ = 4096  # /proc/PID/stat, status and comm are far shorter
 

@@ -15,8 +15,6 @@ from typing import Any
 from .cause import Cause
 from .phases import RestartPhase, RestartState
 
-__all__ = ["NO_RESTART", "Refusal", "retry_seconds"]
-
 NO_RESTART = "no automatic restart is configured"
 """``restart_reason`` when no daemon with a restart policy feeds the guard."""
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ["is_object_id", "short"]
-
 _HEX = frozenset("0123456789abcdef")
 
 

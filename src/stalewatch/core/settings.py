@@ -14,17 +14,6 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 
-__all__ = [
-    "NOTIFIERS",
-    "WatchSettings",
-    "git_executable",
-    "metrics_daemon",
-    "notifier",
-    "poll",
-    "poll_interval",
-    "verify_interval",
-]
-
 NOTIFIERS = ("inotify", "observer", "polling")
 """The values ``STALEWATCH_NOTIFIER`` takes."""
 

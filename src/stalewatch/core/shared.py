@@ -15,8 +15,6 @@ from typing import Generic, TypeVar
 
 from . import forking
 
-__all__ = ["Shared"]
-
 T = TypeVar("T")
 
 

@@ -19,8 +19,6 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 
-__all__ = ["Wakeup", "handling", "interrupted"]
-
 _interrupted = False  # a SIGINT reached a handler of handling(): the command line exits 130
 
 

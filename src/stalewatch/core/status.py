@@ -13,8 +13,6 @@ from typing import Any
 from .cause import Cause
 from .phases import RestartState
 
-__all__ = ["Event", "Snapshot", "Status", "WatchMode", "decide", "transition"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -20,8 +20,6 @@ from typing import Any, NoReturn
 
 from .errors import DaemonConfigError
 
-__all__ = ["TableReader", "parse"]
-
 
 def parse(file: Path, text: str) -> dict[str, Any]:
     """The tables of ``text`` (read from ``file``).

@@ -15,8 +15,6 @@ from ..core import settings
 from ..core.errors import BindError, RefError
 from ..core.revisions import is_object_id
 
-__all__ = ["is_tracked", "rev_parse_head", "run_git"]
-
 _TIMEOUT = 10.0
 # What `git rev-parse --local-env-vars` lists: git exports these to hooks, so a server
 # restarted by an updater's hook inherits them, and they would point every git call

@@ -26,8 +26,6 @@ from pathlib import Path
 from ..core.cache import BoundedCache
 from ..core.errors import RefError
 
-__all__ = ["RACY_NS", "PackedFile", "lookup"]
-
 RACY_NS = 3_000_000_000
 """A file changed less than this long ago (ns) may change again without its stat data
 changing: coarse filesystem timestamps tick at up to 2 s (FAT), 1 s (ext3, HFS+)."""

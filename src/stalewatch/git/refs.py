@@ -17,8 +17,6 @@ from . import files, reftable
 from .files import read_small
 from .store import RefStore
 
-__all__ = ["GitDirs", "find_git_dirs"]
-
 # Refs that live in a worktree's own git dir rather than the common dir (git-worktree(1)).
 _PER_WORKTREE_PREFIXES = ("refs/bisect/", "refs/worktree/", "refs/rewritten/")
 # The stores a repository may use, the first that claims it wins; files claims any.

@@ -20,8 +20,6 @@ if TYPE_CHECKING:  # refs imports this module to choose a store
     from .refs import GitDirs
     from .store import RefStore
 
-__all__ = ["STORE", "Reftable"]
-
 
 @dataclass(frozen=True)
 class Reftable:

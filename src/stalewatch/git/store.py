@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:  # refs imports the stores; a store only names GitDirs in signatures
     from .refs import GitDirs
 
-__all__ = ["RefStore"]
-
 
 class RefStore(Protocol):
     """What the watcher, the guard and the reflog reader need from a ref store."""

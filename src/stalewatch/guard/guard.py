@@ -27,8 +27,6 @@ from .restart_as_seen import restart_as_seen
 from .state import GuardState
 from .work import Counter, WorkInFlight
 
-__all__ = ["Guard", "Options"]
-
 
 class Options(TypedDict, total=False):
     """What every constructor takes besides what it binds (see :class:`Guard`)."""

@@ -19,8 +19,6 @@ from ..git.refs import GitDirs, find_git_dirs
 from .head import HeadReader, RevisionReader
 from .release import DeployLink, LinkArg, find_link
 
-__all__ = ["Binding", "bind_checkout", "bind_file", "bind_module"]
-
 
 @dataclass(frozen=True)
 class Binding:

@@ -34,8 +34,6 @@ from ..core.cause import Cause
 from ..core.errors import BindError, RefError
 from ..git.refs import GitDirs, find_git_dirs
 
-__all__ = ["REVISION_FILE", "DeployLink", "Release", "find_link", "parse_revision_file", "read_release"]
-
 PathArg = str | os.PathLike[str]
 LinkArg = PathArg | None
 

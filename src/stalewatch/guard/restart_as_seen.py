@@ -15,8 +15,6 @@ from __future__ import annotations
 from ..core.phases import RestartPhase, RestartState
 from ..core.status import Snapshot, Status
 
-__all__ = ["restart_as_seen"]
-
 
 def restart_as_seen(state: RestartState | None, snap: Snapshot, now: float) -> RestartState | None:
     """The restart phase to tell for ``state`` (the daemon's latest) as this process sees ``snap``.

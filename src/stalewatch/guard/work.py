@@ -15,8 +15,6 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ["Counter", "WorkInFlight"]
-
 logger = logging.getLogger(__name__)
 
 Counter = Callable[[], "int | None"]

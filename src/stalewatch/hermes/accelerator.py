@@ -60,8 +60,6 @@ from ..core.errors import SocketPathError
 from ..protocol.socket_path import default_socket_path
 from .agent_head import read
 
-__all__ = ["accelerate"]
-
 logger = logging.getLogger(__name__)
 
 ATTRIBUTE: Final = "_read_agent_revision"

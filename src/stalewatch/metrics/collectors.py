@@ -42,8 +42,6 @@ from .server import MetricsServer
 from .tally import Tally, newest_ref_write
 from .textfile import TextfileWriter
 
-__all__ = ["DaemonMetrics", "GuardCollector"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -34,15 +34,6 @@ from ..core.status import Snapshot, Status, WatchMode
 from ..core.version import __version__
 from .tally import DROP_REASONS, HOOK_OUTCOMES, HOOKS, RESTART_OUTCOMES, CheckoutCounts
 
-__all__ = [
-    "MAX_REVISIONS",
-    "CheckoutView",
-    "build_info",
-    "checkout_families",
-    "daemon_families",
-    "processes_by_revision",
-]
-
 MAX_REVISIONS = 8
 """Revisions of registered processes shown one by one per checkout; the rest add up
 under ``revision="other"``. A host runs one or two (old and new, during a restart);

@@ -38,8 +38,6 @@ from prometheus_client.registry import Collector
 from ..core.errors import MetricsError
 from ..core.escaping import printable
 
-__all__ = ["MAX_CONNECTIONS", "MAX_REQUEST", "NEWCOMER_GRACE", "REQUEST_TIMEOUT", "MetricsServer"]
-
 logger = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 16

@@ -29,19 +29,6 @@ from ..core.phases import RestartPhase, RestartState
 from ..core.status import Event, Snapshot, Status
 from ..git.refs import GitDirs
 
-__all__ = [
-    "DROP_REASONS",
-    "HOOKS",
-    "HOOK_OUTCOMES",
-    "LATENCY_BUCKETS",
-    "RESTART_OUTCOMES",
-    "CheckoutCounts",
-    "Histogram",
-    "RefWrite",
-    "Tally",
-    "newest_ref_write",
-]
-
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 """Upper bounds (seconds) of the detection latency histogram; ``+Inf`` follows."""
 

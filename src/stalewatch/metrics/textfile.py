@@ -27,8 +27,6 @@ from ..core.errors import MetricsError
 from ..core.escaping import printable
 from ..core.files import write_atomically
 
-__all__ = ["TextfileWriter"]
-
 logger = logging.getLogger(__name__)
 
 _MODE = 0o644  # node_exporter runs as another user: the file must be readable by it

@@ -31,8 +31,6 @@ from .restart.policy import RestartPolicy
 from .restart.state import Belief
 from .supervision import ObservedSource
 
-__all__ = ["Checkout", "EventSeen", "HealthReported", "Posted", "RestartTold"]
-
 logger = logging.getLogger(__name__)
 
 

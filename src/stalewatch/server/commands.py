@@ -39,8 +39,6 @@ from ..core import procs
 from .drain import BoundedOutput, OutputDrain, read_available
 from .supervision import SD_ENV
 
-__all__ = ["KILL_GRACE", "MARK", "MAX_PID", "Outcome", "parse_pid", "run"]
-
 KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
 MARK = "STALEWATCH_COMMAND_ID"
 """The environment variable that marks every process of one command's run."""

@@ -49,8 +49,6 @@ from ..core.tables import TableReader, parse
 from .restart.actions import action_of
 from .restart.policy import RestartPolicy, parse_policy
 
-__all__ = ["CheckoutConfig", "DaemonConfig", "HookConfig", "load", "read_checked", "with_checkouts"]
-
 MAX_CONFIG_BYTES = 1 << 20
 """Largest configuration file read (a real one is a few hundred bytes)."""
 

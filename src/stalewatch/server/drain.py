@@ -22,8 +22,6 @@ import time
 from ..core.escaping import printable
 from ..core.signals import Wakeup
 
-__all__ = ["MAX_DRAINED", "BoundedOutput", "OutputDrain", "read_available"]
-
 logger = logging.getLogger(__name__)
 
 HEAD_BYTES = 4096

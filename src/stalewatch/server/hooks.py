@@ -27,8 +27,6 @@ from . import commands
 from .config import HookConfig
 from .drain import OutputDrain
 
-__all__ = ["HookRunner", "hook_environment"]
-
 logger = logging.getLogger(__name__)
 
 _HOLD_POLL = 0.1  # seconds between checks of the hold_while marker

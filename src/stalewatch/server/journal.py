@@ -14,8 +14,6 @@ from logging.handlers import SysLogHandler
 
 from ..core.escaping import printable
 
-__all__ = ["install"]
-
 
 class _OneLineFormatter(logging.Formatter):
     """Escapes control characters in the message: a path or a client's line holding a

@@ -23,8 +23,6 @@ from pathlib import Path
 
 from ..core.errors import SocketPathError
 
-__all__ = ["listen", "release", "unlink_if_ours", "unlink_if_same"]
-
 logger = logging.getLogger(__name__)
 
 _MAX_UNIX_PATH = 107  # sun_path holds 108 bytes including the terminating NUL

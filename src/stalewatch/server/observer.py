@@ -13,8 +13,6 @@ from ..core.phases import RestartState
 from ..core.status import Event
 from .checkout import Checkout
 
-__all__ = ["DaemonObserver"]
-
 
 class DaemonObserver:
     """The daemon's calls into an observer; every method here is a no-op (metrics off).

@@ -22,8 +22,6 @@ from .observer import DaemonObserver
 from .publisher import Publisher
 from .registry import Registry
 
-__all__ = ["Registrations"]
-
 logger = logging.getLogger(__name__)
 
 

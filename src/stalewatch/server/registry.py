@@ -14,8 +14,6 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-__all__ = ["Process", "Registry"]
-
 
 @dataclass(frozen=True)
 class Process:

@@ -44,8 +44,6 @@ from .observer import DaemonObserver
 from .publisher import Publisher
 from .supervision import SystemdNotifier
 
-__all__ = ["AT_START", "RELOAD_STEPS_PER_TURN", "RELOAD_TURN_BUDGET", "Bound", "Reloader", "plan_reload"]
-
 logger = logging.getLogger(__name__)
 
 RELOAD_STEPS_PER_TURN = 64

@@ -18,8 +18,6 @@ from .checkout import Checkout
 from .config import CheckoutConfig, DaemonConfig, load, with_checkouts
 from .reloader import plan_reload
 
-__all__ = ["Startup", "bind", "read"]
-
 
 @dataclass(frozen=True)
 class Startup:

@@ -36,8 +36,6 @@ from ..watching.local import LocalSource
 from ..watching.source import OnChange, OnHealth
 from ..watching.watcher import Watcher
 
-__all__ = ["READY_WAIT", "SD_ENV", "ObservedSource", "SystemdNotifier", "counted", "notify", "status_text"]
-
 logger = logging.getLogger(__name__)
 
 SD_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")

@@ -8,8 +8,6 @@ from .notifier import platform_default
 from .source import OnChange, OnHealth, OnRestart
 from .watcher import Watcher
 
-__all__ = ["LocalSource"]
-
 
 class LocalSource:
     """Watch in this process: the process's inotify instance and its few worker threads.

@@ -28,8 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["Listener", "Notifier", "Registration", "acquire", "platform_default"]
-
 
 class Listener(Protocol):
     """What a watcher gives a notifier: called on the notifier's thread, must not block."""

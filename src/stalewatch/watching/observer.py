@@ -47,8 +47,6 @@ from watchdog.observers.polling import PollingObserver
 from ..core.shared import Shared
 from .notifier import Listener, Registration
 
-__all__ = ["ObserverNotifier", "acquire", "native"]
-
 logger = logging.getLogger(__name__)
 
 # Narrow directories (the worktree and its parent): entries created, deleted, renamed;

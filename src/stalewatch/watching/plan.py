@@ -28,8 +28,6 @@ from pathlib import Path
 
 from ..git.refs import GitDirs
 
-__all__ = ["Plan", "Planner", "Relevance", "anchors", "plan"]
-
 
 class Relevance(enum.Enum):
     """What a write at some path means to the watcher."""

@@ -31,8 +31,6 @@ from typing import Protocol
 from ..core.shared import Shared
 from . import here
 
-__all__ = ["MAX_HOLD", "MAX_WORKERS", "QUIET", "Scheduler", "Slot", "Task", "acquire", "release"]
-
 logger = logging.getLogger(__name__)
 
 MAX_WORKERS = 4

@@ -17,8 +17,6 @@ from ..core.phases import RestartState
 from ..core.status import WatchMode
 from ..git.refs import GitDirs
 
-__all__ = ["OnChange", "OnHealth", "OnRestart", "Source", "Watch", "Workload", "start_watch"]
-
 OnChange = Callable[[], Sequence[Path] | None]
 """Called on the watcher's thread when HEAD may have moved: re-resolve and compare.
 

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 
 from ..git.packed import RACY_NS
 
-__all__ = ["Stamp", "take"]
-
 _FileStamp = tuple[int, int, int, int, int, int] | int | None
 
 

@@ -49,8 +49,6 @@ from .source import OnChange, OnHealth
 from .stamp import Stamp, take
 from .watches import Identity, Watches, identity_of
 
-__all__ = ["NO_NOTIFICATION", "READ_EVERY", "VERIFY_RATE", "Watcher", "halt"]
-
 logger = logging.getLogger(__name__)
 
 VERIFY_RATE = 50.0  # most periodic verifications a second in one process (1,000 checkouts: each 20 s)

@@ -20,8 +20,6 @@ from . import notifier
 from .notifier import Listener, Notifier, Registration
 from .plan import Plan
 
-__all__ = ["Identity", "Watches", "identity_of"]
-
 Identity = tuple[int, int] | None
 
 

@@ -3,5 +3,38 @@ code is stale. Server-Sent Events of each status change: :mod:`stalewatch.web.ss
 (also importable as :mod:`stalewatch.sse`).
 """
 
-from .barrier import *  # noqa: F403
-from .barrier import __all__ as __all__
+from .barrier import (
+    CONFLICT,
+    ASGIApp,
+    ASGIBarrier,
+    Check,
+    Message,
+    Receive,
+    Routes,
+    RouteSpec,
+    Scope,
+    Send,
+    WSGIBarrier,
+    refusal,
+    retry_after,
+    stale_body,
+    stale_payload,
+)
+
+__all__ = [
+    "CONFLICT",
+    "ASGIApp",
+    "ASGIBarrier",
+    "Check",
+    "Message",
+    "Receive",
+    "RouteSpec",
+    "Routes",
+    "Scope",
+    "Send",
+    "WSGIBarrier",
+    "refusal",
+    "retry_after",
+    "stale_body",
+    "stale_payload",
+]

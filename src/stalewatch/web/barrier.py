@@ -36,24 +36,6 @@ from ..core.errors import StaleError
 from ..core.refusal import Refusal
 from ..guard.guard import Guard
 
-__all__ = [
-    "CONFLICT",
-    "ASGIApp",
-    "ASGIBarrier",
-    "Check",
-    "Message",
-    "Receive",
-    "RouteSpec",
-    "Routes",
-    "Scope",
-    "Send",
-    "WSGIBarrier",
-    "refusal",
-    "retry_after",
-    "stale_body",
-    "stale_payload",
-]
-
 CONFLICT = 409
 """The status code of a refused request: the server's code conflicts with the checkout."""
 

@@ -48,8 +48,6 @@ from ..core.status import Event, Snapshot
 from ..guard.guard import Guard
 from .barrier import Receive, Scope, Send
 
-__all__ = ["KEEPALIVE", "EventStream", "format_message"]
-
 KEEPALIVE = b": keep-alive\n\n"
 """The comment sent when a stream has been idle for its keep-alive interval."""
 
