@@ -96,8 +96,19 @@ def snapshot_message(
 
 
 def event_message(event: Event, generation: int) -> dict[str, Any]:
-    """An ``event`` line: one change of status or current revision (with its ``cause``)."""
-    return {"type": "event", **event.to_dict(), "generation": generation}
+    """An ``event`` line: one change of status or current revision (with its ``cause``).
+
+    ``Event.to_dict``'s fields in its order, from ``vars``: a status is a ``StrEnum``,
+    which JSON writes as its value (an update's path: no copy made to be copied again).
+    """
+    cause = event.cause
+    return {
+        "type": "event",
+        **vars(event),
+        "checkout": str(event.checkout),
+        "generation": generation,
+        "cause": None if cause is None else cause.to_dict(),
+    }
 
 
 def health_message(checkout: str, trusted: bool, mode: WatchMode) -> dict[str, Any]:
