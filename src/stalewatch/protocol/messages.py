@@ -101,14 +101,9 @@ def event_message(event: Event, generation: int) -> dict[str, Any]:
     ``Event.to_dict``'s fields in its order, from ``vars``: a status is a ``StrEnum``,
     which JSON writes as its value (an update's path: no copy made to be copied again).
     """
-    cause = event.cause
-    return {
-        "type": "event",
-        **vars(event),
-        "checkout": str(event.checkout),
-        "generation": generation,
-        "cause": None if cause is None else cause.to_dict(),
-    }
+    message = {"type": "event", **vars(event), "checkout": str(event.checkout), "generation": generation}
+    message["cause"] = None if event.cause is None else event.cause.to_dict()
+    return message
 
 
 def health_message(checkout: str, trusted: bool, mode: WatchMode) -> dict[str, Any]:

@@ -234,7 +234,9 @@ class Inotify:
             self._close_fds()
 
     def _close_fds(self) -> None:
-        _close_all(self.fd, self._kill_r, self._kill_w)
+        for fd in (self.fd, self._kill_r, self._kill_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
         with contextlib.suppress(OSError):
             self._epoll.close()
 
@@ -302,11 +304,7 @@ class Inotify:
 
     def _listeners(self) -> list[Listener]:
         # Under _lock. Each listener once, whatever the number of its directories.
-        seen: dict[int, Listener] = {}
-        for watch in self._watches.values():
-            for registration in watch:
-                seen.setdefault(id(registration.listener), registration.listener)
-        return list(seen.values())
+        return list({id(r.listener): r.listener for watch in self._watches.values() for r in watch}.values())
 
     def _dispatch(self, data: bytes) -> None:
         """Hand each event of one read to the registrations that want it.
@@ -352,12 +350,6 @@ class Inotify:
             logger.warning("stalewatch: inotify queue overflow: events were lost; every checkout resyncs")
             for listener in listeners:
                 _call(listener.on_overflow)
-
-
-def _close_all(*fds: int) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
 
 
 def _call(callback: Callable[[], None]) -> None:
