@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TypeVar
 
 __all__ = ["claim", "may_claim", "one_turn_after", "pending"]
-
-T = TypeVar("T")
 
 _local = threading.local()  # .claiming: inside one_turn_after(); .claimed: (slot, its turn)
 
 
-def one_turn_after(call: Callable[[T], object], arg: T, before: Callable[[], object]) -> None:
+def one_turn_after(call: Callable[[bytes], object], arg: bytes, before: Callable[[], object]) -> None:
     """``call(arg)``, letting a wake-up asked inside it claim its turn for this thread,
     run after, ``before()`` first (a plain call: an update's path makes no context manager)."""
     local = _local
