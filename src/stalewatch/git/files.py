@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
 from collections.abc import Sequence
@@ -93,6 +94,7 @@ def _read_symlinked_ref(path: Path) -> str | None:
     return read_small(path)  # git reads any other symlink through
 
 
+@functools.lru_cache(maxsize=256)  # HEAD names the same branch at every read
 def _valid_ref_name(name: str) -> bool:
     parts = name.split("/")
     return (

@@ -12,6 +12,7 @@ through one such entry. Pure functions over strings; no I/O.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["CHILD", "SAME", "UNKNOWN", "Rel", "back", "classify", "step"]
@@ -28,8 +29,10 @@ SIBLING = "sibling"  # the tip replaced (amend, squash, fixup)
 OTHER = "other"  # nothing known (checkout, reset to a name, rebase start)
 
 
+@functools.lru_cache(maxsize=512)
 def classify(message: str) -> tuple[str, str | None, str, int]:
-    """``(action, detail, step, back)``: ``back`` is k for ``reset: moving to HEAD~k``."""
+    """``(action, detail, step, back)``: ``back`` is k for ``reset: moving to HEAD~k``
+    (kept: the entries of a reflog's tail are classified again at each update)."""
     head, colon, rest = message.partition(": ")
     if not colon:
         head, rest = message, ""

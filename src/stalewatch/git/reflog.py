@@ -19,6 +19,7 @@ along the first-parent line; anything the chain cannot tell is ``unknown``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -83,8 +84,12 @@ def _text(raw: bytes, limit: int) -> str:
     return _CONTROL.sub("\ufffd", raw[: limit * 4].decode("utf-8", "replace"))[:limit].strip()
 
 
+@functools.lru_cache(maxsize=256)  # lines of a few hundred bytes: tens of KiB
 def parse_entry(line: bytes) -> Entry | None:
-    """Parse one reflog line (without its newline); ``None`` if it is not one."""
+    """Parse one reflog line (without its newline); ``None`` if it is not one.
+
+    Kept for the lines read again at the next update (a written line never changes):
+    each update parses only the lines it adds."""
     header, _, message = line.partition(b"\t")
     parts = header.split(b" ", 2)
     if len(parts) != 3:

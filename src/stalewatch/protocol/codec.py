@@ -43,7 +43,10 @@ def encode(message: Mapping[str, Any]) -> bytes:
     ASCII (``ensure_ascii``): a path that is not UTF-8 holds surrogate escapes, which
     only a ``\\u`` escape can carry.
     """
-    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    return _ENCODER.encode(message).encode() + b"\n"
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # made once, not per line
 
 
 class _Refused(Exception):

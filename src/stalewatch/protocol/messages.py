@@ -96,8 +96,14 @@ def snapshot_message(
 
 
 def event_message(event: Event, generation: int) -> dict[str, Any]:
-    """An ``event`` line: one change of status or current revision (with its ``cause``)."""
-    return {"type": "event", **event.to_dict(), "generation": generation}
+    """An ``event`` line: one change of status or current revision (with its ``cause``).
+
+    ``Event.to_dict``'s fields in its order, from ``vars``: a status is a ``StrEnum``,
+    which JSON writes as its value (an update's path: no copy made to be copied again).
+    """
+    message = {"type": "event", **vars(event), "checkout": str(event.checkout), "generation": generation}
+    message["cause"] = None if event.cause is None else event.cause.to_dict()
+    return message
 
 
 def health_message(checkout: str, trusted: bool, mode: WatchMode) -> dict[str, Any]:

@@ -183,14 +183,19 @@ class ClientSet:
         try:
             yield
         except Exception:
-            number = client.number if client is not None else "(new)"
-            logger.exception("stalewatch: dropping client %s after an unexpected error", number)
-            self._dropped("error")
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    self.close(client)
-            elif sock is not None:
-                sock.close()
+            self.failed(client, sock)
+
+    def failed(self, client: Client | None, sock: socket.socket | None = None) -> None:
+        """:meth:`isolated`'s answer to an unexpected exception (logged here); for a hot
+        path's own ``try`` (a generator per client would cost an update's line ~30 µs)."""
+        number = client.number if client is not None else "(new)"
+        logger.exception("stalewatch: dropping client %s after an unexpected error", number)
+        self._dropped("error")
+        if client is not None:
+            with contextlib.suppress(Exception):
+                self.close(client)
+        elif sock is not None:
+            sock.close()
 
     def serve(self, client: Client, mask: int) -> None:
         """Handle readiness reported by the selector (isolated: see :meth:`isolated`)."""
@@ -278,8 +283,10 @@ class ClientSet:
         pending, self._unflushed = self._unflushed, {}
         for number, client in pending.items():
             if number in self._clients and client.out:
-                with self.isolated(client):
+                try:
                     self.flush(client)
+                except Exception:
+                    self.failed(client)
 
     def broadcast(self, line: bytes, *, flush: bool = True) -> None:
         """Send ``line`` to every client being served (``flush``: as :meth:`send`)."""
@@ -311,7 +318,7 @@ class ClientSet:
             while out:
                 chunk: list[bytes | memoryview] = [memoryview(out[0])[client.offset :]]
                 chunk += itertools.islice(out, 1, _LINES_PER_WRITE)
-                wanted = sum(len(part) for part in chunk)
+                wanted = sum(map(len, chunk))
                 sent = client.sock.sendmsg(chunk)
                 done = client.offset + sent
                 while out and done >= len(out[0]):

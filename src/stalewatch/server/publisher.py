@@ -148,8 +148,10 @@ class Publisher:
             if client.gens.get(entry.key, -1) >= generation:
                 continue
             client.gens[entry.key] = generation
-            with self._clients.isolated(client):
+            try:  # isolated (see ClientSet.failed)
                 self._clients.send(client, line, flush=False)
+            except Exception:
+                self._clients.failed(client)
         self._unlogged.append((entry.key, event, generation))
 
     def log_events(self) -> None:

@@ -9,24 +9,25 @@ may be other checkouts' events. Meanwhile the other reader reads.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 __all__ = ["claim", "may_claim", "one_turn_after", "pending"]
 
 _local = threading.local()  # .claiming: inside one_turn_after(); .claimed: (slot, its turn)
 
 
-@contextlib.contextmanager
-def one_turn_after() -> Iterator[None]:
-    """Let a wake-up asked inside the block claim its turn for this thread; run it after."""
-    _local.claiming, _local.claimed = True, None
+def one_turn_after(call: Callable[[bytes], object], arg: bytes, before: Callable[[], object]) -> None:
+    """``call(arg)``, letting a wake-up asked inside it claim its turn for this thread,
+    run after, ``before()`` first (a plain call: an update's path makes no context manager)."""
+    local = _local
+    local.claiming, local.claimed = True, None
     try:
-        yield
-    finally:  # even if the block raised: a claimed turn left unrun would block its task
-        claimed, _local.claiming, _local.claimed = _local.claimed, False, None
+        call(arg)
+    finally:  # even if the call raised: a claimed turn left unrun would block its task
+        claimed, local.claiming, local.claimed = local.claimed, False, None
         if claimed is not None:
+            before()
             claimed[1]()
 
 

@@ -4,7 +4,7 @@ The kernel allows 128 inotify *instances* per user (``fs.inotify.max_user_instan
 shared with every program of that user, and each of watchdog's observers opens one and
 runs a thread per watched directory. :class:`Inotify` opens one instance for the whole
 process and reads it on two threads (``stalewatch-inotify``, ``-2``), waiting on one
-edge-triggered epoll, so an event wakes one of them; watchers add and remove watches on
+epoll where it is registered one-shot, so an event wakes one of them; watchers add and remove watches on
 it as their plans change.
 
 Built on libc's three calls (``inotify_init1``, ``inotify_add_watch``,
@@ -79,6 +79,7 @@ _UNWATCH_DELAY_MS = 100  # the longest a watch left for later stays in the kerne
 # Threads reading the instance: each may run a wake-up's turn (.here.one_turn_after),
 # and only one turn runs at a time, so another always reads meanwhile.
 _READERS = 2
+_ARMED = select.EPOLLIN | select.EPOLLONESHOT  # the instance, until a reader re-arms it
 
 
 @dataclass(eq=False)
@@ -103,12 +104,15 @@ class Inotify:
         self.pid = os.getpid()
         # Closed on exec (hook processes); a forked child closes its copy (see below).
         self._kill_r, self._kill_w = os.pipe()  # non-inheritable by default
-        # Edge-triggered: an event wakes one idle reader, which reads until none is left.
+        # One-shot: an event wakes one idle reader, which reads until none is left and
+        # only then (or when it runs a turn, for the other to read meanwhile) re-arms the
+        # instance: the events that follow (git's lock file, then its rename) never wake
+        # the other reader to contend for the GIL on the update's path.
         os.set_blocking(fd, False)
         os.set_blocking(self._kill_r, False)
         self._epoll = select.epoll()
-        for readable in (fd, self._kill_r):
-            self._epoll.register(readable, select.EPOLLIN | select.EPOLLET)
+        self._epoll.register(fd, _ARMED)
+        self._epoll.register(self._kill_r, select.EPOLLIN | select.EPOLLET)
         self._lock = threading.Lock()
         # By watch descriptor, the registrations on it in the order they came; a dict: the
         # worktrees' common parent holds one per checkout, and removing one of ten
@@ -230,7 +234,9 @@ class Inotify:
             self._close_fds()
 
     def _close_fds(self) -> None:
-        _close_all(self.fd, self._kill_r, self._kill_w)
+        for fd in (self.fd, self._kill_r, self._kill_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
         with contextlib.suppress(OSError):
             self._epoll.close()
 
@@ -244,12 +250,13 @@ class Inotify:
                 # Idle: no timeout. With watches to remove: by their deadline, together
                 # (a stop by the thousand wakes a reader once per batch, not per watch).
                 timeout = -1.0 if unwatch_by is None else max(0.0, unwatch_by - time.monotonic())
-                self._epoll.poll(timeout)
+                ready = self._epoll.poll(timeout)
                 if self._closing:
                     break
-                with contextlib.suppress(BlockingIOError):  # watches left for later
-                    while os.read(self._kill_r, 4096):
-                        pass
+                if self._kill_r in dict(ready):  # watches left for later
+                    with contextlib.suppress(BlockingIOError):  # (an event's wake-up: no read)
+                        while os.read(self._kill_r, 4096):
+                            pass
                 if self._doomed:
                     if unwatch_by is None:
                         unwatch_by = time.monotonic() + _UNWATCH_DELAY_MS / 1000
@@ -258,19 +265,24 @@ class Inotify:
                         unwatch_by = None
                 else:
                     unwatch_by = None
-                while not self._closing:  # every event: no edge comes for those left
+                while not self._closing:  # every event, then re-armed
                     try:
                         data = os.read(self.fd, _READ_SIZE)
                     except BlockingIOError:
                         break
                     self._dispatching.add(me)
-                    with one_turn_after():
-                        self._dispatch(data)
+                    one_turn_after(self._dispatch, data, self._arm)
                     self._dispatching.discard(me)
+                self._arm()
         except BaseException:
             logger.exception("stalewatch: the inotify reader failed")
         finally:
             self._finish()
+
+    def _arm(self) -> None:
+        """Let the instance wake a reader again (see ``_ARMED``)."""
+        with contextlib.suppress(OSError, ValueError):  # closed meanwhile
+            self._epoll.modify(self.fd, _ARMED)
 
     def _finish(self) -> None:
         with self._lock:
@@ -292,11 +304,7 @@ class Inotify:
 
     def _listeners(self) -> list[Listener]:
         # Under _lock. Each listener once, whatever the number of its directories.
-        seen: dict[int, Listener] = {}
-        for watch in self._watches.values():
-            for registration in watch:
-                seen.setdefault(id(registration.listener), registration.listener)
-        return list(seen.values())
+        return list({id(r.listener): r.listener for watch in self._watches.values() for r in watch}.values())
 
     def _dispatch(self, data: bytes) -> None:
         """Hand each event of one read to the registrations that want it.
@@ -342,12 +350,6 @@ class Inotify:
             logger.warning("stalewatch: inotify queue overflow: events were lost; every checkout resyncs")
             for listener in listeners:
                 _call(listener.on_overflow)
-
-
-def _close_all(*fds: int) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
 
 
 def _call(callback: Callable[[], None]) -> None:
