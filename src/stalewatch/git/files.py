@@ -28,7 +28,6 @@ if TYPE_CHECKING:  # refs imports this module for its default store
     from .refs import GitDirs
     from .store import RefStore
 
-__all__ = ["HEAD_MISSING", "STORE", "Files", "read_ref", "read_small"]
 
 HEAD_MISSING = "HEAD does not exist"
 """The :class:`RefError` reason when there is no HEAD file (nor symlink) at all."""

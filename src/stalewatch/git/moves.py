@@ -15,8 +15,6 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["CHILD", "SAME", "UNKNOWN", "Rel", "back", "classify", "step"]
-
 _MAX_WORD = 40
 _RESET_BACK = re.compile(r"(?:HEAD|@)((?:~[0-9]{0,4}|\^1?)+)")
 _WORD = re.compile(r"[a-z][a-z0-9._-]{0,31}")

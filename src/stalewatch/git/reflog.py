@@ -33,17 +33,6 @@ from ..core.revisions import is_object_id
 from . import moves
 from .refs import GitDirs
 
-__all__ = [
-    "Cause",
-    "Entry",
-    "explain",
-    "explain_entries",
-    "explain_move",
-    "head_log",
-    "parse_entry",
-    "parse_log",
-]
-
 logger = logging.getLogger(__name__)
 
 _FIRST_READ = 16 * 1024  # the newest entries; almost always enough

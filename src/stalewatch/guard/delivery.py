@@ -17,8 +17,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["Subscribers"]
-
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)

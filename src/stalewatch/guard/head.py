@@ -22,15 +22,6 @@ from ..git.files import HEAD_MISSING
 if TYPE_CHECKING:  # identity builds a deploy link's reader (release imports this module)
     from .identity import Binding
 
-__all__ = [
-    "EXHAUSTED",
-    "MISSING_REF_GRACE",
-    "HeadReader",
-    "RevisionReader",
-    "checked_revision",
-    "initial",
-    "read_settled",
-]
 
 MISSING_REF_GRACE = (0.001, 0.004, 0.016, 0.064)
 """Seconds to look again when HEAD names a missing branch, or is missing, while a

@@ -26,8 +26,6 @@ from .delivery import Subscribers
 from .identity import Binding
 from .restart_as_seen import restart_as_seen
 
-__all__ = ["GuardState"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -14,17 +14,6 @@ from typing import Any
 
 from ..core.errors import ProtocolError
 
-__all__ = [
-    "MAX_DEPTH",
-    "MAX_INT_DIGITS",
-    "MAX_MESSAGE_LINE",
-    "MAX_REQUEST_LINE",
-    "PROTOCOL_VERSION",
-    "LineReader",
-    "decode",
-    "encode",
-]
-
 PROTOCOL_VERSION = 1
 """Bumped on any incompatible change; clients refuse a daemon with another version."""
 MAX_REQUEST_LINE = 4096

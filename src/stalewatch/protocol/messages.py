@@ -20,32 +20,6 @@ from ..core.revisions import is_object_id
 from ..core.status import Event, Snapshot, WatchMode
 from .codec import PROTOCOL_VERSION, decode, encode
 
-__all__ = [
-    "FEATURES",
-    "HELLO_TIMEOUT",
-    "MAX_ID_BYTES",
-    "MAX_INFLIGHT",
-    "Inflight",
-    "Ping",
-    "Register",
-    "error_message",
-    "event_message",
-    "health_message",
-    "hello_message",
-    "hello_problem",
-    "inflight_message",
-    "parse_request",
-    "ping_message",
-    "pong_message",
-    "processes_message",
-    "refused_message",
-    "register_message",
-    "removed_message",
-    "restart_message",
-    "silence_limit",
-    "snapshot_message",
-]
-
 FEATURES = ("register", "inflight")
 """What this daemon offers beyond protocol 1's base, listed in its hello: a client sends
 ``register`` (and ``inflight``) only to a daemon that lists it (an older one would close

@@ -8,8 +8,6 @@ from pathlib import Path
 
 from ..core.errors import SocketPathError
 
-__all__ = ["DEFAULT_TEXT", "SOCKET_NAME", "default_socket_path"]
-
 SOCKET_NAME = "stalewatch.sock"
 DEFAULT_TEXT = f"$RUNTIME_DIRECTORY/{SOCKET_NAME}, else $XDG_RUNTIME_DIR/{SOCKET_NAME}"
 """The default as ``--help`` says it (the docs say the same)."""

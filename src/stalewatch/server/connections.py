@@ -25,8 +25,6 @@ from ..core.errors import ProtocolError
 from ..protocol.codec import MAX_REQUEST_LINE, LineReader, encode
 from ..protocol.messages import Inflight, Register, error_message, parse_request, pong_message
 
-__all__ = ["Client", "ClientSet"]
-
 logger = logging.getLogger(__name__)
 
 DROP_GRACE = 5.0  # seconds a dropped client gets to read its error line

@@ -24,8 +24,6 @@ from collections.abc import Callable, Iterator
 from .checkout import Posted
 from .reloader import Bound
 
-__all__ = ["Inbox", "Message"]
-
 Message = Posted | Bound
 """What another thread hands the loop."""
 

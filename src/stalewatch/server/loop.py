@@ -53,13 +53,6 @@ from .registry import Registry
 from .reloader import Bound, Reloader
 from .supervision import ObservedSource, SystemdNotifier, counted, status_text
 
-__all__ = [
-    "ACCEPTS_PER_TURN",
-    "GREETING_LINES_PER_TURN",
-    "DaemonServer",
-    "ObserverFactory",
-]
-
 logger = logging.getLogger(__name__)
 
 _LOOP_TICK = 1.0  # the loop wakes at least this often (its heartbeat)

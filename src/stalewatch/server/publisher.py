@@ -38,8 +38,6 @@ from .checkout import Checkout
 from .connections import Client, ClientSet
 from .registry import Registry
 
-__all__ = ["Publisher"]
-
 logger = logging.getLogger(__name__)
 
 _AT = "\x00at\x00"  # stands for hello's `at` in its kept encoding (no real value is a string)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-__all__ = ["claim", "may_claim", "one_turn_after", "pending"]
-
 _local = threading.local()  # .claiming: inside one_turn_after(); .claimed: (slot, its turn)
 
 

@@ -47,8 +47,6 @@ from .here import one_turn_after
 from .inotify_calls import AVAILABLE, inotify_add_watch, inotify_init, inotify_rm_watch
 from .notifier import Listener, Registration
 
-__all__ = ["AVAILABLE", "Inotify", "acquire", "release", "users"]
-
 logger = logging.getLogger(__name__)
 
 # The worktree and its parent: only the checkout or its .git renamed, replaced, deleted

@@ -11,8 +11,6 @@ import errno
 import os
 import sys
 
-__all__ = ["AVAILABLE", "inotify_add_watch", "inotify_init", "inotify_rm_watch"]
-
 # The kernel's ABI (linux/inotify.h), unchanged since Linux 2.6.13.
 IN_ATTRIB, IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO = 0x4, 0x8, 0x40, 0x80
 IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVE_SELF = 0x100, 0x200, 0x400, 0x800

@@ -90,9 +90,9 @@ class Notifier(Protocol):
 def platform_default() -> str:
     """The notifier this platform gets: ``inotify`` on Linux, else watchdog's observer
     where it has a native backend, else ``polling``."""
-    from . import inotify  # noqa: PLC0415 - tells whether libc has inotify
+    from . import inotify_calls  # noqa: PLC0415 - tells whether libc has inotify
 
-    if inotify.AVAILABLE:
+    if inotify_calls.AVAILABLE:
         return "inotify"
     if sys.platform.startswith("linux"):
         return "polling"  # no inotify in this libc: watchdog would poll too
