@@ -12,15 +12,20 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from stalewatch import Guard, StaleError
 from stalewatch.cli import EXIT_INTERRUPTED
+from stalewatch.core.cause import Cause
 from stalewatch.git import reflog
 from stalewatch.guard import head as head_module
+from tests.support.properties import budget
 from tests.support.recorder import Recorder
 from tests.support.repos import Repo
 
@@ -167,3 +172,29 @@ def test_watch_command_lines_say_what_moved(git_repo: Repo) -> None:
             assert proc.wait(timeout=5) == EXIT_INTERRUPTED
         finally:
             proc.kill()
+
+
+def _when_by_datetime(at: float, tz: str, now: float) -> str:
+    """What ``Cause`` said through ``datetime`` before it did the arithmetic itself."""
+    try:
+        offset = int(tz[1:3]) * 60 + int(tz[3:5])
+        zone = timezone(timedelta(minutes=-offset if tz[0] == "-" else offset))
+        when = datetime.fromtimestamp(at, zone)
+        today = datetime.fromtimestamp(now, zone).date()
+    except (ValueError, OverflowError, OSError, IndexError):
+        return f"@{at:.0f}"
+    return when.strftime("%H:%M" if when.date() == today else "%Y-%m-%d %H:%M")
+
+
+@pytest.mark.unit
+@budget(3000)
+@given(
+    at=st.one_of(st.integers(-(10**12), 10**12), st.integers(-(7 * 10**10), 26 * 10**10)),
+    tz=st.one_of(st.from_regex(r"\A[+-][0-9]{4}\Z"), st.text(max_size=6)),
+    now=st.integers(0, 4 * 10**9),
+)
+@example(at=-30_610_224_001, tz="-0000", now=0)  # year 999: no zero padding, as strftime
+@example(at=1_700_000_000, tz="+2400", now=1_700_000_000)  # an offset datetime refuses
+def test_the_time_of_a_cause_is_what_datetime_says(at: int, tz: str, now: int) -> None:
+    cause = Cause("commit", None, "commit: x", "a", "a@x", float(at), tz, "same")
+    assert cause.describe(now=now).endswith(f" at {_when_by_datetime(float(at), tz, now)}")
