@@ -7,7 +7,7 @@ import time
 
 from stalewatch import LocalSource
 from stalewatch.git.refs import find_git_dirs
-from stalewatch.watching import watcher as watcher_module
+from stalewatch.watching import fallback as fallback_module
 from tests.support.forks import exit_status_in_fork
 from tests.support.repos import Repo
 
@@ -19,7 +19,7 @@ def test_a_forked_child_stops_polling_though_a_parent_thread_held_the_waiting_li
 
     def body() -> None:
         waiting = LocalSource(poll_interval=1.0).watch(dirs, lambda: None, lambda trusted, mode: None)
-        waiting._unavailable(OSError(errno.ENOSPC, "No space left on device"), time.monotonic())
+        waiting._fallback.unavailable(OSError(errno.ENOSPC, "No space left on device"), time.monotonic())
         waiting.stop()
 
-    assert exit_status_in_fork(body, holding=watcher_module._waiting_lock) == 0
+    assert exit_status_in_fork(body, holding=fallback_module._waiting_lock) == 0

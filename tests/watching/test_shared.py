@@ -167,13 +167,13 @@ def health_reports(guard: Guard) -> list[bool]:
     """Every trust report ``guard``'s watcher makes from now on, in order."""
     reports: list[bool] = []
     watcher = watcher_of(guard)
-    real_report = watcher._on_health
+    real_report = watcher._health._on_health
 
     def spy(trusted: bool, mode: str) -> None:
         reports.append(trusted)
         real_report(trusted, mode)
 
-    watcher._on_health = spy
+    watcher._health._on_health = spy
     return reports
 
 

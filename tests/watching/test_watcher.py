@@ -344,14 +344,14 @@ def test_c9_watch_limit_reached_when_head_moves_to_a_new_directory(
         rec = Recorder(guard)
         watcher = watcher_of(guard)
         polling = threading.Event()
-        real = watcher._on_health
+        real = watcher._health._on_health
 
         def spy(trusted: bool, mode: str) -> None:
             if mode == "polling" and not trusted:
                 polling.set()
             real(trusted, mode)
 
-        watcher._on_health = spy
+        watcher._health._on_health = spy
         watch_limit.allowed = 0  # the limit is reached by another process meanwhile
         git_repo.git("checkout", "-q", "-b", "feature/deep")  # needs refs/heads/feature watched
         new = git_repo.commit("on the new branch")
@@ -373,14 +373,14 @@ def test_c9_watch_limit_lifted_returns_to_native_notification(
         assert guard.wait_ready(5)  # the watcher runs: polling, never trusted
         assert guard.snapshot().mode == "polling" and not guard.snapshot().trusted
         watcher = watcher_of(guard)
-        real = watcher._on_health
+        real = watcher._health._on_health
 
         def spy(trusted: bool, mode: str) -> None:
             if (trusted, mode) == (True, "native"):
                 native.set()
             real(trusted, mode)
 
-        watcher._on_health = spy
+        watcher._health._on_health = spy
         watch_limit.allowed = 1000  # another process let go of its watches
         # The guard (and a daemon's clients) are told: trusted again, mode native.
         assert native.wait(10), "never returned to native notification"

@@ -20,9 +20,7 @@ it re-resolved, so a late fault is never overwritten by an earlier all-clear.
 
 Without notification (the user's 128 inotify instances are taken, or the watch limit
 is reached) the watcher polls: it stats its files every poll interval, and its guard
-re-reads HEAD on every check. Limits are not forever: it tries native notification
-again with exponential backoff, and at once when another watcher of the process just
-got it back; each change is logged once.
+re-reads HEAD on every check; :mod:`.fallback` keeps why, and when to try again.
 """
 
 from __future__ import annotations
@@ -32,17 +30,17 @@ import logging
 import math
 import os
 import random
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from ..core import forking
 from ..core.errors import ResourceExhaustedError
 from ..core.settings import WatchSettings
 from ..core.status import WatchMode
 from ..git.refs import GitDirs
 from . import scheduler
+from .fallback import NO_NOTIFICATION, Fallback
+from .health import Health
 from .notifier import Notifier, Registration
 from .plan import Plan, Planner, Relevance, anchors
 from .source import OnChange, OnHealth
@@ -63,31 +61,6 @@ _HEAD_GONE_GRACE = 0.05
 _SHORT_RETRY = (0.05, 2.0)
 _SHORT_WARN_EVERY = 60.0  # seconds between two warnings of it in the log
 _NEVER = float("inf")
-
-NO_NOTIFICATION = frozenset({errno.ENOSPC, errno.EMFILE, errno.ENFILE, errno.ENOSYS, errno.ENOMEM})
-"""``OSError`` numbers meaning "no change notification here, now": poll, retry later."""
-_REASONS = {
-    errno.ENOSPC: "watch limit reached",
-    errno.EMFILE: "instance limit reached",
-    errno.ENFILE: "the system's file table is full",
-    errno.ENOSYS: "not supported here",
-    errno.EACCES: "a git directory cannot be watched (permission)",
-}
-BACKOFF_MIN, BACKOFF_MAX = 1.0, 30.0
-
-# The process's watchers polling for want of notification: when one gets it back, the
-# others try at once. A forked child has none of them (their watchers are the parent's).
-_waiting: dict[Watcher, None] = {}
-_waiting_lock = threading.Lock()
-
-
-def _forget_waiting() -> None:
-    global _waiting_lock  # noqa: PLW0603 - it may have been held by a parent's thread at fork()
-    _waiting_lock = threading.Lock()
-    _waiting.clear()
-
-
-forking.in_child(_forget_waiting)
 
 
 def halt(watchers: Iterable[Watcher]) -> None:
@@ -117,12 +90,7 @@ class Watcher:
         self._retry = min(_RETRY, settings.verify_interval)
         self._dirs = dirs
         self._on_change = on_change
-        self._on_health = on_health
-        self._health_lock = threading.Lock()
-        self._reported: tuple[bool, WatchMode] | None = None  # the last report (under the lock)
-        self._faults = 0  # faults reported so far (compared before and after a resolve)
-        self._resync = False  # events were lost: re-resolve before trusting
-        self._mode = WatchMode.NONE  # how changes are noticed now: told with the next report
+        self._health = Health(on_health)
         self._stopped = False
         self._scheduler: scheduler.Scheduler | None = None
         self._slot: scheduler.Slot | None = None
@@ -137,9 +105,7 @@ class Watcher:
         self._stamp: Stamp | None = None
         self._verifies = 0
         self._next_verify = _NEVER
-        self._poll_reason: str | None = None  # why we poll for want of notification
-        self._retry_at = 0.0  # earliest next try of native notification meanwhile
-        self._backoff = BACKOFF_MIN
+        self._fallback = Fallback(dirs.worktree, settings.poll_interval, self.wake)
         self._short_delay = 0.0  # the current retry delay while reads fail for want of resources
         self._short_warned = -_SHORT_WARN_EVERY
         self.on_verified: Callable[[], None] | None = None
@@ -157,8 +123,7 @@ class Watcher:
         """Remove the watches and leave the workers; harmless twice. Waits up to a second
         for a turn under way (one stuck in a slow callback ends when that returns)."""
         self._stopped = True
-        with _waiting_lock:
-            _waiting.pop(self, None)
+        self._fallback.stop()
         slot, self._slot = self._slot, None
         if slot is not None and self._scheduler is not None and not scheduler.release(self._scheduler, slot):
             logger.warning(
@@ -166,12 +131,12 @@ class Watcher:
                 self._dirs.worktree,
             )
         self._watches.close(final=True)
-        self._report(False, WatchMode.NONE)
+        self._health.stop()
 
     @property
     def verify_period(self) -> float:
         """Seconds between periodic verifications now (poll interval while polling)."""
-        if self._mode is WatchMode.POLLING:
+        if self._health.mode is WatchMode.POLLING:
             return self._settings.poll_interval
         count = self._scheduler.slots if self._scheduler is not None else 1
         return max(self._settings.verify_interval, count / VERIFY_RATE)
@@ -193,7 +158,7 @@ class Watcher:
         if relevance is Relevance.REF:
             self.wake()
         elif relevance is Relevance.ANCHOR:
-            self._fault()
+            self._health.fault()
             self._restart_soon()
 
     # -- the notifier's listener (its thread: classify, no I/O) -------------------------
@@ -218,49 +183,16 @@ class Watcher:
 
     def on_overflow(self) -> None:
         """Events were lost: distrust the flag until resynced."""
-        self._fault(resync=True)
+        self._health.fault(resync=True)
         self.wake()
 
     def on_reader_died(self) -> None:
         """The notifier died (or a worker in our turn, ``SystemExit`` in a callback): its
         watches are blind; restart on a new one."""
-        self._fault()
+        self._health.fault()
         self._restart_soon()
 
     turn_lost = on_reader_died
-
-    # -- health: what the guard is told --------------------------------------------------
-
-    def _fault(self, *, resync: bool = False) -> None:
-        """Distrust the flag now; ``resync``: events were lost, re-resolve before trusting."""
-        with self._health_lock:
-            self._faults += 1
-            self._resync = self._resync or resync
-            self._tell(False, self._mode)
-
-    def _trust_unless_faulted(self, faults: int) -> bool:
-        """Report the mode's trust (only native notification earns it: polling can miss a
-        change for a period) unless a fault came after ``faults``, or we are stopping."""
-        with self._health_lock:
-            if self._stopped or self._faults != faults:
-                return False
-            self._tell(self._mode is WatchMode.NATIVE, self._mode)
-            return True
-
-    def _report(self, trusted: bool, mode: WatchMode) -> None:
-        """Report (trusted, mode) as it is, whatever the faults."""
-        with self._health_lock:
-            self._tell(trusted, mode)
-
-    def _tell(self, trusted: bool, mode: WatchMode) -> None:
-        # Under _health_lock: the last report is the one the guard sees.
-        if (trusted, mode) == self._reported:
-            return
-        self._reported = (trusted, mode)
-        try:
-            self._on_health(trusted, mode)
-        except Exception:
-            logger.exception("stalewatch: health callback failed")
 
     # -- turns ---------------------------------------------------------------------------
 
@@ -280,7 +212,7 @@ class Watcher:
         except Exception:
             # Never a dead watcher: distrust, back off, start over.
             logger.exception("stalewatch: watcher for %s failed; restarting", self._dirs.worktree)
-            self._fault()
+            self._health.fault()
             self._restart_soon(time.monotonic() + self._retry)
         return self._next_timer()
 
@@ -294,14 +226,13 @@ class Watcher:
             if now >= self._restart_at:
                 self._restart(now)
             return
-        if self._poll_reason is not None and now >= self._retry_at:
+        if self._fallback.due(now):
             self._restart(now)  # try native notification again
             return
-        with self._health_lock:  # together: a fault in between is never lost
-            faults, resync, self._resync = self._faults, self._resync, False
+        faults, resync = self._health.take_resync()  # together: a fault in between is never lost
         if dirty or resync:
-            if self._resolve_checked() and resync and not self._trust_unless_faulted(faults):
-                self._resync = True  # another fault arrived meanwhile: resync again
+            if self._resolve_checked() and resync and not self._health.trust_unless_faulted(faults):
+                self._health.owe_resync()  # another fault arrived meanwhile: resync again
                 self.wake()
         elif now >= self._next_verify:
             self._verify(now)
@@ -313,7 +244,7 @@ class Watcher:
         self._short_delay = min(high, max(low, 2 * self._short_delay))
         self._stamp = None  # the next verification reads HEAD whatever the stamps say
         self._resolve_at = min(self._resolve_at, now + self._short_delay)
-        self._resync = True
+        self._health.owe_resync()  # trusted again only after the next read
         if now - self._short_warned >= _SHORT_WARN_EVERY:
             self._short_warned = now
             logger.warning(
@@ -331,8 +262,8 @@ class Watcher:
         if self._resolve_at != _NEVER:
             return self._resolve_at  # off the grid: a grace is short
         when = self._next_verify
-        if self._poll_reason is not None:
-            when = min(when, self._retry_at)
+        if self._fallback.reason is not None:
+            when = min(when, self._fallback.retry_at)
         if when == _NEVER:
             return when
         # On a grid: verifications due close together share one worker wake-up.
@@ -366,9 +297,9 @@ class Watcher:
                     return True
                 recheck, stamp = False, None if stamp is None else take(self._order)
         except OSError as exc:
-            if exc.errno not in NO_NOTIFICATION or self._mode is not WatchMode.NATIVE:
+            if exc.errno not in NO_NOTIFICATION or self._health.mode is not WatchMode.NATIVE:
                 raise
-            self._unavailable(exc, time.monotonic())
+            self._fallback.unavailable(exc, time.monotonic())
             self._restart_soon()
             return False
         self._stamp = None
@@ -395,34 +326,34 @@ class Watcher:
             self.on_verified()
 
     def _restart(self, now: float) -> None:
-        faults = self._faults
+        faults = self._health.faults
         self._restart_at = _NEVER
-        self._report(False, self._mode)
+        self._health.report(False, self._health.mode)
         self._watches.close()
         self._stamp = None
         self._beat()
         identities = {path: identity_of(path) for path in anchors(self._dirs)}
         if None in identities.values():
-            self._mode = WatchMode.NONE  # checkout gone: HEAD reads unreadable; retried soon
+            self._health.mode = WatchMode.NONE  # checkout gone: HEAD reads unreadable; retried soon
             self._restart_soon(now + self._retry)
             self._changed()
             return
         self._identities = identities
         self._set_plan(self._planner.plan())
-        self._mode = self._open(now)
+        self._health.mode = self._open(now)
         # The first verification spread over a period (a thousand checkouts start together),
         # a period after the start (the watches are fresh), except when polling.
-        if self._mode is WatchMode.POLLING:
+        if self._health.mode is WatchMode.POLLING:
             self._next_verify = now + random.uniform(0.1, 1.0) * self.verify_period  # noqa: S311
         elif self._next_verify == _NEVER:
             self._next_verify = now + random.uniform(1.0, 2.0) * self.verify_period  # noqa: S311
         # Resolve only once the watches exist, so no update falls between the two.
         if self._resolve_checked(stamp=take(self._order)):
-            self._trust_unless_faulted(faults)  # trusted only when native
+            self._health.trust_unless_faulted(faults)  # trusted only when native
 
     def _open(self, now: float) -> WatchMode:
         """Watch the plan's directories natively if possible; the mode to run in."""
-        if self._settings.poll or (self._poll_reason is not None and now < self._retry_at):
+        if self._settings.poll or self._fallback.waiting(now):
             return WatchMode.POLLING
         try:
             self._watches.open(self.plan)
@@ -431,13 +362,13 @@ class Watcher:
             if self._stopped:
                 return WatchMode.NONE
             if exc.errno in NO_NOTIFICATION or exc.errno == errno.EACCES:
-                self._unavailable(exc, now)
+                self._fallback.unavailable(exc, now)
                 return WatchMode.POLLING
             # e.g. a directory vanished between the plan and the watch
             logger.warning("stalewatch: cannot watch %s yet (%s); retrying", self._dirs.worktree, exc)
             self._restart_soon(now + self._retry)
             return WatchMode.NONE
-        self._available()
+        self._fallback.available()
         return WatchMode.NATIVE
 
     def _set_plan(self, new: Plan) -> bool:
@@ -451,52 +382,6 @@ class Watcher:
         """Bring plan and watches in line with ``chain``; True if either changed."""
         old = self.plan
         changed = self._set_plan(self._planner.plan(chain))
-        if self._mode is not WatchMode.NATIVE:
+        if self._health.mode is not WatchMode.NATIVE:
             return changed
         return self._watches.follow(old, self.plan, recheck=recheck) or changed
-
-    # -- polling for want of notification, and the way back ------------------------------
-
-    def _unavailable(self, exc: OSError, now: float) -> None:
-        """Native notification failed with ``exc``: poll, retry after the backoff."""
-        reason = _REASONS.get(exc.errno or 0, exc.strerror or str(exc))
-        delay = _NEVER if exc.errno == errno.ENOSYS else self._backoff
-        self._backoff = min(self._backoff * 2, BACKOFF_MAX)
-        self._retry_at = now + delay
-        with _waiting_lock:
-            if not self._stopped:  # a turn still running after stop() must not re-register
-                _waiting[self] = None
-        if self._poll_reason is not None:
-            logger.debug(
-                "stalewatch: notification for %s still unavailable (%s)",
-                self._dirs.worktree,
-                reason,
-            )
-            return
-        self._poll_reason = reason
-        again = "" if delay == _NEVER else f"; retrying native notification (backoff from {delay:.0f} s)"
-        logger.warning(
-            "stalewatch: change notification unavailable for %s (%s); polling every %.1f s%s, "
-            "and the barrier re-reads HEAD on each check meanwhile",
-            self._dirs.worktree,
-            reason,
-            self._settings.poll_interval,
-            again,
-        )
-
-    def _available(self) -> None:
-        """Native notification works (again): say so, and let the others retry now."""
-        if self._poll_reason is not None:
-            logger.warning(
-                "stalewatch: change notification for %s is available again; watching natively",
-                self._dirs.worktree,
-            )
-            self._poll_reason = None
-            self._backoff = BACKOFF_MIN
-        with _waiting_lock:
-            _waiting.pop(self, None)
-            others = list(_waiting)
-        for other in others:  # notification is back for this process
-            if other._poll_reason is not None and other._retry_at != _NEVER:
-                other._retry_at = 0.0
-                other.wake()
