@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import struct
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -138,3 +141,23 @@ def signal_if(pid: int, signum: int, same: Callable[[], bool]) -> bool:
     finally:
         if fd is not None:
             os.close(fd)
+
+
+# macOS has no SO_PEERCRED: the peer's pid is LOCAL_PEERPID (<sys/un.h>) at level
+# SOL_LOCAL; Python's socket module names neither, so their values are spelled here.
+SOL_LOCAL, LOCAL_PEERPID = 0, 2
+
+
+def peer_pid(sock: socket.socket, platform: str = sys.platform) -> int:
+    """The connecting process's pid, from the kernel, not its word; 0 when unknown."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    try:
+        if option is not None:
+            pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+        elif platform == "darwin":
+            (pid,) = struct.unpack("i", sock.getsockopt(SOL_LOCAL, LOCAL_PEERPID, struct.calcsize("i")))
+        else:
+            return 0
+    except (OSError, struct.error):
+        return 0
+    return max(0, int(pid))

@@ -15,13 +15,12 @@ import logging
 import select
 import selectors
 import socket
-import struct
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
 from ..core.errors import ProtocolError
+from ..core.procs import peer_pid
 from ..protocol.codec import MAX_REQUEST_LINE, LineReader, encode
 from ..protocol.messages import Inflight, Register, error_message, parse_request, pong_message
 
@@ -46,28 +45,8 @@ class Client:
         self.closing_at: float | None = None
         self.mask = 0
         self.half_closed = False  # it shut down its write side only: it still reads
-        self.pid = _peer_pid(sock)
+        self.pid = peer_pid(sock)
         self.registered: tuple[str, str] | None = None  # (checkout, revision): one per connection
-
-
-# macOS has no SO_PEERCRED: the peer's pid is LOCAL_PEERPID (<sys/un.h>) at level
-# SOL_LOCAL; Python's socket module names neither, so their values are spelled here.
-SOL_LOCAL, LOCAL_PEERPID = 0, 2
-
-
-def _peer_pid(sock: socket.socket, platform: str = sys.platform) -> int:
-    """The connecting process's pid, from the kernel, not its word; 0 when unknown."""
-    option = getattr(socket, "SO_PEERCRED", None)
-    try:
-        if option is not None:
-            pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
-        elif platform == "darwin":
-            (pid,) = struct.unpack("i", sock.getsockopt(SOL_LOCAL, LOCAL_PEERPID, struct.calcsize("i")))
-        else:
-            return 0
-    except (OSError, struct.error):
-        return 0
-    return max(0, int(pid))
 
 
 class ClientSet:

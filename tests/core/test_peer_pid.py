@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from stalewatch.server import connections
+from stalewatch.core import procs
 
 
 class _MacSocket:
@@ -29,7 +29,7 @@ class _MacSocket:
 def test_on_macos_the_pid_comes_from_local_peerpid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(socket, "SO_PEERCRED", raising=False)  # as on Darwin
     sock = _MacSocket(4242)
-    assert connections._peer_pid(sock, "darwin") == 4242  # type: ignore[arg-type]
+    assert procs.peer_pid(sock, "darwin") == 4242  # type: ignore[arg-type]
     assert sock.asked == [(0, 2, struct.calcsize("i"))]
 
 
@@ -38,13 +38,13 @@ def test_an_unknown_peer_pid_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(socket, "SO_PEERCRED", raising=False)
     failing = _MacSocket(4242)
     failing.getsockopt = lambda *_: (_ for _ in ()).throw(OSError(22, "Invalid argument"))  # type: ignore[method-assign]
-    assert connections._peer_pid(failing, "darwin") == 0  # type: ignore[arg-type]
-    assert connections._peer_pid(_MacSocket(4242), "freebsd") == 0  # type: ignore[arg-type]
-    assert connections._peer_pid(_MacSocket(-1), "darwin") == 0  # type: ignore[arg-type]
+    assert procs.peer_pid(failing, "darwin") == 0  # type: ignore[arg-type]
+    assert procs.peer_pid(_MacSocket(4242), "freebsd") == 0  # type: ignore[arg-type]
+    assert procs.peer_pid(_MacSocket(-1), "darwin") == 0  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(not hasattr(socket, "SO_PEERCRED"), reason="SO_PEERCRED is Linux's")
 def test_on_linux_the_pid_comes_from_so_peercred() -> None:
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with left, right:
-        assert connections._peer_pid(left) == os.getpid()
+        assert procs.peer_pid(left) == os.getpid()
