@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from stalewatch.cli import main
-from stalewatch.hermes import discovery
+from stalewatch.hermes import discovery, supervisors
 from stalewatch.hermes.setup import _PROBE as PROBE
 from stalewatch.hermes.setup import ACCELERATOR_FIGURE, ACCELERATOR_LINES
 from stalewatch.server.config import load
@@ -279,6 +279,27 @@ def test_the_check_before_writing_names_what_did_not_answer(
         os.environ["PATH"] = path
     err = capsys.readouterr().err
     assert "does not answer" in err and "Failed to connect to bus" in err and "--no-check" in err
+    assert not (hermes / ".config" / "stalewatch").exists()
+
+
+def test_a_status_command_that_floods_is_cut_and_no_answer(
+    hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Its whole output was collected, for up to 15 s: memory without bound."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "systemctl").write_text(
+        "#!/bin/sh\nyes active | head -c 4194304\n"
+    )  # 4 MiB: bounded if cut fails
+    (fake / "systemctl").chmod(0o755)
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{fake}:{path}"
+    try:
+        assert main(["hermes", "setup", "--write"]) == 2
+    finally:
+        os.environ["PATH"] = path
+    err = capsys.readouterr().err
+    assert "does not answer" in err and f"more than {supervisors.ANSWER_LIMIT} bytes of output" in err, err
     assert not (hermes / ".config" / "stalewatch").exists()
 
 

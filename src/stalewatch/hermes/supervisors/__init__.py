@@ -15,10 +15,14 @@ itself before anything is written.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import selectors
 import shlex
 import subprocess
+import time
 from pathlib import Path
+from typing import IO, cast
 
 from ...core.errors import SetupError
 from ..discovery import Process, ancestors, looks_like_webui
@@ -101,14 +105,12 @@ def answers(found: Found) -> str:
     """
     command = found.kind.status(found, os.getuid())
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, errors="replace", timeout=15, check=False
-        )
+        stdout, stderr, code = _ask(command, timeout=15.0)
     except (OSError, subprocess.TimeoutExpired) as exc:
         out, ok = str(exc), False
     else:
-        out = (done.stdout + done.stderr).strip().replace("\n", "; ")[:300] or f"exit {done.returncode}"
-        ok = found.kind.answered(found, done.stdout, done.returncode)
+        out = (stdout + stderr).strip().replace("\n", "; ")[:300] or f"exit {code}"
+        ok = found.kind.answered(found, stdout, code)
     said = f"`{shlex.join(command)}`: {out}"
     if not ok:
         raise SetupError(
@@ -116,3 +118,44 @@ def answers(found: Found) -> str:
             "(pass --supervisor if another runs the WebUI, or --no-check to write anyway)"
         )
     return said
+
+
+ANSWER_LIMIT = 64 * 1024  # bytes of each of a status command's outputs kept: a flood is cut there
+
+
+def _ask(command: list[str], timeout: float) -> tuple[str, str, int]:
+    """``command``'s stdout, stderr (decoded, bad bytes replaced) and exit code.
+
+    Raises:
+        subprocess.TimeoutExpired: it ran past ``timeout`` (it is killed).
+        OSError: it could not run, or wrote more than :data:`ANSWER_LIMIT` bytes to one
+            output (it is killed: a status that floods is no answer, and never memory's).
+    """
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = cast("IO[bytes]", proc.stdout), cast("IO[bytes]", proc.stderr)
+    kept: dict[int, bytearray] = {out.fileno(): bytearray(), err.fileno(): bytearray()}
+    said, complained = kept.values()
+    deadline = time.monotonic() + timeout
+    try:
+        with selectors.DefaultSelector() as selector:
+            for fd in kept:
+                selector.register(fd, selectors.EVENT_READ)
+            while selector.get_map():
+                ready = selector.select(max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    raise subprocess.TimeoutExpired(command, timeout)
+                for key, _ in ready:
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        selector.unregister(key.fd)
+                    elif len(kept[key.fd]) + len(chunk) > ANSWER_LIMIT:
+                        raise OSError(errno.EFBIG, f"more than {ANSWER_LIMIT} bytes of output")
+                    kept[key.fd] += chunk
+        code = proc.wait(max(0.0, deadline - time.monotonic()))
+    finally:
+        if proc.returncode is None:  # timed out or flooding: never left running
+            proc.kill()
+            proc.wait()
+        out.close()
+        err.close()
+    return said.decode(errors="replace"), complained.decode(errors="replace"), code
