@@ -262,42 +262,33 @@ def test_a_port_that_is_not_one_is_said_so_never_a_traceback(
     assert "/.env is not a port" in err and "pass --port" in err and len(err) < 300
 
 
-def test_the_check_before_writing_names_what_did_not_answer(
-    hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, script: bytes) -> None:
+    """A command ``name`` running ``script``, first on PATH (a supervisor's stand-in)."""
     fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "systemctl").write_text(
-        "#!/bin/sh\necho 'Failed to connect to bus: No medium found' >&2\nexit 1\n"
-    )
-    (fake / "systemctl").chmod(0o755)
-    path = os.environ["PATH"]
-    os.environ["PATH"] = f"{fake}:{path}"
-    try:
-        assert main(["hermes", "setup", "--write"]) == 2
-    finally:
-        os.environ["PATH"] = path
+    fake.mkdir(exist_ok=True)
+    (fake / name).write_bytes(script)
+    (fake / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+
+
+def test_the_check_before_writing_names_what_did_not_answer(
+    hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = b"#!/bin/sh\necho 'Failed to connect to bus: No medium found' >&2\nexit 1\n"
+    on_path(tmp_path, monkeypatch, "systemctl", script)
+    assert main(["hermes", "setup", "--write"]) == 2
     err = capsys.readouterr().err
     assert "does not answer" in err and "Failed to connect to bus" in err and "--no-check" in err
     assert not (hermes / ".config" / "stalewatch").exists()
 
 
 def test_a_status_command_that_floods_is_cut_and_no_answer(
-    hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its whole output was collected, for up to 15 s: memory without bound."""
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "systemctl").write_text(
-        "#!/bin/sh\nyes active | head -c 4194304\n"
-    )  # 4 MiB: bounded if cut fails
-    (fake / "systemctl").chmod(0o755)
-    path = os.environ["PATH"]
-    os.environ["PATH"] = f"{fake}:{path}"
-    try:
-        assert main(["hermes", "setup", "--write"]) == 2
-    finally:
-        os.environ["PATH"] = path
+    script = b"#!/bin/sh\nyes active | head -c 4194304\n"  # 4 MiB: bounded should the cut fail
+    on_path(tmp_path, monkeypatch, "systemctl", script)
+    assert main(["hermes", "setup", "--write"]) == 2
     err = capsys.readouterr().err
     assert "does not answer" in err and f"more than {supervisors.ANSWER_LIMIT} bytes of output" in err, err
     assert not (hermes / ".config" / "stalewatch").exists()
@@ -306,11 +297,7 @@ def test_a_status_command_that_floods_is_cut_and_no_answer(
 def test_a_supervisor_answering_bytes_that_are_not_utf8_is_quoted_never_a_traceback(
     hermes: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "sv").write_bytes(b"#!/bin/sh\nprintf 'fail: caf\\351\\n'\nexit 1\n")
-    (fake / "sv").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    on_path(tmp_path, monkeypatch, "sv", b"#!/bin/sh\nprintf 'fail: caf\\351\\n'\nexit 1\n")
     service = tmp_path / "sv" / "hermes-webui"
     service.mkdir(parents=True)
     webui = ["--webui-dir", str(hermes / "hermes-webui")]
