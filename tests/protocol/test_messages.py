@@ -23,7 +23,7 @@ from stalewatch.protocol.messages import (
     Ping,
     Register,
     error_message,
-    event_message,
+    event_line,
     health_message,
     hello_message,
     hello_problem,
@@ -112,14 +112,13 @@ def test_a_snapshot_without_restart_policy_or_processes_says_null_and_empty() ->
 
 def test_an_event_line_is_the_event_with_the_daemons_generation() -> None:
     event = Event(Path("/srv/app"), Status.UNREADABLE, Status.CURRENT, A, None, 4, NOW, error="HEAD: gone")
-    line = event_message(event, 99)
+    line = decode(event_line(event, 99))
     assert line == {"type": "event", **event.to_dict(), "generation": 99}
     cause = Cause("pull", "fast-forward", "pull: Fast-forward", "al", "al@x", NOW, "+0200", "ahead", None, 0)
     for told in (event, Event(Path("/srv/app"), Status.STALE, Status.CURRENT, A, B, 5, NOW, cause=cause)):
         wanted = {"type": "event", **told.to_dict(), "generation": 99}
-        assert encode(event_message(told, 99)) == encode(wanted)  # the bytes too, in their order
+        assert event_line(told, 99) == encode(wanted)  # the bytes too, in their order
     assert (line["previous_status"], line["error"], line["cause"]) == ("current", "HEAD: gone", None)
-    assert echoed(line) == line
 
 
 def test_health_restart_processes_refused_removed_ping_and_error_lines() -> None:

@@ -10,16 +10,27 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stalewatch.core.cause import Cause
 from stalewatch.core.errors import ProtocolError
 from stalewatch.core.phases import RestartPhase, RestartState
+from stalewatch.core.status import Event, Status
 from stalewatch.protocol.codec import MAX_REQUEST_LINE, LineReader, decode, encode
-from stalewatch.protocol.messages import MAX_INFLIGHT, Inflight, Ping, Register, parse_request, pong_message
+from stalewatch.protocol.messages import (
+    MAX_INFLIGHT,
+    Inflight,
+    Ping,
+    Register,
+    event_line,
+    parse_request,
+    pong_message,
+)
 from tests.support.properties import budget
 
 pytestmark = pytest.mark.unit
@@ -202,3 +213,40 @@ def test_a_restart_state_from_a_daemon_is_parsed_or_ignored(data: Any) -> None:
     assert state.estimate is None or (math.isfinite(state.estimate) and state.estimate >= 0)
     assert state.earliest is None or math.isfinite(state.earliest)
     assert RestartState.from_dict(decode(encode({"type": "x", **state.to_dict()}))) == state
+
+
+# -- the event line, written out -----------------------------------------------------------
+
+# Any text, with what escaping must get right: surrogates (a path that is not UTF-8),
+# controls, separators, quotes, backslashes (st.text never draws a surrogate).
+_TEXT = st.lists(st.characters() | st.sampled_from('\udcff\ud800\x00\u2028"\\'), max_size=40).map("".join)
+_MAYBE_ID = st.none() | st.text("0123456789abcdef", min_size=40, max_size=40)
+_TIME = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False)
+_COUNT = st.none() | st.integers(min_value=0, max_value=10**9)
+_CAUSES = st.none() | st.builds(
+    Cause, _TEXT, st.none() | _TEXT, _TEXT, _TEXT, _TEXT, _TIME, _TEXT, _TEXT, _COUNT, _COUNT
+)
+
+
+@BUDGET
+@given(
+    checkout=_TEXT.filter(bool),
+    statuses=st.tuples(st.sampled_from(Status), st.sampled_from(Status)),
+    revisions=st.tuples(_MAYBE_ID, _MAYBE_ID),
+    numbers=st.tuples(st.integers(min_value=0, max_value=2**63), st.integers(min_value=0, max_value=2**63)),
+    at=_TIME,
+    error=st.none() | _TEXT,
+    cause=_CAUSES,
+)
+def test_the_event_line_is_what_encode_writes_of_the_event(
+    checkout: str,
+    statuses: tuple[Status, Status],
+    revisions: tuple[str | None, str | None],
+    numbers: tuple[int, int],
+    at: float,
+    error: str | None,
+    cause: Cause | None,
+) -> None:
+    event = Event(Path(checkout), *statuses, *revisions, numbers[0], at, error, cause)
+    wanted = encode({"type": "event", **event.to_dict(), "generation": numbers[1]})
+    assert event_line(event, numbers[1]) == wanted

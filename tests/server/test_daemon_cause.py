@@ -10,8 +10,8 @@ from pathlib import Path
 from stalewatch.cli.human_lines import human_line as format_message
 from stalewatch.core.cause import Cause
 from stalewatch.core.status import Event, Status
-from stalewatch.protocol.codec import decode, encode
-from stalewatch.protocol.messages import event_message
+from stalewatch.protocol.codec import decode
+from stalewatch.protocol.messages import event_line
 from stalewatch.server.hooks import hook_environment
 from tests.support.daemons import WAIT, Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo
@@ -93,7 +93,7 @@ def test_daemon_lines_and_hooks_carry_the_cause(git_repo: Repo) -> None:
 
 def test_without_a_cause_fields_are_null_and_empty() -> None:
     event = Event(Path("/srv/app"), Status.STALE, Status.CURRENT, "a" * 40, "b" * 40, 3, 1.0)
-    message = decode(encode(event_message(event, 3)))
+    message = decode(event_line(event, 3))
     assert message["cause"] is None
     assert format_message(message) == "stale      /srv/app loaded aaaaaaa current bbbbbbb (generation 3)"
     env = hook_environment(event, 3, "on_stale")

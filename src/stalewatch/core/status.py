@@ -6,7 +6,7 @@ import enum
 import json
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -191,15 +191,15 @@ def transition(
         status = Status.STALE
     if status is old.status and current == old.current_revision and not adopting:
         return None
-    new = replace(
-        old,
-        status=status,
-        loaded_revision=loaded,
-        current_revision=current,
-        generation=old.generation + 1,
-        changed_at=time.time(),
-        error=error,
-        cause=None,
+    # Built field by field, not by dataclasses.replace: an update's path (issue 27).
+    generation, at = old.generation + 1, time.time()
+    new = Snapshot(
+        status, old.checkout, loaded, current, generation, at, old.trusted, old.mode, error, old.restart
     )
-    event = Event(new.checkout, status, old.status, loaded, current, new.generation, new.changed_at, error)
-    return new, event
+    return new, Event(old.checkout, status, old.status, loaded, current, generation, at, error)
+
+
+def with_cause(snapshot: Snapshot, event: Event, cause: Cause | None) -> tuple[Snapshot, Event]:
+    """``snapshot`` and ``event`` (from :func:`transition`) told what moved HEAD."""
+    # Not dataclasses.replace, which copies field by field in Python (issue 27).
+    return Snapshot(**vars(snapshot) | {"cause": cause}), Event(**vars(event) | {"cause": cause})

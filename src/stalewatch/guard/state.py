@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..core.errors import ResourceExhaustedError
 from ..core.phases import RestartState
-from ..core.status import Event, Snapshot, Status, WatchMode, transition
+from ..core.status import Event, Snapshot, Status, WatchMode, transition, with_cause
 from . import head
 from .delivery import Subscribers
 from .identity import Binding
@@ -188,9 +188,8 @@ class GuardState:
                     # under _refresh_lock, so generation order holds), never on the flag
                     # read, and after the flag so detection never waits for it.
                     cause = self._reader.explain(chain, event.loaded_revision, current)
-                    event = replace(event, cause=cause)
                     with self._lock:
-                        self._snap = replace(self._snap, cause=cause)
+                        self._snap, event = with_cause(self._snap, event, cause)
                 self._publish(event)
         finally:
             self._subscribers.drain()  # outside the lock: a subscriber may call check(strict=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..core.errors import ProtocolError
@@ -32,10 +32,21 @@ def encode(message: Mapping[str, Any]) -> bytes:
     ASCII (``ensure_ascii``): a path that is not UTF-8 holds surrogate escapes, which
     only a ``\\u`` escape can carry.
     """
-    return _ENCODER.encode(message).encode() + b"\n"
+    return "".join(_encode(message, 0)).encode() + b"\n"
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # made once, not per line
+quote: Callable[[str], str] = json.encoder.encode_basestring_ascii
+"""A string as :func:`encode` writes it (quoted, ASCII, escaped)."""
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+# JSONEncoder.encode makes a C encoder per call: made once, ~20 µs less of a cold update's
+# path (issue 27). No circularity check: every message is a tree built here or decoded.
+_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # None: an interpreter without _json
+_encode: Callable[[object, int], Iterable[str]] = (
+    (lambda message, _: _ENCODER.iterencode(message))
+    if _C_ENCODER is None
+    else _C_ENCODER(None, _ENCODER.default, quote, None, ":", ",", False, False, False)
+)
 
 
 class _Refused(Exception):

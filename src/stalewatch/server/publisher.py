@@ -26,7 +26,7 @@ from ..core.status import Event, WatchMode
 from ..core.version import __version__
 from ..protocol.codec import encode
 from ..protocol.messages import (
-    event_message,
+    event_line,
     health_message,
     hello_message,
     processes_message,
@@ -140,7 +140,7 @@ class Publisher:
         """A change of status: sent to every client that has not seen it (queued, for
         the loop's flush), and kept for :meth:`log_events`."""
         generation = entry.base + event.generation
-        line = encode(event_message(event, generation))
+        line = event_line(event, generation)
         for client in self._clients:
             # A client that connected after the change already has it in its snapshot.
             if client.gens.get(entry.key, -1) >= generation:

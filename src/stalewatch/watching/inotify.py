@@ -279,8 +279,10 @@ class Inotify:
 
     def _arm(self) -> None:
         """Let the instance wake a reader again (see ``_ARMED``)."""
-        with contextlib.suppress(OSError, ValueError):  # closed meanwhile
+        try:  # not contextlib.suppress: an update's path (issue 27)
             self._epoll.modify(self.fd, _ARMED)
+        except (OSError, ValueError):
+            pass  # closed meanwhile
 
     def _finish(self) -> None:
         with self._lock:

@@ -66,7 +66,7 @@ class Scheduler:
     """Worker threads and a timer heap shared by every task of the process."""
 
     def __init__(self, max_workers: int = MAX_WORKERS) -> None:
-        lock = threading.Lock()
+        self._lock = lock = threading.Lock()  # the conditions' lock (wake() takes it bare: issue 27)
         self._cond = threading.Condition(lock)  # idle workers wait here for work
         self._clock = threading.Condition(lock)  # the time keeper waits here
         self._done = threading.Condition(lock)  # remove() waits here for a turn to end
@@ -119,7 +119,7 @@ class Scheduler:
     def wake(self, slot: Slot, *, urgent: bool = True) -> None:
         """Run the task soon (coalesces with a pending or running turn); ``urgent``: ahead of
         first turns and timers (someone waits), on this thread if :mod:`.here` lets it."""
-        with self._cond:
+        with self._lock:
             if here.pending() is slot:
                 return  # claimed by this thread, not begun: that turn serves this wake-up too
             free = slot.task is not None and not (self._closed or slot.ticket)  # none runs: nor it
