@@ -76,25 +76,24 @@ def event_line(event: Event, generation: int) -> bytes:
     (a property test holds it to that), written out: it is every update's line, and
     JSON's encoder with the dictionaries it needs costs a cold CPU twice this (issue 27).
     """
-    e, c = event, event.cause
+    e, c, q = event, event.cause, quote  # quote: a str (a StrEnum too) as encode writes it
     cause = (
         "null"
         if c is None
-        else f'{{"action":{_json(c.action)},"detail":{_json(c.detail)},"message":{_json(c.message)},'
-        f'"name":{_json(c.name)},"email":{_json(c.email)},"at":{c.at!r},"tz":{_json(c.tz)},'
-        f'"relation":{_json(c.relation)},"ahead":{_json(c.ahead)},"behind":{_json(c.behind)},'
-        f'"summary":{_json(c.describe())}}}'
+        else f'{{"action":{q(c.action)},"detail":{_json(c.detail)},"message":{q(c.message)},'
+        f'"name":{q(c.name)},"email":{q(c.email)},"at":{c.at!r},"tz":{q(c.tz)},"relation":{q(c.relation)},'
+        f'"ahead":{_json(c.ahead)},"behind":{_json(c.behind)},"summary":{q(c.describe())}}}'
     )
     return (
-        f'{{"type":"event","checkout":{_json(str(e.checkout))},"status":"{e.status.value}",'
-        f'"previous_status":"{e.previous_status.value}","loaded_revision":{_json(e.loaded_revision)},'
+        f'{{"type":"event","checkout":{q(str(e.checkout))},"status":{q(e.status)},'
+        f'"previous_status":{q(e.previous_status)},"loaded_revision":{_json(e.loaded_revision)},'
         f'"current_revision":{_json(e.current_revision)},"generation":{generation!r},"at":{e.at!r},'
         f'"error":{_json(e.error)},"cause":{cause}}}\n'
     ).encode()
 
 
 def _json(value: str | int | None) -> str:
-    # As encode() writes a string (ASCII, escaped), an int or None.
+    # As encode() writes a str, an int or None.
     return "null" if value is None else quote(value) if isinstance(value, str) else repr(value)
 
 
