@@ -285,6 +285,23 @@ def test_instance_limit_is_a_clear_os_error(monkeypatch: pytest.MonkeyPatch) -> 
     assert info.value.errno == errno.EMFILE
 
 
+@pytest.mark.parametrize("short", ["pipe", "epoll"])
+def test_an_instance_short_of_descriptors_half_way_leaves_none_open(
+    short: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The instance is open when the next descriptor cannot be had (EMFILE): it, and the
+    # pipe when the epoll fails, are closed, not left to the process's last descriptors.
+    def exhausted() -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    target = os if short == "pipe" else inotify_module.select
+    monkeypatch.setattr(target, short, exhausted)
+    before = sorted(Path("/proc/self/fd").iterdir())
+    with pytest.raises(OSError, match="Too many open files"):
+        Inotify()
+    assert sorted(Path("/proc/self/fd").iterdir()) == before
+
+
 def test_the_instance_is_not_inherited_by_child_processes() -> None:
     # A hook the daemon runs must not hold (or read) the daemon's instance.
     instance = Inotify()

@@ -74,9 +74,7 @@ _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; t
 _READ_SIZE = 64 * 1024
 _UNWATCH_BATCH = 256  # kernel watches removed per hold of the lock (add() waits meanwhile)
 _UNWATCH_DELAY_MS = 100  # the longest a watch left for later stays in the kernel
-# Threads reading the instance: each may run a wake-up's turn (.here.one_turn_after),
-# and only one turn runs at a time, so another always reads meanwhile.
-_READERS = 2
+_READERS = 2  # each may run a wake-up's turn (.here), one at a time: another reads meanwhile
 _ARMED = select.EPOLLIN | select.EPOLLONESHOT  # the instance, until a reader re-arms it
 
 
@@ -98,19 +96,24 @@ class Inotify:
         fd = inotify_init()
         if fd < 0:
             raise _error("inotify_init")
-        self.fd = fd
-        self.pid = os.getpid()
-        # Closed on exec (hook processes); a forked child closes its copy (see below).
-        self._kill_r, self._kill_w = os.pipe()  # non-inheritable by default
-        # One-shot: an event wakes one idle reader, which reads until none is left and
-        # only then (or when it runs a turn, for the other to read meanwhile) re-arms the
-        # instance: the events that follow (git's lock file, then its rename) never wake
-        # the other reader to contend for the GIL on the update's path.
-        os.set_blocking(fd, False)
-        os.set_blocking(self._kill_r, False)
-        self._epoll = select.epoll()
-        self._epoll.register(fd, _ARMED)
-        self._epoll.register(self._kill_r, select.EPOLLIN | select.EPOLLET)
+        self.fd, self.pid, opened = fd, os.getpid(), [fd]
+        try:  # out of descriptors half-way: none of ours is left open
+            # Closed on exec (hook processes); a forked child closes its copy (see below).
+            self._kill_r, self._kill_w = os.pipe()  # non-inheritable by default
+            opened += (self._kill_r, self._kill_w)
+            # One-shot: an event wakes one idle reader, which reads until none is left and
+            # only then (or when it runs a turn, for the other to read meanwhile) re-arms the
+            # instance: the events that follow (git's lock file, then its rename) never wake
+            # the other reader to contend for the GIL on the update's path.
+            os.set_blocking(fd, False)
+            os.set_blocking(self._kill_r, False)
+            self._epoll = select.epoll()  # an object: closed when dropped
+            self._epoll.register(fd, _ARMED)
+            self._epoll.register(self._kill_r, select.EPOLLIN | select.EPOLLET)
+        except BaseException:
+            for number in opened:
+                os.close(number)
+            raise
         self._lock = threading.Lock()
         # By watch descriptor, the registrations on it in the order they came; a dict: the
         # worktrees' common parent holds one per checkout, and removing one of ten
@@ -279,10 +282,10 @@ class Inotify:
 
     def _arm(self) -> None:
         """Let the instance wake a reader again (see ``_ARMED``)."""
-        try:  # not contextlib.suppress: an update's path (issue 27)
+        try:  # noqa: SIM105 - not contextlib.suppress: an update's path (issue 27)
             self._epoll.modify(self.fd, _ARMED)
-        except (OSError, ValueError):
-            pass  # closed meanwhile
+        except (OSError, ValueError):  # closed meanwhile
+            pass
 
     def _finish(self) -> None:
         with self._lock:
