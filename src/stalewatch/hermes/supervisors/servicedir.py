@@ -19,17 +19,17 @@ _SCANNED = tuple(map(Path, ("/etc/sv", "/etc/service", "/var/service", "/etc/s6/
 
 
 class ServiceDirectory(Supervisor):
-    """runit's (``s6=False``) or s6's service directories."""
+    """runit's or s6's service directories: its option, its supervisor's and scanner's names, and
+    the argv asking about, and restarting, a service directory."""
 
-    def __init__(self, s6: bool) -> None:
-        self.s6 = s6
-        self.option, self.supervise, self.scanner = (
-            ("s6", "s6-supervise", "s6-svscan") if s6 else ("runit", "runsv", "runsvdir")
-        )
+    def __init__(
+        self, option: str, supervise: str, scanner: str, status: tuple[str, ...], restart: tuple[str, ...]
+    ) -> None:
+        self.option, self.supervise, self.scanner, self.s6 = option, supervise, scanner, option == "s6"
+        self.ask, self.restart = status, restart
 
     def parent(self, parent: Process, server: Process, webui_dir: Path) -> Found | None:
-        cwd = parent.cwd
-        if parent.name != self.supervise or cwd is None:
+        if parent.name != self.supervise or (cwd := parent.cwd) is None:
             return None
         return Found(self, str(cwd), f"{self.supervise} {parent.pid} supervises it", cwd / "run")
 
@@ -44,8 +44,7 @@ class ServiceDirectory(Supervisor):
         return found
 
     def given(self, args: argparse.Namespace) -> Found | None:
-        directory = args.service_dir
-        if directory is None:
+        if (directory := args.service_dir) is None:
             return None
         return Found(self, str(resolved(directory, "--service-dir")), "--service-dir", directory / "run")
 
@@ -53,28 +52,28 @@ class ServiceDirectory(Supervisor):
         raise SetupError(f"--supervisor {self.option}: pass --service-dir (the WebUI's service directory)")
 
     def status(self, found: Found, uid: int) -> list[str]:
-        return ["s6-svstat", found.name] if self.s6 else ["sv", "status", found.name]
+        return [*self.ask, found.name]
 
     def service(self, found: Found, install: Install) -> Service:
-        directory = Path(found.name).parent / DAEMON_NAME
+        directory, action = Path(found.name).parent / DAEMON_NAME, [*self.restart, found.name]
         script = (
             "#!/bin/sh\n# stalewatch for Hermes WebUI (stalewatch hermes setup)\n"
             f"exec 2>&1\nexec {shlex.join(install.run)}\n"
         )
-        action = ["s6-svc", "-r", found.name] if self.s6 else ["sv", "restart", found.name]
+        link = f"<the directory {self.scanner} scans, where {Path(found.name).name} is linked>"
+        runs = (
+            f"the daemon runs as whoever {self.scanner} runs it as: "
+            "the WebUI's user (chpst -u / s6-setuidgid)"
+        )
         return Service(
             action,
             {directory / "run": (script, 0o755)},
-            [
-                f"ln -s {shlex.quote(str(directory))} <the directory {self.scanner} scans, "
-                f"where {Path(found.name).name} is linked>",
-                shlex.join(action),
-            ],
-            [
-                f"the daemon runs as whoever {self.scanner} runs it as: "
-                "the WebUI's user (chpst -u / s6-setuidgid)"
-            ],
+            [f"ln -s {shlex.quote(str(directory))} {link}", shlex.join(action)],
+            [runs],
         )
 
 
-KINDS = (ServiceDirectory(s6=False), ServiceDirectory(s6=True))
+KINDS = (
+    ServiceDirectory("runit", "runsv", "runsvdir", ("sv", "status"), ("sv", "restart")),
+    ServiceDirectory("s6", "s6-supervise", "s6-svscan", ("s6-svstat",), ("s6-svc", "-r")),
+)

@@ -16,6 +16,36 @@ from ..discovery import Process, cgroup_unit, read_text, webui_unit
 from .base import DAEMON_NAME, Found, Install, Service, Supervisor, assignments
 
 _SYSTEM_UNITS = (Path("/etc/systemd/system"), Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
+_UNIT = """\
+# stalewatch for Hermes WebUI: restart it after `hermes update` (stalewatch hermes setup).
+[Unit]
+Description=stalewatch: restart {unit} onto new Hermes Agent code
+# Started with the WebUI, before it; never PartOf= it: the daemon drives the
+# WebUI's restarts and must outlive them.
+Before={unit}
+
+[Service]
+Type=notify
+NotifyAccess=main
+ExecStart={run}
+ExecReload=/bin/kill -HUP $MAINPID
+Restart=on-failure
+RestartPreventExitStatus=2
+WatchdogSec=30
+TimeoutStopSec=5
+{owner}RuntimeDirectory={name}
+RuntimeDirectoryMode={mode}
+UMask=0077
+
+[Install]
+WantedBy={unit} {target}
+"""
+_DROPIN = """\
+# Written by `stalewatch hermes setup`: where the WebUI finds the stalewatch daemon,
+# for `accelerate(sys.modules[__name__], daemon=True)` (the daemon's `socket`).
+[Service]
+Environment=STALEWATCH_SOCKET={socket}
+"""
 
 
 class Systemd(Supervisor):
@@ -24,10 +54,9 @@ class Systemd(Supervisor):
     dropin = True  # and the daemon's RuntimeDirectory= holds the socket
 
     def __init__(self, user: bool) -> None:
-        self.user = user
-        self.system = not user
+        self.user, self.system = user, not user
         self.option = "systemd-user" if user else "systemd-system"
-        self.scope = ["--user"] if user else []
+        self.systemctl = ["systemctl", "--user"] if user else ["systemctl"]
 
     def process(self, server: Process, webui_dir: Path, hermes_home: Path | None) -> Found | None:
         unit = cgroup_unit(server.pid)
@@ -49,7 +78,7 @@ class Systemd(Supervisor):
         return Found(self, args.unit or webui_unit(), "--supervisor")
 
     def status(self, found: Found, uid: int) -> list[str]:
-        return ["systemctl", *self.scope, "show", "--property=LoadState,ActiveState", found.name]
+        return [*self.systemctl, "show", "--property=LoadState,ActiveState", found.name]
 
     def answered(self, found: Found, out: str, code: int) -> bool:
         return code == 0 and "LoadState=loaded" in out
@@ -58,52 +87,21 @@ class Systemd(Supervisor):
         return (Path(f"/run/user/{uid}") if self.user else Path("/run")) / DAEMON_NAME / "stalewatch.sock"
 
     def service(self, found: Found, install: Install) -> Service:
-        directory = install.unit_dir or Path("/etc/systemd/system")
-        unit = found.name
+        directory, unit = install.unit_dir or _SYSTEM_UNITS[0], found.name
         owner = f"Group={found.user}\n" if not self.user and found.user else ""
-        text = (
-            "# stalewatch for Hermes WebUI: restart it after `hermes update` (stalewatch hermes setup).\n"
-            "[Unit]\n"
-            f"Description=stalewatch: restart {unit} onto new Hermes Agent code\n"
-            "# Started with the WebUI, before it; never PartOf= it: the daemon drives the\n"
-            "# WebUI's restarts and must outlive them.\n"
-            f"Before={unit}\n\n"
-            "[Service]\n"
-            "Type=notify\n"
-            "NotifyAccess=main\n"
-            f"ExecStart={shlex.join(install.run)}\n"
-            "ExecReload=/bin/kill -HUP $MAINPID\n"
-            "Restart=on-failure\n"
-            "RestartPreventExitStatus=2\n"
-            "WatchdogSec=30\n"
-            "TimeoutStopSec=5\n"
-            f"{owner}"
-            f"RuntimeDirectory={DAEMON_NAME}\n"
-            # The WebUI connects: its user (same user), or its group (system scope).
-            f"RuntimeDirectoryMode={'0700' if self.user or not found.user else '0750'}\n"
-            "UMask=0077\n\n"
-            "[Install]\n"
-            f"WantedBy={unit} {'default.target' if self.user else 'multi-user.target'}\n"
+        target, mode = "default.target" if self.user else "multi-user.target", "0750" if owner else "0700"
+        text = _UNIT.format(
+            unit=unit, run=shlex.join(install.run), owner=owner, mode=mode, target=target, name=DAEMON_NAME
         )
-        dropin = (
-            "# Written by `stalewatch hermes setup`: where the WebUI finds the stalewatch daemon,\n"
-            "# for `accelerate(sys.modules[__name__], daemon=True)` (the daemon's `socket`).\n"
-            "[Service]\n"
-            f"Environment=STALEWATCH_SOCKET={install.socket}\n"
-        )
-        systemctl = shlex.join(["systemctl", *self.scope])
+        then = ("daemon-reload", f"enable --now {DAEMON_NAME}.service", f"restart {unit}")
         return Service(
-            ["systemctl", *self.scope, "try-restart", unit],
+            [*self.systemctl, "try-restart", unit],
             {
                 directory / f"{DAEMON_NAME}.service": (text, 0o644),
-                directory / f"{unit}.d" / "stalewatch.conf": (dropin, 0o644),
+                directory / f"{unit}.d" / "stalewatch.conf": (_DROPIN.format(socket=install.socket), 0o644),
             },
-            [
-                f"{systemctl} daemon-reload",
-                f"{systemctl} enable --now {DAEMON_NAME}.service",
-                f"{systemctl} restart {unit}",
-            ],
-            pid_command=["systemctl", *self.scope, "show", "--property=MainPID", "--value", unit],
+            [f"{shlex.join(self.systemctl)} {verb}" for verb in then],
+            pid_command=[*self.systemctl, "show", "--property=MainPID", "--value", unit],
         )
 
 
@@ -111,8 +109,7 @@ def _unit_environment(unit: Path) -> tuple[dict[str, str], str | None]:
     """``Environment=`` assignments and ``User=`` of a unit file (a bounded, plain read)."""
     variables: dict[str, str] = {}
     user = None
-    for line in (read_text(unit) or "").splitlines():
-        key, sep, value = line.strip().partition("=")
+    for key, sep, value in (line.strip().partition("=") for line in (read_text(unit) or "").splitlines()):
         if sep and key == "Environment":
             variables.update(assignments(value))
         elif sep and key == "User":
