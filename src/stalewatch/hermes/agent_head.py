@@ -110,12 +110,6 @@ def loaded_module_path() -> Path | None:
         return None
 
 
-def loaded_agent_identity() -> tuple[Path, Path] | None:
-    """The (source directory, file) that supplied ``sys.modules['run_agent']``."""
-    module_path = loaded_module_path()
-    return None if module_path is None else (module_path.parent, module_path)
-
-
 def _bind(agent_dir: Any, module_path: PurePath) -> AgentFile | None:
     """Which checkout ``agent_dir`` is in, and whether it tracks ``module_path``.
 

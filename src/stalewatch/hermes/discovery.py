@@ -250,14 +250,11 @@ def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Proce
             continue  # another user's, or gone
         # Its command line first: only a server.py is read whole (its environment: up to 256 KiB).
         argv = [a for a in (read_text(proc / str(pid) / "cmdline", _LIMIT) or "").split("\0") if a]
-        if not any(a.endswith("server.py") for a in argv[1:3]):
+        script = next((a for a in argv[1:3] if a.endswith("server.py")), None)
+        if script is None or (process := Process.read(pid, proc)) is None:
             continue
-        process = Process.read(pid, proc)
-        if process is None:
-            continue
-        scripts = [a for a in process.argv[1:3] if a.endswith("server.py")]
-        checkout = ((process.cwd or Path()) / scripts[0]).parent if scripts else None  # cwd: a relative one
-        if checkout is not None and looks_like_webui(checkout):
+        checkout = ((process.cwd or Path()) / script).parent  # cwd: a relative one
+        if looks_like_webui(checkout):
             found.append((process, checkout))
     return found
 

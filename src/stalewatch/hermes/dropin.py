@@ -41,7 +41,7 @@ from .. import Guard, Refusal, StaleError, StalewatchError, Status
 from ..core import forking
 from ..core.errors import AgentRuntimeChangedError
 from ..core.revisions import short
-from .agent_head import loaded_agent_identity, read_agent_revision
+from .agent_head import loaded_module_path, read_agent_revision
 from .discovery import AGENT_MODULE, discover_agent_dir
 
 logger = logging.getLogger(__name__)
@@ -73,7 +73,6 @@ _AGENT_REVISION: str | None = None
 _AIAgent: type[Any] | None = None  # the class, once imported
 _read_agent_revision: Callable[..., str | None] = read_agent_revision
 _discover_agent_dir: Callable[[], Path | None] = discover_agent_dir
-_loaded_agent_identity: Callable[[], tuple[Path, Path] | None] = loaded_agent_identity
 # _AGENT_DIR: absent until discovered on first use (_agent_dir, or __getattr__ below).
 
 _bound: _Bound | None = None  # the running guard and what it was bound for
@@ -235,9 +234,7 @@ def ensure_agent_runtime_current() -> None:
     revision = _AGENT_REVISION
     if revision is None:
         return
-    source_dir = _AGENT_SOURCE_DIR
-    module_path = _AGENT_MODULE_PATH
-    bound = _bound
+    source_dir, module_path, bound = _AGENT_SOURCE_DIR, _AGENT_MODULE_PATH, _bound
     # Callers and tests replace the module attributes: the guard decides only for the
     # very directory, file and revision it watches, never for another one.
     if bound is not None and bound.key == (_as_path(source_dir), _as_path(module_path), revision):
@@ -273,10 +270,9 @@ def _capture_loaded_agent_revision() -> None:
         if _AGENT_REVISION is not None:
             ensure_agent_runtime_current()
             return
-        loaded = _loaded_agent_identity()
-        if loaded is None:
+        if (module_path := loaded_module_path()) is None:
             return
-        source_dir, module_path = loaded
+        source_dir = module_path.parent
         revision = _read_agent_revision(source_dir, module_path=module_path)
         _AGENT_SOURCE_DIR, _AGENT_MODULE_PATH, _AGENT_REVISION = source_dir, module_path, revision
         if revision is not None:

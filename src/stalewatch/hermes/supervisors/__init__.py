@@ -131,31 +131,28 @@ def _ask(command: list[str], timeout: float) -> tuple[str, str, int]:
         OSError: it could not run, or wrote more than :data:`ANSWER_LIMIT` bytes to one
             output (it is killed: a status that floods is no answer, and never memory's).
     """
-    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = cast("IO[bytes]", proc.stdout), cast("IO[bytes]", proc.stderr)
-    kept: dict[int, bytearray] = {out.fileno(): bytearray(), err.fileno(): bytearray()}
-    said, complained = kept.values()
-    deadline = time.monotonic() + timeout
-    try:
-        with selectors.DefaultSelector() as selector:
-            for fd in kept:
-                selector.register(fd, selectors.EVENT_READ)
-            while selector.get_map():
-                ready = selector.select(max(0.0, deadline - time.monotonic()))
-                if not ready:
-                    raise subprocess.TimeoutExpired(command, timeout)
-                for key, _ in ready:
-                    chunk = os.read(key.fd, 65536)
-                    if not chunk:
-                        selector.unregister(key.fd)
-                    elif len(kept[key.fd]) + len(chunk) > ANSWER_LIMIT:
-                        raise OSError(errno.EFBIG, f"more than {ANSWER_LIMIT} bytes of output")
-                    kept[key.fd] += chunk
-        code = proc.wait(max(0.0, deadline - time.monotonic()))
-    finally:
-        if proc.returncode is None:  # timed out or flooding: never left running
-            proc.kill()
-            proc.wait()
-        out.close()
-        err.close()
-    return said.decode(errors="replace"), complained.decode(errors="replace"), code
+    with subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as proc:
+        kept = {cast("IO[bytes]", pipe).fileno(): bytearray() for pipe in (proc.stdout, proc.stderr)}
+        deadline = time.monotonic() + timeout
+        try:
+            with selectors.DefaultSelector() as selector:
+                for fd in kept:
+                    selector.register(fd, selectors.EVENT_READ)
+                while selector.get_map():
+                    if not (ready := selector.select(max(0.0, deadline - time.monotonic()))):
+                        raise subprocess.TimeoutExpired(command, timeout)
+                    for key, _ in ready:
+                        chunk = os.read(key.fd, 65536)
+                        if not chunk:
+                            selector.unregister(key.fd)
+                        elif len(kept[key.fd]) + len(chunk) > ANSWER_LIMIT:
+                            raise OSError(errno.EFBIG, f"more than {ANSWER_LIMIT} bytes of output")
+                        kept[key.fd] += chunk
+            code = proc.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            if proc.returncode is None:  # timed out or flooding: never left running (the with waits)
+                proc.kill()
+    said, complained = (output.decode(errors="replace") for output in kept.values())
+    return said, complained, code
