@@ -3,7 +3,7 @@
 The WebUI documents five ways to run it (its docs/supervisor.md and ``ctl.sh``): a
 systemd unit (user or system), a launchd LaunchAgent (macOS), a supervisord program,
 a runit or s6 service directory, and ``ctl.sh`` (a PID file; ``start.sh`` by hand has
-no one to restart it). Each is a :class:`~.base.Supervisor` in a file of its own,
+no one to restart it). Each is a :class:`~.base.Supervisor` (in :mod:`.kinds`, or :mod:`.supervisord`),
 listed in :data:`KINDS`. :func:`from_process` reads it off the running server (Linux:
 its nearest supervising ancestor, else its systemd service from its control group,
 else the PID file ``ctl.sh`` keeps); :func:`which` also reads the definitions on disk
@@ -26,11 +26,22 @@ from typing import IO, cast
 
 from ...core.errors import SetupError
 from ..discovery import Process, ancestors, looks_like_webui
-from . import ctl, launchd, servicedir, supervisord, systemd
+from . import supervisord
 from .base import Found, Supervisor
+from .kinds import Ctl, Launchd, ServiceDirectory, Systemd
 
-_MODULES = (systemd, launchd, supervisord, servicedir, ctl)  # a new kind's module is added here
-KINDS: dict[str, Supervisor] = {kind.option: kind for module in _MODULES for kind in module.KINDS}
+KINDS: dict[str, Supervisor] = {  # a new kind is added here
+    kind.option: kind
+    for kind in (
+        Systemd(user=True),
+        Systemd(user=False),
+        Launchd(),
+        supervisord.SUPERVISORD,
+        ServiceDirectory("runit", "runsv", "runsvdir", ("sv", "status"), ("sv", "restart")),
+        ServiceDirectory("s6", "s6-supervise", "s6-svscan", ("s6-svstat",), ("s6-svc", "-r")),
+        Ctl(),
+    )
+}
 """Every way of running the WebUI by its ``--supervisor`` name, in the order they are tried."""
 
 

@@ -1,5 +1,6 @@
-"""What every way of running Hermes WebUI answers (:class:`Supervisor`, one file each beside
-this one), what finding one gives (:class:`Found`) and what setup writes for it (:class:`Service`)."""
+"""What every way of running Hermes WebUI answers (:class:`Supervisor`, in :mod:`.kinds` and
+:mod:`.supervisord`), what finding one gives (:class:`Found`) and what setup writes for it
+(:class:`Service`)."""
 
 from __future__ import annotations
 
