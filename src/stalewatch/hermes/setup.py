@@ -98,9 +98,8 @@ def discover(args: argparse.Namespace) -> Install:
     port, port_from = (
         (args.port, "--port") if args.port else _port(running, [*sources, (f"{webui_dir}/.env", dotenv)])
     )
-    host = (env.get("HERMES_WEBUI_HOST") or dotenv.get("HERMES_WEBUI_HOST") or "127.0.0.1").strip()
-    if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard bind is probed on loopback
-        host = "127.0.0.1"
+    host = (env.get("HERMES_WEBUI_HOST") or dotenv.get("HERMES_WEBUI_HOST") or "").strip()
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104 - a wildcard is probed on loopback
     python = args.python or discovery.agent_python(agent_dir, env)
     system = supervisor.kind.system  # the daemon runs as root: its configuration is in /etc
     config = args.config or (Path("/etc") if system else _config_home(home)) / "stalewatch" / "hermes.toml"
@@ -177,8 +176,7 @@ def _recovery_markers(install: Install) -> list[str]:
 
 def render(install: Install) -> dict[Path, tuple[str, int]]:
     """The files to install, by path: (text, mode)."""
-    python = str(install.python) if install.python is not None else "python3"
-    verify = [python, "-c", "import run_agent"]
+    verify = [str(install.python or "python3"), "-c", "import run_agent"]
     user = install.supervisor.user
     if install.supervisor.kind.system and user and user != "root":
         # A system unit's daemon runs as root: the Agent's code is imported as the WebUI's
@@ -248,9 +246,8 @@ def _env_text(path: Path, socket: Path) -> str:
         for line in lines
         if line.strip().removeprefix("export ").split("=", 1)[0].strip() != "STALEWATCH_SOCKET"
     ]
-    return "\n".join(
-        [*kept, "# the stalewatch daemon (stalewatch hermes setup)", f"STALEWATCH_SOCKET={socket}", ""]
-    )
+    ours = ["# the stalewatch daemon (stalewatch hermes setup)", f"STALEWATCH_SOCKET={socket}", ""]
+    return "\n".join([*kept, *ours])
 
 
 def write(files: dict[Path, tuple[str, int]], *, force: bool) -> None:
