@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stalewatch.hermes.supervisors.launchd import MOST_BYTES, Launchd, _launch_agent
+from stalewatch.hermes.supervisors.kinds import MOST_BYTES, Launchd, _launch_agent
 from tests.support.properties import budget
 
 pytestmark = pytest.mark.unit

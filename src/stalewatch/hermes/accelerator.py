@@ -123,10 +123,8 @@ def accelerate(module: ModuleType, *, daemon: str | os.PathLike[str] | bool | No
 
 def _socket(daemon: str | os.PathLike[str] | bool | None, name: str) -> Path | None:
     """The daemon's socket ``daemon`` names (see :func:`accelerate`), or ``None``."""
-    if not daemon:  # None, False or ""
-        return None
     if daemon is not True:
-        return Path(daemon)
+        return Path(daemon) if daemon else None  # None, False or "": no daemon
     if explicit := os.environ.get(SOCKET_VARIABLE, "").strip():
         return Path(explicit)
     try:
@@ -197,9 +195,7 @@ class RestartView:
     """
 
     def __init__(self, socket: str | os.PathLike[str], module: ModuleType | None = None) -> None:
-        self.socket = Path(socket)
-        self.module = module
-        self._lock = threading.Lock()
+        self.socket, self.module, self._lock = Path(socket), module, threading.Lock()
         self._guard: Guard | None = None
         self._bound: tuple[Path, str] | None = None  # (checkout, loaded revision)
         self._pid = os.getpid()

@@ -15,6 +15,7 @@ accelerator then asks the WebUI's own function, the drop-in answers ``None``
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path, PurePath
 from typing import Any, Final, NamedTuple
@@ -104,16 +105,9 @@ def read_agent_revision(agent_dir: Path | None, *, module_path: Path | None = No
 def loaded_module_path() -> Path | None:
     """The resolved file of the loaded ``run_agent``, if any."""
     module_file = getattr(sys.modules.get(AGENT_MODULE), "__file__", None)
-    try:
+    with contextlib.suppress(OSError, RuntimeError, TypeError, ValueError):
         return Path(module_file).resolve() if module_file else None
-    except (OSError, RuntimeError, TypeError, ValueError):
-        return None
-
-
-def loaded_agent_identity() -> tuple[Path, Path] | None:
-    """The (source directory, file) that supplied ``sys.modules['run_agent']``."""
-    module_path = loaded_module_path()
-    return None if module_path is None else (module_path.parent, module_path)
+    return None
 
 
 def _bind(agent_dir: Any, module_path: PurePath) -> AgentFile | None:
@@ -131,8 +125,7 @@ def _bind(agent_dir: Any, module_path: PurePath) -> AgentFile | None:
 
 
 def _index_signature(dirs: refs.GitDirs) -> tuple[int, int, int, int] | None:
-    try:
+    with contextlib.suppress(OSError):
         info = (dirs.git_dir / "index").stat()
-    except OSError:
-        return None
-    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    return None

@@ -68,10 +68,9 @@ def read_text(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> str
 
 def probe(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
     """``test(path)``, false where the path cannot be looked at (an unreadable parent, a loop)."""
-    try:
+    with contextlib.suppress(OSError):  # Python 3.11 raises for a path it may not look at (EACCES)
         return test(path)
-    except OSError:  # Python 3.11 raises for a path it may not look at (EACCES)
-        return False
+    return False
 
 
 def resolved(path: Path, flag: str) -> Path:
@@ -87,18 +86,16 @@ def user_home(env: Mapping[str, str] = os.environ) -> Path | None:
     home = env.get("HOME", "").strip()
     if home or env is not os.environ:
         return Path(home) if home else None
-    try:
+    with contextlib.suppress(RuntimeError):  # else no HOME and no passwd entry
         return Path("~").expanduser()
-    except RuntimeError:  # no HOME and no passwd entry
-        return None
+    return None
 
 
 def _named(env: Mapping[str, str], variable: str) -> Path | None:
     value = env.get(variable, "").strip()
-    try:
+    with contextlib.suppress(RuntimeError):  # else ~user of no user known here: unknown, as unset
         return Path(value).expanduser() if value else None
-    except RuntimeError:  # ~user of no user known here: unknown, as unset
-        return None
+    return None
 
 
 def hermes_home(env: Mapping[str, str] = os.environ) -> Path | None:
@@ -172,10 +169,8 @@ def discover_agent_dir(webui_dir: Path | None = None, env: Mapping[str, str] = o
     for test in (lambda path: probe(path / f"{AGENT_MODULE}.py"), _pip_style):
         for candidate in candidates:
             if test(candidate):
-                try:
+                with contextlib.suppress(OSError, RuntimeError):  # a loop, or gone: the next one
                     return candidate.resolve()
-                except (OSError, RuntimeError):
-                    continue
     return None
 
 
@@ -250,14 +245,11 @@ def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Proce
             continue  # another user's, or gone
         # Its command line first: only a server.py is read whole (its environment: up to 256 KiB).
         argv = [a for a in (read_text(proc / str(pid) / "cmdline", _LIMIT) or "").split("\0") if a]
-        if not any(a.endswith("server.py") for a in argv[1:3]):
+        script = next((a for a in argv[1:3] if a.endswith("server.py")), None)
+        if script is None or (process := Process.read(pid, proc)) is None:
             continue
-        process = Process.read(pid, proc)
-        if process is None:
-            continue
-        scripts = [a for a in process.argv[1:3] if a.endswith("server.py")]
-        checkout = ((process.cwd or Path()) / scripts[0]).parent if scripts else None  # cwd: a relative one
-        if checkout is not None and looks_like_webui(checkout):
+        checkout = ((process.cwd or Path()) / script).parent  # cwd: a relative one
+        if looks_like_webui(checkout):
             found.append((process, checkout))
     return found
 

@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
+import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,28 +40,12 @@ from .. import Guard, Refusal, StaleError, StalewatchError, Status
 from ..core import forking
 from ..core.errors import AgentRuntimeChangedError
 from ..core.revisions import short
-from .agent_head import loaded_agent_identity, read_agent_revision
+from .agent_head import loaded_module_path, read_agent_revision
 from .discovery import AGENT_MODULE, discover_agent_dir
 
 logger = logging.getLogger(__name__)
 
 _CLASS = "AIAgent"
-
-
-@dataclass(frozen=True)
-class _Bound:
-    """A running guard and exactly what it was bound for: (directory, file, revision)."""
-
-    guard: Guard
-    key: tuple[Path, Path, str]
-    pid: int = field(default_factory=os.getpid)
-
-
-def _as_path(value: object) -> Path | None:
-    try:
-        return Path(value) if isinstance(value, str | os.PathLike) else None
-    except TypeError:
-        return None
 
 
 # The drop-in's state: the WebUI's own module attributes, read at call time, so callers
@@ -73,39 +56,33 @@ _AGENT_REVISION: str | None = None
 _AIAgent: type[Any] | None = None  # the class, once imported
 _read_agent_revision: Callable[..., str | None] = read_agent_revision
 _discover_agent_dir: Callable[[], Path | None] = discover_agent_dir
-_loaded_agent_identity: Callable[[], tuple[Path, Path] | None] = loaded_agent_identity
-# _AGENT_DIR: absent until discovered on first use (_agent_dir, or __getattr__ below).
+# _AGENT_DIR: absent until discovered on first use (by __getattr__ below).
 
-_bound: _Bound | None = None  # the running guard and what it was bound for
+_bound: tuple[Guard, tuple[Path, Path, str]] | None = None  # the running guard, and its (dir, file, revision)
 _runtime_lock = threading.Lock()
 _bind_lock = threading.RLock()  # binding and unbinding; re-entrant because binding re-checks
 
 
-def _agent_dir() -> Path | None:
-    """Where the Agent checkout is (``_AGENT_DIR``), discovered on first use."""
-    if "_AGENT_DIR" not in globals():
-        globals()["_AGENT_DIR"] = _discover_agent_dir()
-    found: Path | None = globals()["_AGENT_DIR"]
-    return found
-
-
 def __getattr__(name: str) -> Any:
     # PEP 562: only ``_AGENT_DIR`` is missing, until its first use discovers it.
-    if name == "_AGENT_DIR":
-        return _agent_dir()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name != "_AGENT_DIR":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = found = _discover_agent_dir()
+    return found
 
 
 def _after_fork_in_child() -> None:
     # A parent's thread may have held either lock at fork(). The bound guard is
-    # restarted by the first check in the child (_restart_in_child).
+    # restarted by the first check in the child (ensure_agent_runtime_current).
     global _runtime_lock, _bind_lock  # noqa: PLW0603 - the WebUI file's globals
     _runtime_lock = threading.Lock()
     _bind_lock = threading.RLock()
 
 
 forking.in_child(_after_fork_in_child)
-AgentRuntimeChangedError.default_checkout = staticmethod(lambda: _AGENT_SOURCE_DIR or _agent_dir())
+AgentRuntimeChangedError.default_checkout = staticmethod(
+    lambda: _AGENT_SOURCE_DIR or sys.modules[__name__]._AGENT_DIR  # discovered on first use
+)
 
 
 def agent_runtime_stale_payload(exc: BaseException) -> dict[str, Any]:
@@ -154,18 +131,8 @@ def _bind_guard(source_dir: Path, module_path: Path, revision: str) -> None:
         # The guard's own read disagrees with the one that bound (the checkout moved
         # in between, or _read_agent_revision was replaced): let the read decide.
         return
-    _bound = _Bound(guard, (source_dir, module_path, revision))
+    _bound = guard, (source_dir, module_path, revision)
     guard.start()
-
-
-def _restart_in_child(bound: _Bound) -> None:
-    # Threads do not survive fork(): a pre-forking server's workers inherit a guard
-    # without a watcher. Restart it once per child, unless stop() unbound it meanwhile.
-    global _bound  # noqa: PLW0603 - the WebUI file's globals
-    with _bind_lock:
-        if _bound is bound:
-            _bound = replace(bound, pid=os.getpid())
-            bound.guard.start()
 
 
 def current_guard() -> Guard | None:
@@ -175,7 +142,7 @@ def current_guard() -> Guard | None:
     :mod:`stalewatch.sse`.
     """
     bound = _bound
-    return bound.guard if bound is not None else None
+    return bound[0] if bound is not None else None
 
 
 def wait_until_watching(timeout: float = 5.0) -> bool:
@@ -185,7 +152,7 @@ def wait_until_watching(timeout: float = 5.0) -> bool:
     Example: ``assert hermes.wait_until_watching(5)``.
     """
     bound = _bound
-    return bound is not None and bound.guard.wait_ready(timeout)
+    return bound is not None and bound[0].wait_ready(timeout)
 
 
 def stop() -> None:
@@ -198,7 +165,7 @@ def stop() -> None:
     with _bind_lock:
         bound, _bound = _bound, None
     if bound is not None:
-        bound.guard.stop()
+        bound[0].stop()
 
 
 def _reset_for_tests() -> None:
@@ -235,20 +202,21 @@ def ensure_agent_runtime_current() -> None:
     revision = _AGENT_REVISION
     if revision is None:
         return
-    source_dir = _AGENT_SOURCE_DIR
-    module_path = _AGENT_MODULE_PATH
-    bound = _bound
+    source_dir, module_path, bound = _AGENT_SOURCE_DIR, _AGENT_MODULE_PATH, _bound
     # Callers and tests replace the module attributes: the guard decides only for the
     # very directory, file and revision it watches, never for another one.
-    if bound is not None and bound.key == (_as_path(source_dir), _as_path(module_path), revision):
-        if bound.guard.snapshot().trusted:
+    if bound is not None and bound[1] == (source_dir, module_path, revision):
+        if bound[0].snapshot().trusted:
             try:
-                bound.guard.check(strict=True)
+                bound[0].check(strict=True)
             except StaleError as exc:
                 raise _changed_error(revision, exc.current_revision, source_dir, exc) from None
             return
-        if bound.pid != os.getpid():
-            _restart_in_child(bound)
+        # Threads do not survive fork(): a pre-forking server's workers inherit a guard
+        # without a watcher. Started again (a no-op while it runs), unless stop() unbound it.
+        with _bind_lock:
+            if _bound is bound:
+                bound[0].start()
     try:
         fresh = _read_agent_revision(source_dir, module_path=module_path)
     except Exception:  # an unknown reading is indistinguishable from a change (C4)
@@ -273,10 +241,9 @@ def _capture_loaded_agent_revision() -> None:
         if _AGENT_REVISION is not None:
             ensure_agent_runtime_current()
             return
-        loaded = _loaded_agent_identity()
-        if loaded is None:
+        if (module_path := loaded_module_path()) is None:
             return
-        source_dir, module_path = loaded
+        source_dir = module_path.parent
         revision = _read_agent_revision(source_dir, module_path=module_path)
         _AGENT_SOURCE_DIR, _AGENT_MODULE_PATH, _AGENT_REVISION = source_dir, module_path, revision
         if revision is not None:

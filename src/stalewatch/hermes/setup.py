@@ -22,6 +22,7 @@ overwritten without ``--force``; directories it creates are 0700, whatever the u
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -57,15 +58,11 @@ _PROBE = (  # one line on failure, never a traceback: the daemon's reason quotes
 
 def _config_home(home: Path | None) -> Path:
     xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()
-    try:
-        xdg_home = Path(xdg).expanduser() if xdg else None
-    except RuntimeError:  # ~user of no user known here
-        raise SetupError(f"cannot tell where to write ($XDG_CONFIG_HOME is {xdg!r}): pass --config") from None
-    if xdg_home is not None:
-        return xdg_home
-    if home is None:
-        raise SetupError("cannot tell where to write (no home directory): pass --config")
-    return home / ".config"
+    with contextlib.suppress(RuntimeError):  # ~user of no user known here: asked, below
+        if xdg or home is not None:
+            return Path(xdg).expanduser() if xdg else (home or Path()) / ".config"
+    why = f"$XDG_CONFIG_HOME is {xdg!r}" if xdg else "no home directory"
+    raise SetupError(f"cannot tell where to write ({why}): pass --config")
 
 
 def discover(args: argparse.Namespace) -> Install:
@@ -80,17 +77,15 @@ def discover(args: argparse.Namespace) -> Install:
     running = discovery.running_webui(webui_dir, args.port)
     env = running[0].environ if running is not None else dict(os.environ)
     webui_dir = webui_dir or (running[1] if running else None)
-    hermes_home = args.hermes_home if args.hermes_home else discovery.hermes_home(env)
+    hermes_home = args.hermes_home or discovery.hermes_home(env)
     if hermes_home is None:
         raise SetupError(
             "cannot tell Hermes' home (no $HERMES_HOME and no home directory); pass --hermes-home"
         )
     supervisor = supervisors.which(args, running, webui_dir, home, hermes_home)
     webui_dir = webui_dir or supervisors.webui_dir_of(supervisor)
-    if args.agent_dir:
-        agent_dir: Path | None = discovery.resolved(args.agent_dir, "--agent-dir")
-    else:
-        agent_dir = discovery.discover_agent_dir(webui_dir, env)
+    given = discovery.resolved(args.agent_dir, "--agent-dir") if args.agent_dir else None
+    agent_dir = given or discovery.discover_agent_dir(webui_dir, env)
     if agent_dir is None or not (agent_dir / "run_agent.py").is_file():
         looked = ", ".join(str(p) for p in discovery.agent_candidates(webui_dir, env)[:6])
         raise SetupError(
@@ -99,24 +94,19 @@ def discover(args: argparse.Namespace) -> Install:
             + ("" if webui_dir else " (or --webui-dir: the WebUI also looks beside its own checkout)")
         )
     dotenv = discovery.read_dotenv(webui_dir / ".env") if webui_dir else {}
-    if args.port:
-        port, port_from = args.port, "--port"
-    else:
-        sources = [("$HERMES_WEBUI_PORT", os.environ), (str(supervisor.definition), supervisor.environ)]
-        port, port_from = _port(running, [*sources, (f"{webui_dir}/.env", dotenv)])
-    host = (env.get("HERMES_WEBUI_HOST") or dotenv.get("HERMES_WEBUI_HOST") or "127.0.0.1").strip()
-    if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard bind is probed on loopback
-        host = "127.0.0.1"
-    python = args.python if args.python else discovery.agent_python(agent_dir, env)
+    sources = [("$HERMES_WEBUI_PORT", os.environ), (str(supervisor.definition), supervisor.environ)]
+    port, port_from = (
+        (args.port, "--port") if args.port else _port(running, [*sources, (f"{webui_dir}/.env", dotenv)])
+    )
+    host = (env.get("HERMES_WEBUI_HOST") or dotenv.get("HERMES_WEBUI_HOST") or "").strip()
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104 - a wildcard is probed on loopback
+    python = args.python or discovery.agent_python(agent_dir, env)
     system = supervisor.kind.system  # the daemon runs as root: its configuration is in /etc
-    config = args.config
-    config = config or (Path("/etc") if system else _config_home(home)) / "stalewatch" / "hermes.toml"
-    socket = args.socket if args.socket else supervisor.kind.socket(os.getuid(), hermes_home)
+    config = args.config or (Path("/etc") if system else _config_home(home)) / "stalewatch" / "hermes.toml"
+    socket = args.socket or supervisor.kind.socket(os.getuid(), hermes_home)
     if len(os.fsencode(socket)) > SOCKET_LIMIT:
         raise SetupError(f"the socket path {socket} is too long for a Unix socket: pass --socket")
-    unit_dir = (
-        args.unit_dir if args.unit_dir else (None if system else _config_home(home) / "systemd" / "user")
-    )
+    unit_dir = args.unit_dir or (None if system else _config_home(home) / "systemd" / "user")
     script = Path(sys.executable).with_name("stalewatch")  # this very installation, however started
     run = [str(script)] if script.is_file() else [sys.executable, "-m", "stalewatch"]
     run += ["daemon", "--config", str(config)]
@@ -186,8 +176,7 @@ def _recovery_markers(install: Install) -> list[str]:
 
 def render(install: Install) -> dict[Path, tuple[str, int]]:
     """The files to install, by path: (text, mode)."""
-    python = str(install.python) if install.python is not None else "python3"
-    verify = [python, "-c", "import run_agent"]
+    verify = [str(install.python or "python3"), "-c", "import run_agent"]
     user = install.supervisor.user
     if install.supervisor.kind.system and user and user != "root":
         # A system unit's daemon runs as root: the Agent's code is imported as the WebUI's
@@ -257,9 +246,8 @@ def _env_text(path: Path, socket: Path) -> str:
         for line in lines
         if line.strip().removeprefix("export ").split("=", 1)[0].strip() != "STALEWATCH_SOCKET"
     ]
-    return "\n".join(
-        [*kept, "# the stalewatch daemon (stalewatch hermes setup)", f"STALEWATCH_SOCKET={socket}", ""]
-    )
+    ours = ["# the stalewatch daemon (stalewatch hermes setup)", f"STALEWATCH_SOCKET={socket}", ""]
+    return "\n".join([*kept, *ours])
 
 
 def write(files: dict[Path, tuple[str, int]], *, force: bool) -> None:

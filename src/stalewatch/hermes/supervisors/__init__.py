@@ -3,7 +3,7 @@
 The WebUI documents five ways to run it (its docs/supervisor.md and ``ctl.sh``): a
 systemd unit (user or system), a launchd LaunchAgent (macOS), a supervisord program,
 a runit or s6 service directory, and ``ctl.sh`` (a PID file; ``start.sh`` by hand has
-no one to restart it). Each is a :class:`~.base.Supervisor` in a file of its own,
+no one to restart it). Each is a :class:`~.base.Supervisor` (in :mod:`.kinds`, or :mod:`.supervisord`),
 listed in :data:`KINDS`. :func:`from_process` reads it off the running server (Linux:
 its nearest supervising ancestor, else its systemd service from its control group,
 else the PID file ``ctl.sh`` keeps); :func:`which` also reads the definitions on disk
@@ -26,11 +26,22 @@ from typing import IO, cast
 
 from ...core.errors import SetupError
 from ..discovery import Process, ancestors, looks_like_webui
-from . import ctl, launchd, servicedir, supervisord, systemd
+from . import supervisord
 from .base import Found, Supervisor
+from .kinds import Ctl, Launchd, ServiceDirectory, Systemd
 
-_MODULES = (systemd, launchd, supervisord, servicedir, ctl)  # a new kind's module is added here
-KINDS: dict[str, Supervisor] = {kind.option: kind for module in _MODULES for kind in module.KINDS}
+KINDS: dict[str, Supervisor] = {  # a new kind is added here
+    kind.option: kind
+    for kind in (
+        Systemd(user=True),
+        Systemd(user=False),
+        Launchd(),
+        supervisord.SUPERVISORD,
+        ServiceDirectory("runit", "runsv", "runsvdir", ("sv", "status"), ("sv", "restart")),
+        ServiceDirectory("s6", "s6-supervise", "s6-svscan", ("s6-svstat",), ("s6-svc", "-r")),
+        Ctl(),
+    )
+}
 """Every way of running the WebUI by its ``--supervisor`` name, in the order they are tried."""
 
 
@@ -131,31 +142,28 @@ def _ask(command: list[str], timeout: float) -> tuple[str, str, int]:
         OSError: it could not run, or wrote more than :data:`ANSWER_LIMIT` bytes to one
             output (it is killed: a status that floods is no answer, and never memory's).
     """
-    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = cast("IO[bytes]", proc.stdout), cast("IO[bytes]", proc.stderr)
-    kept: dict[int, bytearray] = {out.fileno(): bytearray(), err.fileno(): bytearray()}
-    said, complained = kept.values()
-    deadline = time.monotonic() + timeout
-    try:
-        with selectors.DefaultSelector() as selector:
-            for fd in kept:
-                selector.register(fd, selectors.EVENT_READ)
-            while selector.get_map():
-                ready = selector.select(max(0.0, deadline - time.monotonic()))
-                if not ready:
-                    raise subprocess.TimeoutExpired(command, timeout)
-                for key, _ in ready:
-                    chunk = os.read(key.fd, 65536)
-                    if not chunk:
-                        selector.unregister(key.fd)
-                    elif len(kept[key.fd]) + len(chunk) > ANSWER_LIMIT:
-                        raise OSError(errno.EFBIG, f"more than {ANSWER_LIMIT} bytes of output")
-                    kept[key.fd] += chunk
-        code = proc.wait(max(0.0, deadline - time.monotonic()))
-    finally:
-        if proc.returncode is None:  # timed out or flooding: never left running
-            proc.kill()
-            proc.wait()
-        out.close()
-        err.close()
-    return said.decode(errors="replace"), complained.decode(errors="replace"), code
+    with subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as proc:
+        kept = {cast("IO[bytes]", pipe).fileno(): bytearray() for pipe in (proc.stdout, proc.stderr)}
+        deadline = time.monotonic() + timeout
+        try:
+            with selectors.DefaultSelector() as selector:
+                for fd in kept:
+                    selector.register(fd, selectors.EVENT_READ)
+                while selector.get_map():
+                    if not (ready := selector.select(max(0.0, deadline - time.monotonic()))):
+                        raise subprocess.TimeoutExpired(command, timeout)
+                    for key, _ in ready:
+                        chunk = os.read(key.fd, 65536)
+                        if not chunk:
+                            selector.unregister(key.fd)
+                        elif len(kept[key.fd]) + len(chunk) > ANSWER_LIMIT:
+                            raise OSError(errno.EFBIG, f"more than {ANSWER_LIMIT} bytes of output")
+                        kept[key.fd] += chunk
+            code = proc.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            if proc.returncode is None:  # timed out or flooding: never left running (the with waits)
+                proc.kill()
+    said, complained = (output.decode(errors="replace") for output in kept.values())
+    return said, complained, code

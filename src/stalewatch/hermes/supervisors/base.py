@@ -1,5 +1,6 @@
-"""What every way of running Hermes WebUI answers (:class:`Supervisor`, one file each beside
-this one), what finding one gives (:class:`Found`) and what setup writes for it (:class:`Service`)."""
+"""What every way of running Hermes WebUI answers (:class:`Supervisor`, in :mod:`.kinds` and
+:mod:`.supervisord`), what finding one gives (:class:`Found`) and what setup writes for it
+(:class:`Service`)."""
 
 from __future__ import annotations
 
@@ -120,15 +121,18 @@ class Supervisor(abc.ABC):
     """A way of running the WebUI (``--supervisor OPTION``): how it is found, asked and served.
 
     Only what a kind overrides differs from the defaults here; ``__init__.KINDS`` lists them.
+
+    Attributes:
+        option: its ``--supervisor`` value.
+        system: a system-wide service: the daemon runs as root (configuration in ``/etc``).
+        dropin: the WebUI learns the socket from a drop-in :meth:`service` writes, not from
+            its ``.env``; the daemon's service makes the socket's directory (else setup
+            makes it, 0700).
     """
 
     option: str
-    """Its ``--supervisor`` value."""
     system = False
-    """A system-wide service: the daemon runs as root (configuration in ``/etc``)."""
     dropin = False
-    """The WebUI learns the socket from a drop-in :meth:`service` writes, not from its ``.env``;
-    the daemon's service makes the socket's directory (else setup makes it, 0700)."""
 
     def parent(self, parent: Process, server: Process, webui_dir: Path) -> Found | None:
         """It, if ``parent`` (an ancestor of the running ``server``, nearest first) is it."""

@@ -147,4 +147,3 @@ def webui_programs(config: Path, webui_dir: Path | None) -> list[Found]:
 
 
 SUPERVISORD = Supervisord()
-KINDS = (SUPERVISORD,)
