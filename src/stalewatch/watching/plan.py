@@ -179,10 +179,9 @@ class Planner:
             files.add(ref)
             watch.add(home)
             wide.add(home)
-            base = dirs.git_dir if ref.is_relative_to(dirs.git_dir / "refs") else dirs.common_dir
-            # refs/ itself too: a linked worktree's git dir has none until its first
-            # per-worktree ref (refs/worktree/, refs/bisect/) is written.
-            parents.update(p for p in ref.parents if p.is_relative_to(base / "refs"))
+            # Its directories up to refs/ itself: a linked worktree's git dir has none
+            # until its first per-worktree ref (refs/worktree/, refs/bisect/) is written.
+            parents.update(path for path, _ in self._walk(ref)[:-1])
         marks = anchors(dirs)
         interest: dict[Path, set[str]] = {directory: set() for directory in watch}
         for path in (*files, *parents, *(Path(a) for a in marks)):

@@ -254,10 +254,8 @@ class Scheduler:
             self._held_since = _NEVER
             return 0.0
         self._held_since = min(self._held_since, now)
-        until = self._held_since + MAX_HOLD  # then they run, wake-ups or not
-        if not self._urgent_running:
-            until = min(until, self._quiet_at)
-        return max(0.0, until - now)
+        quiet = _NEVER if self._urgent_running else self._quiet_at
+        return max(0.0, min(self._held_since + MAX_HOLD, quiet) - now)  # MAX_HOLD: wake-ups or not
 
     def _work(self) -> None:
         taken: tuple[Slot, bool] | None = None
@@ -305,8 +303,7 @@ class Scheduler:
         slot.running = None
         when, slot.asked = min(when, slot.asked), _NEVER
         self._set_timer(slot, when)
-        if slot.again:
-            slot.again = False
+        if slot.again:  # reset when its next turn begins
             self._wake(slot)
         self._done.notify_all()  # remove() may be waiting for this turn to end
 
