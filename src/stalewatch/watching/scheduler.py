@@ -267,6 +267,7 @@ class Scheduler:
                 if taken is None:
                     break
                 self._turn(*taken)
+                taken = None  # ended: a failure from here on is no turn's
         except BaseException as exc:  # SystemExit from a callback, a bug here: report, replace
             cause = exc
         finally:
