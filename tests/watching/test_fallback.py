@@ -8,18 +8,35 @@ import time
 from stalewatch import LocalSource
 from stalewatch.git.refs import find_git_dirs
 from stalewatch.watching import fallback as fallback_module
-from tests.support.forks import exit_status_in_fork
+from stalewatch.watching.watcher import Watcher
+from tests.support.forks import report_from_fork
 from tests.support.repos import Repo
 
 
-def test_a_forked_child_stops_polling_though_a_parent_thread_held_the_waiting_list(git_repo: Repo) -> None:
-    """The parent's watcher threads are gone in the child; their lock must not be."""
+def test_a_forked_child_forgets_the_parents_polling_watchers_and_polls_its_own(git_repo: Repo) -> None:
+    """The parent's watcher threads are gone in the child: its waiting list starts empty
+    (and holds no lock a parent's thread could have held)."""
     dirs = find_git_dirs(git_repo.path.resolve())
     assert dirs is not None
+    no_space = OSError(errno.ENOSPC, "No space left on device")
 
-    def body() -> None:
-        waiting = LocalSource(poll_interval=1.0).watch(dirs, lambda: None, lambda trusted, mode: None)
-        waiting._fallback.unavailable(OSError(errno.ENOSPC, "No space left on device"), time.monotonic())
-        waiting.stop()
+    def polling() -> Watcher:
+        watcher = LocalSource(poll_interval=1.0).watch(dirs, lambda: None, lambda trusted, mode: None)
+        watcher._fallback.unavailable(no_space, time.monotonic())
+        return watcher
 
-    assert exit_status_in_fork(body, holding=fallback_module._waiting_lock) == 0
+    parents = polling()
+    try:
+
+        def body() -> str:
+            assert not fallback_module._waiting  # the parent's is forgotten
+            waiting = polling()
+            assert list(fallback_module._waiting) == [waiting._fallback]
+            waiting.stop()
+            assert not fallback_module._waiting
+            return "ok"
+
+        assert report_from_fork(body) == (0, "ok")
+    finally:
+        parents.stop()
+    assert parents._fallback not in fallback_module._waiting

@@ -241,8 +241,9 @@ def test_a_long_life_of_branch_switches_keeps_the_planner_bounded(git_repo: Repo
         made = planner.plan([heads / f"b{i}"])
         assert made.names(heads) == {f"b{i}"}
         assert planner.plan([heads / f"b{i}"]) is made
-        walks, plans = max(walks, len(planner._walks)), max(plans, len(planner._plans))
-    assert (walks, plans) == (256, 64)  # remembered up to a bound, then started over
+        sizes = planner._walk.cache_info().currsize, planner._build.cache_info().currsize
+        walks, plans = max(walks, sizes[0]), max(plans, sizes[1])
+    assert (walks, plans) == (256, 64)  # remembered up to a bound
 
 
 def test_a_per_worktree_ref_whose_own_directory_is_missing_watches_refs(

@@ -30,10 +30,8 @@ def restart_as_seen(state: RestartState | None, snap: Snapshot, now: float) -> R
         return state
     if state.scheduled or state.revision == snap.current_revision:
         return state
-    wait = None
-    if state.estimate is not None:
-        left = 0.0 if state.earliest is None else max(0.0, state.earliest - now)
-        wait = state.estimate + left
+    left = 0.0 if state.earliest is None else max(0.0, state.earliest - now)
+    wait = None if state.estimate is None else state.estimate + left
     return RestartState(
         RestartPhase.SCHEDULED,
         revision=snap.current_revision,

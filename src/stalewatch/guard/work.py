@@ -11,7 +11,6 @@ for the total: a daemon's client while a restart is coming or the code is stale.
 from __future__ import annotations
 
 import logging
-import threading
 from collections import deque
 from collections.abc import Callable
 
@@ -33,7 +32,7 @@ class WorkInFlight:
 
     def __init__(self) -> None:
         self._units: deque[None] = deque()
-        self._lock = threading.Lock()
+        # Each change, and the copy total() reads, is one step of the dict's own: no lock.
         self._counters: dict[object, Counter] = {}
         self._failed: set[object] = set()  # counters already logged as failing (once each)
 
@@ -54,12 +53,10 @@ class WorkInFlight:
         if not callable(counter):
             raise TypeError(f"count_work needs a callable returning an int, not {counter!r}")
         key = object()
-        with self._lock:
-            self._counters[key] = counter
+        self._counters[key] = counter
 
         def remove() -> None:
-            with self._lock:
-                self._counters.pop(key, None)
+            self._counters.pop(key, None)
 
         return remove
 
@@ -68,12 +65,11 @@ class WorkInFlight:
 
         A counter that raises, or answers anything but a whole number from 0 up, adds
         nothing this time (logged once per counter); ``None`` (cannot tell) adds nothing.
-        Counters are called without the lock held, on the caller's thread.
+        Counters are called on the caller's thread.
         """
-        with self._lock:
-            counters = list(self._counters.items())
+        counters = self._counters.copy()  # one step: added or removed meanwhile, no matter
         total = len(self._units)
-        for key, counter in counters:
+        for key, counter in counters.items():
             try:
                 value = counter()
             except Exception:
@@ -93,5 +89,4 @@ class WorkInFlight:
 
     def after_fork_in_child(self) -> None:
         """Forget the parent's units (their threads are gone); the counters stay."""
-        self._lock = threading.Lock()
         self._units.clear()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,18 +30,10 @@ BACKOFF_MIN, BACKOFF_MAX = 1.0, 30.0
 _NEVER = float("inf")
 
 # The process's watchers polling for want of notification: when one gets it back, the
-# others try at once. A forked child has none of them (their watchers are the parent's).
+# others try at once. Changed and copied in one step each (no lock a fork could leave
+# held); a forked child has none of them (their watchers are the parent's).
 _waiting: dict[Fallback, None] = {}
-_waiting_lock = threading.Lock()
-
-
-def _forget_waiting() -> None:
-    global _waiting_lock  # noqa: PLW0603 - it may have been held by a parent's thread at fork()
-    _waiting_lock = threading.Lock()
-    _waiting.clear()
-
-
-forking.in_child(_forget_waiting)
+forking.in_child(_waiting.clear)
 
 
 class Fallback:
@@ -68,9 +59,8 @@ class Fallback:
 
     def stop(self) -> None:
         """Leave the process's waiting list for good; harmless twice."""
-        with _waiting_lock:
-            self._stopped = True
-            _waiting.pop(self, None)
+        self._stopped = True
+        _waiting.pop(self, None)
 
     def unavailable(self, exc: OSError, now: float) -> None:
         """Native notification failed with ``exc``: poll, retry after the backoff."""
@@ -78,9 +68,9 @@ class Fallback:
         delay = _NEVER if exc.errno == errno.ENOSYS else self._backoff
         self._backoff = min(self._backoff * 2, BACKOFF_MAX)
         self.retry_at = now + delay
-        with _waiting_lock:
-            if not self._stopped:  # a turn still running after stop() must not re-register
-                _waiting[self] = None
+        _waiting[self] = None
+        if self._stopped:  # a turn still running after stop() must not stay registered
+            _waiting.pop(self, None)
         if self.reason is not None:
             logger.debug("stalewatch: notification for %s still unavailable (%s)", self._worktree, reason)
             return
@@ -104,10 +94,8 @@ class Fallback:
             )
             self.reason = None
             self._backoff = BACKOFF_MIN
-        with _waiting_lock:
-            _waiting.pop(self, None)
-            others = list(_waiting)
-        for other in others:  # notification is back for this process
+        _waiting.pop(self, None)
+        for other in _waiting.copy():  # notification is back for this process
             if other.reason is not None and other.retry_at != _NEVER:
                 other.retry_at = 0.0
                 other._wake()

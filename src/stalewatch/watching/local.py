@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..core import settings
 from ..git.refs import GitDirs
 from .notifier import platform_default
-from .source import OnChange, OnHealth, OnRestart
+from .source import OnChange, OnHealth
 from .watcher import Watcher
 
 
@@ -37,15 +37,8 @@ class LocalSource:
         self.poll = settings.poll(poll) or self.notifier == "polling"
         self.poll_interval = settings.poll_interval(poll_interval)
 
-    def watch(
-        self,
-        dirs: GitDirs,
-        on_change: OnChange,
-        on_health: OnHealth,
-        *,
-        loaded_revision: str | None = None,
-        on_restart: OnRestart | None = None,
-    ) -> Watcher:
-        """Watch ``dirs`` in this process (no daemon: no restart notices)."""
+    def watch(self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth, **ignored: object) -> Watcher:
+        """Watch ``dirs`` in this process (no daemon: no restart notices; the keywords of
+        :meth:`Source.watch <stalewatch.watching.source.Source.watch>` are ignored)."""
         watching = settings.WatchSettings(self.verify_interval, self.poll, self.poll_interval, self.notifier)
         return Watcher(watching, dirs, on_change, on_health)

@@ -23,6 +23,7 @@ else :func:`platform_default`.
 from __future__ import annotations
 
 import errno
+import importlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,12 +109,7 @@ def acquire(kind: str) -> Notifier:
         OSError: ``ENOSYS`` for ``polling`` (or a kind unavailable here), else what
             opening it raised (``EMFILE``: the instance limit).
     """
-    if kind == "inotify":
-        from . import inotify  # noqa: PLC0415
-
-        return inotify.acquire()
-    if kind == "observer":
-        from . import observer  # noqa: PLC0415
-
-        return observer.acquire()
-    raise OSError(errno.ENOSYS, f"no change notifier ({kind})")
+    if kind not in ("inotify", "observer"):  # each a module of this package, imported when asked for
+        raise OSError(errno.ENOSYS, f"no change notifier ({kind})")
+    notifier: Notifier = importlib.import_module(f".{kind}", __package__).acquire()
+    return notifier

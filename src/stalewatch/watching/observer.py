@@ -41,7 +41,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
-from watchdog.observers.api import EventEmitter, ObservedWatch
+from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
 from ..core.shared import Shared
@@ -73,15 +73,18 @@ def native() -> bool:
 class _Directory(FileSystemEventHandler):
     """One scheduled watch, the registrations on it, and watchdog's handler for it."""
 
-    def __init__(self, path: Path, narrow: bool) -> None:
-        self.path = path
-        self.narrow = narrow
+    def __init__(self, observer: BaseObserver, path: Path, narrow: bool) -> None:
+        self.key = (path, narrow)
         # FSEvents reports resolved paths (/private/var for /var): either one matches.
         self._prefixes = {str(path), os.path.realpath(path)}
         self.registrations: dict[Registration, None] = {}
-        self.watch: ObservedWatch | None = None
-        self.emitter: EventEmitter | None = None
         self.gone = False
+        self.watch = observer.schedule(
+            self, str(path), recursive=False, event_filter=_NARROW if narrow else _WIDE
+        )
+        self.emitter = next((e for e in list(observer.emitters) if e.watch == self.watch), None)
+        if self.emitter is not None:
+            self.emitter.name = "stalewatch-observer-emitter"
 
     def dispatch(self, event: FileSystemEvent) -> None:
         """On the observer's thread; must never raise (that would end the thread)."""
@@ -102,12 +105,13 @@ class _Directory(FileSystemEventHandler):
                     if raw in registration.names:
                         registration.listener.on_event(registration, raw, event.event_type == "deleted")
         except Exception:
-            logger.exception("stalewatch: error handling an event in %s", self.path)
+            logger.exception("stalewatch: error handling an event in %s", self.key[0])
 
     @property
-    def died(self) -> bool:
-        """Its emitter thread ran, and ended."""
-        return self.emitter is not None and self.emitter.ident is not None and not self.emitter.is_alive()
+    def over(self) -> bool:
+        """The directory went away, or its emitter thread ran and ended."""
+        emitter = self.emitter
+        return self.gone or (emitter is not None and emitter.ident is not None and not emitter.is_alive())
 
 
 class ObserverNotifier:
@@ -138,21 +142,11 @@ class ObserverNotifier:
         with self._lock:
             if self._closed or not self._observer.is_alive():
                 raise OSError(errno.EBADF, "watchdog observer closed")
-            key = (path, narrow)
-            directory = self._directories.get(key)
-            if directory is not None and (directory.gone or directory.died):
-                self._unschedule(directory)  # its registrations are told, or see lost()
-                directory = None
-            if directory is None:
-                directory = _Directory(path, narrow)
-                directory.watch = self._observer.schedule(
-                    directory, str(path), recursive=False, event_filter=_NARROW if narrow else _WIDE
-                )
-                for emitter in list(self._observer.emitters):
-                    if emitter.watch == directory.watch:
-                        emitter.name = "stalewatch-observer-emitter"
-                        directory.emitter = emitter
-                self._directories[key] = directory
+            directory = self._directories.get((path, narrow))
+            if directory is None or directory.over:  # its registrations are told, or see lost()
+                if directory is not None:
+                    self._unschedule(directory)
+                directory = self._directories[path, narrow] = _Directory(self._observer, path, narrow)
             directory.registrations[registration] = None
         return registration
 
@@ -161,23 +155,20 @@ class ObserverNotifier:
         with self._lock:
             registration.alive = False
             directory = self._directories.get((registration.path, registration.narrow))
-            if directory is None or registration not in directory.registrations:
-                return
-            del directory.registrations[registration]
+            if directory is None or directory.registrations.pop(registration, 0) is not None:
+                return  # not registered here (any more)
             if not directory.registrations and not self._closed:
                 self._unschedule(directory)
 
     def lost(self, registration: Registration) -> bool:
         """Removed, its directory gone, or the observer or its emitter thread dead."""
-        if not registration.alive:
-            return True
         directory = self._directories.get((registration.path, registration.narrow))
         return (
-            directory is None
+            not registration.alive
+            or directory is None
             or registration not in directory.registrations  # its watch was replaced
-            or directory.gone
+            or directory.over
             or not self._observer.is_alive()
-            or directory.died
         )
 
     def watch_count(self) -> int:
@@ -206,12 +197,10 @@ class ObserverNotifier:
         self._closed = True
 
     def _unschedule(self, directory: _Directory) -> None:
-        # Under _lock.
-        self._directories.pop((directory.path, directory.narrow), None)
-        if directory.watch is not None:
-            # KeyError: the emitter stopped itself and the observer already forgot it.
-            with contextlib.suppress(KeyError):
-                self._observer.unschedule(directory.watch)
+        # Under _lock. KeyError: the emitter stopped itself and the observer forgot it.
+        self._directories.pop(directory.key, None)
+        with contextlib.suppress(KeyError):
+            self._observer.unschedule(directory.watch)
 
 
 _shared: Shared[ObserverNotifier] = Shared(

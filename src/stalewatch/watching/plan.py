@@ -21,6 +21,7 @@ switching branches moves the watches with HEAD.
 from __future__ import annotations
 
 import enum
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -133,26 +134,28 @@ class Planner:
     A plan depends on HEAD's chain and on which of a few directories exist. The
     planner checks just those (a ``stat`` each) and hands back the same :class:`Plan`
     object for the same answers, instead of building one anew (pathlib work costing
-    more than the resolve itself).
+    more than the resolve itself); both remembered up to a bound (a long life of
+    branch switches).
     """
 
     def __init__(self, dirs: GitDirs) -> None:
         self._dirs = dirs
         fixed = [dirs.worktree.parent, dirs.worktree, dirs.git_dir, dirs.common_dir]
-        self._wide = {dirs.git_dir, dirs.common_dir}
+        wide = {dirs.git_dir, dirs.common_dir}
         watched = dirs.store.watched(dirs)
-        self._files = {dirs.head_file, *watched}
+        files = {dirs.head_file, *watched}
         fixed += (path.parent for path in watched)  # the store's own directories (reftable/)
-        self._wide.update(path.parent for path in watched)
+        wide.update(path.parent for path in watched)
         link = _link(dirs)
         if link is not None:
             # A deploy is a rename onto the link's name: planned like a ref file, in a
             # directory watched for renames and creations only (narrow).
-            self._files.add(link)
+            files.add(link)
             fixed.append(link.parent)
         self._fixed = tuple(dict.fromkeys((p, str(p)) for p in fixed))
-        self._walks: dict[Path, tuple[tuple[Path, str], ...]] = {}
-        self._plans: dict[tuple[object, ...], Plan] = {}
+        self._files, self._wide = files, wide
+        self._walk = functools.lru_cache(256)(functools.partial(_walk, dirs))
+        self._build = functools.lru_cache(64)(self._make)
 
     def plan(self, chain: Sequence[Path] | None = None) -> Plan:
         """The plan for ``chain`` (``None``: read HEAD now) and the directories as they are."""
@@ -161,38 +164,24 @@ class Planner:
         existing = tuple(path for path, text in self._fixed if os.path.isdir(text))  # noqa: PTH112
         # Each ref's directory, or the deepest one of its ancestors that exists, so the
         # directory's creation is seen and the plan moves down to it.
-        homes = []
-        for ref in refs:
-            walk = self._walks.get(ref)
-            if walk is None:
-                if len(self._walks) >= 256:  # a long life of branch switches: start over
-                    self._walks.clear()
-                walk = self._walks[ref] = _walk(self._dirs, ref)
-            homes.append(next((path for path, text in walk if os.path.isdir(text)), None))  # noqa: PTH112
-        key = (refs, existing, tuple(homes))
-        made = self._plans.get(key)
-        if made is None:
-            if len(self._plans) >= 64:
-                self._plans.clear()
-            made = self._plans[key] = self._build(refs, existing, homes)
-        return made
+        homes = tuple(
+            next((path for path, text in self._walk(ref) if os.path.isdir(text)), None)  # noqa: PTH112
+            for ref in refs
+        )
+        return self._build(refs, existing, homes)
 
-    def _build(self, refs: Sequence[Path], existing: Sequence[Path], homes: Sequence[Path | None]) -> Plan:
+    def _make(self, refs: Sequence[Path], existing: Sequence[Path], homes: Sequence[Path | None]) -> Plan:
         dirs = self._dirs
-        files = set(self._files)
-        watch = set(existing)
-        wide = set(self._wide)
-        parents: set[Path] = set()
+        files, watch, wide, parents = set(self._files), set(existing), set(self._wide), set[Path]()
         for ref, home in zip(refs, homes, strict=True):
             if home is None:
                 continue  # its git dir is gone (a release deleted): nothing there to watch
             files.add(ref)
             watch.add(home)
             wide.add(home)
-            base = dirs.git_dir if ref.is_relative_to(dirs.git_dir / "refs") else dirs.common_dir
-            # refs/ itself too: a linked worktree's git dir has none until its first
-            # per-worktree ref (refs/worktree/, refs/bisect/) is written.
-            parents.update(p for p in ref.parents if p.is_relative_to(base / "refs"))
+            # Its directories up to refs/ itself: a linked worktree's git dir has none
+            # until its first per-worktree ref (refs/worktree/, refs/bisect/) is written.
+            parents.update(path for path, _ in self._walk(ref)[:-1])
         marks = anchors(dirs)
         interest: dict[Path, set[str]] = {directory: set() for directory in watch}
         for path in (*files, *parents, *(Path(a) for a in marks)):

@@ -94,15 +94,10 @@ class Scheduler:
     def remove(self, slot: Slot, wait: float = 1.0) -> bool:
         """Run ``slot`` no more; wait up to ``wait`` s for a turn under way to end (False:
         it still runs, in a slow callback)."""
-        deadline = time.monotonic() + wait
         self.halt([slot])
+        me = threading.current_thread()
         with self._cond:
-            while slot.running not in (None, threading.current_thread()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._done.wait(left)
-        return True
+            return self._done.wait_for(lambda: slot.running in (None, me), wait)
 
     def halt(self, slots: Iterable[Slot]) -> None:
         """Run ``slots`` no more, without waiting for a turn under way: one pass under the
@@ -136,9 +131,20 @@ class Scheduler:
         except BaseException as exc:
             self._exit(slot, True, exc)
 
-    def _wake(self, slot: Slot, *, urgent: bool = True) -> None:
-        # Under the lock. An idle worker takes it now, or the time keeper; a burst gets more.
-        if not self._enqueue(slot, urgent=urgent):
+    def _wake(self, slot: Slot, *, urgent: bool = True, notify: bool = True) -> None:
+        """Under the lock: queue ``slot`` (a running one runs once more instead; one queued
+        behind is queued again, ahead, when woken urgently). ``notify``: an idle worker takes
+        it now, or the time keeper; a burst gets more."""
+        if slot.task is None or self._closed:
+            return
+        if slot.running is not None:
+            slot.again = True
+            return
+        if slot.ticket and (slot.urgent or not urgent):
+            return
+        slot.ticket, slot.urgent = next(self._seq), urgent
+        heapq.heappush(self._queue, (not urgent, slot.ticket, slot))
+        if not notify:
             return
         if self._idle:
             self._idle -= 1
@@ -148,20 +154,6 @@ class Scheduler:
             self._clock.notify()
         if not self._keeper or len(self._queue) > 1:
             self._spawn()
-
-    def _enqueue(self, slot: Slot, *, urgent: bool) -> bool:
-        """Under the lock: queue ``slot``; True if newly queued (a running one runs once
-        more instead). Woken urgently while queued behind, it is queued again, ahead."""
-        if slot.task is None or self._closed:
-            return False
-        if slot.running is not None:
-            slot.again = True
-            return False
-        if slot.ticket and (slot.urgent or not urgent):
-            return False
-        slot.ticket, slot.urgent = next(self._seq), urgent
-        heapq.heappush(self._queue, (not urgent, slot.ticket, slot))
-        return True
 
     def at(self, slot: Slot, when: float) -> None:
         """Run the task at monotonic time ``when`` (replaces its earlier timer)."""
@@ -219,8 +211,8 @@ class Scheduler:
             worker.start()
 
     def _next(self) -> tuple[Slot, bool] | None:
-        """Under the lock: the next slot to run and whether it was woken urgently, waiting
-        for one or for a timer; ``None`` once closed."""
+        """Under the lock: the next slot to run, begun, and whether it was woken urgently,
+        waiting for one or for a timer; ``None`` once closed."""
         while not self._closed:
             now = time.monotonic()
             while self._timers and self._timers[0][0] <= now:
@@ -229,7 +221,7 @@ class Scheduler:
                     slot.deadline = _NEVER
                     # Behind wake-ups, for this worker to run in turn: a batch of
                     # verifications costs one thread wake-up, not one per idle worker.
-                    self._enqueue(slot, urgent=False)
+                    self._wake(slot, urgent=False, notify=False)
             hold = 0.0
             while self._queue:
                 later, ticket, slot = self._queue[0]
@@ -237,10 +229,9 @@ class Scheduler:
                 if live and later and (hold := self._hold(now)) > 0.0:
                     break
                 heapq.heappop(self._queue)
-                if slot.ticket == ticket:
-                    slot.ticket = 0
-                    if live:
-                        return slot, not later
+                if live:  # else woken since (queued again, ahead), or removed
+                    self._begin(slot, not later)
+                    return slot, not later
             if not self._queue:
                 self._held_since = _NEVER
             wait = min(self._timers[0][0] - now if self._timers else _NEVER, hold or _NEVER)
@@ -263,28 +254,24 @@ class Scheduler:
             self._held_since = _NEVER
             return 0.0
         self._held_since = min(self._held_since, now)
-        until = self._held_since + MAX_HOLD  # then they run, wake-ups or not
-        if not self._urgent_running:
-            until = min(until, self._quiet_at)
-        return max(0.0, until - now)
+        quiet = _NEVER if self._urgent_running else self._quiet_at
+        return max(0.0, min(self._held_since + MAX_HOLD, quiet) - now)  # MAX_HOLD: wake-ups or not
 
     def _work(self) -> None:
-        slot: Slot | None = None
-        urgent = False
+        taken: tuple[Slot, bool] | None = None
         cause: BaseException | None = None
         try:
             while True:
                 with self._cond:
                     taken = self._next()
-                    if taken is None:
-                        return
-                    slot, urgent = taken
-                    self._begin(slot, urgent)
-                self._turn(slot, urgent)
-                slot = None
+                if taken is None:
+                    break
+                self._turn(*taken)
+                taken = None  # ended: a failure from here on is no turn's
         except BaseException as exc:  # SystemExit from a callback, a bug here: report, replace
             cause = exc
         finally:
+            slot, urgent = taken or (None, False)
             self._exit(slot, urgent, cause)
 
     def _begin(self, slot: Slot, urgent: bool) -> None:
@@ -317,8 +304,7 @@ class Scheduler:
         slot.running = None
         when, slot.asked = min(when, slot.asked), _NEVER
         self._set_timer(slot, when)
-        if slot.again:
-            slot.again = False
+        if slot.again:  # reset when its next turn begins
             self._wake(slot)
         self._done.notify_all()  # remove() may be waiting for this turn to end
 

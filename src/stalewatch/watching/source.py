@@ -96,16 +96,10 @@ def _reads(watch: Callable[..., object]) -> tuple[bool, bool]:
 
 
 def start_watch(
-    source: Source,
-    dirs: GitDirs,
-    on_change: OnChange,
-    on_health: OnHealth,
-    *,
-    loaded_revision: str | None,
-    on_restart: OnRestart,
-    work: Workload | None = None,
+    source: Source, dirs: GitDirs, on_change: OnChange, on_health: OnHealth, **offered: object
 ) -> Watch:
-    """``source.watch(...)``, passing each keyword only to a source that takes it.
+    """``source.watch(...)``, passing each keyword ``offered`` (``loaded_revision``,
+    ``on_restart``, ``work``) only to a source that takes it.
 
     ``Source`` is public: one written before the restart keywords takes three
     arguments, and keeps working (without restart notices); one written before
@@ -114,12 +108,8 @@ def start_watch(
     watch: Callable[..., Watch] = source.watch  # `work` is not in the protocol (see there)
     function = getattr(watch, "__func__", watch)
     try:
-        restart, work_too = _reads(function)
+        restart, work = _reads(function)
     except TypeError:  # an unhashable callable (a dataclass with __call__): asked each time
-        restart, work_too = _reads.__wrapped__(function)
-    keywords: dict[str, object] = {}
-    if restart:
-        keywords.update(loaded_revision=loaded_revision, on_restart=on_restart)
-    if work_too:
-        keywords["work"] = work
-    return watch(dirs, on_change, on_health, **keywords)
+        restart, work = _reads.__wrapped__(function)
+    taken = {key: value for key, value in offered.items() if work or (restart and key != "work")}
+    return watch(dirs, on_change, on_health, **taken)

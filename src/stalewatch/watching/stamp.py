@@ -17,6 +17,7 @@ against a clock stepped backwards or a filesystem that lies about timestamps.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Iterable
@@ -53,11 +54,8 @@ def take(paths: Iterable[str]) -> Stamp:
     for path in paths:
         try:
             st = os.lstat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            files.append(None)
-            continue
-        except OSError as exc:
-            files.append(exc.errno or -1)
+        except OSError as exc:  # absent: None; else its errno
+            files.append(None if exc.errno in (errno.ENOENT, errno.ENOTDIR) else exc.errno or -1)
             continue
         changed = max(st.st_mtime_ns, st.st_ctime_ns)
         racy = racy or now - changed < RACY_NS

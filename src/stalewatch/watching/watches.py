@@ -108,8 +108,6 @@ class Watches:
             hub = self.instance
             if self._closed or hub is None:
                 return False
-            if new is old and not recheck and not self._lost(hub) and self._watched.keys() == new.watch:
-                return False  # the common case: nothing moved (and nothing left to watch)
             # Watches to make anew: a directory deleted or moved away (the kernel
             # dropped or moved its watch) or replaced, even on the same inode.
             stale = {
@@ -119,6 +117,8 @@ class Watches:
                 or (recheck and identity_of(str(path)) != ident)
                 or (path in new.narrow) != (registration is None or registration.narrow)
             }
+            if new is old and not stale and self._watched.keys() == new.watch:
+                return False  # the common case: nothing moved (and nothing left to watch)
             moved = False
             for path in (self._watched.keys() - new.watch) | stale:
                 registration, _ = self._watched.pop(path)
@@ -137,18 +137,14 @@ class Watches:
                 moved = True
         return moved
 
-    def _lost(self, hub: Notifier | None, *, recheck: bool = False) -> bool:
-        # Under _lock.
-        return hub is not None and any(
-            registration is not None
-            and (hub.lost(registration) or (recheck and identity_of(str(path)) != ident))
-            for path, (registration, ident) in self._watched.items()
-        )
-
     def lost(self) -> bool:
         """A directory's watch is gone, or the directory at its path is another one."""
         with self._lock:
-            return self._lost(self.instance, recheck=True)
+            hub = self.instance
+            return hub is not None and any(
+                registration is not None and (hub.lost(registration) or identity_of(str(path)) != ident)
+                for path, (registration, ident) in self._watched.items()
+            )
 
     def close(self, *, final: bool = False) -> None:
         """Remove every watch and let go of the instance; ``final``: for good."""
