@@ -89,20 +89,12 @@ class Refusal:
         restart = self.restart
         if restart is None or restart.phase is RestartPhase.IDLE:
             return {}
+        phase, reason = restart.phase.value, restart.reason
         if not restart.scheduled:
-            phase = restart.phase.value
-            reason = restart.reason or phase
-            return {"restart_scheduled": False, "restart_phase": phase, "restart_reason": reason}
-        fields: dict[str, Any] = {
-            "restart_scheduled": True,
-            "retry_after": self.retry_after,
-            "restart_phase": restart.phase.value,
-        }
-        if restart.reason:
-            fields["restart_reason"] = restart.reason
-        if restart.inflight is not None:
-            fields["restart_inflight"] = restart.inflight
-        return fields
+            return {"restart_scheduled": False, "restart_phase": phase, "restart_reason": reason or phase}
+        more = {"restart_reason": reason or None, "restart_inflight": restart.inflight}
+        fields = {"restart_scheduled": True, "retry_after": self.retry_after, "restart_phase": phase}
+        return fields | {key: value for key, value in more.items() if value is not None}
 
     def body(self, kind: str) -> dict[str, Any]:
         """``{"error": message, "type": kind, "retryable": ...}``: what every payload starts with."""
