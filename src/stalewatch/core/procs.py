@@ -62,10 +62,9 @@ def parse_status_uids(data: bytes) -> tuple[int, int] | None:
     """The real and effective uids from ``/proc/PID/status`` (its ``Uid:`` line)."""
     for line in data.splitlines():
         if line.startswith(b"Uid:"):
-            ids = line[4:].split()
-            if len(ids) >= 2 and all(part.isdigit() and len(part) <= 10 for part in ids[:2]):
-                return int(ids[0]), int(ids[1])
-            return None
+            ids = line[4:].split()[:2]
+            ok = len(ids) == 2 and all(part.isdigit() and len(part) <= 10 for part in ids)
+            return (int(ids[0]), int(ids[1])) if ok else None
     return None
 
 
@@ -79,11 +78,6 @@ def read(path: Path, limit: int = _MAX_READ) -> bytes | None:
         return None
 
 
-def _boot_time() -> float:
-    """``time.time()`` of the boot, from the two clocks read together."""
-    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
 def read_proc(pid: int) -> Proc | None:
     """What ``/proc`` says of ``pid`` now; ``None`` when it does not run (or cannot be read)."""
     if pid <= 0:
@@ -92,8 +86,8 @@ def read_proc(pid: int) -> Proc | None:
     uids = None if status is None else parse_status_uids(status)
     if parsed is None or uids is None:
         return None
-    ppid, ticks = parsed
-    return Proc(pid, ppid, _boot_time() + ticks / os.sysconf("SC_CLK_TCK"), uids)
+    boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)  # the two clocks read together
+    return Proc(pid, parsed[0], boot + parsed[1] / os.sysconf("SC_CLK_TCK"), uids)
 
 
 def children(pid: int) -> list[Proc]:

@@ -12,6 +12,7 @@ the loop that owns the work: :class:`Wakeup` (a byte on a socket pair, no lock),
 from __future__ import annotations
 
 import contextlib
+import functools
 import select
 import signal
 import socket
@@ -46,21 +47,18 @@ def handling(handlers: Mapping[signal.Signals, Callable[[], object]]) -> Iterato
     previous: dict[signal.Signals, object] = {}
     try:
         for signum, call in handlers.items():
-            previous[signum] = signal.signal(signum, _handler(call))
+            previous[signum] = signal.signal(signum, functools.partial(_handle, call))
         yield True
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)  # type: ignore[arg-type]  # what signal.signal returned
 
 
-def _handler(call: Callable[[], object]) -> Callable[[int, FrameType | None], None]:
-    def handle(signum: int, frame: FrameType | None) -> None:
-        if signum == signal.SIGINT:
-            global _interrupted  # noqa: PLW0603 - one flag, set from a handler
-            _interrupted = True
-        call()
-
-    return handle
+def _handle(call: Callable[[], object], signum: int, frame: FrameType | None) -> None:
+    if signum == signal.SIGINT:
+        global _interrupted  # noqa: PLW0603 - one flag, set from a handler
+        _interrupted = True
+    call()
 
 
 class Wakeup:
