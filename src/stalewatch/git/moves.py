@@ -34,15 +34,12 @@ _FIXED = {"cherry-pick": CHILD, "revert": CHILD, "am": CHILD, "clone": OTHER, "b
 def classify(message: str) -> tuple[str, str | None, str, int]:
     """``(action, detail, step, back)``: ``back`` is k for ``reset: moving to HEAD~k``
     (kept: the entries of a reflog's tail are classified again at each update)."""
-    head, colon, rest = message.partition(": ")
-    if not colon:
-        head, rest = message, ""
+    head, _, rest = message.partition(": ")
     phase = None
     if head.endswith(")") and "(" in head:
         head, _, phase = head[:-1].rpartition("(")
         phase = phase.strip().lower() or None
     words = [w for w in head.split() if not w.startswith("-")]
-    flags = [w for w in head.split() if w.startswith("-")]
     word = words[0].lower() if words else ""
     lowered = rest.lower()
     if word == "commit":
@@ -57,7 +54,7 @@ def classify(message: str) -> tuple[str, str | None, str, int]:
             return word, "fast-forward", FORWARD, 0
         if lowered.startswith("merge made by"):
             return word, "merge", MERGE, 0
-        if word == "pull" and ("--rebase" in flags or phase):
+        if word == "pull" and ("--rebase" in head.split() or phase):
             return "pull", " ".join(p for p in ("rebase", phase) if p), _REBASE.get(phase, OTHER), 0
         return word, phase, OTHER, 0
     if word == "rebase":
@@ -70,8 +67,6 @@ def classify(message: str) -> tuple[str, str | None, str, int]:
         return "checkout", f"to {branch[:_MAX_WORD]}" if to and branch else None, OTHER, 0
     if word in _FIXED:
         return word, phase, _FIXED[word], 0
-    if not words:
-        return "other", phase, OTHER, 0
     named = " ".join(words).lower()[:_MAX_WORD]
     return (named if _WORD.match(named) else "other"), phase, OTHER, 0
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..core.cache import BoundedCache
 from ..core.errors import RefError
+from ..core.revisions import is_object_id
 
 RACY_NS = 3_000_000_000
 """A file changed less than this long ago (ns) may change again without its stat data
@@ -38,7 +39,6 @@ _PAGE = 4096
 _CACHE_ENTRIES = 4096
 _MAX_ANSWERS = 64  # remembered per snapshot (a guard asks about one branch)
 _HEADER = b"# pack-refs with:"
-_HEX = frozenset(b"0123456789abcdef")
 
 Key = tuple[int, int, int, int, int]
 _OPEN = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
@@ -54,10 +54,6 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
 
 def _key(st: os.stat_result) -> Key:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _is_oid(value: bytes) -> bool:
-    return len(value) in (40, 64) and _HEX.issuperset(value)
 
 
 def _unreadable(path: Path, exc: OSError) -> RefError:
@@ -155,7 +151,7 @@ def _bisect(path: Path, data: _Pages, body: int, wanted: bytes) -> bytes | None:
             start = above
         end = _line_end(path, data, start)
         oid, _, ref = data[start:end].partition(b" ")
-        if not _is_oid(oid) or not ref:
+        if not is_object_id(oid) or not ref:
             raise _malformed(path, data, start, "expected '<object id> <ref>'")
         if ref == wanted:
             return oid
@@ -172,7 +168,7 @@ def _bisect(path: Path, data: _Pages, body: int, wanted: bytes) -> bytes | None:
 def _peeled_end(path: Path, data: _Pages, start: int) -> int:
     """Where the peeled line at ``start`` ends, once it is found well formed."""
     end = _line_end(path, data, start)
-    if not _is_oid(data[start + 1 : end]):
+    if not is_object_id(data[start + 1 : end]):
         raise _malformed(path, data, start, "malformed peeled line")
     return end
 
@@ -216,9 +212,9 @@ def _index(path: Path, data: bytes, body: int) -> dict[bytes, bytes]:
         oid, _, ref = line.partition(b" ")
         if peeled and not after_ref:
             raise _malformed(path, data, here, "peeled line without a ref")
-        if peeled and not _is_oid(line[1:]):
+        if peeled and not is_object_id(line[1:]):
             raise _malformed(path, data, here, "malformed peeled line")
-        if is_ref and (not _is_oid(oid) or not ref):
+        if is_ref and (not is_object_id(oid) or not ref):
             raise _malformed(path, data, here, "expected '<object id> <ref>'")
         if is_ref:
             refs.setdefault(ref, oid)  # the first record wins, as a linear scan finds it
