@@ -45,22 +45,15 @@ class Setting:
 
     kind: Kind[Any]
     doc: str
-    since: str
-    key: str | None
-    shown: str | None
+    since: str = "0.1.0"
+    key: str | None = None
+    shown: str | None = None
 
 
-def setting(
-    default: T,
-    kind: Kind[Any],
-    doc: str,
-    *,
-    since: str = "0.1.0",
-    key: str | None = None,
-    shown: str | None = None,
-) -> T:
-    """The default of a field a TOML key sets (typed as the default, for mypy)."""
-    return dataclasses.field(default=default, metadata={"setting": Setting(kind, doc, since, key, shown)})
+def setting(default: T, kind: Kind[Any], doc: str, **more: Any) -> T:
+    """The default of a field a TOML key sets (typed as the default, for mypy); ``more``:
+    :class:`Setting`'s ``since``, ``key`` and ``shown``."""
+    return dataclasses.field(default=default, metadata={"setting": Setting(kind, doc, **more)})
 
 
 def declared(cls: type) -> dict[str, tuple[dataclasses.Field[Any], Setting]]:

@@ -49,15 +49,10 @@ class Refusal:
     @classmethod
     def of(cls, exc: BaseException, restart: RestartState | None = None) -> Refusal:
         """The refusal an error says; ``restart`` stands for the error's own phase when given."""
-        known, cause = getattr(exc, "restart", None), getattr(exc, "cause", None)
-        return cls(
-            str(exc),
-            getattr(exc, "status", None),
-            getattr(exc, "loaded_revision", None),
-            getattr(exc, "current_revision", None),
-            cause if isinstance(cause, Cause) else None,
-            restart or (known if isinstance(known, RestartState) else None),
-        )
+        names = ("status", "loaded_revision", "current_revision", "cause", "restart")
+        status, loaded, current, cause, known = (getattr(exc, name, None) for name in names)
+        restart = restart or (known if isinstance(known, RestartState) else None)
+        return cls(str(exc), status, loaded, current, cause if isinstance(cause, Cause) else None, restart)
 
     @property
     def retryable(self) -> bool:
