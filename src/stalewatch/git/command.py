@@ -82,10 +82,8 @@ def is_tracked(worktree: Path, path: Path) -> bool:
         raise BindError(path, "git is not installed; it is needed to check the file is tracked") from exc
     except subprocess.TimeoutExpired as exc:
         raise BindError(path, f"git ls-files did not answer within {_TIMEOUT:.0f} s") from exc
-    if done.returncode == 0:
-        return True
-    if done.returncode == 1:
-        return False
+    if done.returncode in (0, 1):  # 1: not tracked
+        return done.returncode == 0
     raise BindError(path, f"git ls-files failed: {done.stderr.strip() or done.returncode}")
 
 
