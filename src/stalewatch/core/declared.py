@@ -146,14 +146,13 @@ def _paths(value: object, table: TableReader) -> tuple[Path, ...]:
 
 def _argv(value: object, _: TableReader) -> tuple[str, ...]:
     """A command: a non-empty list of strings without NUL (never run through a shell)."""
-    if not (isinstance(value, list) and value and isinstance(value[0], str) and value[0]) or not all(
-        isinstance(part, str) and "\0" not in part for part in value
-    ):
+    parts = value if isinstance(value, list) else []
+    if not parts or not parts[0] or not all(isinstance(part, str) and "\0" not in part for part in parts):
         raise Refused(
             'expected a non-empty list of strings without NUL, e.g. ["systemctl", "restart", "web"] '
             "(a command is never run through a shell)"
         )
-    return tuple(value)
+    return tuple(parts)
 
 
 def _flag(value: object, _: TableReader) -> bool:
