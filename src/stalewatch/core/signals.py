@@ -44,14 +44,10 @@ def handling(handlers: Mapping[signal.Signals, Callable[[], object]]) -> Iterato
     if threading.current_thread() is not threading.main_thread():
         yield False
         return
-    previous: dict[signal.Signals, object] = {}
-    try:
+    with contextlib.ExitStack() as previous:  # each handler replaced is put back
         for signum, call in handlers.items():
-            previous[signum] = signal.signal(signum, functools.partial(_handle, call))
+            previous.callback(signal.signal, signum, signal.signal(signum, functools.partial(_handle, call)))
         yield True
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)  # type: ignore[arg-type]  # what signal.signal returned
 
 
 def _handle(call: Callable[[], object], signum: int, frame: FrameType | None) -> None:
