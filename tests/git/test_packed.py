@@ -359,15 +359,15 @@ def test_c10_a_settled_file_answers_a_question_asked_before_from_one_stat(
 ) -> None:
     path = tmp_path / "packed-refs"
     write_packed(path, {"refs/heads/main": oid(1), "refs/heads/side": oid(2)})
-    opens, snapshots = Calls(monkeypatch, "_open"), Calls(monkeypatch, "_snapshot")
+    searches, snapshots = Calls(monkeypatch, "_search"), Calls(monkeypatch, "_snapshot")  # one open each
     assert packed.lookup(path, "refs/heads/main") == oid(1)
-    assert (opens.count, snapshots.count) == (1, 1)
+    assert (searches.count, snapshots.count) == (1, 1)
     assert packed.lookup(path, "refs/heads/main") == oid(1)
     assert packed.lookup(path, "refs/heads/gone") is None
     assert packed.lookup(path, "refs/heads/gone") is None  # an absent ref is remembered too
-    assert (opens.count, snapshots.count) == (2, 1)  # the header is not read again
+    assert (searches.count, snapshots.count) == (2, 1)  # the header is not read again
     assert packed.lookup(path, "refs/heads/side") == oid(2)
-    assert (opens.count, snapshots.count) == (3, 1)
+    assert (searches.count, snapshots.count) == (3, 1)
     write_packed(path, {"refs/heads/main": oid(3)})  # a new identity: read again
     assert packed.lookup(path, "refs/heads/main") == oid(3)
     assert snapshots.count == 2

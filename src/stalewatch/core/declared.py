@@ -45,22 +45,15 @@ class Setting:
 
     kind: Kind[Any]
     doc: str
-    since: str
-    key: str | None
-    shown: str | None
+    since: str = "0.1.0"
+    key: str | None = None
+    shown: str | None = None
 
 
-def setting(
-    default: T,
-    kind: Kind[Any],
-    doc: str,
-    *,
-    since: str = "0.1.0",
-    key: str | None = None,
-    shown: str | None = None,
-) -> T:
-    """The default of a field a TOML key sets (typed as the default, for mypy)."""
-    return dataclasses.field(default=default, metadata={"setting": Setting(kind, doc, since, key, shown)})
+def setting(default: T, kind: Kind[Any], doc: str, **more: Any) -> T:
+    """The default of a field a TOML key sets (typed as the default, for mypy); ``more``:
+    :class:`Setting`'s ``since``, ``key`` and ``shown``."""
+    return dataclasses.field(default=default, metadata={"setting": Setting(kind, doc, **more)})
 
 
 def declared(cls: type) -> dict[str, tuple[dataclasses.Field[Any], Setting]]:
@@ -153,14 +146,13 @@ def _paths(value: object, table: TableReader) -> tuple[Path, ...]:
 
 def _argv(value: object, _: TableReader) -> tuple[str, ...]:
     """A command: a non-empty list of strings without NUL (never run through a shell)."""
-    if not (isinstance(value, list) and value and isinstance(value[0], str) and value[0]) or not all(
-        isinstance(part, str) and "\0" not in part for part in value
-    ):
+    parts = value if isinstance(value, list) else []
+    if not parts or not parts[0] or not all(isinstance(part, str) and "\0" not in part for part in parts):
         raise Refused(
             'expected a non-empty list of strings without NUL, e.g. ["systemctl", "restart", "web"] '
             "(a command is never run through a shell)"
         )
-    return tuple(value)
+    return tuple(parts)
 
 
 def _flag(value: object, _: TableReader) -> bool:

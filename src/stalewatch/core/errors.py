@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from .cause import Cause
 from .phases import RestartState
@@ -139,17 +139,8 @@ class SupervisedHandoffError(DaemonConfigError):
         alternative: the configuration that works under that supervisor.
     """
 
-    def __init__(
-        self,
-        supervisor: str,
-        how: str,
-        pid: int,
-        alternative: str,
-        *,
-        name: str = "restart.handoff",
-        file: Path | None = None,
-        line: int | None = None,
-    ) -> None:
+    def __init__(self, supervisor: str, how: str, pid: int, alternative: str, **where: Any) -> None:
+        """``where``: the ``name`` (default ``restart.handoff``), ``file`` and ``line`` of the key."""
         self.supervisor = supervisor
         self.how = how
         self.pid = pid
@@ -159,7 +150,7 @@ class SupervisedHandoffError(DaemonConfigError):
             f" handoff: {_FOLLOWS.get(supervisor, 'it waits on the master that a handoff retires')}."
             f" Instead: {alternative}"
         )
-        super().__init__(name, True, reason, file=file, line=line)
+        super().__init__(where.pop("name", "restart.handoff"), True, reason, **where)
 
 
 _FOLLOWS = {
@@ -217,17 +208,12 @@ class StaleError(StalewatchError, RuntimeError):
 
     def _compose(self) -> str:
         if str(self.status) == "unreadable":
-            what = (
-                f"the git checkout at {self.checkout} can no longer be read "
-                f"(loaded {short(self.loaded_revision)}, now unknown)"
-            )
+            what, now = f"The git checkout at {self.checkout} can no longer be read", "unknown"
         else:
             moved = f": {self.cause.describe()}" if self.cause is not None else ""
-            what = (
-                f"the code in {self.checkout} was updated while this process was running "
-                f"(loaded {short(self.loaded_revision)}, now {short(self.current_revision)}{moved})"
-            )
-        return f"{what[0].upper()}{what[1:]}; restart the process to load it."
+            what = f"The code in {self.checkout} was updated while this process was running"
+            now = f"{short(self.current_revision)}{moved}"
+        return f"{what} (loaded {short(self.loaded_revision)}, now {now}); restart the process to load it."
 
 
 class AgentRuntimeChangedError(StaleError):
@@ -296,8 +282,6 @@ class SocketPathError(_About):
         reason: what is wrong.
     """
 
-    path: Path | None
-
 
 class DaemonUnavailableError(_About):
     """The daemon's socket cannot be reached, or it answered something unexpected.
@@ -307,7 +291,6 @@ class DaemonUnavailableError(_About):
         reason: what went wrong.
     """
 
-    path: Path
     _says = "cannot reach the stalewatch daemon at {path}: {reason}"
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import unicodedata
 
-_NAMED = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
 
 def printable(text: str) -> str:
     """``text`` with every control, format, separator or surrogate character escaped.
@@ -20,13 +18,8 @@ def printable(text: str) -> str:
     """
     if text.isprintable() and "\\" not in text:
         return text  # the common case, without a per-character walk
-    return "".join(_NAMED.get(char) or _visible(char) for char in text)
+    return "".join(ascii(char)[1:-1] if _escaped(char) else char for char in text)
 
 
-def _visible(char: str) -> str:
-    if char == " " or unicodedata.category(char)[0] not in "CZ":
-        return char
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+def _escaped(char: str) -> bool:
+    return char == "\\" or (char != " " and unicodedata.category(char)[0] in "CZ")

@@ -48,10 +48,7 @@ def prune() -> None:
 
 
 def _run_in_child() -> None:
-    for ref in list(_callbacks):
-        callback = ref()
-        if callback is None:
-            continue
+    for callback in filter(None, (ref() for ref in list(_callbacks))):  # owners still alive
         try:
             callback()
         except Exception:  # one owner's failure must not leave the others' locks held

@@ -37,12 +37,7 @@ class RestartPhase(enum.StrEnum):
     @property
     def coming(self) -> bool:
         """True while a restart is on its way (a client should retry later)."""
-        return self in (
-            RestartPhase.SCHEDULED,
-            RestartPhase.WAITING,
-            RestartPhase.VERIFYING,
-            RestartPhase.RESTARTING,
-        )
+        return self.value in ("scheduled", "waiting", "verifying", "restarting")
 
 
 @dataclass(frozen=True)
@@ -91,28 +86,27 @@ class RestartState:
         """Parse what :meth:`to_dict` made (from a daemon); ``None`` when it is not one."""
         if not isinstance(data, dict) or data.get("phase") not in tuple(RestartPhase):
             return None
-        phase = RestartPhase(data["phase"])
-        reason, revision = data.get("reason"), data.get("revision")
-        attempt, retry_after, at = data.get("attempt", 0), data.get("retry_after"), data.get("at", 0.0)
-        inflight, estimate, earliest = data.get("inflight"), data.get("estimate"), data.get("earliest")
+        reason, revision, inflight = data.get("reason"), data.get("revision"), data.get("inflight")
+        attempt, at = data.get("attempt", 0), data.get("at", 0.0)
+        times = [data.get(key) for key in ("retry_after", "estimate", "earliest")]
         if not (
             all(value is None or isinstance(value, str) for value in (reason, revision))
             and _whole(attempt)
             and (inflight is None or _whole(inflight))
-            and _finite(at)
-            and all(value is None or _finite(value) for value in (retry_after, estimate, earliest))
+            and all(_finite(value) for value in (at, *(t for t in times if t is not None)))
         ):
             return None
+        retry_after, estimate, earliest = (None if t is None else float(t) for t in times)
         return cls(
-            phase,
+            RestartPhase(data["phase"]),
             reason[:500] if reason else reason,
             revision[:64] if revision else revision,
             max(0, attempt),
-            None if retry_after is None else max(0.0, float(retry_after)),
+            None if retry_after is None else max(0.0, retry_after),
             float(at),
             None if inflight is None else max(0, inflight),
-            None if estimate is None else max(0.0, float(estimate)),
-            None if earliest is None else float(earliest),
+            None if estimate is None else max(0.0, estimate),
+            earliest,
         )
 
 

@@ -10,6 +10,7 @@ tick (10 ms), not to the second ``/proc/stat``'s ``btime`` would give.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import struct
@@ -21,6 +22,8 @@ from pathlib import Path
 
 PROC = Path("/proc")
 _MAX_READ = 4096  # /proc/PID/stat, status and comm are far shorter
+# After the command's ")": state, ppid (field 4 of proc(5)), 17 fields, starttime (field 22).
+_STAT = re.compile(rb"\s*\S+\s+([0-9]{1,10})\s+(?:\S+\s+){17}([0-9]{1,20})(?:\s|$)")
 
 
 @dataclass(frozen=True)
@@ -46,26 +49,18 @@ def parse_stat(data: bytes) -> tuple[int, int] | None:
     The command name (field 2) is in parentheses and may hold anything, ``)`` and
     spaces included: the fields that follow are found after the *last* ``)``.
     """
-    close = data.rfind(b")")
-    if close < 0:
-        return None
-    fields = data[close + 1 :].split()
-    if len(fields) < 20:
-        return None
-    ppid, start = fields[1], fields[19]  # fields 4 and 22 of proc(5)
-    if not (ppid.isdigit() and start.isdigit()) or len(ppid) > 10 or len(start) > 20:
-        return None
-    return int(ppid), int(start)
+    _, close, after = data.rpartition(b")")
+    found = _STAT.match(after) if close else None
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def parse_status_uids(data: bytes) -> tuple[int, int] | None:
     """The real and effective uids from ``/proc/PID/status`` (its ``Uid:`` line)."""
     for line in data.splitlines():
         if line.startswith(b"Uid:"):
-            ids = line[4:].split()
-            if len(ids) >= 2 and all(part.isdigit() and len(part) <= 10 for part in ids[:2]):
-                return int(ids[0]), int(ids[1])
-            return None
+            ids = line[4:].split()[:2]
+            ok = len(ids) == 2 and all(part.isdigit() and len(part) <= 10 for part in ids)
+            return (int(ids[0]), int(ids[1])) if ok else None
     return None
 
 
@@ -79,11 +74,6 @@ def read(path: Path, limit: int = _MAX_READ) -> bytes | None:
         return None
 
 
-def _boot_time() -> float:
-    """``time.time()`` of the boot, from the two clocks read together."""
-    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
 def read_proc(pid: int) -> Proc | None:
     """What ``/proc`` says of ``pid`` now; ``None`` when it does not run (or cannot be read)."""
     if pid <= 0:
@@ -92,8 +82,8 @@ def read_proc(pid: int) -> Proc | None:
     uids = None if status is None else parse_status_uids(status)
     if parsed is None or uids is None:
         return None
-    ppid, ticks = parsed
-    return Proc(pid, ppid, _boot_time() + ticks / os.sysconf("SC_CLK_TCK"), uids)
+    boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)  # the two clocks read together
+    return Proc(pid, parsed[0], boot + parsed[1] / os.sysconf("SC_CLK_TCK"), uids)
 
 
 def children(pid: int) -> list[Proc]:

@@ -49,15 +49,10 @@ class Refusal:
     @classmethod
     def of(cls, exc: BaseException, restart: RestartState | None = None) -> Refusal:
         """The refusal an error says; ``restart`` stands for the error's own phase when given."""
-        known, cause = getattr(exc, "restart", None), getattr(exc, "cause", None)
-        return cls(
-            str(exc),
-            getattr(exc, "status", None),
-            getattr(exc, "loaded_revision", None),
-            getattr(exc, "current_revision", None),
-            cause if isinstance(cause, Cause) else None,
-            restart or (known if isinstance(known, RestartState) else None),
-        )
+        names = ("status", "loaded_revision", "current_revision", "cause", "restart")
+        status, loaded, current, cause, known = (getattr(exc, name, None) for name in names)
+        restart = restart or (known if isinstance(known, RestartState) else None)
+        return cls(str(exc), status, loaded, current, cause if isinstance(cause, Cause) else None, restart)
 
     @property
     def retryable(self) -> bool:
@@ -89,20 +84,12 @@ class Refusal:
         restart = self.restart
         if restart is None or restart.phase is RestartPhase.IDLE:
             return {}
+        phase, reason = restart.phase.value, restart.reason
         if not restart.scheduled:
-            phase = restart.phase.value
-            reason = restart.reason or phase
-            return {"restart_scheduled": False, "restart_phase": phase, "restart_reason": reason}
-        fields: dict[str, Any] = {
-            "restart_scheduled": True,
-            "retry_after": self.retry_after,
-            "restart_phase": restart.phase.value,
-        }
-        if restart.reason:
-            fields["restart_reason"] = restart.reason
-        if restart.inflight is not None:
-            fields["restart_inflight"] = restart.inflight
-        return fields
+            return {"restart_scheduled": False, "restart_phase": phase, "restart_reason": reason or phase}
+        more = {"restart_reason": reason or None, "restart_inflight": restart.inflight}
+        fields = {"restart_scheduled": True, "retry_after": self.retry_after, "restart_phase": phase}
+        return fields | {key: value for key, value in more.items() if value is not None}
 
     def body(self, kind: str) -> dict[str, Any]:
         """``{"error": message, "type": kind, "retryable": ...}``: what every payload starts with."""

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-_HEX = frozenset("0123456789abcdef")
+_HEX = frozenset("0123456789abcdef") | frozenset(b"0123456789abcdef")  # characters, and bytes' ints
 
 
-def is_object_id(text: str) -> bool:
-    """True for a full SHA-1 (40) or SHA-256 (64) hex object id in lower case."""
+def is_object_id(text: str | bytes) -> bool:
+    """True for a full SHA-1 (40) or SHA-256 (64) hex object id in lower case (text, or bytes read)."""
     return len(text) in (40, 64) and _HEX.issuperset(text)
 
 

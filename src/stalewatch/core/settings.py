@@ -94,14 +94,10 @@ def poll_interval(value: float | None = None) -> float:
 
 def poll(value: bool | None = None) -> bool:
     """Whether to poll instead of using the platform's change notifications."""
-    if value is not None:
-        return value
     raw = os.environ.get(POLL.name, POLL.default).strip().lower()
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    raise ConfigError(POLL.name, raw, "expected 1 or 0")
+    if value is None and raw not in ("1", "true", "yes", "on", "", "0", "false", "no", "off"):
+        raise ConfigError(POLL.name, raw, "expected 1 or 0")
+    return value if value is not None else raw in ("1", "true", "yes", "on")
 
 
 def notifier(value: str | None = None) -> str | None:
@@ -113,11 +109,9 @@ def notifier(value: str | None = None) -> str | None:
     label = "notifier" if value is not None else NOTIFIER.name
     raw = value if value is not None else os.environ.get(NOTIFIER.name, "")
     name = raw.strip().lower()
-    if not name:
-        return None
-    if name not in NOTIFIERS:
+    if name and name not in NOTIFIERS:
         raise ConfigError(label, raw, f"expected one of {', '.join(NOTIFIERS)}")
-    return name
+    return name or None
 
 
 def git_executable() -> str:
@@ -141,11 +135,7 @@ def metrics_daemon(value: str | None, socket: str) -> str:
         ConfigError: the variable is empty, longer than :data:`MAX_DAEMON_NAME`, or holds
             a control character.
     """
-    if value is not None:
-        return value
-    raw = os.environ.get(METRICS_DAEMON.name)
-    if raw is None:
-        return socket
-    if not is_name(raw):
+    raw = os.environ.get(METRICS_DAEMON.name) if value is None else value
+    if value is None and raw is not None and not is_name(raw):
         raise ConfigError(METRICS_DAEMON.name, raw, NAME)
-    return raw
+    return socket if raw is None else raw

@@ -12,6 +12,7 @@ the loop that owns the work: :class:`Wakeup` (a byte on a socket pair, no lock),
 from __future__ import annotations
 
 import contextlib
+import functools
 import select
 import signal
 import socket
@@ -43,24 +44,17 @@ def handling(handlers: Mapping[signal.Signals, Callable[[], object]]) -> Iterato
     if threading.current_thread() is not threading.main_thread():
         yield False
         return
-    previous: dict[signal.Signals, object] = {}
-    try:
+    with contextlib.ExitStack() as previous:  # each handler replaced is put back
         for signum, call in handlers.items():
-            previous[signum] = signal.signal(signum, _handler(call))
+            previous.callback(signal.signal, signum, signal.signal(signum, functools.partial(_handle, call)))
         yield True
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)  # type: ignore[arg-type]  # what signal.signal returned
 
 
-def _handler(call: Callable[[], object]) -> Callable[[int, FrameType | None], None]:
-    def handle(signum: int, frame: FrameType | None) -> None:
-        if signum == signal.SIGINT:
-            global _interrupted  # noqa: PLW0603 - one flag, set from a handler
-            _interrupted = True
-        call()
-
-    return handle
+def _handle(call: Callable[[], object], signum: int, frame: FrameType | None) -> None:
+    if signum == signal.SIGINT:
+        global _interrupted  # noqa: PLW0603 - one flag, set from a handler
+        _interrupted = True
+    call()
 
 
 class Wakeup:

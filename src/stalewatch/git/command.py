@@ -19,26 +19,24 @@ _TIMEOUT = 10.0
 # What `git rev-parse --local-env-vars` lists: git exports these to hooks, so a server
 # restarted by an updater's hook inherits them, and they would point every git call
 # here at another repository than the checkout's.
-_REPOSITORY_VARIABLES = frozenset(
-    {
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-        "GIT_COMMON_DIR",
-        "GIT_CONFIG",
-        "GIT_CONFIG_COUNT",
-        "GIT_CONFIG_PARAMETERS",
-        "GIT_DIR",
-        "GIT_GRAFT_FILE",
-        "GIT_IMPLICIT_WORK_TREE",
-        "GIT_INDEX_FILE",
-        "GIT_INTERNAL_SUPER_PREFIX",
-        "GIT_NO_REPLACE_OBJECTS",
-        "GIT_OBJECT_DIRECTORY",
-        "GIT_PREFIX",
-        "GIT_REPLACE_REF_BASE",
-        "GIT_SHALLOW_FILE",
-        "GIT_WORK_TREE",
-    }
-)
+_REPOSITORY_VARIABLES = {
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_CONFIG",
+    "GIT_CONFIG_COUNT",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_DIR",
+    "GIT_GRAFT_FILE",
+    "GIT_IMPLICIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_INTERNAL_SUPER_PREFIX",
+    "GIT_NO_REPLACE_OBJECTS",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_PREFIX",
+    "GIT_REPLACE_REF_BASE",
+    "GIT_SHALLOW_FILE",
+    "GIT_WORK_TREE",
+}
 # Keeps Windows from flashing a console window for every call (Hermes WebUI's complaint).
 _NO_WINDOW = getattr(subprocess, "CREATE_NO_WINDOW", 0)
 
@@ -82,10 +80,8 @@ def is_tracked(worktree: Path, path: Path) -> bool:
         raise BindError(path, "git is not installed; it is needed to check the file is tracked") from exc
     except subprocess.TimeoutExpired as exc:
         raise BindError(path, f"git ls-files did not answer within {_TIMEOUT:.0f} s") from exc
-    if done.returncode == 0:
-        return True
-    if done.returncode == 1:
-        return False
+    if done.returncode in (0, 1):  # 1: not tracked
+        return done.returncode == 0
     raise BindError(path, f"git ls-files failed: {done.stderr.strip() or done.returncode}")
 
 

@@ -25,21 +25,21 @@ MERGE = "merge"  # a merge commit on top: ahead, by an unknown count
 FORWARD = "forward"  # a fast-forward: a descendant, by an unknown count
 SIBLING = "sibling"  # the tip replaced (amend, squash, fixup)
 OTHER = "other"  # nothing known (checkout, reset to a name, rebase start)
+_REBASE: dict[str | None, str] = dict.fromkeys(("pick", "continue", "reword", "edit"), CHILD)
+_REBASE |= dict.fromkeys(("squash", "fixup"), SIBLING)  # the step of a rebase's (or pull's) phase
+_FIXED = {"cherry-pick": CHILD, "revert": CHILD, "am": CHILD, "clone": OTHER, "branch": OTHER, "fetch": OTHER}
 
 
 @functools.lru_cache(maxsize=512)
 def classify(message: str) -> tuple[str, str | None, str, int]:
     """``(action, detail, step, back)``: ``back`` is k for ``reset: moving to HEAD~k``
     (kept: the entries of a reflog's tail are classified again at each update)."""
-    head, colon, rest = message.partition(": ")
-    if not colon:
-        head, rest = message, ""
+    head, _, rest = message.partition(": ")
     phase = None
     if head.endswith(")") and "(" in head:
         head, _, phase = head[:-1].rpartition("(")
         phase = phase.strip().lower() or None
     words = [w for w in head.split() if not w.startswith("-")]
-    flags = [w for w in head.split() if w.startswith("-")]
     word = words[0].lower() if words else ""
     lowered = rest.lower()
     if word == "commit":
@@ -54,33 +54,21 @@ def classify(message: str) -> tuple[str, str | None, str, int]:
             return word, "fast-forward", FORWARD, 0
         if lowered.startswith("merge made by"):
             return word, "merge", MERGE, 0
-        if word == "pull" and ("--rebase" in flags or phase):
-            return "pull", " ".join(p for p in ("rebase", phase) if p), _rebase_step(phase), 0
+        if word == "pull" and ("--rebase" in head.split() or phase):
+            return "pull", " ".join(p for p in ("rebase", phase) if p), _REBASE.get(phase, OTHER), 0
         return word, phase, OTHER, 0
     if word == "rebase":
-        return "rebase", phase, _rebase_step(phase), 0
+        return "rebase", phase, _REBASE.get(phase, OTHER), 0
     if word == "reset":
         target = rest[len("moving to ") :] if lowered.startswith("moving to ") else rest
         return "reset", target[:_MAX_WORD] or None, OTHER, _steps_back(target)
     if word in ("checkout", "switch"):
         _, to, branch = rest.rpartition(" to ")
         return "checkout", f"to {branch[:_MAX_WORD]}" if to and branch else None, OTHER, 0
-    if word in ("cherry-pick", "revert", "am"):
-        return word, phase, CHILD, 0
-    if word in ("clone", "branch", "fetch"):
-        return word, phase, OTHER, 0
-    if not words:
-        return "other", phase, OTHER, 0
+    if word in _FIXED:
+        return word, phase, _FIXED[word], 0
     named = " ".join(words).lower()[:_MAX_WORD]
     return (named if _WORD.match(named) else "other"), phase, OTHER, 0
-
-
-def _rebase_step(phase: str | None) -> str:
-    if phase in ("pick", "continue", "reword", "edit"):
-        return CHILD
-    if phase in ("squash", "fixup"):
-        return SIBLING
-    return OTHER
 
 
 def _steps_back(target: str) -> int:
@@ -120,11 +108,7 @@ def step(rel: Rel, kind_of_move: str, steps_back: int) -> Rel:
     if kind_of_move == FORWARD:
         return ("ahead", None, 0) if kind in ("same", "ahead") else UNKNOWN
     if kind_of_move == SIBLING:  # an amended commit keeps its parents: only the tip is replaced
-        if kind == "same":
-            return ("diverged", 1, 1)
-        if kind == "behind":
-            return ("diverged", 1, _plus(behind, 1))
-        return rel
+        return {"same": ("diverged", 1, 1), "behind": ("diverged", 1, _plus(behind, 1))}.get(kind, rel)
     return UNKNOWN
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..core.cache import BoundedCache
 from ..core.errors import RefError
+from ..core.revisions import is_object_id
 
 RACY_NS = 3_000_000_000
 """A file changed less than this long ago (ns) may change again without its stat data
@@ -38,7 +39,6 @@ _PAGE = 4096
 _CACHE_ENTRIES = 4096
 _MAX_ANSWERS = 64  # remembered per snapshot (a guard asks about one branch)
 _HEADER = b"# pack-refs with:"
-_HEX = frozenset(b"0123456789abcdef")
 
 Key = tuple[int, int, int, int, int]
 _OPEN = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
@@ -54,10 +54,6 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
 
 def _key(st: os.stat_result) -> Key:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _is_oid(value: bytes) -> bool:
-    return len(value) in (40, 64) and _HEX.issuperset(value)
 
 
 def _unreadable(path: Path, exc: OSError) -> RefError:
@@ -101,9 +97,6 @@ class _Pages:
         end = min(end, self._size)
         chunks = (_pread(self._fd, min(_CHUNK, end - at), at) for at in range(start, end, _CHUNK))
         return sum(chunk.count(sub) for chunk in chunks)
-
-
-_Data = bytes | _Pages  # what an error is read from: a whole file, or one read page by page
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,7 +151,7 @@ def _bisect(path: Path, data: _Pages, body: int, wanted: bytes) -> bytes | None:
             start = above
         end = _line_end(path, data, start)
         oid, _, ref = data[start:end].partition(b" ")
-        if not _is_oid(oid) or not ref:
+        if not is_object_id(oid) or not ref:
             raise _malformed(path, data, start, "expected '<object id> <ref>'")
         if ref == wanted:
             return oid
@@ -175,7 +168,7 @@ def _bisect(path: Path, data: _Pages, body: int, wanted: bytes) -> bytes | None:
 def _peeled_end(path: Path, data: _Pages, start: int) -> int:
     """Where the peeled line at ``start`` ends, once it is found well formed."""
     end = _line_end(path, data, start)
-    if not _is_oid(data[start + 1 : end]):
+    if not is_object_id(data[start + 1 : end]):
         raise _malformed(path, data, start, "malformed peeled line")
     return end
 
@@ -201,7 +194,7 @@ def _line_end(path: Path, data: _Pages, start: int) -> int:
     return len(data)
 
 
-def _malformed(path: Path, data: _Data, offset: int, what: str) -> RefError:
+def _malformed(path: Path, data: bytes | _Pages, offset: int, what: str) -> RefError:
     line = data[offset : offset + 80].split(b"\n", 1)[0]
     if offset > _MAX_FILE:  # counting lines would read that much
         return RefError(path, f"malformed line at byte {offset} ({what}): {line!r}")
@@ -215,32 +208,18 @@ def _index(path: Path, data: bytes, body: int) -> dict[bytes, bytes]:
     offset, after_ref = body, False
     for line in data[body:].split(b"\n"):
         here, offset = offset, offset + len(line) + 1
-        if not line or line.startswith(b"#"):
-            after_ref = False
-            continue
-        if line.startswith(b"^"):
-            if not after_ref:
-                raise _malformed(path, data, here, "peeled line without a ref")
-            if not _is_oid(line[1:]):
-                raise _malformed(path, data, here, "malformed peeled line")
-            after_ref = False
-            continue
+        peeled, is_ref = line[:1] == b"^", line[:1] not in (b"", b"#", b"^")
         oid, _, ref = line.partition(b" ")
-        if not _is_oid(oid) or not ref:
+        if peeled and not after_ref:
+            raise _malformed(path, data, here, "peeled line without a ref")
+        if peeled and not is_object_id(line[1:]):
+            raise _malformed(path, data, here, "malformed peeled line")
+        if is_ref and (not is_object_id(oid) or not ref):
             raise _malformed(path, data, here, "expected '<object id> <ref>'")
-        refs.setdefault(ref, oid)  # the first record wins, as a linear scan finds it
-        after_ref = True
+        if is_ref:
+            refs.setdefault(ref, oid)  # the first record wins, as a linear scan finds it
+        after_ref = is_ref
     return refs
-
-
-def _open(path: Path) -> int | None:
-    try:
-        # O_NONBLOCK: a FIFO planted here must not hang the reader.
-        return os.open(path, _OPEN)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise _unreadable(path, exc) from exc
 
 
 def _snapshot(path: Path, fd: int, st: os.stat_result) -> PackedFile:
@@ -249,15 +228,12 @@ def _snapshot(path: Path, fd: int, st: os.stat_result) -> PackedFile:
         raise RefError(path, "not a regular file")
     try:
         head = _pread(fd, _PAGE, 0)
-        body, is_sorted = 0, False
-        if head.startswith(_HEADER):
-            end = head.find(b"\n")
-            if end < 0 and len(head) == _PAGE:
-                raise RefError(path, "malformed line 1 (a header longer than a page)")
-            end = len(head) if end < 0 else end
-            is_sorted = b"sorted" in head[len(_HEADER) : end].split()
-            body = min(end + 1, st.st_size)
-        if is_sorted:
+        line, newline, _ = head.partition(b"\n")
+        header = head.startswith(_HEADER)
+        if header and not newline and len(head) == _PAGE:
+            raise RefError(path, "malformed line 1 (a header longer than a page)")
+        body = min(len(line) + len(newline), st.st_size) if header else 0
+        if header and b"sorted" in line[len(_HEADER) :].split():
             return PackedFile(_key(st), body)
         if st.st_size > _MAX_FILE:
             raise RefError(path, f"larger than {_MAX_FILE} bytes and not sorted")
@@ -292,17 +268,15 @@ def lookup(path: Path, name: str) -> str | None:
     where = str(path)
     try:
         key = _key(os.stat(where))  # noqa: PTH116 - on every strict check: no pathlib overhead
+        snap = _cache.get(where)
+        if snap is not None and snap.key == key and name in snap.found:
+            return snap.found[name]  # a remembered answer about this version of the file
+        now = time.time_ns()
+        fd = os.open(where, _OPEN)  # O_NONBLOCK: a FIFO planted here must not hang the reader
     except (FileNotFoundError, NotADirectoryError):
-        return None
+        return None  # no file (or removed since the stat)
     except OSError as exc:
         raise _unreadable(path, exc) from exc
-    snap = _cache.get(where)
-    if snap is not None and snap.key == key and name in snap.found:
-        return snap.found[name]  # a remembered answer about this version of the file
-    now = time.time_ns()
-    fd = _open(path)
-    if fd is None:
-        return None  # removed since the stat
     try:
         st = os.fstat(fd)  # the identity of what is read, even if the path is replaced now
         if snap is None or snap.key != _key(st):

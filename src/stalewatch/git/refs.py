@@ -14,7 +14,6 @@ from pathlib import Path
 
 from ..core.errors import RefError
 from . import files, reftable
-from .files import read_small
 from .store import RefStore
 
 # Refs that live in a worktree's own git dir rather than the common dir (git-worktree(1)).
@@ -118,7 +117,7 @@ def find_git_dirs(start: Path) -> GitDirs | None:
         if dotgit.is_dir():
             return _layout(directory, dotgit)
         if dotgit.is_file():
-            text = read_small(dotgit) or ""
+            text = files.read_small(dotgit) or ""
             if not text.startswith("gitdir:"):
                 raise RefError(dotgit, "a .git file must start with 'gitdir:'")
             # An absolute target replaces the directory in the join.
@@ -127,7 +126,7 @@ def find_git_dirs(start: Path) -> GitDirs | None:
 
 
 def _layout(worktree: Path, git_dir: Path) -> GitDirs:
-    common = (read_small(git_dir / "commondir") or "").strip()  # absolute, or relative to git_dir
+    common = (files.read_small(git_dir / "commondir") or "").strip()  # absolute, or relative to git_dir
     common_dir = (git_dir / common).resolve() if common else git_dir
     store = next(store for store in _STORES if store.found_in(common_dir))
     return GitDirs(worktree, git_dir, common_dir, store)
