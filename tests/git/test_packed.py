@@ -179,14 +179,14 @@ def test_an_io_error_in_the_middle_of_a_search_names_the_file(
 ) -> None:
     path = tmp_path / "packed-refs"
     write_packed(path, {f"refs/tags/v{i:05d}": oid(i) for i in range(5000)})
-    real = packed._pread
+    real = packed.pread
 
     def failing_after_the_header(fd: int, size: int, offset: int) -> bytes:
         if offset > 0:
             raise OSError(errno.EIO, os.strerror(errno.EIO))  # a disk (or NFS) failing mid-read
         return real(fd, size, offset)
 
-    monkeypatch.setattr(packed, "_pread", failing_after_the_header)
+    monkeypatch.setattr(packed, "pread", failing_after_the_header)
     with pytest.raises(RefError) as info:
         packed.lookup(path, "refs/tags/v02500")
     assert (info.value.path, info.value.reason) == (path, f"cannot read: {os.strerror(errno.EIO)}")

@@ -133,7 +133,7 @@ def test_without_pread_a_seek_and_a_read_give_the_same_bytes(
     fd = os.open(path, os.O_RDONLY)
     try:
         for offset, size in ((0, 10), (PAGE, PAGE), (len(data) - 3, 100), (7, 0), (len(data) + 1, 5)):
-            assert packed._pread(fd, size, offset) == data[offset : offset + size]
+            assert packed.pread(fd, size, offset) == data[offset : offset + size]
     finally:
         os.close(fd)
 
@@ -148,13 +148,13 @@ def test_a_lookup_reads_a_few_pages_of_a_large_sorted_file_and_each_once(
     snap = snapshot(path)
     assert snap.index is None  # sorted
     reads: list[int] = []
-    real = packed._pread
+    real = packed.pread
 
     def counting(fd: int, size: int, offset: int) -> bytes:
         reads.append(offset)
         return real(fd, size, offset)
 
-    monkeypatch.setattr(packed, "_pread", counting)
+    monkeypatch.setattr(packed, "pread", counting)
     for i in (0, 1, 17_000, 49_998, 49_999):
         reads.clear()
         assert find(path, snap, names[i]) == oid(i)
@@ -314,7 +314,7 @@ def test_an_io_error_reading_an_unsorted_file_names_the_file(
 ) -> None:
     path = tmp_path / "packed-refs"
     path.write_bytes(UNSORTED + record(1, "refs/heads/main"))
-    real, calls = packed._pread, []
+    real, calls = packed.pread, []
 
     def failing_after_the_header(fd: int, size: int, offset: int) -> bytes:
         calls.append(offset)
@@ -322,5 +322,5 @@ def test_an_io_error_reading_an_unsorted_file_names_the_file(
             raise OSError(errno.EIO, os.strerror(errno.EIO))  # the disk fails after the header
         return real(fd, size, offset)
 
-    monkeypatch.setattr(packed, "_pread", failing_after_the_header)
+    monkeypatch.setattr(packed, "pread", failing_after_the_header)
     assert refused(path, "refs/heads/main") == (path, f"cannot read: {os.strerror(errno.EIO)}")

@@ -20,7 +20,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stalewatch.core import cause as cause_module
-from stalewatch.git import reflog, reftable
+from stalewatch.git import packed, reflog, reftable
 from stalewatch.git.files import STORE
 from stalewatch.git.refs import find_git_dirs
 from tests.support.properties import budget
@@ -85,6 +85,20 @@ def phrase(cause: reflog.Cause | None) -> str:
 
 
 # -- one test per action ------------------------------------------------------------------
+
+
+def test_without_pread_the_cause_is_read_all_the_same(
+    git_repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on Windows, which has no os.pread: the reflog's tail is read by a seek and a read.
+    loaded = git_repo.head()
+    for n in range(2):
+        commit(git_repo, f"c{n}")
+    wanted = cause_of(git_repo.path, loaded)
+    monkeypatch.delattr(os, "pread")
+    monkeypatch.setattr(reflog, "_pread", packed.pread)
+    assert cause_of(git_repo.path, loaded) == wanted
+    assert wanted is not None and (wanted.relation, wanted.ahead) == ("ahead", 2)
 
 
 def test_commits_are_counted_ahead(git_repo: Repo) -> None:

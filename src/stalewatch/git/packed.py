@@ -41,10 +41,13 @@ _MAX_ANSWERS = 64  # remembered per snapshot (a guard asks about one branch)
 _HEADER = b"# pack-refs with:"
 
 Key = tuple[int, int, int, int, int]
-_OPEN = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+READ_FLAGS = (
+    os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+)
+"""How git's files are opened to be read (by the reflog reader too): a FIFO never blocks."""
 
 
-def _pread(fd: int, size: int, offset: int) -> bytes:
+def pread(fd: int, size: int, offset: int) -> bytes:
     """``os.pread``; where there is none (Windows), a seek and a read on our own fd."""
     if hasattr(os, "pread"):
         return os.pread(fd, size, offset)
@@ -72,7 +75,7 @@ class _Pages:
 
     def _page(self, number: int) -> bytes:
         if number not in self._pages:
-            self._pages[number] = _pread(self._fd, _PAGE, number * _PAGE)
+            self._pages[number] = pread(self._fd, _PAGE, number * _PAGE)
         return self._pages[number]
 
     def __getitem__(self, index: slice, /) -> bytes:
@@ -95,7 +98,7 @@ class _Pages:
     def count(self, sub: bytes, start: int, end: int, /) -> int:  # the error path only
         """Occurrences of the one byte ``sub``: read in chunks that are not kept."""
         end = min(end, self._size)
-        chunks = (_pread(self._fd, min(_CHUNK, end - at), at) for at in range(start, end, _CHUNK))
+        chunks = (pread(self._fd, min(_CHUNK, end - at), at) for at in range(start, end, _CHUNK))
         return sum(chunk.count(sub) for chunk in chunks)
 
 
@@ -227,7 +230,7 @@ def _snapshot(path: Path, fd: int, st: os.stat_result) -> PackedFile:
     if not stat.S_ISREG(st.st_mode):
         raise RefError(path, "not a regular file")
     try:
-        head = _pread(fd, _PAGE, 0)
+        head = pread(fd, _PAGE, 0)
         line, newline, _ = head.partition(b"\n")
         header = head.startswith(_HEADER)
         if header and not newline and len(head) == _PAGE:
@@ -238,7 +241,7 @@ def _snapshot(path: Path, fd: int, st: os.stat_result) -> PackedFile:
         if st.st_size > _MAX_FILE:
             raise RefError(path, f"larger than {_MAX_FILE} bytes and not sorted")
         chunks, size = [], 0
-        while chunk := _pread(fd, max(st.st_size - size, 0) + 65536, size):
+        while chunk := pread(fd, max(st.st_size - size, 0) + 65536, size):
             chunks.append(chunk)
             size += len(chunk)
             if size > _MAX_FILE:  # grew while read
@@ -272,7 +275,7 @@ def lookup(path: Path, name: str) -> str | None:
         if snap is not None and snap.key == key and name in snap.found:
             return snap.found[name]  # a remembered answer about this version of the file
         now = time.time_ns()
-        fd = os.open(where, _OPEN)  # O_NONBLOCK: a FIFO planted here must not hang the reader
+        fd = os.open(where, READ_FLAGS)  # O_NONBLOCK: a FIFO planted here must not hang the reader
     except (FileNotFoundError, NotADirectoryError):
         return None  # no file (or removed since the stat)
     except OSError as exc:

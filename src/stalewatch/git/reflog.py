@@ -31,6 +31,7 @@ from pathlib import Path
 from ..core.cause import Cause
 from ..core.revisions import is_object_id
 from . import moves
+from .packed import READ_FLAGS, pread
 from .refs import GitDirs
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ _MAX_NAME = 100
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _TZ = re.compile(rb"[+-][0-9]{4}")
 _ZERO = frozenset("0")
+_pread = getattr(os, "pread", pread)  # Windows has none: packed's seek and read
 
 
 @dataclass(frozen=True)
@@ -180,8 +182,7 @@ def explain_entries(entries: Sequence[Entry], loaded: str | None, current: str) 
 def _read_tail(path: Path, limit: int) -> tuple[bytes, bool]:
     """Up to ``limit`` bytes from the end of a regular file, and whether that is all of it."""
     try:
-        # O_NONBLOCK: a FIFO planted where a log should be must not hang the reader.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, READ_FLAGS)  # O_NONBLOCK: a FIFO planted here must not hang us
     except OSError:
         return b"", True
     try:
@@ -189,7 +190,7 @@ def _read_tail(path: Path, limit: int) -> tuple[bytes, bool]:
         if not stat.S_ISREG(info.st_mode):
             return b"", True
         start = max(0, info.st_size - limit)
-        return os.pread(fd, info.st_size - start, start), start == 0
+        return _pread(fd, info.st_size - start, start), start == 0
     except OSError:
         return b"", True
     finally:
