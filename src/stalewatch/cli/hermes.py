@@ -10,7 +10,7 @@ from ..core.errors import SetupError
 from ..hermes import setup
 
 
-def cmd_setup(args: argparse.Namespace) -> int:
+def cmd_hermes(args: argparse.Namespace) -> int:
     """Print (or write) what makes ``hermes update`` restart the WebUI by itself."""
     try:
         install = setup.discover(args)
