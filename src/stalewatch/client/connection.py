@@ -75,8 +75,7 @@ def messages(
     """
     reader = LineReader(MAX_MESSAGE_LINE)
     greeted = False
-    timed = deadline < math.inf  # a deadline bounds the whole exchange, not each silence
-    limit = math.inf if timed else HELLO_TIMEOUT
+    limit = math.inf if deadline < math.inf else HELLO_TIMEOUT  # a deadline bounds the whole exchange
     last = time.monotonic()
     while True:
         now = time.monotonic()
@@ -103,7 +102,7 @@ def messages(
             if not greeted:
                 check_hello(message, path)
                 greeted = True
-                limit = limit if timed else silence_limit(message)
+                limit = silence_limit(message) if limit < math.inf else limit
             yield message
 
 

@@ -164,8 +164,8 @@ class DaemonWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                with connect(self._path, timeout=1.0) as sock:
-                    self._session(sock)
+                with connect(self._path, timeout=1.0) as self._sock:  # stop() shuts it down
+                    self._session(self._sock)
             except DaemonUnavailableError as exc:
                 if not self._stop.is_set():
                     text = "stalewatch: no daemon at %s for %s (%s); checks re-read HEAD until it is back"
@@ -180,7 +180,6 @@ class DaemonWatch:
     def _session(self, sock: socket.socket) -> None:
         """Follow one connection until it ends (it raises, also once stopped: the socket
         shut down); then what the daemon said of restarts and counts no longer holds."""
-        self._sock = sock  # stop() shuts it down
         next_verify = time.monotonic() + self._interval
 
         def tick(now: float) -> float:
@@ -197,7 +196,6 @@ class DaemonWatch:
             for message in () if self._stop.is_set() else messages(sock, self._path, tick=tick):
                 self._handle(sock, message)
         finally:
-            self._sock = None
             self._inflight.lost()
             self._restart(None)
 

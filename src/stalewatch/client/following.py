@@ -90,41 +90,25 @@ class Follower:
         Raises:
             DaemonUnavailableError: the first connection failed.
         """
-        lost = False
-        first = True
+        lost = connected = False
         while not self._stop.is_set:
             try:
-                for message in self._connection():
-                    if lost:
+                with connect(self.path, HELLO_TIMEOUT) as self._sock:  # stop() shuts it down
+                    for message in () if self._stop.is_set else messages(self._sock, self.path):
+                        if lost:
+                            self._on_back()
                         lost = False
-                        self._on_back()
-                    first = False
-                    self._backoff.reset()
-                    yield message
+                        connected = True
+                        self._backoff.reset()
+                        yield message
             except DaemonUnavailableError as exc:
-                if first:
+                if not connected:
                     raise  # the daemon is not there at all
                 if self._stop.is_set:
                     return
                 if not lost:
-                    lost = True
                     self._on_lost(exc)
+                lost = True
             # A connection ends without an error only once stopped: the wait returns at once.
             if self._backoff.wait(self._stop):
                 return
-
-    def _connection(self) -> Iterator[dict[str, Any]]:
-        """One connection's messages, ``hello`` first; a daemon silent for three keepalive
-        intervals is taken as wedged, as by the library client.
-
-        Raises:
-            DaemonUnavailableError: unreachable, disconnected, silent, or not speaking
-                this protocol.
-        """
-        with connect(self.path, HELLO_TIMEOUT) as sock:
-            self._sock = sock
-            try:
-                if not self._stop.is_set:
-                    yield from messages(sock, self.path)
-            finally:
-                self._sock = None
