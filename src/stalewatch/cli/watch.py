@@ -11,8 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from ..client.connection import read_status
-from ..client.following import Follower
+from ..client.connection import Follower, read_status
 from ..core import exits, signals
 from ..core.errors import DaemonUnavailableError
 from ..core.escaping import printable

@@ -36,8 +36,7 @@ from ..protocol.codec import encode
 from ..protocol.messages import register_message
 from ..protocol.socket_path import default_socket_path
 from ..watching.source import OnChange, OnHealth, OnRestart, Workload
-from .connection import check_hello, connect, messages, shut_down
-from .following import MAX_BACKOFF, Backoff
+from .connection import MAX_BACKOFF, Backoff, check_hello, connect, messages, shut_down
 from .inflight import InflightReport
 
 logger = logging.getLogger(__name__)
