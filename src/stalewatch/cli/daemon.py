@@ -188,13 +188,11 @@ def _line(key: str, value: object, *, note: str = "") -> str:
 
 def _toml(value: object) -> str:
     """A value as the file would write it (strings escaped: one line, nothing a terminal obeys)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int):  # metrics_address
         host, port = value
         return json.dumps(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     if isinstance(value, tuple):
         return "[" + ", ".join(_toml(part) for part in value) + "]"
-    return json.dumps(str(value))  # ASCII, every control character escaped
+    # Numbers and booleans as TOML writes them; anything else as a string: ASCII, every
+    # control character escaped.
+    return json.dumps(value if isinstance(value, bool | int | float) else str(value))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..core import exits
 from ..core.errors import SetupError
@@ -19,9 +18,8 @@ def cmd_hermes(args: argparse.Namespace) -> int:
             setup.write(files, force=args.force)
             if not install.supervisor.kind.dropin:  # else the daemon's service makes it
                 setup.make_private_dirs(install.socket.parent)
-    except (SetupError, OSError) as exc:
-        print(f"stalewatch: {exc}", file=sys.stderr)
-        return exits.USAGE
+    except OSError as exc:  # printed by the command line, which exits 2
+        raise SetupError(str(exc)) from None
     found = install.supervisor
     print(f"# Hermes Agent checkout: {install.agent_dir}")
     print(f"# Hermes WebUI checkout: {install.webui_dir or 'not found (pass --webui-dir)'}")

@@ -146,9 +146,6 @@ class DaemonWatch:
             self._reported = trusted
             _call(self._on_health, "the health callback", trusted, mode)
 
-    def _changed(self) -> None:
-        _call(self._on_change, f"re-resolving {self._key}")
-
     def _restart(self, data: object) -> None:
         state = RestartState.from_dict(data)
         self._inflight.coming = state is not None and state.scheduled
@@ -185,7 +182,7 @@ class DaemonWatch:
             nonlocal next_verify
             if now >= next_verify:
                 next_verify = now + self._interval
-                self._changed()
+                _call(self._on_change, f"re-resolving {self._key}")
             if (line := self._inflight.look(now)) is not None:
                 self._send(sock, line, "report the work in flight")
             due = self._inflight.due()
@@ -214,7 +211,7 @@ class DaemonWatch:
         elif kind == "health":
             self._subscribed(message)
         elif kind == "event":
-            self._changed()
+            _call(self._on_change, f"re-resolving {self._key}")
         elif kind == "refused" and message.get("request") == "register":
             self._inflight.refused()
             text = "stalewatch: the daemon refused this process's registration for %s: %s"
@@ -267,7 +264,7 @@ class DaemonWatch:
             return
         # Subscribed and the daemon's watcher is sound: any later move produces an
         # event; re-resolve once now for anything before it, then trust the flag.
-        self._changed()
+        _call(self._on_change, f"re-resolving {self._key}")
         self._report(True)
 
 
