@@ -148,23 +148,22 @@ def _checkout(entry: Checkout) -> Iterator[str]:
     config = entry.config
     snap = entry.guard.snapshot()
     dirs = entry.guard.binding.dirs
-    yield ""
-    yield "[[checkout]]"
+    yield "\n[[checkout]]"
     yield _line("path", config.path)
     if dirs is not None:
         common = "" if dirs.common_dir == dirs.git_dir else f", common dir {dirs.common_dir}"
         yield printable(f"# worktree {dirs.worktree}, git dir {dirs.git_dir}{common}, refs {dirs.store.name}")
     yield f"# HEAD {snap.current_revision or '(no commit yet)'}, {snap.status.value}"
-    if config.revision is None:
-        yield "# revision: HEAD when the daemon starts"
-    else:
-        yield _line("revision", config.revision)
+    yield (
+        "# revision: HEAD when the daemon starts"
+        if config.revision is None
+        else _line("revision", config.revision)
+    )
     yield from _values(config.hooks)
-    if config.restart is None:
+    if (policy := config.restart) is None:
         yield "# restart: none (no [checkout.restart] table)"
         return
     yield "[checkout.restart]"
-    policy = config.restart
     # A signal is sent only without an action: with one, the default signal means nothing.
     yield from _values(policy, lambda key: key != "signal" or policy.action is None)
 

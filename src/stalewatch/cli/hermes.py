@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..core import exits
 from ..core.errors import SetupError
@@ -28,24 +29,22 @@ def cmd_hermes(args: argparse.Namespace) -> int:
     print(f"# supervisor:            {found.kind.option} {found.name} ({found.evidence})")
     print(f"# the WebUI answers:     {install.health}")
     print(f"# the daemon's socket:   {install.socket}")
-    for line in install.checked:
-        print(f"# checked: {line}")
+    sys.stdout.writelines(f"# checked: {line}\n" for line in install.checked)
     for path, (text, _mode) in files.items():
         verb = "wrote" if args.write else "would write"
         print(f"\n# --- {verb} {path}\n{text}", end="" if text.endswith("\n") else "\n")
-    for note in install.service.notes:
-        print("\n# Note: " + note.replace("\n", "\n#   "))
+    sys.stdout.writelines(
+        "\n# Note: " + note.replace("\n", "\n#   ") + "\n" for note in install.service.notes
+    )
     print("\n# Then:")
-    for command in install.service.then:
-        print(f"#   {command}")
+    sys.stdout.writelines(f"#   {command}\n" for command in install.service.then)
     print(
         "# For registration and restart-aware 409s (and a cheaper check: the WebUI's own check\n"
         f"# in its own process, {setup.ACCELERATOR_FIGURE} on exp-v0.52.262; settings and\n"
         "# command: docs/benchmarks.md),\n"
         "# end the WebUI's api/agent_runtime.py with these two lines, then restart it once:",
     )
-    for line in setup.ACCELERATOR_LINES:
-        print(f"#   {line}")
+    sys.stdout.writelines(f"#   {line}\n" for line in setup.ACCELERATOR_LINES)
     if not args.write:
         print("# (nothing written: run again with --write)")
     return exits.OK
