@@ -13,7 +13,6 @@ from pathlib import Path
 
 from ..client.connection import Follower, read_status
 from ..core import exits, signals
-from ..core.errors import DaemonUnavailableError
 from ..core.escaping import printable
 from ..core.status import Event, Snapshot, Status
 from ..guard import Guard
@@ -98,14 +97,7 @@ def cmd_events(args: argparse.Namespace) -> int:
         DaemonUnavailableError: the first connection failed (exits 3).
     """
     path = Path(args.socket) if args.socket else default_socket_path()
-
-    def lost(exc: DaemonUnavailableError) -> None:
-        print(f"stalewatch: lost the daemon ({exc.reason}); reconnecting", file=sys.stderr, flush=True)
-
-    def back() -> None:
-        print(f"stalewatch: reconnected to the daemon at {path}", file=sys.stderr, flush=True)
-
-    follower = Follower(path, on_lost=lost, on_back=back)
+    follower = Follower(path, lambda text: print(f"stalewatch: {text}", file=sys.stderr, flush=True))
     try:
         with signals.handling({signal.SIGTERM: follower.stop, signal.SIGINT: follower.stop}):
             for message in follower.messages():

@@ -190,20 +190,14 @@ class Follower:
 
     Args:
         path: the daemon's socket.
-        on_lost: called once with the error when a connection that was up is lost.
-        on_back: called when it is back (a fresh ``hello`` and snapshots follow).
+        say: told once when a connection that was up is lost (``lost the daemon
+            (REASON); reconnecting``), and when it is back (``reconnected to the daemon
+            at PATH``; a fresh ``hello`` and snapshots follow).
     """
 
-    def __init__(
-        self,
-        path: Path,
-        *,
-        on_lost: Callable[[DaemonUnavailableError], object],
-        on_back: Callable[[], object],
-    ) -> None:
+    def __init__(self, path: Path, say: Callable[[str], object]) -> None:
         self.path = path
-        self._on_lost = on_lost
-        self._on_back = on_back
+        self._say = say
         self._backoff = Backoff()
         self._stop = Wakeup()
         self._sock: socket.socket | None = None
@@ -220,9 +214,9 @@ class Follower:
     def messages(self) -> Iterator[dict[str, Any]]:
         """Every message (``hello`` first on each connection) until stopped.
 
-        The first connection must succeed. After that a lost connection calls
-        ``on_lost(error)`` once and is retried with :class:`Backoff` until it is back
-        (``on_back()``) or the follower is stopped.
+        The first connection must succeed. After that a lost connection is told once
+        and retried with :class:`Backoff` until it is back (told too) or the follower
+        is stopped.
 
         Raises:
             DaemonUnavailableError: the first connection failed.
@@ -233,7 +227,7 @@ class Follower:
                 with connect(self.path, HELLO_TIMEOUT) as self._sock:  # stop() shuts it down
                     for message in () if self._stop.is_set else messages(self._sock, self.path):
                         if lost:
-                            self._on_back()
+                            self._say(f"reconnected to the daemon at {self.path}")
                         lost = False
                         connected = True
                         self._backoff.reset()
@@ -244,7 +238,7 @@ class Follower:
                 if self._stop.is_set:
                     return
                 if not lost:
-                    self._on_lost(exc)
+                    self._say(f"lost the daemon ({exc.reason}); reconnecting")
                 lost = True
             # A connection ends without an error only once stopped: the wait returns at once.
             if self._backoff.wait(self._stop):
