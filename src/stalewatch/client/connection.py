@@ -5,7 +5,7 @@ What :class:`~.daemon.DaemonWatch`, :class:`Follower` (``stalewatch events``) an
 ``status --socket`` command share. A daemon must greet within a few seconds and then
 never stay silent for three keepalive intervals; anything else raises
 :class:`~stalewatch.core.errors.DaemonUnavailableError`. A :class:`Follower`
-reconnects with :class:`Backoff` after the first connection; a signal handler may stop
+reconnects with :func:`backoff` after the first connection; a signal handler may stop
 it at any moment (:meth:`Follower.stop` sets a flag, shuts the connection down and
 wakes a backoff wait: nothing that takes a lock).
 """
@@ -18,7 +18,6 @@ import math
 import os
 import socket
 import stat
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -159,30 +158,13 @@ FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
 
 
-class Backoff:
-    """Exponential waits between reconnection attempts: 0.05 s, doubling up to ``limit``.
-
-    Example::
-
-        backoff = Backoff(2.0)
-        while not stop.is_set():
-            ...                    # try; on success: backoff.reset()
-            if backoff.wait(stop):
-                break              # stopped while waiting
-    """
-
-    def __init__(self, limit: float = MAX_BACKOFF) -> None:
-        self.limit = limit
-        self.delay = FIRST_BACKOFF
-
-    def reset(self) -> None:
-        self.delay = FIRST_BACKOFF
-
-    def wait(self, stop: threading.Event | Wakeup) -> bool:
-        """Wait the current delay (True if ``stop`` was set meanwhile), then double it."""
-        stopped = stop.wait(self.delay)
-        self.delay = min(self.delay * 2, self.limit)
-        return stopped
+def backoff(limit: float = MAX_BACKOFF) -> Iterator[float]:
+    """Waits between reconnection attempts: 0.05 s, doubling up to ``limit`` (a new
+    iterator starts again at 0.05 s)."""
+    delay = FIRST_BACKOFF
+    while True:
+        yield delay
+        delay = min(delay * 2, limit)
 
 
 class Follower:
@@ -198,7 +180,6 @@ class Follower:
     def __init__(self, path: Path, say: Callable[[str], object]) -> None:
         self.path = path
         self._say = say
-        self._backoff = Backoff()
         self._stop = Wakeup()
         self._sock: socket.socket | None = None
 
@@ -215,13 +196,14 @@ class Follower:
         """Every message (``hello`` first on each connection) until stopped.
 
         The first connection must succeed. After that a lost connection is told once
-        and retried with :class:`Backoff` until it is back (told too) or the follower
+        and retried with :func:`backoff` until it is back (told too) or the follower
         is stopped.
 
         Raises:
             DaemonUnavailableError: the first connection failed.
         """
         lost = connected = False
+        delays = backoff()
         while not self._stop.is_set:
             try:
                 with connect(self.path, HELLO_TIMEOUT) as self._sock:  # stop() shuts it down
@@ -230,7 +212,7 @@ class Follower:
                             self._say(f"reconnected to the daemon at {self.path}")
                         lost = False
                         connected = True
-                        self._backoff.reset()
+                        delays = backoff()
                         yield message
             except DaemonUnavailableError as exc:
                 if not connected:
@@ -241,5 +223,5 @@ class Follower:
                     self._say(f"lost the daemon ({exc.reason}); reconnecting")
                 lost = True
             # A connection ends without an error only once stopped: the wait returns at once.
-            if self._backoff.wait(self._stop):
+            if self._stop.wait(next(delays)):
                 return

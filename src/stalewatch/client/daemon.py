@@ -36,7 +36,7 @@ from ..protocol.codec import encode
 from ..protocol.messages import register_message
 from ..protocol.socket_path import default_socket_path
 from ..watching.source import OnChange, OnHealth, OnRestart, Workload
-from .connection import MAX_BACKOFF, Backoff, check_hello, connect, messages, shut_down
+from .connection import MAX_BACKOFF, backoff, check_hello, connect, messages, shut_down
 from .inflight import InflightReport
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class DaemonWatch:
         work: Workload | None = None,
     ) -> None:
         self._path = daemon.socket_path
-        self._interval = daemon.verify_interval
+        self._daemon = daemon
         self._key = checkout
         self._on_change = on_change
         self._on_health = on_health
@@ -121,7 +121,7 @@ class DaemonWatch:
         self._reported: bool | None = None
         self._warned: set[str] = set()  # topics already warned about (once each)
         self._offer: bool | None = None  # the hello offered registration (with counts: True)
-        self._backoff = Backoff(daemon.max_backoff)
+        self._delays = backoff(daemon.max_backoff)
         self._thread = threading.Thread(
             target=self._run, name=f"stalewatch-daemon-client:{checkout}", daemon=True
         )
@@ -169,19 +169,19 @@ class DaemonWatch:
             except Exception:  # never a dead client: distrust (below), log, reconnect after the backoff
                 logger.exception("stalewatch: daemon client for %s failed; reconnecting", self._key)
             self._report(False)  # from now on every check re-reads
-            if self._backoff.wait(self._stop):
+            if self._stop.wait(next(self._delays)):
                 break
         self._report(False, WatchMode.NONE)
 
     def _session(self, sock: socket.socket) -> None:
         """Follow one connection until it ends (it raises, also once stopped: the socket
         shut down); then what the daemon said of restarts and counts no longer holds."""
-        next_verify = time.monotonic() + self._interval
+        next_verify = time.monotonic() + self._daemon.verify_interval
 
         def tick(now: float) -> float:
             nonlocal next_verify
             if now >= next_verify:
-                next_verify = now + self._interval
+                next_verify = now + self._daemon.verify_interval
                 _call(self._on_change, f"re-resolving {self._key}")
             if (line := self._inflight.look(now)) is not None:
                 self._send(sock, line, "report the work in flight")
@@ -223,7 +223,7 @@ class DaemonWatch:
 
     def _hello(self, message: dict[str, Any]) -> None:
         """Note a (checked) hello: connected (the backoff starts again), register if offered."""
-        self._backoff.reset()
+        self._delays = backoff(self._daemon.max_backoff)
         if "lost" in self._warned:
             self._warned.discard("lost")
             logger.info("stalewatch: reconnected to the daemon at %s", self._path)
