@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import math
 import os
 import socket
@@ -146,12 +147,8 @@ def read_status(path: Path, timeout: float = 5.0) -> tuple[dict[str, Any], list[
         listed = hello.get("checkouts")
         # Only names count: a daemon's odd list (numbers, objects) must not crash us.
         expected = {c for c in listed if isinstance(c, str)} if isinstance(listed, list) else set()
-        snapshots: list[dict[str, Any]] = []
-        while len(snapshots) < len(expected):
-            message = next(lines)
-            if message.get("type") == "snapshot":
-                snapshots.append(message)
-        return hello, snapshots
+        snapshots = (message for message in lines if message.get("type") == "snapshot")
+        return hello, list(itertools.islice(snapshots, len(expected)))
 
 
 FIRST_BACKOFF = 0.05

@@ -71,7 +71,7 @@ class Daemon:
     ) -> DaemonWatch:
         """Follow the daemon for ``dirs``; register ``loaded_revision`` with it, tell
         ``on_restart`` its restart phases and report ``work``'s work in flight."""
-        return DaemonWatch(self, str(dirs.checkout), on_change, on_health, **options)
+        return DaemonWatch(self, dirs, on_change, on_health, **options)
 
     def __repr__(self) -> str:
         return f"Daemon({str(self.socket_path)!r})"
@@ -99,7 +99,7 @@ class DaemonWatch:
     def __init__(
         self,
         daemon: Daemon,
-        checkout: str,
+        dirs: GitDirs,
         on_change: OnChange,
         on_health: OnHealth,
         *,
@@ -109,12 +109,12 @@ class DaemonWatch:
     ) -> None:
         self._path = daemon.socket_path
         self._daemon = daemon
-        self._key = checkout
+        self._key = str(dirs.checkout)
         self._on_change = on_change
         self._on_health = on_health
         self._loaded = loaded_revision
         self._on_restart = on_restart
-        self._inflight = InflightReport(checkout, work)
+        self._inflight = InflightReport(self._key, work)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -123,7 +123,7 @@ class DaemonWatch:
         self._offer: bool | None = None  # the hello offered registration (with counts: True)
         self._delays = backoff(daemon.max_backoff)
         self._thread = threading.Thread(
-            target=self._run, name=f"stalewatch-daemon-client:{checkout}", daemon=True
+            target=self._run, name=f"stalewatch-daemon-client:{dirs.worktree}", daemon=True
         )
 
     def start(self) -> None:
