@@ -6,7 +6,7 @@ without it ``prometheus_client`` is never imported; asking without the ``metrics
 extra exits 2 naming it).
 
 ``stalewatch daemon --check``: what a start would run, printed; nothing opened. The
-check reads and binds as a start does (:func:`_start`, then
+check reads and binds as a start does (:func:`stalewatch.server.startup.read`, then
 :func:`stalewatch.server.startup.bind`: the file's ownership checks, every key, the
 metrics extra when asked for, every checkout bound) and stops before the socket, its
 lock and the watchers: it creates no file, and a daemon running on that socket does not
@@ -44,16 +44,6 @@ from ..server.reloader import AT_START
 logger = logging.getLogger(__name__)
 
 
-def _start(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> startup.Startup:
-    """The configuration and socket a start reads from its arguments (``--check`` too), and
-    the daemon's log installed as at start (removed by ``cleanup``)."""
-    start = startup.read(
-        Path(args.config) if args.config else None, args.checkouts, Path(args.socket) if args.socket else None
-    )
-    cleanup.callback(logging.getLogger().removeHandler, journal.install(start.settings.log_level))
-    return start
-
-
 def observer(settings: DaemonConfig) -> ObserverFactory | None:
     """Metrics, only when the configuration asks for them (the only import of the package)."""
     if not settings.metrics:
@@ -70,22 +60,23 @@ def _fail(problem: object) -> int:
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
-    """Run the daemon in the foreground until SIGTERM/SIGINT (with ``--check``: check)."""
-    if args.check:
-        return _check(args)
+    """Run the daemon in the foreground until SIGTERM/SIGINT; with ``--check``, read and
+    bind as a start does, print what would run and stop there."""
     there = {"AF_UNIX sockets": hasattr(socket, "AF_UNIX"), "fcntl": find_spec("fcntl") is not None}
-    if missing := [what for what, ok in there.items() if not ok]:  # Windows
+    if (missing := [what for what, ok in there.items() if not ok]) and not args.check:  # Windows
         return _fail(
             f"the daemon needs {' and '.join(missing)}, which this platform ({sys.platform}) lacks; "
             "guards, barriers and SSE work here with their in-process watcher (no daemon)"
         )
     with contextlib.ExitStack() as cleanup:  # undone in reverse, on every way out
         try:
-            start = _start(args, cleanup)
+            config = Path(args.config) if args.config else None
+            start = startup.read(config, args.checkouts, Path(args.socket) if args.socket else None)
             settings, path = start.settings, start.socket
-            reload = (
-                (lambda: with_checkouts(load(Path(args.config)), args.checkouts)) if args.config else None
-            )
+            cleanup.callback(logging.getLogger().removeHandler, journal.install(settings.log_level))
+            if args.check:
+                return _check(start)
+            reload = (lambda: with_checkouts(load(Path(args.config)), args.checkouts)) if config else None
             server = DaemonServer(settings, reload, observe=observer(settings))
             cleanup.callback(server.close)
             sock, lock = listen(path)
@@ -106,20 +97,17 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     return exits.OK
 
 
-def _check(args: argparse.Namespace) -> int:
-    """Check the daemon's configuration as a start would; print what would run."""
-    with contextlib.ExitStack() as cleanup:
-        try:
-            start = _start(args, cleanup)
-            factory = observer(start.settings)
-            if factory is not None:  # the metrics extra, asked for: imported as a start does
-                factory(start.settings, lambda: (), Registry())
-            # Bound as a start binds them, never started (so they tell nobody anything).
-            entries = startup.bind(
-                start.settings, lambda config, base: Checkout(config, lambda _: None, base)
-            )
-        except StalewatchError as exc:
-            return _fail(exc)
+def _check(start: startup.Startup) -> int:
+    """Bind what a start would (the metrics extra imported when asked for, every checkout
+    bound, never started: they tell nobody anything); print what would run.
+
+    Raises:
+        StalewatchError: what a start would refuse.
+    """
+    factory = observer(start.settings)
+    if factory is not None:
+        factory(start.settings, lambda: (), Registry())
+    entries = startup.bind(start.settings, lambda config, base: Checkout(config, lambda _: None, base))
     for line in describe(start, list(entries.values())):
         print(line)
     return exits.OK
