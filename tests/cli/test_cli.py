@@ -16,8 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_UNREADABLE, EXIT_USAGE, main
+from stalewatch.cli import main
 from stalewatch.cli.run import parser
+from stalewatch.core.exits import INTERRUPTED as EXIT_INTERRUPTED
+from stalewatch.core.exits import OK as EXIT_OK
+from stalewatch.core.exits import UNREACHABLE as EXIT_UNREACHABLE
+from stalewatch.core.exits import UNREADABLE as EXIT_UNREADABLE
+from stalewatch.core.exits import USAGE as EXIT_USAGE
 from tests.support.daemons import short_dir
 from tests.support.repos import Repo
 

@@ -21,8 +21,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stalewatch import Guard, StaleError
-from stalewatch.cli import EXIT_INTERRUPTED
 from stalewatch.core.cause import Cause
+from stalewatch.core.exits import INTERRUPTED as EXIT_INTERRUPTED
 from stalewatch.git import reflog
 from stalewatch.guard import head as head_module
 from tests.support.properties import budget

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from stalewatch.client.following import MAX_BACKOFF
+from stalewatch.client.connection import MAX_BACKOFF
 from stalewatch.core.declared import declared
 from stalewatch.core.errors import DaemonConfigError
 from stalewatch.server.config import load

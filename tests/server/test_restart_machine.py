@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from stalewatch.client.following import MAX_BACKOFF
+from stalewatch.client.connection import MAX_BACKOFF
 from stalewatch.core.phases import RestartPhase
 from stalewatch.core.refusal import Refusal
 from stalewatch.server.restart.actions import REPLACES, Handoff

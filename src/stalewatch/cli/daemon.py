@@ -6,7 +6,7 @@ without it ``prometheus_client`` is never imported; asking without the ``metrics
 extra exits 2 naming it).
 
 ``stalewatch daemon --check``: what a start would run, printed; nothing opened. The
-check reads and binds as a start does (:func:`starting`, then
+check reads and binds as a start does (:func:`stalewatch.server.startup.read`, then
 :func:`stalewatch.server.startup.bind`: the file's ownership checks, every key, the
 metrics extra when asked for, every checkout bound) and stops before the socket, its
 lock and the watchers: it creates no file, and a daemon running on that socket does not
@@ -34,7 +34,7 @@ from ..core.declared import declared
 from ..core.errors import StalewatchError
 from ..core.escaping import printable
 from ..server import journal, startup
-from ..server.checkout import Checkout, Posted
+from ..server.checkout import Checkout
 from ..server.config import DaemonConfig, load, with_checkouts
 from ..server.listening import listen, release, unlink_if_ours
 from ..server.loop import DaemonServer, ObserverFactory
@@ -42,20 +42,6 @@ from ..server.registry import Registry
 from ..server.reloader import AT_START
 
 logger = logging.getLogger(__name__)
-
-
-def _load(args: argparse.Namespace) -> DaemonConfig:
-    settings = load(Path(args.config)) if args.config else DaemonConfig()
-    return with_checkouts(settings, args.checkouts)
-
-
-def starting(args: argparse.Namespace) -> startup.Startup:
-    """The configuration and socket a start reads from its arguments (``--check`` too)."""
-    return startup.read(
-        Path(args.config) if args.config else None,
-        args.checkouts,
-        Path(args.socket) if args.socket else None,
-    )
 
 
 def observer(settings: DaemonConfig) -> ObserverFactory | None:
@@ -67,36 +53,30 @@ def observer(settings: DaemonConfig) -> ObserverFactory | None:
     return metrics.for_daemon
 
 
-def fail(problem: object) -> int:
+def _fail(problem: object) -> int:
     """Say why the daemon did not start (or ``--check`` refused): usage, exit 2."""
     print(f"stalewatch: {problem}", file=sys.stderr)
     return exits.USAGE
 
 
-def unix_only() -> str | None:
-    """Why the daemon cannot run here (no Unix sockets or ``flock``: Windows), or ``None``."""
-    there = {"AF_UNIX sockets": hasattr(socket, "AF_UNIX"), "fcntl": find_spec("fcntl") is not None}
-    if all(there.values()):
-        return None
-    return (
-        f"the daemon needs {' and '.join(what for what, ok in there.items() if not ok)}, which this "
-        f"platform ({sys.platform}) lacks; guards, barriers and SSE work here with their in-process "
-        "watcher (no daemon)"
-    )
-
-
 def cmd_daemon(args: argparse.Namespace) -> int:
-    """Run the daemon in the foreground until SIGTERM/SIGINT."""
-    problem = unix_only()
-    if problem is not None:
-        return fail(problem)
+    """Run the daemon in the foreground until SIGTERM/SIGINT; with ``--check``, read and
+    bind as a start does, print what would run and stop there."""
+    there = {"AF_UNIX sockets": hasattr(socket, "AF_UNIX"), "fcntl": find_spec("fcntl") is not None}
+    if (missing := [what for what, ok in there.items() if not ok]) and not args.check:  # Windows
+        return _fail(
+            f"the daemon needs {' and '.join(missing)}, which this platform ({sys.platform}) lacks; "
+            "guards, barriers and SSE work here with their in-process watcher (no daemon)"
+        )
     with contextlib.ExitStack() as cleanup:  # undone in reverse, on every way out
         try:
-            start = starting(args)
+            config = Path(args.config) if args.config else None
+            start = startup.read(config, args.checkouts, Path(args.socket) if args.socket else None)
             settings, path = start.settings, start.socket
-            handler = journal.install(settings.log_level)
-            cleanup.callback(logging.getLogger().removeHandler, handler)
-            reload = (lambda: _load(args)) if args.config else None
+            cleanup.callback(logging.getLogger().removeHandler, journal.install(settings.log_level))
+            if args.check:
+                return _check(start)
+            reload = (lambda: with_checkouts(load(Path(args.config)), args.checkouts)) if config else None
             server = DaemonServer(settings, reload, observe=observer(settings))
             cleanup.callback(server.close)
             sock, lock = listen(path)
@@ -105,7 +85,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             cleanup.callback(sock.close)
             server.start_metrics()  # after the socket: a second daemon is refused for that first
         except StalewatchError as exc:
-            return fail(exc)
+            return _fail(exc)
         try:
             server.serve(sock)
         except Exception:
@@ -117,41 +97,35 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     return exits.OK
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    """Check the daemon's configuration as a start would; print what would run."""
-    with contextlib.ExitStack() as cleanup:
-        try:
-            start = starting(args)
-            handler = journal.install(start.settings.log_level)  # what binding logs, as at start
-            cleanup.callback(logging.getLogger().removeHandler, handler)
-            factory = observer(start.settings)
-            if factory is not None:  # the metrics extra, asked for: imported as a start does
-                factory(start.settings, lambda: (), Registry())
-            # Bound as a start binds them, never started (so they tell nobody anything).
-            entries = startup.bind(start.settings, lambda config, base: Checkout(config, _nowhere, base))
-        except StalewatchError as exc:
-            return fail(exc)
+def _check(start: startup.Startup) -> int:
+    """Bind what a start would (the metrics extra imported when asked for, every checkout
+    bound, never started: they tell nobody anything); print what would run.
+
+    Raises:
+        StalewatchError: what a start would refuse.
+    """
+    factory = observer(start.settings)
+    if factory is not None:
+        factory(start.settings, lambda: (), Registry())
+    entries = startup.bind(start.settings, lambda config, base: Checkout(config, lambda _: None, base))
     for line in describe(start, list(entries.values())):
         print(line)
     return exits.OK
-
-
-def _nowhere(message: Posted) -> None:
-    """Where an unstarted checkout's messages would go: it sends none."""
 
 
 def describe(start: startup.Startup, entries: list[Checkout]) -> Iterator[str]:
     """The lines ``--check`` prints: the settings in effect (``# default`` where nothing
     was written), then each checkout, what it resolved to, its hooks and restart policy."""
     settings = start.settings
-    yield f"# {_text(settings.file.absolute()) if settings.file else 'no configuration file'}: valid"
+    yield f"# {printable(str(settings.file.absolute())) if settings.file else 'no configuration file'}: valid"
     yield _line("socket", start.socket.absolute(), note="read at start only")
+    # The metrics keys come last (declared so), when metrics are on.
+    metrics = settings.metrics
     yield from _values(
-        settings, lambda key: key not in ("socket", "checkout") and not key.startswith("metrics_")
+        settings,
+        lambda key: key not in ("socket", "checkout") and (metrics or not key.startswith("metrics_")),
     )
-    if settings.metrics:
-        yield from _values(settings, lambda key: key.startswith("metrics_"), at_start=True)
-    else:
+    if not metrics:
         yield "# metrics: off (neither metrics_address nor metrics_textfile)"
     for entry in entries:
         yield from _checkout(entry)
@@ -162,40 +136,36 @@ def _checkout(entry: Checkout) -> Iterator[str]:
     config = entry.config
     snap = entry.guard.snapshot()
     dirs = entry.guard.binding.dirs
-    yield ""
-    yield "[[checkout]]"
+    yield "\n[[checkout]]"
     yield _line("path", config.path)
     if dirs is not None:
-        common = "" if dirs.common_dir == dirs.git_dir else f", common dir {_text(dirs.common_dir)}"
-        where = f"worktree {_text(dirs.worktree)}, git dir {_text(dirs.git_dir)}{common}"
-        yield f"# {where}, refs {dirs.store.name}"
+        common = "" if dirs.common_dir == dirs.git_dir else f", common dir {dirs.common_dir}"
+        yield printable(f"# worktree {dirs.worktree}, git dir {dirs.git_dir}{common}, refs {dirs.store.name}")
     yield f"# HEAD {snap.current_revision or '(no commit yet)'}, {snap.status.value}"
-    if config.revision is None:
-        yield "# revision: HEAD when the daemon starts"
-    else:
-        yield _line("revision", config.revision)
+    yield (
+        "# revision: HEAD when the daemon starts"
+        if config.revision is None
+        else _line("revision", config.revision)
+    )
     yield from _values(config.hooks)
-    if config.restart is None:
+    if (policy := config.restart) is None:
         yield "# restart: none (no [checkout.restart] table)"
         return
     yield "[checkout.restart]"
-    policy = config.restart
     # A signal is sent only without an action: with one, the default signal means nothing.
     yield from _values(policy, lambda key: key != "signal" or policy.action is None)
 
 
-def _values(
-    settings: object, wanted: Callable[[str], bool] = lambda key: True, *, at_start: bool = False
-) -> Iterator[str]:
+def _values(settings: object, wanted: Callable[[str], bool] = lambda key: True) -> Iterator[str]:
     """``key = value`` for each declared key ``wanted`` that is set (``None``: not set, left
-    out), in declaration order, marking defaults."""
+    out), in declaration order, marking defaults and what is read at start only."""
     defaults = type(settings)()
     for key, (field, _) in declared(type(settings)).items():
         value = getattr(settings, field.name)
         if not wanted(key) or value is None or value == ():
             continue
         notes = ["default"] if value == getattr(defaults, field.name) else []
-        notes += ["read at start only"] if at_start and key in AT_START else []
+        notes += ["read at start only"] if key in AT_START else []
         yield _line(key, value, note="; ".join(notes))
 
 
@@ -205,17 +175,11 @@ def _line(key: str, value: object, *, note: str = "") -> str:
 
 def _toml(value: object) -> str:
     """A value as the file would write it (strings escaped: one line, nothing a terminal obeys)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int):  # metrics_address
         host, port = value
         return json.dumps(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     if isinstance(value, tuple):
         return "[" + ", ".join(_toml(part) for part in value) + "]"
-    return json.dumps(str(value))  # ASCII, every control character escaped
-
-
-def _text(path: Path) -> str:
-    return printable(str(path))
+    # Numbers and booleans as TOML writes them; anything else as a string: ASCII, every
+    # control character escaped.
+    return json.dumps(value if isinstance(value, bool | int | float) else str(value))

@@ -10,7 +10,7 @@ from ..core.errors import SetupError
 from ..hermes import setup
 
 
-def cmd_setup(args: argparse.Namespace) -> int:
+def cmd_hermes(args: argparse.Namespace) -> int:
     """Print (or write) what makes ``hermes update`` restart the WebUI by itself."""
     try:
         install = setup.discover(args)
@@ -19,9 +19,8 @@ def cmd_setup(args: argparse.Namespace) -> int:
             setup.write(files, force=args.force)
             if not install.supervisor.kind.dropin:  # else the daemon's service makes it
                 setup.make_private_dirs(install.socket.parent)
-    except (SetupError, OSError) as exc:
-        print(f"stalewatch: {exc}", file=sys.stderr)
-        return exits.USAGE
+    except OSError as exc:  # printed by the command line, which exits 2
+        raise SetupError(str(exc)) from None
     found = install.supervisor
     print(f"# Hermes Agent checkout: {install.agent_dir}")
     print(f"# Hermes WebUI checkout: {install.webui_dir or 'not found (pass --webui-dir)'}")
@@ -30,24 +29,22 @@ def cmd_setup(args: argparse.Namespace) -> int:
     print(f"# supervisor:            {found.kind.option} {found.name} ({found.evidence})")
     print(f"# the WebUI answers:     {install.health}")
     print(f"# the daemon's socket:   {install.socket}")
-    for line in install.checked:
-        print(f"# checked: {line}")
+    sys.stdout.writelines(f"# checked: {line}\n" for line in install.checked)
     for path, (text, _mode) in files.items():
         verb = "wrote" if args.write else "would write"
         print(f"\n# --- {verb} {path}\n{text}", end="" if text.endswith("\n") else "\n")
-    for note in install.service.notes:
-        print("\n# Note: " + note.replace("\n", "\n#   "))
+    sys.stdout.writelines(
+        "\n# Note: " + note.replace("\n", "\n#   ") + "\n" for note in install.service.notes
+    )
     print("\n# Then:")
-    for command in install.service.then:
-        print(f"#   {command}")
+    sys.stdout.writelines(f"#   {command}\n" for command in install.service.then)
     print(
         "# For registration and restart-aware 409s (and a cheaper check: the WebUI's own check\n"
         f"# in its own process, {setup.ACCELERATOR_FIGURE} on exp-v0.52.262; settings and\n"
         "# command: docs/benchmarks.md),\n"
         "# end the WebUI's api/agent_runtime.py with these two lines, then restart it once:",
     )
-    for line in setup.ACCELERATOR_LINES:
-        print(f"#   {line}")
+    sys.stdout.writelines(f"#   {line}\n" for line in setup.ACCELERATOR_LINES)
     if not args.write:
         print("# (nothing written: run again with --write)")
     return exits.OK

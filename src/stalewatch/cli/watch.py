@@ -11,10 +11,8 @@ import signal
 import sys
 from pathlib import Path
 
-from ..client.connection import read_status
-from ..client.following import Follower
+from ..client.connection import Follower, read_status
 from ..core import exits, signals
-from ..core.errors import DaemonUnavailableError
 from ..core.escaping import printable
 from ..core.status import Event, Snapshot, Status
 from ..guard import Guard
@@ -24,21 +22,46 @@ from .human_lines import line
 _READY_WAIT = 5.0  # seconds `watch` waits for its watcher before the first line
 
 
-def _line(item: Snapshot | Event, *, as_json: bool) -> str:
+def _line(item: Snapshot | Event, *, as_json: bool) -> str | None:
     # The same line as the daemon's messages get (`events`, `status --socket`).
-    return line({"type": "event" if isinstance(item, Event) else "snapshot", **item.to_dict()}, as_json) or ""
+    return line({"type": "event" if isinstance(item, Event) else "snapshot", **item.to_dict()}, as_json)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Print the checkout's current revision (or its snapshot as JSON)."""
-    guard = Guard.for_path(args.path or ".")
-    snap = guard.snapshot()
+    """Print the checkout's current revision (or its snapshot as JSON); with ``--socket``,
+    what the daemon says of every checkout it watches (or of PATH's checkout).
+
+    Raises:
+        BindError: PATH is not in a git checkout (the command line exits 2).
+        DaemonUnavailableError: the daemon cannot be reached or read (exits 3).
+    """
+    if args.socket:
+        return _daemon_status(args)
+    snap = Guard.for_path(args.path or ".").snapshot()
     if args.json:
         print(_line(snap, as_json=True))
     elif snap.status is Status.UNTRACKED:
         print(f"(untracked) {printable(str(snap.checkout))}")
     else:
         print(snap.current_revision or f"(no commit yet) {printable(str(snap.checkout))}")
+    return exits.OK
+
+
+def _daemon_status(args: argparse.Namespace) -> int:
+    wanted = None if args.path is None else str(Guard.for_path(args.path).checkout)
+    _, snapshots = read_status(Path(args.socket))
+    if wanted is not None:
+        watched = ", ".join(printable(str(s.get("checkout"))) for s in snapshots) or "nothing"
+        snapshots = [s for s in snapshots if s.get("checkout") == wanted]
+        if not snapshots:
+            print(
+                f"stalewatch: {printable(wanted)} is not watched by the daemon at {printable(args.socket)} "
+                f"(it watches {watched})",
+                file=sys.stderr,
+            )
+            return exits.USAGE
+    for snapshot in snapshots:
+        print(line(snapshot, args.json))
     return exits.OK
 
 
@@ -74,49 +97,15 @@ def cmd_events(args: argparse.Namespace) -> int:
         DaemonUnavailableError: the first connection failed (exits 3).
     """
     path = Path(args.socket) if args.socket else default_socket_path()
-
-    def lost(exc: DaemonUnavailableError) -> None:
-        print(f"stalewatch: lost the daemon ({exc.reason}); reconnecting", file=sys.stderr, flush=True)
-
-    def back() -> None:
-        print(f"stalewatch: reconnected to the daemon at {path}", file=sys.stderr, flush=True)
-
-    follower = Follower(path, on_lost=lost, on_back=back)
+    follower = Follower(path, lambda text: print(f"stalewatch: {text}", file=sys.stderr, flush=True))
     try:
         with signals.handling({signal.SIGTERM: follower.stop, signal.SIGINT: follower.stop}):
             for message in follower.messages():
-                if message.get("type") in ("ping", "pong"):
-                    continue
-                shown = line(message, args.json)
+                shown = None if message.get("type") in ("ping", "pong") else line(message, args.json)
                 if shown is not None:
                     print(shown, flush=True)
     except KeyboardInterrupt:  # off the main thread no handler is installed
-        return exits.OK
+        pass
     finally:
         follower.close()
-    return exits.OK
-
-
-def cmd_daemon_status(args: argparse.Namespace) -> int:
-    """Print the daemon's snapshot of every checkout it watches (or of PATH's checkout).
-
-    Raises:
-        BindError: PATH is not in a git checkout (the command line exits 2).
-        DaemonUnavailableError: the daemon cannot be reached or read (exits 3).
-    """
-    wanted = None if args.path is None else str(Guard.for_path(args.path).checkout)
-    _, snapshots = read_status(Path(args.socket))
-    if wanted is not None:
-        watched = [str(s.get("checkout")) for s in snapshots]
-        snapshots = [s for s in snapshots if s.get("checkout") == wanted]
-        if not snapshots:
-            listed = ", ".join(printable(c) for c in watched) or "nothing"
-            print(
-                f"stalewatch: {printable(wanted)} is not watched by the daemon at {printable(args.socket)} "
-                f"(it watches {listed})",
-                file=sys.stderr,
-            )
-            return exits.USAGE
-    for snapshot in snapshots:
-        print(line(snapshot, args.json))
     return exits.OK

@@ -2,6 +2,7 @@
 
 - :mod:`.daemon`: :class:`~.daemon.Daemon`, a :class:`~stalewatch.Source` fed by the
   daemon's socket (one client thread per guard).
-- :mod:`.connection`: connecting, reading lines, ``read_status`` (``status --socket``).
-- :mod:`.following`: every line across the daemon's restarts (``events``).
+- :mod:`.connection`: connecting, reading lines, ``read_status`` (``status --socket``),
+  and every line across the daemon's restarts (``Follower``: ``events``).
+- :mod:`.inflight`: when a registered process tells its work in flight.
 """

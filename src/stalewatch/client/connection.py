@@ -1,15 +1,20 @@
-"""Talking to a running daemon: connecting, reading its lines, asking for its status.
+"""Talking to a running daemon: connecting, reading its lines, asking for its status,
+and following it across its restarts.
 
-What :class:`~.daemon.DaemonWatch`, :mod:`.following` and the ``status --socket``
-command share. A daemon must greet within a few seconds and then never stay silent for
-three keepalive intervals; anything else raises
-:class:`~stalewatch.core.errors.DaemonUnavailableError`.
+What :class:`~.daemon.DaemonWatch`, :class:`Follower` (``stalewatch events``) and the
+``status --socket`` command share. A daemon must greet within a few seconds and then
+never stay silent for three keepalive intervals; anything else raises
+:class:`~stalewatch.core.errors.DaemonUnavailableError`. A :class:`Follower`
+reconnects with :func:`backoff` after the first connection; a signal handler may stop
+it at any moment (:meth:`Follower.stop` sets a flag, shuts the connection down and
+wakes a backoff wait: nothing that takes a lock).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import math
 import os
 import socket
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import DaemonUnavailableError, ProtocolError
+from ..core.signals import Wakeup
 from ..protocol.codec import MAX_MESSAGE_LINE, LineReader, decode
 from ..protocol.messages import HELLO_TIMEOUT, hello_problem, silence_limit
 
@@ -75,8 +81,7 @@ def messages(
     """
     reader = LineReader(MAX_MESSAGE_LINE)
     greeted = False
-    timed = deadline < math.inf  # a deadline bounds the whole exchange, not each silence
-    limit = math.inf if timed else HELLO_TIMEOUT
+    limit = math.inf if deadline < math.inf else HELLO_TIMEOUT  # a deadline bounds the whole exchange
     last = time.monotonic()
     while True:
         now = time.monotonic()
@@ -103,7 +108,7 @@ def messages(
             if not greeted:
                 check_hello(message, path)
                 greeted = True
-                limit = limit if timed else silence_limit(message)
+                limit = silence_limit(message) if limit < math.inf else limit
             yield message
 
 
@@ -142,9 +147,78 @@ def read_status(path: Path, timeout: float = 5.0) -> tuple[dict[str, Any], list[
         listed = hello.get("checkouts")
         # Only names count: a daemon's odd list (numbers, objects) must not crash us.
         expected = {c for c in listed if isinstance(c, str)} if isinstance(listed, list) else set()
-        snapshots: list[dict[str, Any]] = []
-        while len(snapshots) < len(expected):
-            message = next(lines)
-            if message.get("type") == "snapshot":
-                snapshots.append(message)
-        return hello, snapshots
+        snapshots = (message for message in lines if message.get("type") == "snapshot")
+        return hello, list(itertools.islice(snapshots, len(expected)))
+
+
+FIRST_BACKOFF = 0.05
+MAX_BACKOFF = 2.0
+
+
+def backoff(limit: float = MAX_BACKOFF) -> Iterator[float]:
+    """Waits between reconnection attempts: 0.05 s, doubling up to ``limit`` (a new
+    iterator starts again at 0.05 s)."""
+    delay = FIRST_BACKOFF
+    while True:
+        yield delay
+        delay = min(delay * 2, limit)
+
+
+class Follower:
+    """Every message a daemon sends, across its restarts, until :meth:`stop`.
+
+    Args:
+        path: the daemon's socket.
+        say: told once when a connection that was up is lost (``lost the daemon
+            (REASON); reconnecting``), and when it is back (``reconnected to the daemon
+            at PATH``; a fresh ``hello`` and snapshots follow).
+    """
+
+    def __init__(self, path: Path, say: Callable[[str], object]) -> None:
+        self.path = path
+        self._say = say
+        self._stop = Wakeup()
+        self._sock: socket.socket | None = None
+
+    def stop(self) -> None:
+        """Stop following (signal-safe): the loop ends at once, without reporting a loss."""
+        self._stop.set()
+        shut_down(self._sock)
+
+    def close(self) -> None:
+        """Release the wake-up sockets (after the loop ended)."""
+        self._stop.close()
+
+    def messages(self) -> Iterator[dict[str, Any]]:
+        """Every message (``hello`` first on each connection) until stopped.
+
+        The first connection must succeed. After that a lost connection is told once
+        and retried with :func:`backoff` until it is back (told too) or the follower
+        is stopped.
+
+        Raises:
+            DaemonUnavailableError: the first connection failed.
+        """
+        lost = connected = False
+        delays = backoff()
+        while not self._stop.is_set:
+            try:
+                with connect(self.path, HELLO_TIMEOUT) as self._sock:  # stop() shuts it down
+                    for message in () if self._stop.is_set else messages(self._sock, self.path):
+                        if lost:
+                            self._say(f"reconnected to the daemon at {self.path}")
+                        lost = False
+                        connected = True
+                        delays = backoff()
+                        yield message
+            except DaemonUnavailableError as exc:
+                if not connected:
+                    raise  # the daemon is not there at all
+                if self._stop.is_set:
+                    return
+                if not lost:
+                    self._say(f"lost the daemon ({exc.reason}); reconnecting")
+                lost = True
+            # A connection ends without an error only once stopped: the wait returns at once.
+            if self._stop.wait(next(delays)):
+                return

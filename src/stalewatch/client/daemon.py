@@ -36,8 +36,7 @@ from ..protocol.codec import encode
 from ..protocol.messages import register_message
 from ..protocol.socket_path import default_socket_path
 from ..watching.source import OnChange, OnHealth, OnRestart, Workload
-from .connection import check_hello, connect, messages, shut_down
-from .following import MAX_BACKOFF, Backoff
+from .connection import MAX_BACKOFF, backoff, check_hello, connect, messages, shut_down
 from .inflight import InflightReport
 
 logger = logging.getLogger(__name__)
@@ -70,8 +69,8 @@ class Daemon:
     def watch(
         self, dirs: GitDirs, on_change: OnChange, on_health: OnHealth, **options: Unpack[WatchOptions]
     ) -> DaemonWatch:
-        """Follow the daemon for ``dirs``; register ``loaded_revision`` with it and
-        report ``work``'s work in flight."""
+        """Follow the daemon for ``dirs``; register ``loaded_revision`` with it, tell
+        ``on_restart`` its restart phases and report ``work``'s work in flight."""
         return DaemonWatch(self, dirs, on_change, on_health, **options)
 
     def __repr__(self) -> str:
@@ -103,24 +102,26 @@ class DaemonWatch:
         dirs: GitDirs,
         on_change: OnChange,
         on_health: OnHealth,
-        **options: Unpack[WatchOptions],
+        *,
+        loaded_revision: str | None = None,
+        on_restart: OnRestart | None = None,
+        work: Workload | None = None,
     ) -> None:
-        if unknown := options.keys() - WatchOptions.__annotations__:  # as a keyword argument would
-            raise TypeError(f"DaemonWatch() got unexpected keyword arguments {sorted(unknown)}")
+        self._path = daemon.socket_path
         self._daemon = daemon
         self._key = str(dirs.checkout)
         self._on_change = on_change
         self._on_health = on_health
-        self._loaded = options.get("loaded_revision")
-        self._on_restart = options.get("on_restart")
-        self._inflight = InflightReport(self._key, options.get("work"))
+        self._loaded = loaded_revision
+        self._on_restart = on_restart
+        self._inflight = InflightReport(self._key, work)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._reported: bool | None = None
         self._warned: set[str] = set()  # topics already warned about (once each)
         self._offer: bool | None = None  # the hello offered registration (with counts: True)
-        self._backoff = Backoff(daemon.max_backoff)
+        self._delays = backoff(daemon.max_backoff)
         self._thread = threading.Thread(
             target=self._run, name=f"stalewatch-daemon-client:{dirs.worktree}", daemon=True
         )
@@ -145,9 +146,6 @@ class DaemonWatch:
             self._reported = trusted
             _call(self._on_health, "the health callback", trusted, mode)
 
-    def _changed(self) -> None:
-        _call(self._on_change, f"re-resolving {self._key}")
-
     def _restart(self, data: object) -> None:
         state = RestartState.from_dict(data)
         self._inflight.coming = state is not None and state.scheduled
@@ -160,99 +158,80 @@ class DaemonWatch:
             logger.warning(message, *args)
 
     def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                try:
-                    self._follow()
-                except DaemonUnavailableError as exc:
-                    if not self._stop.is_set():
-                        self._warn_once(
-                            "lost",
-                            "stalewatch: no daemon at %s for %s (%s); checks re-read HEAD until it is back",
-                            self._daemon.socket_path,
-                            self._key,
-                            exc.reason,
-                        )
-                except Exception:  # never a dead client: distrust (below), log, reconnect after the backoff
-                    logger.exception("stalewatch: daemon client for %s failed; reconnecting", self._key)
-                self._report(False)  # C9: from now on every check re-reads
-                if self._backoff.wait(self._stop):
-                    break
-        finally:
-            self._report(False, WatchMode.NONE)
-
-    def _follow(self) -> None:
-        """Connect and follow the daemon until the connection ends."""
-        sock = self._sock = connect(self._daemon.socket_path, timeout=1.0)  # stop() shuts it down
-        try:
-            if not self._stop.is_set():
-                self._session(sock)
-        finally:
-            self._sock = None
-            sock.close()
-            self._inflight.lost()
-            self._restart(None)  # what a gone daemon said about restarts no longer holds
+        while not self._stop.is_set():
+            try:
+                with connect(self._path, timeout=1.0) as self._sock:  # stop() shuts it down
+                    self._session(self._sock)
+            except DaemonUnavailableError as exc:
+                if not self._stop.is_set():
+                    text = "stalewatch: no daemon at %s for %s (%s); checks re-read HEAD until it is back"
+                    self._warn_once("lost", text, self._path, self._key, exc.reason)
+            except Exception:  # never a dead client: distrust (below), log, reconnect after the backoff
+                logger.exception("stalewatch: daemon client for %s failed; reconnecting", self._key)
+            self._report(False)  # from now on every check re-reads
+            if self._stop.wait(next(self._delays)):
+                break
+        self._report(False, WatchMode.NONE)
 
     def _session(self, sock: socket.socket) -> None:
-        """Follow one connection until it ends (it raises, also once stopped: the socket shut down)."""
-        interval = self._daemon.verify_interval
-        next_verify = time.monotonic() + interval
+        """Follow one connection until it ends (it raises, also once stopped: the socket
+        shut down); then what the daemon said of restarts and counts no longer holds."""
+        next_verify = time.monotonic() + self._daemon.verify_interval
 
         def tick(now: float) -> float:
             nonlocal next_verify
             if now >= next_verify:
-                next_verify = now + interval
-                self._changed()
+                next_verify = now + self._daemon.verify_interval
+                _call(self._on_change, f"re-resolving {self._key}")
             if (line := self._inflight.look(now)) is not None:
                 self._send(sock, line, "report the work in flight")
             due = self._inflight.due()
             return next_verify if due is None else min(next_verify, due)
 
-        for message in messages(sock, self._daemon.socket_path, tick=tick):
-            kind = message["type"]
-            if kind in ("hello", "error"):
-                check_hello(message, self._daemon.socket_path)  # raises for an error line
-                self._hello(message)
-            elif message.get("checkout") != self._key:
-                continue  # pings, pongs and other checkouts' lines
-            elif kind == "restart":
-                self._restart(message)
-            elif kind == "snapshot":
-                self._restart(message.get("restart"))
-                self._subscribed(message)
-                self._register(sock)
-            elif kind == "health":
-                self._subscribed(message)
-            elif kind == "event":
-                self._changed()
-            elif kind == "refused" and message.get("request") == "register":
-                self._inflight.refused()
-                self._warn_once(
-                    "refused",
-                    "stalewatch: the daemon refused this process's registration for %s: %s",
-                    self._key,
-                    printable(str(message.get("reason"))),
-                )
-            elif kind == "removed":
-                self._inflight.lost()
-                self._report(False)
-                logger.warning("stalewatch: the daemon stopped watching %s", self._key)
+        try:
+            for message in () if self._stop.is_set() else messages(sock, self._path, tick=tick):
+                self._handle(sock, message)
+        finally:
+            self._inflight.lost()
+            self._restart(None)
+
+    def _handle(self, sock: socket.socket, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind in ("hello", "error"):
+            check_hello(message, self._path)  # raises for an error line
+            self._hello(message)
+        elif message.get("checkout") != self._key:
+            return  # pings, pongs and other checkouts' lines
+        elif kind == "restart":
+            self._restart(message)
+        elif kind == "snapshot":
+            self._restart(message.get("restart"))
+            self._subscribed(message)
+            self._register(sock)
+        elif kind == "health":
+            self._subscribed(message)
+        elif kind == "event":
+            _call(self._on_change, f"re-resolving {self._key}")
+        elif kind == "refused" and message.get("request") == "register":
+            self._inflight.refused()
+            text = "stalewatch: the daemon refused this process's registration for %s: %s"
+            self._warn_once("refused", text, self._key, printable(str(message.get("reason"))))
+        elif kind == "removed":
+            self._inflight.lost()
+            self._report(False)
+            logger.warning("stalewatch: the daemon stopped watching %s", self._key)
 
     def _hello(self, message: dict[str, Any]) -> None:
         """Note a (checked) hello: connected (the backoff starts again), register if offered."""
-        self._backoff.reset()
+        self._delays = backoff(self._daemon.max_backoff)
         if "lost" in self._warned:
             self._warned.discard("lost")
-            logger.info("stalewatch: reconnected to the daemon at %s", self._daemon.socket_path)
+            logger.info("stalewatch: reconnected to the daemon at %s", self._path)
         checkouts, features = message.get("checkouts"), message.get("features")
         watched = isinstance(checkouts, list) and self._key in checkouts
         if not watched:
-            self._warn_once(
-                "unwatched",
-                "stalewatch: the daemon at %s does not watch %s; checks re-read HEAD instead",
-                self._daemon.socket_path,
-                self._key,
-            )
+            text = "stalewatch: the daemon at %s does not watch %s; checks re-read HEAD instead"
+            self._warn_once("unwatched", text, self._path, self._key)
             self._report(False)
         # An old daemon offers no registration (nor counts) and would close us for the line.
         # Sent once this checkout's snapshot is applied (it follows the hello): whoever
@@ -275,20 +254,17 @@ class DaemonWatch:
         try:
             sock.sendall(encode(line))
         except OSError as exc:
-            raise DaemonUnavailableError(self._daemon.socket_path, f"cannot {what}: {exc}") from None
+            raise DaemonUnavailableError(self._path, f"cannot {what}: {exc}") from None
 
     def _subscribed(self, message: dict[str, Any]) -> None:
         if message.get("trusted") is not True:
             self._report(False)
-            logger.info(
-                "stalewatch: the daemon's watcher for %s is not trusted (mode %s)",
-                self._key,
-                message.get("mode"),
-            )
+            text = "stalewatch: the daemon's watcher for %s is not trusted (mode %s)"
+            logger.info(text, self._key, message.get("mode"))
             return
         # Subscribed and the daemon's watcher is sound: any later move produces an
         # event; re-resolve once now for anything before it, then trust the flag.
-        self._changed()
+        _call(self._on_change, f"re-resolving {self._key}")
         self._report(True)
 
 

@@ -73,9 +73,7 @@ class InflightReport:
 
     def due(self) -> float | None:
         """When the client must look next (monotonic; perhaps past), or ``None``: no need."""
-        if self.enabled and (self._mattered or self.matters()):
-            return self._due
-        return None
+        return self._due if self.enabled and (self._mattered or self.matters()) else None
 
     def look(self, now: float) -> dict[str, Any] | None:
         """The ``inflight`` line to send now, if the count changed and it matters."""

@@ -32,7 +32,7 @@ from ...core.tables import TableReader
 from .actions import REPLACES, Traits, action_of
 
 # The default ``reconnect_grace``: seconds a server may take to register again, the
-# client's longest reconnect backoff (``client.following.MAX_BACKOFF``, 2 s) and a margin
+# client's longest reconnect backoff (``client.connection.MAX_BACKOFF``, 2 s) and a margin
 # (a test holds them together).
 RECONNECT_GRACE = 3.0
 
