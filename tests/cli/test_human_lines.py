@@ -10,10 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stalewatch.cli.human_lines import human_line as format_message
 from stalewatch.core.escaping import printable
 from tests.support.daemons import WAIT, LineReader, short_dir, start_daemon
+from tests.support.properties import budget
 from tests.support.repos import Repo, make_repo
 
 # A newline forges a second line; ESC drives the terminal; U+202E reverses the text;
@@ -109,6 +112,32 @@ def test_a_daemon_sending_odd_fields_cannot_break_the_human_line() -> None:
     for message in odd:
         line = format_message(message)
         assert line is not None and "\n" not in line and "\x1b" not in line, (message, line)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+_KEYS = ["checkout", "status", "loaded_revision", "current_revision", "generation", "cause", "error"]
+_KEYS += ["processes", "restart", "trusted", "mode", "reason", "detail", "version", "protocol"]
+
+
+@budget(300)
+@given(
+    kind=st.sampled_from(
+        ["snapshot", "event", "restart", "processes", "health", "removed", "error", "hello"]
+    ),
+    fields=st.dictionaries(st.sampled_from(_KEYS), _JSON, max_size=8),
+)
+def test_any_json_a_daemon_sends_is_one_escaped_line_never_an_error(
+    kind: str, fields: dict[str, object]
+) -> None:
+    # A boolean where a revision belongs once raised (short(True)): any value is text.
+    line = format_message({**fields, "type": kind})
+    assert line is None or "\x1b" not in line
+    if line is not None and kind != "snapshot":  # a snapshot's servers and restart add their lines
+        assert "\n" not in line
 
 
 def test_the_daemon_log_keeps_one_line_per_record_for_a_path_with_a_newline(

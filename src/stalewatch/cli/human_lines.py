@@ -51,7 +51,8 @@ def human_line(message: dict[str, Any]) -> str | None:
     """
     shown: defaultdict[str, Any] = defaultdict(lambda: "?")
     for key, value in message.items():
-        keep = isinstance(value, bool) or (value is None and key.endswith("revision"))
+        revision = key.endswith("revision")  # a revision is text or None, never a boolean
+        keep = (isinstance(value, bool) and not revision) or (value is None and revision)
         shown[key] = value if keep else printable(str(value))
     kind, checkout = message.get("type"), shown["checkout"]
     if kind in ("snapshot", "event"):
