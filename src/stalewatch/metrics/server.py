@@ -55,7 +55,6 @@ _OUT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 @dataclass
 class _Connection:
     accepted: float  # monotonic, the loop's clock
-    task: asyncio.Task[None] | None = None
     answering: bool = False  # its request is read: it is never replaced
 
 
@@ -79,7 +78,7 @@ class MetricsServer:
         self._thread: threading.Thread | None = None
         self._main: asyncio.Task[None] | None = None
         self._stopped = False
-        self._connections: dict[socket.socket, _Connection] = {}
+        self._connections: dict[asyncio.Task[None], _Connection] = {}
         self._freed = asyncio.Event()  # a connection closed
         self.scrapes = 0
         self._error_logged = 0.0
@@ -164,33 +163,33 @@ class MetricsServer:
                     self._log_error("unexpected error in the metrics server; serving on")
                     await asyncio.sleep(0.1)
                     continue
-                conn = self._connections[sock] = _Connection(time.monotonic())
-                conn.task = loop.create_task(self._answer(loop, sock, conn))
-                conn.task.add_done_callback(functools.partial(self._closed, sock))
+                conn = _Connection(time.monotonic())
+                task = loop.create_task(self._answer(loop, sock, conn))
+                self._connections[task] = conn
+                task.add_done_callback(functools.partial(self._closed, sock))
         finally:  # stopped: every connection ends, its socket closed
-            tasks = [conn.task for conn in self._connections.values() if conn.task is not None]
-            for task in tasks:
+            for task in self._connections:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*self._connections, return_exceptions=True)
 
     async def _make_room(self) -> None:
         """Return once a newcomer may be accepted: a place is free, or the oldest
         connection still sending its request past its grace is closed for it."""
         while len(self._connections) >= MAX_CONNECTIONS:
-            coming = [c for c in self._connections.values() if not c.answering]
-            oldest = min(coming, key=lambda c: c.accepted, default=None)
-            wait = None if oldest is None else oldest.accepted + NEWCOMER_GRACE - time.monotonic()
-            if oldest is not None and oldest.task is not None and wait is not None and wait <= 0:
-                oldest.task.cancel()
-                await asyncio.wait([oldest.task])
+            coming = {c.accepted: task for task, c in self._connections.items() if not c.answering}
+            oldest = min(coming, default=None)
+            wait = None if oldest is None else oldest + NEWCOMER_GRACE - time.monotonic()
+            if oldest is not None and wait is not None and wait <= 0:
+                coming[oldest].cancel()
+                await asyncio.wait([coming[oldest]])
                 continue
             self._freed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._freed.wait(), wait)
 
-    def _closed(self, sock: socket.socket, _task: object) -> None:
+    def _closed(self, sock: socket.socket, task: asyncio.Task[None]) -> None:
         sock.close()
-        del self._connections[sock]
+        del self._connections[task]
         self._freed.set()
 
     async def _answer(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, conn: _Connection) -> None:
