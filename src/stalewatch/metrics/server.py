@@ -167,6 +167,7 @@ class MetricsServer:
                 task = loop.create_task(self._answer(loop, sock, conn))
                 self._connections[task] = conn
                 task.add_done_callback(functools.partial(self._closed, sock))
+                await asyncio.sleep(0)  # a request that waited in the backlog is read (and answered) now
         finally:  # stopped: every connection ends, its socket closed
             for task in self._connections:
                 task.cancel()
