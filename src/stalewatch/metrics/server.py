@@ -32,7 +32,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from http import HTTPStatus
 
 from prometheus_client.exposition import choose_encoder, generate_latest, gzip_accepted
@@ -50,12 +49,6 @@ NEWCOMER_GRACE = 0.1  # seconds a new connection has to send its request before 
 _INDEX = b"stalewatch metrics: /metrics\n"
 _TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the text format every Prometheus reads
 _OUT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-
-
-@dataclass
-class _Connection:
-    accepted: float  # monotonic, the loop's clock
-    answering: bool = False  # its request is read: it is never replaced
 
 
 class MetricsServer:
@@ -78,7 +71,8 @@ class MetricsServer:
         self._thread: threading.Thread | None = None
         self._main: asyncio.Task[None] | None = None
         self._stopped = False
-        self._connections: dict[asyncio.Task[None], _Connection] = {}
+        self._connections: dict[asyncio.Task[None], float] = {}  # each one's accept (monotonic)
+        self._answering: set[asyncio.Task[None]] = set()  # their request read: never replaced
         self._freed = asyncio.Event()  # a connection closed
         self.scrapes = 0
         self._error_logged = 0.0
@@ -163,9 +157,9 @@ class MetricsServer:
                     self._log_error("unexpected error in the metrics server; serving on")
                     await asyncio.sleep(0.1)
                     continue
-                conn = _Connection(time.monotonic())
-                task = loop.create_task(self._answer(loop, sock, conn))
-                self._connections[task] = conn
+                accepted = time.monotonic()
+                task = loop.create_task(self._answer(loop, sock, accepted))
+                self._connections[task] = accepted
                 task.add_done_callback(functools.partial(self._closed, sock))
                 await asyncio.sleep(0)  # a request that waited in the backlog is read (and answered) now
         finally:  # stopped: every connection ends, its socket closed
@@ -177,7 +171,7 @@ class MetricsServer:
         """Return once a newcomer may be accepted: a place is free, or the oldest
         connection still sending its request past its grace is closed for it."""
         while len(self._connections) >= MAX_CONNECTIONS:
-            coming = {c.accepted: task for task, c in self._connections.items() if not c.answering}
+            coming = {at: task for task, at in self._connections.items() if task not in self._answering}
             oldest = min(coming, default=None)
             wait = None if oldest is None else oldest + NEWCOMER_GRACE - time.monotonic()
             if oldest is not None and wait is not None and wait <= 0:
@@ -191,17 +185,18 @@ class MetricsServer:
     def _closed(self, sock: socket.socket, task: asyncio.Task[None]) -> None:
         sock.close()
         del self._connections[task]
+        self._answering.discard(task)
         self._freed.set()
 
-    async def _answer(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, conn: _Connection) -> None:
+    async def _answer(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, accepted: float) -> None:
         try:
-            async with asyncio.timeout_at(conn.accepted + self._timeout):
+            async with asyncio.timeout_at(accepted + self._timeout):
                 received = bytearray()
                 while (end := received.find(b"\r\n\r\n")) < 0 and len(received) <= MAX_REQUEST:
                     if not (data := await loop.sock_recv(sock, 4096)):
                         return
                     received += data
-                conn.answering = True
+                self._answering.add(asyncio.current_task())  # type: ignore[arg-type]
                 head = bytes(received[:end]) if 0 <= end <= MAX_REQUEST else None
                 await loop.sock_sendall(sock, self._respond(head))
         except OSError:  # reset, broken pipe, past its deadline: that client's alone
