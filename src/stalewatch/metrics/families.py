@@ -13,19 +13,18 @@ commits leave the number of series where it was.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import platform
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    InfoMetricFamily,
-    StateSetMetricFamily,
-)
+from prometheus_client.core import CounterMetricFamily as Counter
+from prometheus_client.core import GaugeMetricFamily as Gauge
+from prometheus_client.core import HistogramMetricFamily as Histogram
+from prometheus_client.core import InfoMetricFamily as Info
+from prometheus_client.core import StateSetMetricFamily as StateSet
 from prometheus_client.metrics_core import Metric
 
 from ..core.escaping import printable
@@ -34,10 +33,10 @@ from ..core.status import Snapshot, Status, WatchMode
 from ..core.version import __version__
 from .tally import DROP_REASONS, HOOK_OUTCOMES, HOOKS, RESTART_OUTCOMES, CheckoutCounts
 
+#: Revisions of registered processes shown one by one per checkout; the rest add up
+#: under ``revision="other"``. A host runs one or two (old and new, during a restart);
+#: the registry itself is bounded by ``max_clients``.
 MAX_REVISIONS = 8
-"""Revisions of registered processes shown one by one per checkout; the rest add up
-under ``revision="other"``. A host runs one or two (old and new, during a restart);
-the registry itself is bounded by ``max_clients``."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class CheckoutView:
 
 def processes_by_revision(revisions: Iterable[str], limit: int = MAX_REVISIONS) -> dict[str, int]:
     """``{revision: processes}``, the ``limit`` most common first, the rest as ``other``."""
-    ranked = sorted(Counter(revisions).items(), key=lambda item: (-item[1], item[0]))
+    ranked = sorted(collections.Counter(revisions).items(), key=lambda item: (-item[1], item[0]))
     shown = dict(ranked[:limit])
     rest = sum(count for _, count in ranked[limit:])
     if rest:
@@ -73,83 +72,74 @@ def processes_by_revision(revisions: Iterable[str], limit: int = MAX_REVISIONS) 
 
 def build_info() -> Metric:
     version = {"version": __version__, "python_version": platform.python_version()}
-    return InfoMetricFamily(
-        "stalewatch_build", "stalewatch's version and the Python running it.", value=version
-    )
+    return Info("stalewatch_build", "stalewatch's version and the Python running it.", value=version)
 
 
-def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
+def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:  # noqa: PLR0915 (a table)
     """The per-checkout families (labelled ``checkout``), for the daemon and for apps."""
-    c = ["checkout"]
-    status = StateSetMetricFamily("stalewatch_status", "The checkout's status; one state is 1.", labels=c)
-    stale = GaugeMetricFamily(
-        "stalewatch_stale",
+    families: dict[str, Metric] = {}
+
+    def family(kind: Callable[..., Metric], name: str, doc: str, *labels: str) -> Any:
+        families[name] = kind(f"stalewatch_{name}", doc, labels=["checkout", *labels])
+        return families[name]
+
+    status = family(StateSet, "status", "The checkout's status; one state is 1.")
+    stale = family(
+        Gauge,
+        "stale",
         "1 while the barrier refuses (status stale or unreadable: the loaded code is not HEAD's).",
-        labels=c,
     )
-    since = GaugeMetricFamily(
-        "stalewatch_stale_since_timestamp_seconds",
+    since = family(
+        Gauge,
+        "stale_since_timestamp_seconds",
         "Unix time when the checkout became stale or unreadable; absent while it is not.",
-        labels=c,
     )
-    revision = InfoMetricFamily(
-        "stalewatch_revision",
-        "The loaded revision and HEAD's current revision (empty when unknown).",
-        labels=c,
+    revision = family(
+        Info, "revision", "The loaded revision and HEAD's current revision (empty when unknown)."
     )
-    trusted = GaugeMetricFamily(
-        "stalewatch_watcher_trusted",
+    trusted = family(
+        Gauge,
+        "watcher_trusted",
         "1 while the watcher's flag is trusted (notifications live); 0: every check re-reads HEAD.",
-        labels=c,
     )
-    mode = StateSetMetricFamily(
-        "stalewatch_watcher_mode", "How changes are noticed; one state is 1.", labels=c
-    )
-    events = CounterMetricFamily(
-        "stalewatch_events_total",
-        "Changes of status or current revision, by new status.",
-        labels=[*c, "status"],
-    )
-    latency = HistogramMetricFamily(
-        "stalewatch_detection_latency_seconds",
+    mode = family(StateSet, "watcher_mode", "How changes are noticed; one state is 1.")
+    events = family(Counter, "events", "Changes of status or current revision, by new status.", "status")
+    latency = family(
+        Histogram,
+        "detection_latency_seconds",
         "From the newest write of HEAD, a ref on its chain or packed-refs to the event being counted.",
-        labels=c,
     )
-    hooks = CounterMetricFamily(
-        "stalewatch_hook_runs_total", "Hook runs, by hook and outcome.", labels=[*c, "hook", "outcome"]
+    base = len(families)
+    hooks = family(Counter, "hook_runs", "Hook runs, by hook and outcome.", "hook", "outcome")
+    with_hooks = len(families)
+    restarts = family(
+        Counter, "restarts", "Automatic restart sequences that ended confirmed, failed or refused.", "outcome"
     )
-    restarts = CounterMetricFamily(
-        "stalewatch_restarts_total",
-        "Automatic restart sequences that ended confirmed, failed or refused.",
-        labels=[*c, "outcome"],
-    )
-    actions = CounterMetricFamily(
-        "stalewatch_restart_actions_total", "Restart actions run (attempts).", labels=c
-    )
-    phase = StateSetMetricFamily(
-        "stalewatch_restart_phase", "The automatic restart's current phase; one state is 1.", labels=c
-    )
-    phase_since = GaugeMetricFamily(
-        "stalewatch_restart_phase_since_timestamp_seconds",
+    actions = family(Counter, "restart_actions", "Restart actions run (attempts).")
+    phase = family(StateSet, "restart_phase", "The automatic restart's current phase; one state is 1.")
+    phase_since = family(
+        Gauge,
+        "restart_phase_since_timestamp_seconds",
         "Unix time when the automatic restart entered its current phase.",
-        labels=c,
     )
-    draining = GaugeMetricFamily(
-        "stalewatch_restart_inflight",
+    draining = family(
+        Gauge,
+        "restart_inflight",
         "Work in flight the automatic restart waits for (R8), summed over the servers; "
         "absent while it does not drain, or cannot tell.",
-        labels=c,
     )
-    processes = GaugeMetricFamily(
-        "stalewatch_registered_processes",
+    with_restart = len(families)
+    processes = family(
+        Gauge,
+        "registered_processes",
         f"Server processes registered with the daemon, by loaded revision (the {MAX_REVISIONS} most "
         "common; the rest as other).",
-        labels=[*c, "revision"],
+        "revision",
     )
-    behind = GaugeMetricFamily(
-        "stalewatch_stale_processes",
+    behind = family(
+        Gauge,
+        "stale_processes",
         "Registered server processes whose loaded revision is not HEAD's current revision.",
-        labels=c,
     )
     for view in views:
         # A path may hold surrogate escapes or control characters the exposition cannot encode.
@@ -184,20 +174,21 @@ def checkout_families(views: Sequence[CheckoutView]) -> list[Metric]:
             behind.add_metric(
                 key, sum(n for rev, n in view.processes.items() if rev != snap.current_revision)
             )
-    families: list[Metric] = [status, stale, since, revision, trusted, mode, events, latency]
+    made = list(families.values())
+    shown = made[:base]
     if any(view.hooks for view in views):
-        families.append(hooks)
+        shown += made[base:with_hooks]
     if any(view.restart is not None for view in views):
-        families += [restarts, actions, phase, phase_since, draining]
+        shown += made[with_hooks:with_restart]
     if any(view.processes is not None for view in views):
-        families += [processes, behind]
-    return families
+        shown += made[with_restart:]
+    return shown
 
 
 def daemon_families(connected: int, connections: int, dropped: dict[str, int]) -> list[Metric]:
     """The daemon-wide families: its socket clients."""
     clients = "Clients connected to the daemon's socket (a dropped one until it is closed)."
-    drops = CounterMetricFamily(
+    drops = Counter(
         "stalewatch_clients_dropped_total",
         "Clients the daemon dropped or refused, by reason.",
         labels=["reason"],
@@ -205,9 +196,7 @@ def daemon_families(connected: int, connections: int, dropped: dict[str, int]) -
     for reason in DROP_REASONS:
         drops.add_metric([reason], dropped.get(reason, 0))
     return [
-        GaugeMetricFamily("stalewatch_clients", clients, value=connected),
-        CounterMetricFamily(
-            "stalewatch_client_connections_total", "Client connections accepted.", value=connections
-        ),
+        Gauge("stalewatch_clients", clients, value=connected),
+        Counter("stalewatch_client_connections_total", "Client connections accepted.", value=connections),
         drops,
     ]

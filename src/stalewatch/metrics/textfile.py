@@ -116,14 +116,13 @@ class TextfileWriter:
                     self._failure = None
 
     def _warn(self, exc: Exception) -> None:
+        # The same failure again is logged once per _WARN_EVERY, not once per try.
         text = str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
-        now = time.monotonic()
-        if self._failure is not None and self._failure[0] == text and now - self._failure[1] < _WARN_EVERY:
-            return
-        self._failure = (text, now)
-        if isinstance(exc, OSError):
-            logger.warning(
-                "stalewatch: cannot write the metrics textfile %s: %s", printable(str(self.path)), text
-            )
-        else:
-            logger.exception("stalewatch: unexpected error writing the metrics textfile")
+        if self._failure is None or self._failure[0] != text or self._last - self._failure[1] >= _WARN_EVERY:
+            self._failure = (text, self._last)
+            if isinstance(exc, OSError):
+                logger.warning(
+                    "stalewatch: cannot write the metrics textfile %s: %s", printable(str(self.path)), text
+                )
+            else:
+                logger.exception("stalewatch: unexpected error writing the metrics textfile")

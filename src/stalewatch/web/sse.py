@@ -46,10 +46,10 @@ from wsgiref.types import StartResponse, WSGIEnvironment
 from ..core.phases import RestartState
 from ..core.status import Event, Snapshot
 from ..guard.guard import Guard
-from .barrier import Receive, Scope, Send
+from . import Receive, Scope, Send
 
+#: The comment sent when a stream has been idle for its keep-alive interval.
 KEEPALIVE = b": keep-alive\n\n"
-"""The comment sent when a stream has been idle for its keep-alive interval."""
 
 _HEADERS = [
     ("Content-Type", "text/event-stream; charset=utf-8"),
