@@ -33,10 +33,10 @@ from ..core.status import Snapshot, Status, WatchMode
 from ..core.version import __version__
 from .tally import DROP_REASONS, HOOK_OUTCOMES, HOOKS, RESTART_OUTCOMES, CheckoutCounts
 
-#: Revisions of registered processes shown one by one per checkout; the rest add up
-#: under ``revision="other"``. A host runs one or two (old and new, during a restart);
-#: the registry itself is bounded by ``max_clients``.
 MAX_REVISIONS = 8
+"""Revisions of registered processes shown one by one per checkout; the rest add up
+under ``revision="other"``. A host runs one or two (old and new, during a restart);
+the registry itself is bounded by ``max_clients``."""
 
 
 @dataclass(frozen=True)

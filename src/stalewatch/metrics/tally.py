@@ -29,16 +29,16 @@ from ..core.phases import RestartPhase, RestartState
 from ..core.status import Event, Snapshot, Status
 from ..git.refs import GitDirs
 
-#: Upper bounds (seconds) of the detection latency histogram; ``+Inf`` follows.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Upper bounds (seconds) of the detection latency histogram; ``+Inf`` follows."""
 
 HOOKS = ("on_stale", "on_current", "on_unreadable")
-#: Exited 0; exited non-zero; killed by a signal; killed at ``hook_timeout``; could not start.
 HOOK_OUTCOMES = ("success", "failure", "killed", "timeout", "not_started")
+"""Exited 0; exited non-zero; killed by a signal; killed at ``hook_timeout``; could not start."""
 
 RESTART_OUTCOMES = ("confirmed", "failed", "refused")
-#: The protocol's ``error`` reasons, and ``error``: a client dropped after a bug its input reached.
 DROP_REASONS = ("bad-request", "slow-client", "too-many-clients", "error")
+"""The protocol's ``error`` reasons, and ``error``: a client dropped after a bug its input reached."""
 
 
 class RefWrite(NamedTuple):

@@ -55,11 +55,11 @@ __all__ = [
     "stale_payload",
 ]
 
-#: The status code of a refused request: the server's code conflicts with the checkout.
 CONFLICT = 409
+"""The status code of a refused request: the server's code conflicts with the checkout."""
 
-#: What a barrier asks: a :class:`~stalewatch.Guard`, or a callable raising StaleError.
 Check = Guard | Callable[[], object]
+"""What a barrier asks: a :class:`~stalewatch.Guard`, or a callable raising StaleError."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -152,8 +152,8 @@ class Routes:
         return bool(self._predicate(method, path))
 
 
-#: Route prefixes, a ``(method, path)`` predicate, or a :class:`Routes`.
 RouteSpec = Routes | Iterable[str] | Callable[[str, str], bool]
+"""Route prefixes, a ``(method, path)`` predicate, or a :class:`Routes`."""
 
 
 # One guarded request's unit of work in flight (empty: nothing to count, or ended).

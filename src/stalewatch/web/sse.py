@@ -48,8 +48,8 @@ from ..core.status import Event, Snapshot
 from ..guard.guard import Guard
 from . import Receive, Scope, Send
 
-#: The comment sent when a stream has been idle for its keep-alive interval.
 KEEPALIVE = b": keep-alive\n\n"
+"""The comment sent when a stream has been idle for its keep-alive interval."""
 
 _HEADERS = [
     ("Content-Type", "text/event-stream; charset=utf-8"),
