@@ -1,9 +1,15 @@
-"""The daemon's socket clients: bounded queues, non-blocking writes, dropping.
+"""The daemon's socket clients, and what they may ask: bounded queues, non-blocking writes.
 
 A line that does not fit in a client's socket buffer waits in its queue; past the
 queue's bound the client is told (an ``error`` line, if it reads within a grace period)
 and dropped. Nothing waits for a client, and each client's handling runs under
 :meth:`ClientSet.isolated`: one client's bug drops that client only.
+
+A client asks for ``ping`` (answered ``pong``); a server process registers the revision
+it loaded (``register``), then says when its work in flight changes (``inflight``);
+closing its connection unregisters it. The claim is checked against what the checkout
+ever had (R10), recorded in the :class:`~.registry.Registry`, told to the clients
+(``processes`` lines) and to the checkout's restart sequence.
 """
 
 from __future__ import annotations
@@ -18,11 +24,25 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from ..core.errors import ProtocolError
 from ..core.procs import peer_pid
 from ..protocol.codec import MAX_REQUEST_LINE, LineReader, encode
-from ..protocol.messages import Inflight, Register, error_message, parse_request, pong_message
+from ..protocol.messages import (
+    Inflight,
+    Register,
+    error_message,
+    parse_request,
+    pong_message,
+    refused_message,
+)
+from .checkout import Checkout
+from .observer import DaemonObserver
+from .registry import Registry
+
+if TYPE_CHECKING:
+    from .publisher import Publisher
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +74,11 @@ class ClientSet:
 
     Clients register with the loop's ``selector`` with themselves as data.
     ``queue_limit``: lines a client may have queued unread; ``buffer``: its
-    ``SO_SNDBUF``. ``on_register``/``on_inflight`` get a server process's lines,
-    ``on_close`` an admitted client's end, ``on_drop`` the reason a client was dropped
-    or refused (``bad-request``, ``slow-client``, ``too-many-clients``, ``error``).
+    ``SO_SNDBUF``. A server process's registration is checked against ``checkout``
+    (the checkout watched under a key now, else ``None``), recorded in ``registry``, and
+    told through :attr:`publisher` (set by the daemon once made). ``observer`` hears of
+    clients admitted, closed, dropped or refused (``bad-request``, ``slow-client``,
+    ``too-many-clients``, ``error``) and of processes that change.
     """
 
     def __init__(
@@ -66,22 +88,21 @@ class ClientSet:
         queue_limit: int,
         buffer: int,
         *,
-        on_register: Callable[[Client, str, str, int], None] | None = None,
-        on_inflight: Callable[[Client, str, int], None] | None = None,
-        on_close: Callable[[Client], None] | None = None,
-        on_drop: Callable[[str], None] | None = None,
+        registry: Registry | None = None,
+        observer: DaemonObserver | None = None,
+        checkout: Callable[[str], Checkout | None] = lambda key: None,
     ) -> None:
         self._selector = selector
-        self._on_drop = on_drop
-        self._on_register = on_register
-        self._on_inflight = on_inflight
-        self._on_close = on_close
+        self._registry = registry or Registry()
+        self._observer = observer or DaemonObserver()
+        self._checkout = checkout
+        self.publisher: Publisher
         self.configure(max_clients, queue_limit, buffer)
         self._clients: dict[int, Client] = {}
         self._unflushed: dict[int, Client] = {}  # sent to without a write yet (flush_pending)
         self._numbers = itertools.count(1)
         self.burst = 1  # lines of one greeting (hello + a snapshot per checkout)
-        self.accept_paused_until: float | None = None  # out of descriptors: listener rests
+        self._paused: tuple[float, socket.socket] | None = None  # out of descriptors: until when
         self.deferring = False  # a posting thread writes the loop's lines: see close()
         self._fd_warned = 0.0
 
@@ -108,7 +129,8 @@ class ClientSet:
         the next turns); ``greet`` queues their first lines.
 
         Returns False when out of file descriptors: the pending connection keeps the
-        listener readable, so the caller must rest it for :data:`ACCEPT_PAUSE` seconds.
+        listener readable, so it rests (out of the selector) for :data:`ACCEPT_PAUSE`
+        seconds (:meth:`expire` takes it back; the backlog holds new clients meanwhile).
         """
         for _ in range(limit):
             try:
@@ -116,18 +138,20 @@ class ClientSet:
             except BlockingIOError:
                 return True
             except OSError as exc:
-                if exc.errno in _FD_EXHAUSTED:
-                    now = time.monotonic()
-                    if now - self._fd_warned >= 60.0:  # once a minute, not once a turn
-                        self._fd_warned = now
-                        logger.warning(
-                            "stalewatch: cannot accept clients: %s; pausing accepts for %.1f s",
-                            exc.strerror or exc,
-                            ACCEPT_PAUSE,
-                        )
-                    return False
-                logger.warning("stalewatch: cannot accept a client: %s", exc)
-                return True
+                if exc.errno not in _FD_EXHAUSTED:
+                    logger.warning("stalewatch: cannot accept a client: %s", exc)
+                    return True
+                now = time.monotonic()
+                if now - self._fd_warned >= 60.0:  # once a minute, not once a turn
+                    self._fd_warned = now
+                    logger.warning(
+                        "stalewatch: cannot accept clients: %s; pausing accepts for %.1f s",
+                        exc.strerror or exc,
+                        ACCEPT_PAUSE,
+                    )
+                self._selector.unregister(listener)
+                self._paused = (now + ACCEPT_PAUSE, listener)
+                return False
             with self.isolated(None, sock):
                 self._admit(sock, greet)
         return True
@@ -149,6 +173,7 @@ class ClientSet:
         self._clients[client.number] = client
         self._update_mask(client)  # registered for reading
         logger.debug("stalewatch: client %d connected", client.number)
+        self._observer.client_connected()
         with self.isolated(client):
             greet(client)
             self.flush(client)
@@ -204,9 +229,9 @@ class ClientSet:
                 if not line.strip():
                     continue
                 match parse_request(line):
-                    case Register(checkout, revision, inflight):
+                    case Register(checkout, revision, inflight) if client.registered != (checkout, revision):
                         self._register(client, line, checkout, revision, inflight)
-                    case Inflight(checkout, inflight):
+                    case Register(checkout, _, inflight) | Inflight(checkout, inflight):
                         self._inflight(client, line, checkout, inflight)
                     case ping:
                         self.send(client, encode(pong_message(ping)), flush=False)
@@ -220,21 +245,43 @@ class ClientSet:
     def _register(self, client: Client, line: bytes, checkout: str, revision: str, inflight: int) -> None:
         # One registration per connection (a process loads its code once): a repeat only
         # reports its work in flight; another claim would flood the registry.
-        if client.registered == (checkout, revision):
-            self._inflight(client, line, checkout, inflight)
-            return
         if client.registered is not None:
             raise ProtocolError(line, "this connection already registered another revision")
         client.registered = (checkout, revision)
-        if self._on_register is not None:
-            self._on_register(client, checkout, revision, inflight)
+        entry = self._checkout(checkout)
+        if entry is None:  # harmless: the client learns from hello that it is not watched
+            logger.debug("stalewatch: client %d registered for %s, not watched here", client.number, checkout)
+            return
+        if not entry.knows(revision):
+            # A revision the checkout never had (not HEAD, not in its reflog, never seen):
+            # a lie or a bug. It must never make the restart machine want a restart (R10).
+            reason = f"{revision} was never HEAD of {entry.key} (not in its reflog, never seen)"
+            logger.warning(
+                "stalewatch: client %d (pid %d): registration refused: %s", client.number, client.pid, reason
+            )
+            self.send(client, encode(refused_message("register", checkout, reason)))
+            return
+        process = self._registry.register(client.number, entry.key, client.pid, revision, inflight)
+        logger.info("stalewatch: pid %d registered for %s on %s", process.pid, entry.key, revision[:7])
+        self._processes_changed(entry)
 
     def _inflight(self, client: Client, line: bytes, checkout: str, inflight: int) -> None:
-        # Only a registered server has work the daemon waits for (R8).
+        # Only a registered server has work the daemon waits for (R8). Not broadcast as
+        # a `processes` line: one chatty server must not make every client's queue grow.
+        # The restart sequence is woken and tells a drain's count; the kept snapshot line
+        # shows the count, so it is encoded afresh when next asked.
         if client.registered is None or client.registered[0] != checkout:
             raise ProtocolError(line, "an inflight request needs a registration for that checkout first")
-        if self._on_inflight is not None:
-            self._on_inflight(client, checkout, inflight)
+        process = self._registry.set_inflight(client.number, inflight)
+        entry = self._checkout(checkout) if process is not None else None
+        if entry is not None:
+            self.publisher.changed(entry)
+            entry.processes_changed()
+
+    def _processes_changed(self, entry: Checkout) -> None:
+        self.publisher.processes(entry)
+        entry.processes_changed()
+        self._observer.changed()
 
     def send(self, client: Client, line: bytes, *, flush: bool = True) -> None:
         """Queue ``line`` for ``client`` and write what fits; drop it past the bound.
@@ -283,9 +330,8 @@ class ClientSet:
         self.flush(client)
 
     def _dropped(self, reason: str) -> None:
-        if self._on_drop is not None:
-            with contextlib.suppress(Exception):  # counting a drop must not cost the loop
-                self._on_drop(reason)
+        with contextlib.suppress(Exception):  # counting a drop must not cost the loop
+            self._observer.client_dropped(reason)
 
     def flush(self, client: Client) -> None:
         """Write as much of the queue as the socket takes now, many lines to a
@@ -335,11 +381,10 @@ class ClientSet:
             return
         if self._clients.pop(client.number, None) is None:
             return
-        if self._on_close is not None:
-            try:
-                self._on_close(client)
-            except Exception:  # a closing client is closed whatever its bookkeeping does
-                logger.exception("stalewatch: while closing client %d", client.number)
+        try:  # a closing client is closed whatever its bookkeeping does
+            self._closed(client)
+        except Exception:
+            logger.exception("stalewatch: while closing client %d", client.number)
         if client.mask:
             self._selector.unregister(client.sock)
             client.mask = 0
@@ -351,13 +396,29 @@ class ClientSet:
                     break
         client.sock.close()
 
+    def _closed(self, client: Client) -> None:
+        # Its process, if it registered, went away.
+        self._observer.client_closed()
+        process = self._registry.unregister(client.number)
+        entry = self._checkout(process.checkout) if process is not None else None
+        if process is not None and entry is not None:
+            what = (process.pid, process.revision[:7], entry.key)
+            logger.info("stalewatch: pid %d (on %s) went away from %s", *what)
+            self._processes_changed(entry)
+
     def next_deadline(self) -> float | None:
-        """When the earliest dropped client must be closed, if any."""
+        """When the earliest dropped client must be closed, or the listener taken back."""
         deadlines = [c.closing_at for c in self._clients.values() if c.closing_at is not None]
-        return min(deadlines) if deadlines else None
+        if self._paused is not None:
+            deadlines.append(self._paused[0])
+        return min(deadlines, default=None)
 
     def expire(self, now: float) -> None:
-        """Close dropped clients whose grace period is over, and hung-up half-closed ones."""
+        """Close dropped clients whose grace period is over, and hung-up half-closed ones;
+        take a rested listener back."""
+        if self._paused is not None and now >= self._paused[0]:
+            self._selector.register(self._paused[1], selectors.EVENT_READ, "listen")
+            self._paused = None
         half_closed: list[Client] = []
         for client in list(self._clients.values()):
             if client.closing_at is not None and now >= client.closing_at:

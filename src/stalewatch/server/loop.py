@@ -10,7 +10,7 @@ queue, written without ever blocking, so a slow client only ever delays itself (
 its bound it is told and dropped). Signals only set a flag and wake the loop (:mod:`stalewatch.core.signals`);
 the loop stops or reloads on its next turn. See :mod:`stalewatch.protocol`. The loop
 owns the selector and the turn; what it calls each turn has a module of its own: the
-inbox (:mod:`.inbox`), a server process's registration (:mod:`.registrations`), a
+inbox (:mod:`.inbox`), the clients and what they ask (:mod:`.connections`), a
 reload's course (:mod:`.reloader`), systemd's notifications, when each is due, and the
 watchdog's proof of life (:mod:`.supervision`).
 
@@ -43,12 +43,11 @@ from ..watching.watcher import halt
 from . import startup
 from .checkout import Checkout, EventSeen, HealthReported, RestartTold
 from .config import CheckoutConfig, DaemonConfig
-from .connections import ACCEPT_PAUSE, Client, ClientSet
+from .connections import Client, ClientSet
 from .drain import OutputDrain
 from .inbox import Inbox
 from .observer import DaemonObserver
 from .publisher import Publisher
-from .registrations import Registrations
 from .registry import Registry
 from .reloader import Bound, Reloader
 from .supervision import ObservedSource, SystemdNotifier, counted, status_text
@@ -104,22 +103,16 @@ class DaemonServer:
         for entry in self._view:
             self._observer.track(entry)
         self._selector = selectors.DefaultSelector()
-        # Late-bound: a server process's lines go to its registrations, made below (they
-        # answer through the set and its publisher).
         self._clients = ClientSet(
             self._selector,
             settings.max_clients,
             settings.client_queue,
             settings.client_buffer,
-            on_register=lambda c, key, rev, n: self._registrations.register(c, key, rev, n),  # noqa: PLW0108
-            on_inflight=lambda c, key, n: self._registrations.inflight(c, key, n),  # noqa: PLW0108
-            on_close=lambda c: self._registrations.closed(c),  # noqa: PLW0108
-            on_drop=self._observer.client_dropped,
+            registry=self._registry,
+            observer=self._observer,
+            checkout=self._entries.get,
         )
-        self._publisher = Publisher(self._clients, self._registry)
-        self._registrations = Registrations(
-            self._entries.get, self._registry, self._clients, self._publisher, self._observer
-        )
+        self._clients.publisher = self._publisher = Publisher(self._clients, self._registry)
         self._wakeup = signals.Wakeup()  # set: stop; poked: an inbox message, a reload
         self._systemd = SystemdNotifier(_LOOP_TICK, self._status, self._watchers)
         self._systemd.watching()
@@ -233,9 +226,9 @@ class DaemonServer:
         while not self._wakeup.is_set:
             now = time.monotonic()
             timeout = min(_LOOP_TICK, next_ping - now, self._systemd.wait(now, len(self._clients)))
-            for deadline in (self._clients.next_deadline(), self._clients.accept_paused_until):
-                if deadline is not None:
-                    timeout = min(timeout, deadline - now)
+            deadline = self._clients.next_deadline()
+            if deadline is not None:
+                timeout = min(timeout, deadline - now)
             if self._reloader.applying:
                 timeout = 0.0  # a reload being applied: one more slice at once
             self._inbox.turn.release()
@@ -261,7 +254,6 @@ class DaemonServer:
             self._clients.flush_pending()
             now = time.monotonic()
             self._systemd.ready_when_due(now)
-            self._resume_accepting(listener, now)
             if now >= next_ping:
                 next_ping = now + self.settings.keepalive
                 self._clients.broadcast(encode(ping_message()))
@@ -278,22 +270,12 @@ class DaemonServer:
             logger.exception("stalewatch: unexpected error while %s; serving on", what)
 
     def _greet(self, client: Client) -> None:
-        self._observer.client_connected()
         self._publisher.greet(client, self._view, self.settings.keepalive)
 
     def _accept(self, listener: socket.socket) -> None:
+        # Out of descriptors, the client set rests the listener instead of spinning.
         limit = max(1, min(ACCEPTS_PER_TURN, GREETING_LINES_PER_TURN // (1 + len(self._entries))))
-        if not self._clients.accept(listener, self._greet, limit):
-            # Out of descriptors: the pending connection keeps the listener readable;
-            # rest it instead of spinning (the backlog holds new clients meanwhile).
-            self._selector.unregister(listener)
-            self._clients.accept_paused_until = time.monotonic() + ACCEPT_PAUSE
-
-    def _resume_accepting(self, listener: socket.socket, now: float) -> None:
-        paused = self._clients.accept_paused_until
-        if paused is not None and now >= paused:
-            self._clients.accept_paused_until = None
-            self._selector.register(listener, selectors.EVENT_READ, "listen")
+        self._clients.accept(listener, self._greet, limit)
 
     def _handle_posted(self) -> None:
         # On the posting thread, holding the turn (see .inbox): the loop's own steps, up
