@@ -87,8 +87,6 @@ class DaemonServer:
         *,
         observe: ObserverFactory | None = None,
     ) -> None:
-        self.entries: dict[str, Checkout] = {}
-        self.view: tuple[Checkout, ...] = ()  # what a scrape reads: replaced whole, never mutated
         self._drain = OutputDrain()  # hook output still held by a hook's background process
         self._registry = Registry()  # server processes and the revision each loaded
         # Metrics (the metrics extra), or a no-op when the configuration asks for none.
@@ -98,8 +96,8 @@ class DaemonServer:
         # Late-bound: the wake-up is opened below, once every checkout is bound.
         self.inbox = Inbox(lambda: self._wakeup.poke(), self._handle_posted)  # noqa: PLW0108
         # Bind every checkout first: a bad one fails before anything is opened.
-        self.entries = startup.bind(settings, self.make_entry)
-        self.view = tuple(self.entries.values())
+        self.entries: dict[str, Checkout] = startup.bind(settings, self.make_entry)
+        self.view = tuple(self.entries.values())  # what a scrape reads: replaced whole, never mutated
         for entry in self.view:
             self.observer.track(entry)
         self._selector = selectors.DefaultSelector()
@@ -182,16 +180,13 @@ class DaemonServer:
         self._served = True
         with signals.handling(wakeups):  # only on the main thread: an embedded daemon is its owner's
             try:
-                self._serve(listener)
+                with self.inbox.turn:  # released only while the loop waits (see .inbox)
+                    self._start(listener)
+                    self._loop(listener)
             finally:
                 self.systemd.stopping()
-                self._shutdown()
+                self.close()
                 sys.setswitchinterval(interval)
-
-    def _serve(self, listener: socket.socket) -> None:
-        with self.inbox.turn:  # released only while the loop waits (see .inbox)
-            self._start(listener)
-            self._loop(listener)
 
     def _start(self, listener: socket.socket) -> None:
         self.start_metrics()
@@ -237,8 +232,9 @@ class DaemonServer:
             self._guarded("processing events", self._process_inbox)
             self.clients.flush_pending()
             self._guarded("logging events", self.publisher.log_events)  # clients first
-            if accepting:
-                self._accept(listener)
+            if accepting:  # out of descriptors, the client set rests the listener
+                limit = max(1, min(ACCEPTS_PER_TURN, GREETING_LINES_PER_TURN // (1 + len(self.entries))))
+                self.clients.accept(listener, self._greet, limit)
             self._guarded("reloading", self._reloader.turn)
             self.clients.flush_pending()
             now = time.monotonic()
@@ -260,11 +256,6 @@ class DaemonServer:
 
     def _greet(self, client: Client) -> None:
         self.publisher.greet(client, self.view, self.settings.keepalive)
-
-    def _accept(self, listener: socket.socket) -> None:
-        # Out of descriptors, the client set rests the listener instead of spinning.
-        limit = max(1, min(ACCEPTS_PER_TURN, GREETING_LINES_PER_TURN // (1 + len(self.entries))))
-        self.clients.accept(listener, self._greet, limit)
 
     def _handle_posted(self) -> None:
         # On the posting thread, holding the turn (see .inbox): the loop's own steps, up
@@ -309,17 +300,10 @@ class DaemonServer:
         self.publisher.health(entry, trusted, mode)
         self.observer.changed()
 
-    def alive(self) -> str | None:
-        """``None`` when the loop and every watcher thread beat recently, else why not."""
-        return self.systemd.alive()
-
     # -- shutdown --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release what :meth:`serve` would have (when it is never called)."""
-        self._shutdown()
-
-    def _shutdown(self) -> None:
+        """Release what :meth:`serve` holds (it calls this; call it when it is never called)."""
         if self._selector.get_map() is None:
             return  # already shut down
         began = time.monotonic()
