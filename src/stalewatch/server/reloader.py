@@ -57,8 +57,6 @@ AT_START = ("socket", "metrics_address", "metrics_textfile", "metrics_interval",
 """Settings read once, at start: a reload keeps the running ones (and says so)."""
 _DEFAULTED = ("socket", "metrics_daemon")  # None in a file: the default resolved at start
 
-Make = Callable[[CheckoutConfig, int], Checkout]
-
 
 @dataclass(frozen=True)
 class Bound:
@@ -84,7 +82,7 @@ def plan_reload(
     entries: Mapping[str, Checkout],
     running: DaemonConfig,
     settings: DaemonConfig,
-    make: Make,
+    make: Callable[[CheckoutConfig, int], Checkout],
     cancel: threading.Event | None = None,
 ) -> Bound:
     """Bind what ``settings`` adds, reuse what it keeps; change nothing that runs.
