@@ -3,13 +3,10 @@
 A line that does not fit in a client's socket buffer waits in its queue; past the
 queue's bound the client is told (an ``error`` line, if it reads within a grace period)
 and dropped. Nothing waits for a client, and each client's handling runs under
-:meth:`ClientSet.isolated`: one client's bug drops that client only.
-
-A client asks for ``ping`` (answered ``pong``); a server process registers the revision
-it loaded (``register``), then says when its work in flight changes (``inflight``);
-closing its connection unregisters it. The claim is checked against what the checkout
-ever had (R10), recorded in the :class:`~.registry.Registry`, told to the clients
-(``processes`` lines) and to the checkout's restart sequence.
+:meth:`ClientSet.isolated`: one client's bug drops that client only. A client asks for
+``ping`` (answered ``pong``); a server process registers the revision it loaded
+(``register``, one per connection), then says when its work in flight changes
+(``inflight``, for the checkout it registered for): the daemon records them.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from ..core.errors import ProtocolError
 from ..core.procs import peer_pid
@@ -35,14 +31,8 @@ from ..protocol.messages import (
     error_message,
     parse_request,
     pong_message,
-    refused_message,
 )
-from .checkout import Checkout
 from .observer import DaemonObserver
-from .registry import Registry
-
-if TYPE_CHECKING:
-    from .publisher import Publisher
 
 logger = logging.getLogger(__name__)
 
@@ -74,11 +64,10 @@ class ClientSet:
 
     Clients register with the loop's ``selector`` with themselves as data.
     ``queue_limit``: lines a client may have queued unread; ``buffer``: its
-    ``SO_SNDBUF``. A server process's registration is checked against ``checkout``
-    (the checkout watched under a key now, else ``None``), recorded in ``registry``, and
-    told through :attr:`publisher` (set by the daemon once made). ``observer`` hears of
-    clients admitted, closed, dropped or refused (``bad-request``, ``slow-client``,
-    ``too-many-clients``, ``error``) and of processes that change.
+    ``SO_SNDBUF``. ``on_register``/``on_inflight`` get a server process's lines (checked
+    here), ``on_close`` an admitted client's end; ``observer`` hears of clients admitted,
+    closed, dropped or refused (``bad-request``, ``slow-client``, ``too-many-clients``,
+    ``error``).
     """
 
     def __init__(
@@ -88,15 +77,14 @@ class ClientSet:
         queue_limit: int,
         buffer: int,
         *,
-        registry: Registry | None = None,
         observer: DaemonObserver | None = None,
-        checkout: Callable[[str], Checkout | None] = lambda key: None,
+        on_register: Callable[[Client, str, str, int], None] = lambda client, key, revision, n: None,
+        on_inflight: Callable[[Client, str, int], None] = lambda client, key, n: None,
+        on_close: Callable[[Client], None] = lambda client: None,
     ) -> None:
         self._selector = selector
-        self._registry = registry or Registry()
         self._observer = observer or DaemonObserver()
-        self._checkout = checkout
-        self.publisher: Publisher
+        self._on_register, self._on_inflight, self._on_close = on_register, on_inflight, on_close
         self.configure(max_clients, queue_limit, buffer)
         self._clients: dict[int, Client] = {}
         self._unflushed: dict[int, Client] = {}  # sent to without a write yet (flush_pending)
@@ -248,40 +236,13 @@ class ClientSet:
         if client.registered is not None:
             raise ProtocolError(line, "this connection already registered another revision")
         client.registered = (checkout, revision)
-        entry = self._checkout(checkout)
-        if entry is None:  # harmless: the client learns from hello that it is not watched
-            logger.debug("stalewatch: client %d registered for %s, not watched here", client.number, checkout)
-            return
-        if not entry.knows(revision):
-            # A revision the checkout never had (not HEAD, not in its reflog, never seen):
-            # a lie or a bug. It must never make the restart machine want a restart (R10).
-            reason = f"{revision} was never HEAD of {entry.key} (not in its reflog, never seen)"
-            logger.warning(
-                "stalewatch: client %d (pid %d): registration refused: %s", client.number, client.pid, reason
-            )
-            self.send(client, encode(refused_message("register", checkout, reason)))
-            return
-        process = self._registry.register(client.number, entry.key, client.pid, revision, inflight)
-        logger.info("stalewatch: pid %d registered for %s on %s", process.pid, entry.key, revision[:7])
-        self._processes_changed(entry)
+        self._on_register(client, checkout, revision, inflight)
 
     def _inflight(self, client: Client, line: bytes, checkout: str, inflight: int) -> None:
-        # Only a registered server has work the daemon waits for (R8). Not broadcast as
-        # a `processes` line: one chatty server must not make every client's queue grow.
-        # The restart sequence is woken and tells a drain's count; the kept snapshot line
-        # shows the count, so it is encoded afresh when next asked.
+        # Only a registered server has work the daemon waits for (R8).
         if client.registered is None or client.registered[0] != checkout:
             raise ProtocolError(line, "an inflight request needs a registration for that checkout first")
-        process = self._registry.set_inflight(client.number, inflight)
-        entry = self._checkout(checkout) if process is not None else None
-        if entry is not None:
-            self.publisher.changed(entry)
-            entry.processes_changed()
-
-    def _processes_changed(self, entry: Checkout) -> None:
-        self.publisher.processes(entry)
-        entry.processes_changed()
-        self._observer.changed()
+        self._on_inflight(client, checkout, inflight)
 
     def send(self, client: Client, line: bytes, *, flush: bool = True) -> None:
         """Queue ``line`` for ``client`` and write what fits; drop it past the bound.
@@ -382,7 +343,8 @@ class ClientSet:
         if self._clients.pop(client.number, None) is None:
             return
         try:  # a closing client is closed whatever its bookkeeping does
-            self._closed(client)
+            self._observer.client_closed()
+            self._on_close(client)
         except Exception:
             logger.exception("stalewatch: while closing client %d", client.number)
         if client.mask:
@@ -395,16 +357,6 @@ class ClientSet:
                 if not client.sock.recv(65536):
                     break
         client.sock.close()
-
-    def _closed(self, client: Client) -> None:
-        # Its process, if it registered, went away.
-        self._observer.client_closed()
-        process = self._registry.unregister(client.number)
-        entry = self._checkout(process.checkout) if process is not None else None
-        if process is not None and entry is not None:
-            what = (process.pid, process.revision[:7], entry.key)
-            logger.info("stalewatch: pid %d (on %s) went away from %s", *what)
-            self._processes_changed(entry)
 
     def next_deadline(self) -> float | None:
         """When the earliest dropped client must be closed, or the listener taken back."""

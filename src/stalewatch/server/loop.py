@@ -38,7 +38,7 @@ from ..core import signals
 from ..core.status import WatchMode
 from ..core.version import __version__
 from ..protocol.codec import encode
-from ..protocol.messages import ping_message
+from ..protocol.messages import ping_message, refused_message
 from ..watching.watcher import halt
 from . import startup
 from .checkout import Checkout, EventSeen, HealthReported, RestartTold
@@ -106,11 +106,12 @@ class DaemonServer:
             settings.max_clients,
             settings.client_queue,
             settings.client_buffer,
-            registry=self._registry,
             observer=self.observer,
-            checkout=self.entries.get,
+            on_register=self._register,
+            on_inflight=self._inflight,
+            on_close=self._closed,
         )
-        self.clients.publisher = self.publisher = Publisher(self.clients, self._registry)
+        self.publisher = Publisher(self.clients, self._registry)
         self._wakeup = signals.Wakeup()  # set: stop; poked: an inbox message, a reload
         self.systemd = SystemdNotifier(self, _LOOP_TICK)
         self.systemd.watching()
@@ -298,6 +299,50 @@ class DaemonServer:
         level = logging.WARNING if lost else logging.DEBUG if mode is WatchMode.NONE else logging.INFO
         logger.log(level, "stalewatch: watcher for %s: trusted=%s mode=%s", entry.key, trusted, mode.value)
         self.publisher.health(entry, trusted, mode)
+        self.observer.changed()
+
+    # -- server processes' registrations (checked by the client set; R10 checked here) --------
+
+    def _register(self, client: Client, checkout: str, revision: str, inflight: int) -> None:
+        entry = self.entries.get(checkout)
+        if entry is None:  # harmless: the client learns from hello that it is not watched
+            logger.debug("stalewatch: client %d registered for %s, not watched here", client.number, checkout)
+            return
+        if not entry.knows(revision):
+            # A revision the checkout never had (not HEAD, not in its reflog, never seen):
+            # a lie or a bug. It must never make the restart machine want a restart (R10).
+            reason = f"{revision} was never HEAD of {entry.key} (not in its reflog, never seen)"
+            logger.warning(
+                "stalewatch: client %d (pid %d): registration refused: %s", client.number, client.pid, reason
+            )
+            self.clients.send(client, encode(refused_message("register", checkout, reason)))
+            return
+        process = self._registry.register(client.number, entry.key, client.pid, revision, inflight)
+        logger.info("stalewatch: pid %d registered for %s on %s", process.pid, entry.key, revision[:7])
+        self._processes_changed(entry)
+
+    def _inflight(self, client: Client, checkout: str, inflight: int) -> None:
+        # Not broadcast as a `processes` line: one chatty server must not make every
+        # client's queue grow. The restart sequence is woken and tells a drain's count;
+        # the kept snapshot line shows the count, so it is encoded afresh when next asked.
+        process = self._registry.set_inflight(client.number, inflight)
+        entry = self.entries.get(checkout) if process is not None else None
+        if entry is not None:
+            self.publisher.changed(entry)
+            entry.processes_changed()
+
+    def _closed(self, client: Client) -> None:
+        # Its process, if it registered, went away.
+        process = self._registry.unregister(client.number)
+        entry = self.entries.get(process.checkout) if process is not None else None
+        if process is not None and entry is not None:
+            what = (process.pid, process.revision[:7], entry.key)
+            logger.info("stalewatch: pid %d (on %s) went away from %s", *what)
+            self._processes_changed(entry)
+
+    def _processes_changed(self, entry: Checkout) -> None:
+        self.publisher.processes(entry)
+        entry.processes_changed()
         self.observer.changed()
 
     # -- shutdown --------------------------------------------------------------------------
