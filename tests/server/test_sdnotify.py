@@ -96,11 +96,11 @@ def test_watchdog_proof_requires_live_watchers(workdir: Path, git_repo: Repo) ->
             trusted = snap["trusted"]
             while not trusted:  # then a health line says when it does
                 trusted = sub.next("health", skip=("ping",))["trusted"]
-        assert server.alive() is None  # the watcher has started and beaten once
-        entry = next(iter(server._entries.values()))
+        assert server.systemd.alive() is None  # the watcher has started and beaten once
+        entry = next(iter(server.entries.values()))
         assert entry.source.beat is not None
         entry.source.beat -= 3600  # as if its thread had been wedged for an hour
-        problem = server.alive()
+        problem = server.systemd.alive()
         assert problem is not None and str(git_repo.path.resolve()) in problem
     finally:
         server.stop()

@@ -3,10 +3,9 @@
 - :mod:`.loop`: :class:`~.loop.DaemonServer`, the single-threaded socket loop.
 - :mod:`.inbox`: how other threads hand the loop typed messages, one wake-up per batch.
 - :mod:`.checkout`: one watched checkout (guard, heartbeat source, hooks, restarts).
-- :mod:`.connections`: socket clients with bounded queues and non-blocking writes.
+- :mod:`.connections`: socket clients with bounded queues and non-blocking writes, and what they ask.
 - :mod:`.publisher`: what subscribers are told, and when.
 - :mod:`.registry`: the server processes that registered the revision they loaded.
-- :mod:`.registrations`: what a server process's registration does.
 - :mod:`.config`: the configuration, and reading it safely; :mod:`.startup`: what a start reads and binds.
 - :mod:`.reloader`: a SIGHUP's plan, bound before anything changes, and its course on the loop.
 - :mod:`.hooks`, :mod:`.commands`, :mod:`.drain`: running commands, and their output.

@@ -96,17 +96,11 @@ def _restart(value: object, table: TableReader) -> RestartPolicy:
     policy = parse_policy(table, value, table.table or 0)
     try:  # at start and on every reload, which read the file alike: an action the supervisor cannot follow
         action_of(policy).check()
-    except SupervisedHandoffError as exc:
-        place = table.at(table.table, "restart")
-        raise SupervisedHandoffError(
-            exc.supervisor,
-            exc.how,
-            exc.pid,
-            exc.alternative,
-            name=place.name("handoff"),
-            file=place.file,
-            line=place.locate("handoff"),
-        ) from None
+    except SupervisedHandoffError as exc:  # located where the file says it
+        at = table.at(table.table, "restart")
+        name, line = at.name("handoff"), at.locate("handoff")
+        args = (exc.supervisor, exc.how, exc.pid, exc.alternative)
+        raise SupervisedHandoffError(*args, name=name, file=at.file, line=line) from None
     return policy
 
 

@@ -1,9 +1,12 @@
-"""The daemon's socket clients: bounded queues, non-blocking writes, dropping.
+"""The daemon's socket clients, and what they may ask: bounded queues, non-blocking writes.
 
 A line that does not fit in a client's socket buffer waits in its queue; past the
 queue's bound the client is told (an ``error`` line, if it reads within a grace period)
 and dropped. Nothing waits for a client, and each client's handling runs under
-:meth:`ClientSet.isolated`: one client's bug drops that client only.
+:meth:`ClientSet.isolated`: one client's bug drops that client only. A client asks for
+``ping`` (answered ``pong``); a server process registers the revision it loaded
+(``register``, one per connection), then says when its work in flight changes
+(``inflight``, for the checkout it registered for): the daemon records them.
 """
 
 from __future__ import annotations
@@ -22,7 +25,14 @@ from collections.abc import Callable, Iterator
 from ..core.errors import ProtocolError
 from ..core.procs import peer_pid
 from ..protocol.codec import MAX_REQUEST_LINE, LineReader, encode
-from ..protocol.messages import Inflight, Register, error_message, parse_request, pong_message
+from ..protocol.messages import (
+    Inflight,
+    Register,
+    error_message,
+    parse_request,
+    pong_message,
+)
+from .observer import DaemonObserver
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +64,10 @@ class ClientSet:
 
     Clients register with the loop's ``selector`` with themselves as data.
     ``queue_limit``: lines a client may have queued unread; ``buffer``: its
-    ``SO_SNDBUF``. ``on_register``/``on_inflight`` get a server process's lines,
-    ``on_close`` an admitted client's end, ``on_drop`` the reason a client was dropped
-    or refused (``bad-request``, ``slow-client``, ``too-many-clients``, ``error``).
+    ``SO_SNDBUF``. ``on_register``/``on_inflight`` get a server process's lines (checked
+    here), ``on_close`` an admitted client's end; ``observer`` hears of clients admitted,
+    closed, dropped or refused (``bad-request``, ``slow-client``, ``too-many-clients``,
+    ``error``).
     """
 
     def __init__(
@@ -66,22 +77,20 @@ class ClientSet:
         queue_limit: int,
         buffer: int,
         *,
-        on_register: Callable[[Client, str, str, int], None] | None = None,
-        on_inflight: Callable[[Client, str, int], None] | None = None,
-        on_close: Callable[[Client], None] | None = None,
-        on_drop: Callable[[str], None] | None = None,
+        observer: DaemonObserver | None = None,
+        on_register: Callable[[Client, str, str, int], None] = lambda client, key, revision, n: None,
+        on_inflight: Callable[[Client, str, int], None] = lambda client, key, n: None,
+        on_close: Callable[[Client], None] = lambda client: None,
     ) -> None:
         self._selector = selector
-        self._on_drop = on_drop
-        self._on_register = on_register
-        self._on_inflight = on_inflight
-        self._on_close = on_close
+        self._observer = observer or DaemonObserver()
+        self._on_register, self._on_inflight, self._on_close = on_register, on_inflight, on_close
         self.configure(max_clients, queue_limit, buffer)
         self._clients: dict[int, Client] = {}
         self._unflushed: dict[int, Client] = {}  # sent to without a write yet (flush_pending)
         self._numbers = itertools.count(1)
         self.burst = 1  # lines of one greeting (hello + a snapshot per checkout)
-        self.accept_paused_until: float | None = None  # out of descriptors: listener rests
+        self._paused: tuple[float, socket.socket] | None = None  # out of descriptors: until when
         self.deferring = False  # a posting thread writes the loop's lines: see close()
         self._fd_warned = 0.0
 
@@ -108,7 +117,8 @@ class ClientSet:
         the next turns); ``greet`` queues their first lines.
 
         Returns False when out of file descriptors: the pending connection keeps the
-        listener readable, so the caller must rest it for :data:`ACCEPT_PAUSE` seconds.
+        listener readable, so it rests (out of the selector) for :data:`ACCEPT_PAUSE`
+        seconds (:meth:`expire` takes it back; the backlog holds new clients meanwhile).
         """
         for _ in range(limit):
             try:
@@ -116,18 +126,20 @@ class ClientSet:
             except BlockingIOError:
                 return True
             except OSError as exc:
-                if exc.errno in _FD_EXHAUSTED:
-                    now = time.monotonic()
-                    if now - self._fd_warned >= 60.0:  # once a minute, not once a turn
-                        self._fd_warned = now
-                        logger.warning(
-                            "stalewatch: cannot accept clients: %s; pausing accepts for %.1f s",
-                            exc.strerror or exc,
-                            ACCEPT_PAUSE,
-                        )
-                    return False
-                logger.warning("stalewatch: cannot accept a client: %s", exc)
-                return True
+                if exc.errno not in _FD_EXHAUSTED:
+                    logger.warning("stalewatch: cannot accept a client: %s", exc)
+                    return True
+                now = time.monotonic()
+                if now - self._fd_warned >= 60.0:  # once a minute, not once a turn
+                    self._fd_warned = now
+                    logger.warning(
+                        "stalewatch: cannot accept clients: %s; pausing accepts for %.1f s",
+                        exc.strerror or exc,
+                        ACCEPT_PAUSE,
+                    )
+                self._selector.unregister(listener)
+                self._paused = (now + ACCEPT_PAUSE, listener)
+                return False
             with self.isolated(None, sock):
                 self._admit(sock, greet)
         return True
@@ -149,6 +161,7 @@ class ClientSet:
         self._clients[client.number] = client
         self._update_mask(client)  # registered for reading
         logger.debug("stalewatch: client %d connected", client.number)
+        self._observer.client_connected()
         with self.isolated(client):
             greet(client)
             self.flush(client)
@@ -204,9 +217,9 @@ class ClientSet:
                 if not line.strip():
                     continue
                 match parse_request(line):
-                    case Register(checkout, revision, inflight):
+                    case Register(checkout, revision, inflight) if client.registered != (checkout, revision):
                         self._register(client, line, checkout, revision, inflight)
-                    case Inflight(checkout, inflight):
+                    case Register(checkout, _, inflight) | Inflight(checkout, inflight):
                         self._inflight(client, line, checkout, inflight)
                     case ping:
                         self.send(client, encode(pong_message(ping)), flush=False)
@@ -220,21 +233,16 @@ class ClientSet:
     def _register(self, client: Client, line: bytes, checkout: str, revision: str, inflight: int) -> None:
         # One registration per connection (a process loads its code once): a repeat only
         # reports its work in flight; another claim would flood the registry.
-        if client.registered == (checkout, revision):
-            self._inflight(client, line, checkout, inflight)
-            return
         if client.registered is not None:
             raise ProtocolError(line, "this connection already registered another revision")
         client.registered = (checkout, revision)
-        if self._on_register is not None:
-            self._on_register(client, checkout, revision, inflight)
+        self._on_register(client, checkout, revision, inflight)
 
     def _inflight(self, client: Client, line: bytes, checkout: str, inflight: int) -> None:
         # Only a registered server has work the daemon waits for (R8).
         if client.registered is None or client.registered[0] != checkout:
             raise ProtocolError(line, "an inflight request needs a registration for that checkout first")
-        if self._on_inflight is not None:
-            self._on_inflight(client, checkout, inflight)
+        self._on_inflight(client, checkout, inflight)
 
     def send(self, client: Client, line: bytes, *, flush: bool = True) -> None:
         """Queue ``line`` for ``client`` and write what fits; drop it past the bound.
@@ -283,9 +291,8 @@ class ClientSet:
         self.flush(client)
 
     def _dropped(self, reason: str) -> None:
-        if self._on_drop is not None:
-            with contextlib.suppress(Exception):  # counting a drop must not cost the loop
-                self._on_drop(reason)
+        with contextlib.suppress(Exception):  # counting a drop must not cost the loop
+            self._observer.client_dropped(reason)
 
     def flush(self, client: Client) -> None:
         """Write as much of the queue as the socket takes now, many lines to a
@@ -335,11 +342,11 @@ class ClientSet:
             return
         if self._clients.pop(client.number, None) is None:
             return
-        if self._on_close is not None:
-            try:
-                self._on_close(client)
-            except Exception:  # a closing client is closed whatever its bookkeeping does
-                logger.exception("stalewatch: while closing client %d", client.number)
+        try:  # a closing client is closed whatever its bookkeeping does
+            self._observer.client_closed()
+            self._on_close(client)
+        except Exception:
+            logger.exception("stalewatch: while closing client %d", client.number)
         if client.mask:
             self._selector.unregister(client.sock)
             client.mask = 0
@@ -352,12 +359,18 @@ class ClientSet:
         client.sock.close()
 
     def next_deadline(self) -> float | None:
-        """When the earliest dropped client must be closed, if any."""
+        """When the earliest dropped client must be closed, or the listener taken back."""
         deadlines = [c.closing_at for c in self._clients.values() if c.closing_at is not None]
-        return min(deadlines) if deadlines else None
+        if self._paused is not None:
+            deadlines.append(self._paused[0])
+        return min(deadlines, default=None)
 
     def expire(self, now: float) -> None:
-        """Close dropped clients whose grace period is over, and hung-up half-closed ones."""
+        """Close dropped clients whose grace period is over, and hung-up half-closed ones;
+        take a rested listener back."""
+        if self._paused is not None and now >= self._paused[0]:
+            self._selector.register(self._paused[1], selectors.EVENT_READ, "listen")
+            self._paused = None
         half_closed: list[Client] = []
         for client in list(self._clients.values()):
             if client.closing_at is not None and now >= client.closing_at:

@@ -123,11 +123,6 @@ class HookRunner:
 
     # -- the thread -----------------------------------------------------------------
 
-    def _set_state(self, state: str) -> None:
-        with self._cond:
-            self.state = state
-            self._cond.notify_all()
-
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -154,7 +149,9 @@ class HookRunner:
         # link it to a lock file of its own, gone or not).
         if marker is None or not os.path.lexists(marker):
             return True
-        self._set_state("held")
+        with self._cond:
+            self.state = "held"
+            self._cond.notify_all()
         logger.info("stalewatch: hooks for %s held while %s exists", self.checkout, marker)
         remind = time.monotonic() + _HOLD_REMIND
         # A poll, because the marker may live anywhere (even where inotify cannot

@@ -10,7 +10,7 @@ queue, written without ever blocking, so a slow client only ever delays itself (
 its bound it is told and dropped). Signals only set a flag and wake the loop (:mod:`stalewatch.core.signals`);
 the loop stops or reloads on its next turn. See :mod:`stalewatch.protocol`. The loop
 owns the selector and the turn; what it calls each turn has a module of its own: the
-inbox (:mod:`.inbox`), a server process's registration (:mod:`.registrations`), a
+inbox (:mod:`.inbox`), the clients and what they ask (:mod:`.connections`), a
 reload's course (:mod:`.reloader`), systemd's notifications, when each is due, and the
 watchdog's proof of life (:mod:`.supervision`).
 
@@ -38,20 +38,19 @@ from ..core import signals
 from ..core.status import WatchMode
 from ..core.version import __version__
 from ..protocol.codec import encode
-from ..protocol.messages import ping_message
+from ..protocol.messages import ping_message, refused_message
 from ..watching.watcher import halt
 from . import startup
 from .checkout import Checkout, EventSeen, HealthReported, RestartTold
 from .config import CheckoutConfig, DaemonConfig
-from .connections import ACCEPT_PAUSE, Client, ClientSet
+from .connections import Client, ClientSet
 from .drain import OutputDrain
 from .inbox import Inbox
 from .observer import DaemonObserver
 from .publisher import Publisher
-from .registrations import Registrations
 from .registry import Registry
 from .reloader import Bound, Reloader
-from .supervision import ObservedSource, SystemdNotifier, counted, status_text
+from .supervision import SystemdNotifier, counted
 
 logger = logging.getLogger(__name__)
 
@@ -88,53 +87,35 @@ class DaemonServer:
         *,
         observe: ObserverFactory | None = None,
     ) -> None:
-        self._entries: dict[str, Checkout] = {}
-        self._view: tuple[Checkout, ...] = ()  # what a scrape reads: replaced whole, never mutated
         self._drain = OutputDrain()  # hook output still held by a hook's background process
         self._registry = Registry()  # server processes and the revision each loaded
         # Metrics (the metrics extra), or a no-op when the configuration asks for none.
-        self._observer = (
-            observe(settings, lambda: self._view, self._registry) if observe is not None else DaemonObserver()
+        self.observer = (
+            observe(settings, lambda: self.view, self._registry) if observe is not None else DaemonObserver()
         )
         # Late-bound: the wake-up is opened below, once every checkout is bound.
-        self._inbox = Inbox(lambda: self._wakeup.poke(), self._handle_posted)  # noqa: PLW0108
+        self.inbox = Inbox(lambda: self._wakeup.poke(), self._handle_posted)  # noqa: PLW0108
         # Bind every checkout first: a bad one fails before anything is opened.
-        self._entries = startup.bind(settings, self._make_entry)
-        self._view = tuple(self._entries.values())
-        for entry in self._view:
-            self._observer.track(entry)
+        self.entries: dict[str, Checkout] = startup.bind(settings, self.make_entry)
+        self.view = tuple(self.entries.values())  # what a scrape reads: replaced whole, never mutated
+        for entry in self.view:
+            self.observer.track(entry)
         self._selector = selectors.DefaultSelector()
-        # Late-bound: a server process's lines go to its registrations, made below (they
-        # answer through the set and its publisher).
-        self._clients = ClientSet(
+        self.clients = ClientSet(
             self._selector,
             settings.max_clients,
             settings.client_queue,
             settings.client_buffer,
-            on_register=lambda c, key, rev, n: self._registrations.register(c, key, rev, n),  # noqa: PLW0108
-            on_inflight=lambda c, key, n: self._registrations.inflight(c, key, n),  # noqa: PLW0108
-            on_close=lambda c: self._registrations.closed(c),  # noqa: PLW0108
-            on_drop=self._observer.client_dropped,
+            observer=self.observer,
+            on_register=self._register,
+            on_inflight=self._inflight,
+            on_close=self._closed,
         )
-        self._publisher = Publisher(self._clients, self._registry)
-        self._registrations = Registrations(
-            self._entries.get, self._registry, self._clients, self._publisher, self._observer
-        )
+        self.publisher = Publisher(self.clients, self._registry)
         self._wakeup = signals.Wakeup()  # set: stop; poked: an inbox message, a reload
-        self._systemd = SystemdNotifier(_LOOP_TICK, self._status, self._watchers)
-        self._systemd.watching()
-        self._reloader = Reloader(
-            reload,
-            settings,
-            self._entries,
-            self._make_entry,
-            self._inbox.post,
-            clients=self._clients,
-            publisher=self._publisher,
-            observer=self._observer,
-            refresh_view=self._refresh_view,
-            systemd=self._systemd,
-        )
+        self.systemd = SystemdNotifier(self, _LOOP_TICK)
+        self.systemd.watching()
+        self._reloader = Reloader(self, reload, settings)
         self._metrics_started = False
         self._served = False  # serve() was called: what stops was started
 
@@ -156,13 +137,13 @@ class DaemonServer:
 
     # -- entries ---------------------------------------------------------------------------
 
-    def _make_entry(self, checkout: CheckoutConfig, base: int) -> Checkout:
+    def make_entry(self, checkout: CheckoutConfig, base: int) -> Checkout:
         return Checkout(
-            checkout, self._inbox.post, base, self._drain, self._registry, on_hook=self._observer.hook
+            checkout, self.inbox.post, base, self._drain, self._registry, on_hook=self.observer.hook
         )
 
-    def _refresh_view(self) -> None:
-        self._view = tuple(self._entries.values())  # before clients hear: scrapes agree
+    def refresh_view(self) -> None:
+        self.view = tuple(self.entries.values())  # before clients hear: scrapes agree
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -175,7 +156,7 @@ class DaemonServer:
             MetricsError: the address cannot be listened on, or the file written.
         """
         if not self._metrics_started:
-            self._observer.start()
+            self.observer.start()
             self._metrics_started = True
 
     def serve(self, listener: socket.socket) -> None:
@@ -200,49 +181,46 @@ class DaemonServer:
         self._served = True
         with signals.handling(wakeups):  # only on the main thread: an embedded daemon is its owner's
             try:
-                self._serve(listener)
+                with self.inbox.turn:  # released only while the loop waits (see .inbox)
+                    self._start(listener)
+                    self._loop(listener)
             finally:
-                self._systemd.stopping()
-                self._shutdown()
+                self.systemd.stopping()
+                self.close()
                 sys.setswitchinterval(interval)
-
-    def _serve(self, listener: socket.socket) -> None:
-        with self._inbox.turn:  # released only while the loop waits (see .inbox)
-            self._start(listener)
-            self._loop(listener)
 
     def _start(self, listener: socket.socket) -> None:
         self.start_metrics()
-        self._clients.burst = 1 + len(self._entries)
-        for entry in self._entries.values():
+        self.clients.burst = 1 + len(self.entries)
+        for entry in self.entries.values():
             entry.start()
         gc.freeze()  # what a checkout keeps: out of every later collection's walk
-        self._systemd.serving(self._entries)
+        self.systemd.serving(self.entries)
         self._selector.register(listener, selectors.EVENT_READ, "listen")
         self._selector.register(self._wakeup.fileno(), selectors.EVENT_READ, "wake")
         logger.info(
             "stalewatch: daemon %s serving %s for %s: %s",
             __version__,
             listener.getsockname(),
-            counted(len(self._entries), "checkout"),
-            ", ".join(self._entries),
+            counted(len(self.entries), "checkout"),
+            ", ".join(self.entries),
         )
 
     def _loop(self, listener: socket.socket) -> None:
         next_ping = time.monotonic() + self.settings.keepalive
         while not self._wakeup.is_set:
             now = time.monotonic()
-            timeout = min(_LOOP_TICK, next_ping - now, self._systemd.wait(now, len(self._clients)))
-            for deadline in (self._clients.next_deadline(), self._clients.accept_paused_until):
-                if deadline is not None:
-                    timeout = min(timeout, deadline - now)
+            timeout = min(_LOOP_TICK, next_ping - now, self.systemd.wait(now, len(self.clients)))
+            deadline = self.clients.next_deadline()
+            if deadline is not None:
+                timeout = min(timeout, deadline - now)
             if self._reloader.applying:
                 timeout = 0.0  # a reload being applied: one more slice at once
-            self._inbox.turn.release()
+            self.inbox.turn.release()
             try:
                 ready = self._selector.select(max(0.0, timeout))
             finally:
-                self._inbox.turn.acquire()
+                self.inbox.turn.acquire()
             accepting = False
             for key, mask in ready:
                 if key.data == "listen":
@@ -250,24 +228,24 @@ class DaemonServer:
                 elif key.data == "wake":
                     self._wakeup.drain()
                 elif isinstance(key.data, Client):
-                    self._clients.serve(key.data, mask)  # isolated: one client's failure is its own
+                    self.clients.serve(key.data, mask)  # isolated: one client's failure is its own
             # Events first, then newcomers: a burst of connections never delays an event.
             self._guarded("processing events", self._process_inbox)
-            self._clients.flush_pending()
-            self._guarded("logging events", self._publisher.log_events)  # clients first
-            if accepting:
-                self._accept(listener)
+            self.clients.flush_pending()
+            self._guarded("logging events", self.publisher.log_events)  # clients first
+            if accepting:  # out of descriptors, the client set rests the listener
+                limit = max(1, min(ACCEPTS_PER_TURN, GREETING_LINES_PER_TURN // (1 + len(self.entries))))
+                self.clients.accept(listener, self._greet, limit)
             self._guarded("reloading", self._reloader.turn)
-            self._clients.flush_pending()
+            self.clients.flush_pending()
             now = time.monotonic()
-            self._systemd.ready_when_due(now)
-            self._resume_accepting(listener, now)
+            self.systemd.ready_when_due(now)
             if now >= next_ping:
                 next_ping = now + self.settings.keepalive
-                self._clients.broadcast(encode(ping_message()))
-            self._clients.expire(now)
-            self._systemd.status_when_due(now, len(self._clients), woken=bool(ready))
-            self._systemd.beat()
+                self.clients.broadcast(encode(ping_message()))
+            self.clients.expire(now)
+            self.systemd.status_when_due(now, len(self.clients), woken=bool(ready))
+            self.systemd.beat()
 
     def _guarded(self, what: str, step: Callable[[], object]) -> None:
         # A bug in one step of a turn is logged and the loop goes on: the daemon's
@@ -278,50 +256,35 @@ class DaemonServer:
             logger.exception("stalewatch: unexpected error while %s; serving on", what)
 
     def _greet(self, client: Client) -> None:
-        self._observer.client_connected()
-        self._publisher.greet(client, self._view, self.settings.keepalive)
-
-    def _accept(self, listener: socket.socket) -> None:
-        limit = max(1, min(ACCEPTS_PER_TURN, GREETING_LINES_PER_TURN // (1 + len(self._entries))))
-        if not self._clients.accept(listener, self._greet, limit):
-            # Out of descriptors: the pending connection keeps the listener readable;
-            # rest it instead of spinning (the backlog holds new clients meanwhile).
-            self._selector.unregister(listener)
-            self._clients.accept_paused_until = time.monotonic() + ACCEPT_PAUSE
-
-    def _resume_accepting(self, listener: socket.socket, now: float) -> None:
-        paused = self._clients.accept_paused_until
-        if paused is not None and now >= paused:
-            self._clients.accept_paused_until = None
-            self._selector.register(listener, selectors.EVENT_READ, "listen")
+        self.publisher.greet(client, self.view, self.settings.keepalive)
 
     def _handle_posted(self) -> None:
         # On the posting thread, holding the turn (see .inbox): the loop's own steps, up
         # to the lines written; the loop's thread logs them, and closes a failed client.
-        self._clients.deferring = True
+        self.clients.deferring = True
         try:
             self._guarded("processing events", lambda: self._process_inbox(posted_only=True))
-            self._clients.flush_pending()
+            self.clients.flush_pending()
         finally:
-            self._clients.deferring = False
+            self.clients.deferring = False
 
     def _process_inbox(self, *, posted_only: bool = False) -> None:
-        for message in self._inbox.take(posted_only=posted_only):
+        for message in self.inbox.take(posted_only=posted_only):
             if isinstance(message, Bound):
                 self._reloader.bound(message)
                 continue
-            if self._entries.get(message.entry.key) is not message.entry:
+            if self.entries.get(message.entry.key) is not message.entry:
                 continue  # from a guard a reload replaced
-            self._systemd.changed()
-            self._publisher.changed(message.entry)
+            self.systemd.changed()
+            self.publisher.changed(message.entry)
             # Counted before clients hear of it: a scrape made after a line was read counts it.
             match message:
                 case EventSeen(entry, event):
-                    self._observer.event(entry, event)
-                    self._publisher.event(entry, event)
+                    self.observer.event(entry, event)
+                    self.publisher.event(entry, event)
                 case RestartTold(entry, state):
-                    self._observer.restart(entry, state)
-                    self._publisher.restart(entry, state)
+                    self.observer.restart(entry, state)
+                    self.publisher.restart(entry, state)
                 case HealthReported(entry, trusted, mode):
                     self._health(entry, trusted, mode)
 
@@ -330,52 +293,79 @@ class DaemonServer:
         if not new:
             return
         if trusted or mode is WatchMode.POLLING:  # running (polling is never trusted)
-            self._systemd.running(entry.key)
+            self.systemd.running(entry.key)
         # A watcher not running yet (trusted=False mode=none, before its first turn) is
         # no news: only a lost trust is a warning.
         level = logging.WARNING if lost else logging.DEBUG if mode is WatchMode.NONE else logging.INFO
         logger.log(level, "stalewatch: watcher for %s: trusted=%s mode=%s", entry.key, trusted, mode.value)
-        self._publisher.health(entry, trusted, mode)
-        self._observer.changed()
+        self.publisher.health(entry, trusted, mode)
+        self.observer.changed()
 
-    # -- systemd ---------------------------------------------------------------------------
+    # -- server processes' registrations (checked by the client set; R10 checked here) --------
 
-    def _watchers(self) -> list[tuple[str, ObservedSource]]:
-        return [(key, entry.source) for key, entry in self._entries.items()]
+    def _register(self, client: Client, checkout: str, revision: str, inflight: int) -> None:
+        entry = self.entries.get(checkout)
+        if entry is None:  # harmless: the client learns from hello that it is not watched
+            logger.debug("stalewatch: client %d registered for %s, not watched here", client.number, checkout)
+            return
+        if not entry.knows(revision):
+            # A revision the checkout never had (not HEAD, not in its reflog, never seen):
+            # a lie or a bug. It must never make the restart machine want a restart (R10).
+            reason = f"{revision} was never HEAD of {entry.key} (not in its reflog, never seen)"
+            logger.warning(
+                "stalewatch: client %d (pid %d): registration refused: %s", client.number, client.pid, reason
+            )
+            self.clients.send(client, encode(refused_message("register", checkout, reason)))
+            return
+        process = self._registry.register(client.number, entry.key, client.pid, revision, inflight)
+        logger.info("stalewatch: pid %d registered for %s on %s", process.pid, entry.key, revision[:7])
+        self._processes_changed(entry)
 
-    def _status(self) -> str:
-        # From what the loop already holds (no snapshot copies): cheap at 10,000 checkouts.
-        states = ((entry.guard.status, entry.trusted) for entry in self._entries.values())
-        return status_text(states, len(self._clients))
+    def _inflight(self, client: Client, checkout: str, inflight: int) -> None:
+        # Not broadcast as a `processes` line: one chatty server must not make every
+        # client's queue grow. The restart sequence is woken and tells a drain's count;
+        # the kept snapshot line shows the count, so it is encoded afresh when next asked.
+        process = self._registry.set_inflight(client.number, inflight)
+        entry = self.entries.get(checkout) if process is not None else None
+        if entry is not None:
+            self.publisher.changed(entry)
+            entry.processes_changed()
 
-    def alive(self) -> str | None:
-        """``None`` when the loop and every watcher thread beat recently, else why not."""
-        return self._systemd.alive()
+    def _closed(self, client: Client) -> None:
+        # Its process, if it registered, went away.
+        process = self._registry.unregister(client.number)
+        entry = self.entries.get(process.checkout) if process is not None else None
+        if process is not None and entry is not None:
+            what = (process.pid, process.revision[:7], entry.key)
+            logger.info("stalewatch: pid %d (on %s) went away from %s", *what)
+            self._processes_changed(entry)
+
+    def _processes_changed(self, entry: Checkout) -> None:
+        self.publisher.processes(entry)
+        entry.processes_changed()
+        self.observer.changed()
 
     # -- shutdown --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release what :meth:`serve` would have (when it is never called)."""
-        self._shutdown()
-
-    def _shutdown(self) -> None:
+        """Release what :meth:`serve` holds (it calls this; call it when it is never called)."""
         if self._selector.get_map() is None:
             return  # already shut down
         began = time.monotonic()
         self._wakeup.set()
-        self._inbox.close()
+        self.inbox.close()
         self._reloader.stop()  # a reload being bound stops between two checkouts
-        self._observer.stop()
-        self._clients.close_all()
+        self.observer.stop()
+        self.clients.close_all()
         # Every watcher halts first (the shared workers stop turning the ones not yet
         # stopped: at 10,001 checkouts the stops one by one raced their first turns for
         # 9-15 s), and every running hook gets SIGTERM first, then each runner is joined:
         # the grace periods of hooks that ignore SIGTERM overlap instead of adding up.
-        halt(w for entry in self._entries.values() if (w := entry.source.watcher) is not None)
-        for entry in self._entries.values():
+        halt(w for entry in self.entries.values() if (w := entry.source.watcher) is not None)
+        for entry in self.entries.values():
             entry.source.on_report = None  # a stopping watcher's report: no loop reads it now
             entry.request_stop()
-        for entry in self._entries.values():
+        for entry in self.entries.values():
             entry.stop()
         self._drain.stop()
         self._selector.close()
@@ -383,6 +373,6 @@ class DaemonServer:
         if self._served:  # one that never served (no socket: another daemon runs) did not stop
             logger.info(
                 "stalewatch: daemon stopped (%s, in %.2f s)",
-                counted(len(self._entries), "checkout"),
+                counted(len(self.entries), "checkout"),
                 time.monotonic() - began,
             )

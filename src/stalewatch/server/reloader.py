@@ -33,16 +33,16 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ..core import forking
 from ..core.errors import BindError, DaemonConfigError
 from ..watching.watcher import halt
 from .checkout import Checkout
 from .config import CheckoutConfig, DaemonConfig
-from .connections import ClientSet
-from .observer import DaemonObserver
-from .publisher import Publisher
-from .supervision import SystemdNotifier
+
+if TYPE_CHECKING:
+    from .loop import DaemonServer
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +56,6 @@ _SETTLE_EVERY = 256  # checkouts bound between two gc.freeze()
 AT_START = ("socket", "metrics_address", "metrics_textfile", "metrics_interval", "metrics_daemon")
 """Settings read once, at start: a reload keeps the running ones (and says so)."""
 _DEFAULTED = ("socket", "metrics_daemon")  # None in a file: the default resolved at start
-
-Make = Callable[[CheckoutConfig, int], Checkout]
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,7 @@ def plan_reload(
     entries: Mapping[str, Checkout],
     running: DaemonConfig,
     settings: DaemonConfig,
-    make: Make,
+    make: Callable[[CheckoutConfig, int], Checkout],
     cancel: threading.Event | None = None,
 ) -> Bound:
     """Bind what ``settings`` adds, reuse what it keeps; change nothing that runs.
@@ -149,38 +147,20 @@ class Reloader:
     configuration is bound once the first has ended.
 
     Args:
+        server: the daemon: its checkouts by key (a plan applied changes them in place),
+            how it binds one (on the reload's thread), its inbox (which the :class:`Bound`
+            result is posted to), its clients (the new limits, a greeting's size before
+            the new snapshots), publisher (a ``removed`` line, the new ``snapshot``
+            lines), observer (checkouts that come and go), the view a scrape reads
+            (refreshed before clients hear of a change), and systemd.
         load: reads the configuration file (``None``: there is none to reload).
         settings: the configuration running now (:attr:`settings`; a plan's replaces it).
-        entries: the daemon's checkouts by key (a plan applied changes them in place).
-        make: binds one new checkout (on the reload's thread).
-        post: hands the loop the :class:`Bound` result (from the reload's thread).
-        clients: take the new limits (a greeting's size before the new snapshots).
-        publisher: tells the clients (a ``removed`` line, the new ``snapshot`` lines).
-        observer: told of checkouts that come and go (metrics).
-        refresh_view: makes what a scrape reads agree with ``entries``; called before
-            clients hear of a change.
-        systemd: told of the reload, and of the checkouts it changed.
     """
 
-    def __init__(
-        self,
-        load: Callable[[], DaemonConfig] | None,
-        settings: DaemonConfig,
-        entries: dict[str, Checkout],
-        make: Make,
-        post: Callable[[Bound], None],
-        *,
-        clients: ClientSet,
-        publisher: Publisher,
-        observer: DaemonObserver,
-        refresh_view: Callable[[], None],
-        systemd: SystemdNotifier,
-    ) -> None:
+    def __init__(self, server: DaemonServer, load: Callable[[], DaemonConfig] | None, settings: DaemonConfig):
         self.settings = settings
-        self._load, self._entries, self._make, self._post = load, entries, make, post
-        self._clients, self._publisher, self._observer = clients, publisher, observer
-        self._refresh_view = refresh_view
-        self._systemd = systemd
+        self._server, self._load = server, load
+        self._systemd = server.systemd
         self._requested = False
         self._binder: threading.Thread | None = None  # reading and binding a reload, off the loop
         self._cancel = threading.Event()  # set: the binder stops between two checkouts
@@ -216,7 +196,7 @@ class Reloader:
         self._systemd.changed()
         self._cancel.clear()
         # A copy of the entries: the loop applies no plan while the thread binds.
-        args = (self._load, dict(self._entries))
+        args = (self._load, dict(self._server.entries))
         self._binder = threading.Thread(target=self._bind, args=args, name="stalewatch-reload", daemon=True)
         self._binder.start()
 
@@ -227,14 +207,14 @@ class Reloader:
         this has posted.
         """
         try:
-            bound = plan_reload(entries, self.settings, load(), self._make, self._cancel)
+            bound = plan_reload(entries, self.settings, load(), self._server.make_entry, self._cancel)
             bound = bound if not self._cancel.is_set() else Bound()
         except (DaemonConfigError, BindError) as exc:
             bound = Bound(error=exc)
         except Exception as exc:  # a bug: the running configuration stays, the loop goes on
             logger.exception("stalewatch: unexpected error while reading the configuration")
             bound = Bound(error=exc)
-        self._post(bound)
+        self._server.inbox.post(bound)
 
     def bound(self, bound: Bound) -> None:
         """The reload thread ended: apply its plan, unless a newer SIGHUP came meanwhile."""
@@ -248,10 +228,10 @@ class Reloader:
                 self._systemd.reloaded()
             reclaim()  # what it bound (frozen as it went) was never started: garbage
             return
-        entries, reused, fresh = self._entries, bound.reused, bound.fresh
+        entries, reused, fresh = self._server.entries, bound.reused, bound.fresh
         logging.getLogger().setLevel(bound.settings.log_level.upper())
         self.settings, self._plan = bound.settings, bound
-        self._clients.burst = 1 + len(reused) + len(fresh)  # before fresh snapshots are queued
+        self._server.clients.burst = 1 + len(reused) + len(fresh)  # before fresh snapshots are queued
         # Removals and re-bindings first, then updates, then additions.
         dropped = [key for key in entries if key not in reused]
         self._steps = deque([*dropped, *reused, *(key for key in fresh if key not in entries)])
@@ -282,8 +262,10 @@ class Reloader:
         self._systemd.watching()
         if not self._steps:
             settings = self.settings
-            self._clients.configure(settings.max_clients, settings.client_queue, settings.client_buffer)
-            logger.info("stalewatch: configuration reloaded: %d checkouts", len(self._entries))
+            self._server.clients.configure(
+                settings.max_clients, settings.client_queue, settings.client_buffer
+            )
+            logger.info("stalewatch: configuration reloaded: %d checkouts", len(self._server.entries))
             self._systemd.changed()
             if self._shrinks:
                 reclaim()  # the checkouts it stopped
@@ -291,32 +273,33 @@ class Reloader:
             self._plan = Bound()
 
     def _apply(self, batch: list[str]) -> None:
-        reused, fresh = self._plan.reused, self._plan.fresh
-        old = {key: self._entries.pop(key) for key in batch if key in self._entries and key not in reused}
-        self._refresh_view()
+        server, reused, fresh = self._server, self._plan.reused, self._plan.fresh
+        entries = server.entries
+        old = {key: entries.pop(key) for key in batch if key in entries and key not in reused}
+        server.refresh_view()
         added: list[Checkout] = []
         for key in batch:
             if key in reused:
-                self._entries[key].update(reused[key])
+                entries[key].update(reused[key])
                 continue
             new = fresh.get(key)
             if key in old:
                 old[key].stop()
                 if new is None:
                     logger.info("stalewatch: no longer watching %s", key)
-                    self._observer.forget(key)
-                    self._publisher.removed(key)
+                    server.observer.forget(key)
+                    server.publisher.removed(key)
                     continue
                 new.continue_from(old[key])
             if new is not None:
-                self._entries[key] = new
-                self._observer.track(new)
+                entries[key] = new
+                server.observer.track(new)
                 added.append(new)
-        self._refresh_view()
+        server.refresh_view()
         for entry in added:
             entry.start()
             logger.info("stalewatch: watching %s (loaded %s)", entry.key, entry.guard.loaded_revision)
-        self._publisher.snapshots(added)
+        server.publisher.snapshots(added)
 
     def stop(self) -> None:
         """The daemon stops: a reload being bound stops between two checkouts; one being

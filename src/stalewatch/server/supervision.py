@@ -29,12 +29,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.status import Status, WatchMode
 from ..git.refs import GitDirs
 from ..watching.local import LocalSource
 from ..watching.source import OnChange, OnHealth
 from ..watching.watcher import Watcher
+
+if TYPE_CHECKING:
+    from .loop import DaemonServer
 
 logger = logging.getLogger(__name__)
 
@@ -125,20 +129,6 @@ class ObservedSource(LocalSource):
         return self.watcher
 
 
-def status_text(states: Iterable[tuple[Status, bool]], clients: int) -> str:
-    """systemd's one-line ``STATUS=``: checkouts by status, clients, untrusted watchers.
-
-    ``states``: each checkout's ``(status, trusted)``.
-    """
-    states = list(states)
-    counts = Counter(status for status, _ in states)
-    untrusted = sum(not trusted for _, trusted in states)
-    parts = [f"{counts[s]} {s.value}" for s in Status if counts[s]]
-    checkouts = counted(len(states), "checkout")
-    text = f"{checkouts} ({', '.join(parts) or 'none'}); {counted(clients, 'client')}"
-    return text + (f"; {counted(untrusted, 'watcher')} untrusted" if untrusted else "")
-
-
 def counted(count: int, noun: str) -> str:
     """``1 checkout``, ``2 checkouts``: a count on a line the daemon writes."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
@@ -149,23 +139,17 @@ class SystemdNotifier:
 
     The daemon's loop thread calls every method but :meth:`alive`; the watchdog thread
     reads only the loop's last beat and the tuple :meth:`watching` publishes, never
-    the daemon's own tables (``status`` and ``watchers`` are called on the loop's thread).
+    the daemon's own tables.
 
     Args:
+        server: the daemon, whose checkouts and clients ``STATUS=`` counts (on the loop's
+            thread), and whose watchers' heartbeats :meth:`alive` requires.
         loop_tick: the longest the daemon's loop sleeps between turns, in seconds.
-        status: systemd's one-line ``STATUS=`` now (see :func:`status_text`).
-        watchers: the (checkout, source) pairs whose heartbeats :meth:`alive` requires now.
     """
 
-    def __init__(
-        self,
-        loop_tick: float,
-        status: Callable[[], str],
-        watchers: Callable[[], Iterable[tuple[str, ObservedSource]]],
-    ) -> None:
+    def __init__(self, server: DaemonServer, loop_tick: float) -> None:
+        self._server = server
         self._loop_tick = loop_tick
-        self._text = status
-        self._watching = watchers
         self._loop_beat = time.monotonic()
         self._watchers: tuple[tuple[str, ObservedSource], ...] = ()
         self._status = ""
@@ -180,11 +164,23 @@ class SystemdNotifier:
         self._pending = False  # at the turn's start: STATUS= not made for what it shows
         self._turn_changes = 0  # changes at the turn's start
 
+    def _text(self) -> str:
+        """systemd's one-line ``STATUS=``: checkouts by status, clients, untrusted watchers;
+        from what the loop already holds (no snapshot copies): cheap at 10,000 checkouts."""
+        entries = self._server.entries.values()
+        counts = Counter(entry.guard.status for entry in entries)
+        untrusted = sum(not entry.trusted for entry in entries)
+        parts = ", ".join(f"{counts[s]} {s.value}" for s in Status if counts[s]) or "none"
+        text = (
+            f"{counted(len(entries), 'checkout')} ({parts}); {counted(len(self._server.clients), 'client')}"
+        )
+        return text + (f"; {counted(untrusted, 'watcher')} untrusted" if untrusted else "")
+
     # -- the loop thread --------------------------------------------------------------------
 
     def watching(self) -> None:
         """Require the heartbeats of the watchers there are now (see :meth:`alive`)."""
-        self._watchers = tuple(self._watching())
+        self._watchers = tuple((key, entry.source) for key, entry in self._server.entries.items())
 
     def beat(self) -> None:
         """The loop completed a turn."""
