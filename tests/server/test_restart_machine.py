@@ -635,7 +635,7 @@ def test_r8_a_server_whose_connection_drops_mid_drain_is_waited_for_while_its_pr
     settled(d)
     assert d.stage == "DRAIN"
     d.leave(pid)  # its connection closed; the process and its 3 requests live on
-    assert d.request == ProbeDrain(d.request.ticket, frozenset({pid}))  # type: ignore[union-attr]
+    assert d.request == ProbeDrain(d.request.ticket, frozenset({pid}), B)  # type: ignore[union-attr]
     d.reply()  # pid 2 still runs
     assert phase(d.last) == (RestartPhase.WAITING, "drain: 3 in flight", B)
     for _ in range(5):
@@ -666,7 +666,7 @@ def test_r8_a_departed_server_with_no_pid_is_waited_for_while_it_may_reconnect()
     settled(d)
     d.leave(0)
     left = d.now
-    assert d.request == ProbeDrain(d.request.ticket, frozenset())  # type: ignore[union-attr]
+    assert d.request == ProbeDrain(d.request.ticket, frozenset(), B)  # type: ignore[union-attr]
     d.reply()
     while d.now < left + RECONNECT_GRACE - 1.0:
         d.until_timer()

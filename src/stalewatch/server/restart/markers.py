@@ -62,47 +62,35 @@ def exists(path: Path) -> bool | None:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    except OSError as exc:
+    except OSError as exc:  # EPERM: another user's process, alive
         return exc.errno != errno.ESRCH
     return True
 
 
 def read_pid_marker(path: Path, max_age: float, now: float | None = None) -> Verdict:
     """The verdict of an updater's PID marker at ``path`` (absent: go)."""
+    special = Verdict("refuse", f"update-marker: {path} is not a regular file")
     try:
-        info = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return GO
-    except OSError as exc:
-        return Verdict("wait", f"update-marker: cannot read {path}: {exc.strerror or exc}")
-    if stat.S_ISLNK(info.st_mode):
-        return Verdict("refuse", f"update-marker: {path} is a symlink; the update did not end cleanly")
-    if not stat.S_ISREG(info.st_mode):
-        return Verdict("refuse", f"update-marker: {path} is not a regular file")
-    if info.st_size > MAX_MARKER:
-        return Verdict("refuse", f"update-marker: {path} is larger than {MAX_MARKER} bytes")
-    try:
-        # O_NOFOLLOW and O_NONBLOCK: a symlink or FIFO swapped in since lstat is refused
-        # or read without blocking, never followed or waited on.
+        # O_NOFOLLOW and O_NONBLOCK: a symlink is refused, a FIFO read without blocking;
+        # fstat judges what was opened, whatever was at the path before.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return GO  # removed in between: the update just ended
+    except (FileNotFoundError, NotADirectoryError):
+        return GO  # none, or removed as we looked: the update just ended
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
+        if exc.errno == errno.ELOOP and path.is_symlink():  # not a loop above it
             return Verdict("refuse", f"update-marker: {path} is a symlink; the update did not end cleanly")
+        if exc.errno == errno.ENXIO:  # a socket
+            return special
         return Verdict("wait", f"update-marker: cannot read {path}: {exc.strerror or exc}")
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return Verdict("refuse", f"update-marker: {path} is not a regular file")
-        data = os.read(fd, MAX_MARKER + 1)
+        info = os.fstat(fd)
+        data = os.read(fd, MAX_MARKER + 1) if stat.S_ISREG(info.st_mode) else b""
     except OSError as exc:
         return Verdict("wait", f"update-marker: cannot read {path}: {exc.strerror or exc}")
     finally:
         os.close(fd)
+    if not stat.S_ISREG(info.st_mode):
+        return special
     if len(data) > MAX_MARKER:
         return Verdict("refuse", f"update-marker: {path} is larger than {MAX_MARKER} bytes")
     return _judge(path, data, max_age, time.time() if now is None else now)

@@ -100,7 +100,8 @@ class Run:
     def probe_drain(self) -> None:
         """Ask for a look at the drain."""
         pids = frozenset(d.pid for d in self.held() if d.pid > 0)
-        self.ask(lambda t: ProbeDrain(t, pids))
+        target = "" if self.s.attempt is None else self.s.attempt.target
+        self.ask(lambda t: ProbeDrain(t, pids, target))
 
     def publish(
         self,
