@@ -43,6 +43,7 @@ next wake-up; :class:`~.run.Run` holds the step's bookkeeping and the outcomes.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from ...core.phases import RestartPhase
@@ -102,21 +103,18 @@ def _servers(r: Run, event: inputs.Servers) -> None:
     s, servers = r.s, event.servers
     pids = {x.pid for x in servers}
     a = s.attempt
+    ours = a is not None and a.stage >= Stage.ACT  # a restart of ours under way
     # Work in flight that left with its registration, outside our action: it may still
     # run (R8). Counted until it registers again, its process is gone, or the bound.
-    departed = [d for d in held(s.departed, r.now, s.rules) if d.pid not in pids]
-    if a is None or a.stage < Stage.ACT:
-        left: dict[int, int] = {}
-        for x in s.servers:
-            if x.pid not in pids and x.pid not in s.retiring and x.inflight > 0:
-                left[x.pid] = left.get(x.pid, 0) + x.inflight
-        departed = [d for d in departed if d.pid not in left]
-        departed += [Departed(pid, count, r.now) for pid, count in left.items()]
-    belief = s.belief
-    if s.servers and not servers and (a is None or a.stage < Stage.ACT):
-        # Every registered server went away, and not in a restart of ours: they were
-        # stopped. Restarting now would start them (the Hermes WebUI bug): wait.
-        belief = belief.gone()
+    left: Counter[int] = Counter()
+    for x in s.servers:
+        if not ours and x.pid not in pids and x.pid not in s.retiring and x.inflight > 0:
+            left[x.pid] += x.inflight
+    departed = [d for d in held(s.departed, r.now, s.rules) if d.pid not in pids and d.pid not in left]
+    departed += [Departed(pid, count, r.now) for pid, count in left.items()]
+    # Every registered server went away, and not in a restart of ours: they were
+    # stopped. Restarting now would start them (the Hermes WebUI bug): wait.
+    belief = s.belief.gone() if s.servers and not servers and not ours else s.belief
     r.s = replace(
         s,
         servers=servers,
