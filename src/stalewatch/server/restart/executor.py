@@ -34,11 +34,11 @@ from ...core.status import Event
 from ...guard.guard import Guard
 from ..drain import OutputDrain
 from ..registry import Process
-from .decisions import estimate
 from .effects import Publish, ReleaseLock, Wake
 from .inputs import Head, Input, Reload, Server, Servers, Tick
 from .machine import step
 from .policy import RestartPolicy, Rules
+from .run import estimate
 from .state import Belief, State
 from .work import Job, Work
 

@@ -48,9 +48,8 @@ from dataclasses import replace
 
 from ...core.phases import RestartPhase
 from . import inputs
-from .decisions import held
 from .effects import Effect, ReadHead, Stage
-from .run import Run
+from .run import Run, held
 from .stages import advance, drain_under_lock, final
 from .state import (
     CONFIRM_POLL,

@@ -19,7 +19,6 @@ import math
 import os
 import stat
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,14 +117,6 @@ def _judge(path: Path, data: bytes, max_age: float, now: float) -> Verdict:
     return Verdict("wait", f"update-running: pid {pid} since {max(0.0, age):.0f} s")
 
 
-def _first_present(paths: Iterable[Path]) -> tuple[Path, bool | None] | None:
-    for path in paths:
-        present = exists(path)
-        if present is not False:
-            return path, present
-    return None
-
-
 def assess(policy: RestartPolicy, now: float | None = None) -> Verdict:
     """Whether the update is over and clean, per ``policy``'s markers.
 
@@ -136,14 +127,14 @@ def assess(policy: RestartPolicy, now: float | None = None) -> Verdict:
         verdict = read_pid_marker(policy.update_marker, policy.update_marker_max_age, now)
         if not verdict.go:
             return verdict
-    found = _first_present(policy.incomplete_markers)
-    if found is not None:
-        path, present = found
+    for path in policy.incomplete_markers:
+        present = exists(path)
         if present is None:
             return Verdict("refuse", f"incomplete: cannot tell whether {path} exists")
-        return Verdict("refuse", f"incomplete: {path} exists; the update did not finish")
-    found = _first_present(policy.hold_while)
-    if found is not None:
-        path, present = found
-        return Verdict("wait", f"hold: {path} {'exists' if present else 'cannot be checked'}")
+        if present:
+            return Verdict("refuse", f"incomplete: {path} exists; the update did not finish")
+    for path in policy.hold_while:
+        present = exists(path)
+        if present is not False:
+            return Verdict("wait", f"hold: {path} {'exists' if present else 'cannot be checked'}")
     return GO
