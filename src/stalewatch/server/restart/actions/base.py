@@ -4,7 +4,7 @@ The pure machine (:mod:`..machine`) never knows which action runs: it asks the
 action's :class:`Traits` what it can do (start the new servers beside the old,
 retire the old, abort the new, still be under way). The executor's worker carries
 the action out through :class:`Action`: check it can be done at all, do it; what it
-started beside the old servers is retired or aborted later (:class:`Started`).
+started beside the old servers is retired or aborted later (:class:`~.handoff.Begun`).
 """
 
 from __future__ import annotations
