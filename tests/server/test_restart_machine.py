@@ -1805,11 +1805,18 @@ def test_belief_keeps_its_presumption_until_something_tells() -> None:
 
 
 def test_retry_after_adds_the_waits_up() -> None:
-    from stalewatch.server.restart.run import Waits, retry_after
-
-    assert retry_after(Waits(settle=2.0, interval=5.0, poll=0.5, drain=1.0, verifies=2), 3.0, 4.0) == 16.5
-    assert retry_after(Waits(settle=7.0, interval=5.0), 3.0, 4.0) == 11.0
-    assert retry_after(Waits(settle=-1.0, interval=-2.0, restart=False), 3.0, 4.0) == 0.0
+    """Settle and the interval run at once (the longest of them), then the probes and the
+    restart, as last measured; a stage's own wait is added to them."""
+    d = Driver(rules(min_interval=30.0, verify=True))
+    restarted(d, B)
+    d.move(C)  # settle (1 s) runs within the interval's 30
+    assert phase(d.last) == (RestartPhase.WAITING, "settle", C)
+    probes, restart = 2 * d.state.verify_seconds, d.state.restart_seconds
+    assert d.last.retry_after == pytest.approx(interval_left(d.state, d.now) + probes + restart)
+    d = Driver(rules(markers=True, verify=True))
+    settled(d)
+    d.reply(verdict=Verdict.WAIT, reason="update-running")  # the next look is 0.5 s away
+    assert d.last.retry_after == pytest.approx(0.5 + 2 * d.state.verify_seconds + d.state.restart_seconds)
 
 
 def test_r7_a_fast_probe_is_measured_as_fast() -> None:

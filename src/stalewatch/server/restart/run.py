@@ -29,7 +29,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ...core.phases import RestartPhase, RestartState
 from .effects import Abort, Effect, ProbeDrain, Publish, Rebind, ReleaseLock, Retire, Stage, Wake
@@ -122,30 +122,6 @@ def runs(servers: Sequence[Server]) -> str:
     for server in servers:
         table.setdefault(server.revision[:7], []).append(server.pid)
     return "; ".join(f"{rev}: pids {pids}" for rev, pids in (table or {"(none)": []}).items())
-
-
-@dataclass(frozen=True)
-class Waits:
-    """The waits ahead of a published phase, in seconds: what is left of settle, of the
-    minimum interval and until the servers' counts are in; the stage's own wait of unknown
-    length (its next look); a drain ahead (its next re-check); the verify probes ahead
-    (counted); whether the action and its confirmation are ahead."""
-
-    settle: float = 0.0
-    interval: float = 0.0
-    counts: float = 0.0
-    poll: float = 0.0
-    drain: float = 0.0
-    verifies: int = 0
-    restart: bool = True
-
-
-def retry_after(waits: Waits, verify_seconds: float, restart_seconds: float) -> float:
-    """Seconds until the new servers should answer: never less than any single wait
-    (settle, the interval and the counts run at once: the longest of them)."""
-    start = max(0.0, waits.settle, waits.interval, waits.counts)
-    restart = restart_seconds if waits.restart else 0.0
-    return start + waits.poll + waits.drain + waits.verifies * verify_seconds + restart
 
 
 def estimate(settle: float, verify: bool, verify_seconds: float, restart_seconds: float) -> float:
@@ -257,7 +233,7 @@ class Run:
         if (phase, reason, revision) == (old.phase, old.reason, old.revision):
             return
         attempt = s.actions if revision else 0
-        wait = retry_after(self.waits(stage), s.verify_seconds, s.restart_seconds) if phase.coming else None
+        wait = self.retry_after(stage) if phase.coming else None
         guess = estimate(s.rules.settle, s.rules.verify, s.verify_seconds, s.restart_seconds)
         state = RestartState(phase, reason, revision, attempt, wait, inflight=inflight, estimate=guess)
         self.s = replace(s, published=state, published_at=self.now)
@@ -287,11 +263,13 @@ class Run:
         at = max(times)
         return at if self.now < at else None
 
-    def waits(self, stage: Stage) -> Waits:
-        """The waits ahead of a phase told at ``stage`` (all of them, or ``retry_after`` is too short)."""
+    def retry_after(self, stage: Stage) -> float:
+        """Seconds until the new servers should answer, for a phase told at ``stage``: the
+        waits ahead added up (settle, the interval and the counts run at once: the longest
+        of them), then the stage's own look, a drain, the verify probes and the restart."""
         s, a, now = self.s, self.s.attempt, self.now
         if a is None:
-            return Waits()  # no run: nothing is coming
+            return s.restart_seconds  # no run: nothing is coming
         rules = s.rules
         settle = a.began + rules.settle - now if a.began is not None and stage <= Stage.SETTLE else 0.0
         interval = interval_left(s, now) if stage < Stage.ACT else 0.0
@@ -305,7 +283,8 @@ class Run:
             # after the announcement, the reconnect grace after the daemon's start).
             counts = heard - now
         poll = {Stage.MARKERS: MARKER_POLL, Stage.LOCK: (a.lock or Locking()).delay}.get(stage, 0.0)
-        return Waits(settle, interval, counts, poll, flowing, verifies)
+        start = max(0.0, settle, interval, counts)
+        return start + poll + flowing + verifies * s.verify_seconds + s.restart_seconds
 
     def wake(self) -> None:
         """Ask for the next tick the run needs (while an answer is awaited: when it is lost)."""
