@@ -101,7 +101,11 @@ class Restarter:
         ``quiet``) that only registrations will."""
         policy = self._work.policy
         if policy.pidfile is not None or policy.pid_command is not None:
-            self._queue("learn")
+            with self._cond:
+                if not self._stop.is_set():
+                    self._jobs.append("learn")
+                    self._spawn()
+                    self._cond.notify_all()
         elif not quiet:
             logger.info(
                 "stalewatch: restart of %s: until servers register, %s: no pidfile nor pid_command tells",
@@ -161,14 +165,6 @@ class Restarter:
         """Under _cond: a job carried out now is carried out in order: none is queued, and
         none is under way but on this very thread (which feeds its answer)."""
         return not self._jobs and (not self._busy or threading.current_thread() is self._thread)
-
-    def _queue(self, job: Job) -> None:
-        with self._cond:
-            if self._stop.is_set():
-                return
-            self._jobs.append(job)
-            self._spawn()
-            self._cond.notify_all()
 
     # -- publishing --------------------------------------------------------------------------
 

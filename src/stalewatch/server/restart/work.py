@@ -27,7 +27,7 @@ from .. import commands
 from ..commands import Outcome
 from ..drain import OutputDrain
 from . import effects, loaded
-from .actions import Action, Begun, action_of
+from .actions import Begun, action_of
 from .inputs import Acted, Drain, Head, Input, Loaded, Lock, Markers, Verdict, Verified
 from .markers import assess
 from .policy import RestartPolicy
@@ -81,11 +81,6 @@ class Work:
         self._started: tuple[int, Begun] | None = None
         self._pending: tuple[str, float] | None = None  # an action under way, first seen at
         self._learnt = ""  # what runs, as last learnt (logged when it changes)
-
-    @property
-    def action(self) -> Action:
-        """The policy's action (:mod:`.actions`)."""
-        return action_of(self.policy)
 
     def carry(self, job: Job) -> Input | None:
         """Carry out one job: its answer (``None``: not a request). A request is answered
@@ -160,7 +155,7 @@ class Work:
         new master: the next action waits (told as a wait), ``drain_timeout`` at most,
         then refuses until it is over (it lifts by itself). Never a failure, never a signal.
         """
-        what = self.action.under_way()
+        what = action_of(self.policy).under_way()
         if what is None:
             self._pending = None
             return None
@@ -228,7 +223,7 @@ class Work:
     def _act(self, request: effects.Act) -> Acted:
         """Restart through the supervisor: the policy's action (:mod:`.actions`)."""
         self._started = None  # whatever happens now, an earlier action's is never aborted
-        done = self.action.act(request.revision, self._run, self._stop)
+        done = action_of(self.policy).act(request.revision, self._run, self._stop)
         if done.started is not None:
             self._started = (request.ticket, done.started)
         log = logger.warning if done.refused else logger.info
