@@ -90,7 +90,7 @@ _MACHINE_TESTS = (
     "tests/server/test_restart_machine_properties.py",
     "tests/server/test_restart_decisions.py",
 )
-_MACHINE_MODULES = ("machine", "stages", "run", "state", "decisions")
+_MACHINE_MODULES = ("machine", "stages", "run", "state")
 
 # The pure decision modules and the tests that cover each: extend here and nowhere else.
 TARGETS: tuple[Target, ...] = (

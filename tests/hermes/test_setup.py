@@ -16,6 +16,8 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -25,7 +27,7 @@ from stalewatch.hermes.setup import _PROBE as PROBE
 from stalewatch.hermes.setup import ACCELERATOR_FIGURE, ACCELERATOR_LINES
 from stalewatch.server.config import load
 from stalewatch.server.restart.effects import ProbeConfirm
-from stalewatch.server.restart.inputs import ConfirmProbed
+from stalewatch.server.restart.inputs import Verified
 from stalewatch.server.restart.policy import RestartPolicy
 from stalewatch.server.restart.work import Work
 from tests.hermes.test_webui_lines import probe
@@ -631,18 +633,19 @@ def test_a_refused_confirm_probe_while_the_webui_starts_is_debug_without_a_trace
         policy = RestartPolicy(
             action=("true",), confirm=(sys.executable, "-c", PROBE, url), confirm_timeout=30
         )
-        return Work("webui", tmp_path, policy, loaded=lambda: None, drain=None, stop=threading.Event())
+        guard: Any = SimpleNamespace(loaded_revision=None)  # only what the commands' variables read
+        return Work("webui", tmp_path, policy, guard=guard, drain=None, stop=threading.Event())
 
     with caplog.at_level(logging.DEBUG, logger="stalewatch"):
-        refused = work(health).confirm_probe(ProbeConfirm(1, "a" * 40))
+        refused = work(health).carry(ProbeConfirm(1, "a" * 40))
         with serve_wsgi(echo_wsgi) as port:  # the WebUI is up
-            answered = work(f"http://127.0.0.1:{port}/health").confirm_probe(ProbeConfirm(2, "a" * 40))
-    assert isinstance(refused, ConfirmProbed) and not refused.ok
+            answered = work(f"http://127.0.0.1:{port}/health").carry(ProbeConfirm(2, "a" * 40))
+    assert isinstance(refused, Verified) and not refused.ok
     assert refused.detail == f"exited 1: {health}: <urlopen error [Errno 111] Connection refused>"
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     (printed,) = [r for r in caplog.records if "the confirm probe" in r.getMessage()]
     assert printed.levelno == logging.DEBUG and "Traceback" not in printed.getMessage()
-    assert isinstance(answered, ConfirmProbed) and answered.ok
+    assert isinstance(answered, Verified) and answered.ok
 
 
 @pytest.mark.timeout(20)  # a FIFO opened blocking waits for a writer for ever

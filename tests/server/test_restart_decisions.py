@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from stalewatch.core.phases import RestartPhase
-from stalewatch.server.restart.decisions import estimate
 from stalewatch.server.restart.effects import Act
 from stalewatch.server.restart.inputs import Acted, Loaded, Verdict
 from stalewatch.server.restart.policy import Rules
+from stalewatch.server.restart.run import estimate
 from stalewatch.server.restart.state import Belief, wanted
 from tests.support.machine import A, B, C, Driver, phase
 

@@ -635,7 +635,7 @@ def test_r8_a_server_whose_connection_drops_mid_drain_is_waited_for_while_its_pr
     settled(d)
     assert d.stage == "DRAIN"
     d.leave(pid)  # its connection closed; the process and its 3 requests live on
-    assert d.request == ProbeDrain(d.request.ticket, frozenset({pid}))  # type: ignore[union-attr]
+    assert d.request == ProbeDrain(d.request.ticket, frozenset({pid}), B)  # type: ignore[union-attr]
     d.reply()  # pid 2 still runs
     assert phase(d.last) == (RestartPhase.WAITING, "drain: 3 in flight", B)
     for _ in range(5):
@@ -666,7 +666,7 @@ def test_r8_a_departed_server_with_no_pid_is_waited_for_while_it_may_reconnect()
     settled(d)
     d.leave(0)
     left = d.now
-    assert d.request == ProbeDrain(d.request.ticket, frozenset())  # type: ignore[union-attr]
+    assert d.request == ProbeDrain(d.request.ticket, frozenset(), B)  # type: ignore[union-attr]
     d.reply()
     while d.now < left + RECONNECT_GRACE - 1.0:
         d.until_timer()
@@ -1741,52 +1741,52 @@ def test_r9_an_old_server_that_registers_again_after_a_handoff_is_still_old() ->
 
 
 def test_drain_says_what_it_knows() -> None:
-    from stalewatch.server.restart import decisions
+    from stalewatch.server.restart import run
 
-    assert decisions.describe(3, "") == "3 in flight"
-    assert decisions.describe(None, "") == "unknown in flight (the drain probe has not answered)"
-    assert decisions.describe(None, "exited 2") == "unknown in flight (the drain probe exited 2)"
+    assert run.describe(3, "") == "3 in flight"
+    assert run.describe(None, "") == "unknown in flight (the drain probe has not answered)"
+    assert run.describe(None, "exited 2") == "unknown in flight (the drain probe exited 2)"
 
 
 def test_drain_counts_registrations_and_the_probe() -> None:
-    from stalewatch.server.restart import decisions
+    from stalewatch.server.restart import run
     from stalewatch.server.restart.inputs import Server
 
     servers = [Server(1, A, 2), Server(2, A, -4)]
-    assert decisions.in_flight(servers, rules(), None) == 2
-    assert decisions.in_flight(servers, rules(drain_probe=True), None) is None
-    assert decisions.in_flight(servers, rules(drain_probe=True), 3) == 5
-    assert decisions.in_flight(servers, rules(drain_probe=True), -3) == 2
+    assert run.in_flight(servers, rules(), None) == 2
+    assert run.in_flight(servers, rules(drain_probe=True), None) is None
+    assert run.in_flight(servers, rules(drain_probe=True), 3) == 5
+    assert run.in_flight(servers, rules(drain_probe=True), -3) == 2
 
 
 def test_drain_decides_at_exactly_the_bound() -> None:
-    from stalewatch.server.restart import decisions
+    from stalewatch.server.restart import run
 
     bound = rules(drain_timeout=10.0)
-    assert decisions.decide(0, None, 0.0, bound) is decisions.Next.GO
-    assert decisions.decide(1, None, 50.0, bound) is decisions.Next.WAIT
-    assert decisions.decide(1, 0.0, 9.999, bound) is decisions.Next.WAIT
-    assert decisions.decide(None, 0.0, 10.0, bound) is decisions.Next.REFUSE
+    assert run.decide(0, None, 0.0, bound) is run.Next.GO
+    assert run.decide(1, None, 50.0, bound) is run.Next.WAIT
+    assert run.decide(1, 0.0, 9.999, bound) is run.Next.WAIT
+    assert run.decide(None, 0.0, 10.0, bound) is run.Next.REFUSE
     anyway = rules(drain_timeout=10.0, on_drain_timeout=DrainOutcome.RESTART)
-    assert decisions.decide(1, 0.0, 10.0, anyway) is decisions.Next.RESTART
+    assert run.decide(1, 0.0, 10.0, anyway) is run.Next.RESTART
 
 
 def test_confirming_tells_new_servers_from_old() -> None:
-    from stalewatch.server.restart import decisions
+    from stalewatch.server.restart import run
     from stalewatch.server.restart.inputs import Server
 
     servers = [Server(1, A, 0, 5.0), Server(2, B, 0, 10.0), Server(3, B, 0, 4.0)]
-    assert decisions.newcomers(servers, 5.0, {1}) == [servers[1]]
-    assert decisions.newcomers(servers, 3.0, set()) == servers
-    assert decisions.registered_on(servers[1:], (B,), 10.0, beside=False) == B
-    assert decisions.registered_on(servers[1:], (B,), 10.5, beside=False) is None  # none since
-    assert decisions.registered_on(servers[1:], (A,), 10.0, beside=False) is None
-    assert decisions.registered_on(servers, (A, B), 5.0, beside=False) is None  # two revisions
-    assert decisions.registered_on(servers, (B,), 5.0, beside=True, old={1}) == B
-    assert decisions.registered_on(servers, (B,), 5.0, beside=True) is None  # 1 counts as new
-    assert decisions.old_code(servers, (B,)) and not decisions.old_code(servers[1:], (B,))
-    assert decisions.runs(servers) == "aaaaaaa: pids [1]; bbbbbbb: pids [2, 3]"
-    assert decisions.runs([]) == "(none): pids []"
+    assert run.newcomers(servers, 5.0, {1}) == [servers[1]]
+    assert run.newcomers(servers, 3.0, set()) == servers
+    assert run.registered_on(servers[1:], (B,), 10.0, beside=False) == B
+    assert run.registered_on(servers[1:], (B,), 10.5, beside=False) is None  # none since
+    assert run.registered_on(servers[1:], (A,), 10.0, beside=False) is None
+    assert run.registered_on(servers, (A, B), 5.0, beside=False) is None  # two revisions
+    assert run.registered_on(servers, (B,), 5.0, beside=True, old={1}) == B
+    assert run.registered_on(servers, (B,), 5.0, beside=True) is None  # 1 counts as new
+    assert run.old_code(servers, (B,)) and not run.old_code(servers[1:], (B,))
+    assert run.runs(servers) == "aaaaaaa: pids [1]; bbbbbbb: pids [2, 3]"
+    assert run.runs([]) == "(none): pids []"
 
 
 def test_belief_keeps_its_presumption_until_something_tells() -> None:
@@ -1805,11 +1805,18 @@ def test_belief_keeps_its_presumption_until_something_tells() -> None:
 
 
 def test_retry_after_adds_the_waits_up() -> None:
-    from stalewatch.server.restart.decisions import Waits, retry_after
-
-    assert retry_after(Waits(settle=2.0, interval=5.0, poll=0.5, drain=1.0, verifies=2), 3.0, 4.0) == 16.5
-    assert retry_after(Waits(settle=7.0, interval=5.0), 3.0, 4.0) == 11.0
-    assert retry_after(Waits(settle=-1.0, interval=-2.0, restart=False), 3.0, 4.0) == 0.0
+    """Settle and the interval run at once (the longest of them), then the probes and the
+    restart, as last measured; a stage's own wait is added to them."""
+    d = Driver(rules(min_interval=30.0, verify=True))
+    restarted(d, B)
+    d.move(C)  # settle (1 s) runs within the interval's 30
+    assert phase(d.last) == (RestartPhase.WAITING, "settle", C)
+    probes, restart = 2 * d.state.verify_seconds, d.state.restart_seconds
+    assert d.last.retry_after == pytest.approx(interval_left(d.state, d.now) + probes + restart)
+    d = Driver(rules(markers=True, verify=True))
+    settled(d)
+    d.reply(verdict=Verdict.WAIT, reason="update-running")  # the next look is 0.5 s away
+    assert d.last.retry_after == pytest.approx(0.5 + 2 * d.state.verify_seconds + d.state.restart_seconds)
 
 
 def test_r7_a_fast_probe_is_measured_as_fast() -> None:

@@ -41,7 +41,6 @@ from stalewatch.server.restart.effects import (
 )
 from stalewatch.server.restart.inputs import (
     Acted,
-    ConfirmProbed,
     Drain,
     Head,
     Input,
@@ -409,7 +408,7 @@ class MachineWorld:
             return Head(now, self.head, ticket)
         if isinstance(request, Act):
             return Acted(ticket, now, good, "" if good else "exited 3")
-        return ConfirmProbed(ticket, now, good, "" if good else "exited 1")
+        return Verified(ticket, now, good, "" if good else "exited 1")
 
     # -- invariants --------------------------------------------------------------------------
 
@@ -556,7 +555,7 @@ ANY_INPUT = st.one_of(
         st.none() | st.text(max_size=5),
     ),
     st.builds(Acted, st.integers(-2, 40), st.floats(-1e3, 1e6), st.booleans()),
-    st.builds(ConfirmProbed, st.integers(-2, 40), st.floats(-1e3, 1e6), st.booleans()),
+    st.builds(Verified, st.integers(-2, 40), st.floats(-1e3, 1e6), st.booleans()),
 )
 
 

@@ -13,6 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -128,8 +130,8 @@ def test_r1_hold_file_waits_and_a_dangling_symlink_holds_too(tmp_path: Path) -> 
 def test_r3_lock_is_exclusive_with_flock_1_and_not_followed_through_a_symlink(tmp_path: Path) -> None:
     path = tmp_path / "update.lock"
     ours = _work(tmp_path, path)
-    assert ours.take_lock(TakeLock(1)).acquired
-    assert ours.take_lock(TakeLock(2)).acquired  # held already
+    assert ours.carry(TakeLock(1)).acquired
+    assert ours.carry(TakeLock(2)).acquired  # held already
     # flock(1), as an updater would run it: cannot take the lock while we hold it.
     busy = subprocess.run(["flock", "-n", str(path), "true"], check=False, timeout=10)
     assert busy.returncode != 0
@@ -138,11 +140,11 @@ def test_r3_lock_is_exclusive_with_flock_1_and_not_followed_through_a_symlink(tm
     assert subprocess.run(["flock", "-n", str(path), "true"], check=False, timeout=10).returncode == 0
     with path.open("w") as held:  # an updater holding it: we wait
         fcntl.flock(held, fcntl.LOCK_EX)
-        answer = _work(tmp_path, path).take_lock(TakeLock(3))
+        answer = _work(tmp_path, path).carry(TakeLock(3))
         assert (answer.acquired, answer.detail, answer.error) == (False, f"{path} is held", None)
     link = tmp_path / "link.lock"
     link.symlink_to(tmp_path / "elsewhere")
-    answer = _work(tmp_path, link).take_lock(TakeLock(4))
+    answer = _work(tmp_path, link).carry(TakeLock(4))
     assert (
         not answer.acquired
         and answer.error is not None
@@ -154,7 +156,8 @@ def test_r3_lock_is_exclusive_with_flock_1_and_not_followed_through_a_symlink(tm
 def _work(tmp_path: Path, lock: Path) -> Work:
     """What carries out the machine's requests, for a policy with ``lock``."""
     policy = RestartPolicy(action=("true",), lock=lock)
-    return Work("c", tmp_path, policy, loaded=lambda: None, drain=None, stop=threading.Event())
+    guard: Any = SimpleNamespace(loaded_revision=None)  # only what the commands' variables read
+    return Work("c", tmp_path, policy, guard=guard, drain=None, stop=threading.Event())
 
 
 # -- issue 20: what the mutation run found unchecked ---------------------------------------
@@ -301,17 +304,16 @@ def test_r1_what_cannot_be_told_is_named(tmp_path: Path) -> None:
 
 
 class _Between:
-    """``os.lstat`` as markers calls it, changing the file right after (a real race, made certain)."""
+    """``os.open`` as markers calls it, changing the file right before (a real race, made certain)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, change: Callable[[Path], None]) -> None:
-        self._real = os.lstat
+        self._real = os.open
         self._change = change
-        monkeypatch.setattr(markers.os, "lstat", self)
+        monkeypatch.setattr(markers.os, "open", self)
 
-    def __call__(self, path: Path) -> os.stat_result:
-        info = self._real(path)
+    def __call__(self, path: Path, flags: int, mode: int = 0o777) -> int:
         self._change(Path(path))
-        return info
+        return self._real(path, flags, mode)
 
 
 def test_r1_a_marker_removed_after_its_stat_lets_the_restart_go(

@@ -23,7 +23,6 @@ from stalewatch.server.restart.effects import (
 )
 from stalewatch.server.restart.inputs import (
     Acted,
-    ConfirmProbed,
     Drain,
     Head,
     Input,
@@ -142,7 +141,7 @@ class Driver:
             return Head(now, answer.get("revision", self.head), ticket)
         if isinstance(request, Act):
             return Acted(ticket, now, answer.get("ok", True), answer.get("detail", "exited 3"))
-        return ConfirmProbed(ticket, now, answer.get("ok", True), answer.get("detail", "exited 1"))
+        return Verified(ticket, now, answer.get("ok", True), answer.get("detail", "exited 1"))
 
     def through(self, kind: type[Any], **answer: Any) -> None:
         """Answer every request all well until one of ``kind`` is awaited (not answered)."""

@@ -5,8 +5,8 @@ The sequence is a pure state machine; a thread only carries it out.
 - :mod:`.policy`: :class:`~.policy.RestartPolicy`, a checkout's ``[checkout.restart]``,
   and :class:`~.policy.Rules`, what the machine reads of it.
 - :mod:`.machine`: ``step(state, input) -> (state, effects)``, the whole sequence
-  (:mod:`.stages`: the moves; :mod:`.run`: one step's bookkeeping; values in
-  :mod:`.state`, :mod:`.inputs`, :mod:`.effects`; pure decisions in :mod:`.decisions`).
+  (:mod:`.stages`: the moves; :mod:`.run`: one step's bookkeeping and its pure
+  decisions; values in :mod:`.state`, :mod:`.inputs`, :mod:`.effects`).
 - :mod:`.executor`: :class:`~.executor.Restarter`, which feeds the machine under one
   lock and carries out its effects on one worker thread (:mod:`.work`).
 - The restart action, one class per way (:mod:`.actions`: a command, a signal,

@@ -88,11 +88,12 @@ class Verify(Request):
 
 @dataclass(frozen=True)
 class ProbeDrain(Request):
-    """A look at the drain: run the drain probe (if the policy has one) and tell which of
-    ``pids`` (servers that went away with work in flight) no longer run; answer with
-    ``Drain`` (the probe's whole number, or ``None`` and why; ``gone``)."""
+    """A look at the drain of the run for ``revision``: run the drain probe (if the policy
+    has one) and tell which of ``pids`` (servers that went away with work in flight) no
+    longer run; answer with ``Drain`` (the probe's whole number, or ``None`` and why; ``gone``)."""
 
     pids: frozenset[int] = frozenset()
+    revision: str = ""
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class Act(Request):
 
 @dataclass(frozen=True)
 class ProbeConfirm(Request):
-    """Run the confirm probe once; answer with ``ConfirmProbed``."""
+    """Run the confirm probe once; answer with ``Verified``."""
 
     revision: str
 

@@ -21,7 +21,6 @@ event through :meth:`notice`, which feeds again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -29,55 +28,21 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
 from ...core.phases import RestartPhase, RestartState
 from ...core.status import Event
 from ...guard.guard import Guard
 from ..drain import OutputDrain
 from ..registry import Process
-from .decisions import estimate
-from .effects import (
-    Abort,
-    Act,
-    CheckMarkers,
-    Effect,
-    ProbeConfirm,
-    ProbeDrain,
-    Publish,
-    ReadHead,
-    Rebind,
-    ReleaseLock,
-    Retire,
-    TakeLock,
-    Verify,
-    Wake,
-)
-from .inputs import (
-    Acted,
-    ConfirmProbed,
-    Drain,
-    Head,
-    Input,
-    Lock,
-    Markers,
-    Reload,
-    Server,
-    Servers,
-    Tick,
-    Verdict,
-    Verified,
-)
+from .effects import Publish, ReleaseLock, Wake
+from .inputs import Head, Input, Reload, Server, Servers, Tick
 from .machine import step
 from .policy import RestartPolicy, Rules
+from .run import estimate
 from .state import Belief, State
-from .work import Work
+from .work import Job, Work
 
 logger = logging.getLogger(__name__)
-
-
-Job = Effect | Literal["learn"]  # "learn": the worker's own job, ask what the servers run
-Reply = Input | None  # what carrying out a job feeds back (None: nothing)
 
 
 class Restarter:
@@ -121,9 +86,7 @@ class Restarter:
         self._thread: threading.Thread | None = None
         self._busy = False  # the thread carries out a job or a tick now (outside _cond)
         self._head: str | None = None  # HEAD as last noticed (to learn again when it moves)
-        self._work = Work(
-            key, worktree, policy, loaded=lambda: guard.loaded_revision, drain=drain, stop=self._stop
-        )
+        self._work = Work(key, worktree, policy, guard=guard, drain=drain, stop=self._stop)
 
     # -- inputs (any thread) ---------------------------------------------------------------
 
@@ -138,7 +101,11 @@ class Restarter:
         ``quiet``) that only registrations will."""
         policy = self._work.policy
         if policy.pidfile is not None or policy.pid_command is not None:
-            self._queue("learn")
+            with self._cond:
+                if not self._stop.is_set():
+                    self._jobs.append("learn")
+                    self._spawn()
+                    self._cond.notify_all()
         elif not quiet:
             logger.info(
                 "stalewatch: restart of %s: until servers register, %s: no pidfile nor pid_command tells",
@@ -198,14 +165,6 @@ class Restarter:
         """Under _cond: a job carried out now is carried out in order: none is queued, and
         none is under way but on this very thread (which feeds its answer)."""
         return not self._jobs and (not self._busy or threading.current_thread() is self._thread)
-
-    def _queue(self, job: Job) -> None:
-        with self._cond:
-            if self._stop.is_set():
-                return
-            self._jobs.append(job)
-            self._spawn()
-            self._cond.notify_all()
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -278,10 +237,9 @@ class Restarter:
                         return
                     self._busy = True
                 try:
-                    if isinstance(job, Tick):
-                        self.feed(job)
-                    else:
-                        self._carry(job)
+                    answer = job if isinstance(job, Tick) else self._work.carry(job)
+                    if answer is not None:
+                        self.feed(answer)
                 finally:
                     with self._cond:
                         self._busy = False
@@ -293,69 +251,6 @@ class Restarter:
         finally:
             if self._stop.is_set():
                 self._work.release_lock()
-
-    def _carry(self, job: Job) -> None:
-        """Carry out one job; a request is answered whatever raises (a lost answer
-        would leave the machine waiting, the lock held; its backstop is the last resort)."""
-        do, failed = self._pair(job)
-        try:
-            answer = do()
-        except Exception as exc:
-            logger.exception("stalewatch: restart of %s: carrying out %s failed", self.key, job)
-            answer = None if failed is None else failed(f"failed: {type(exc).__name__}: {exc}")
-        if answer is not None:
-            self.feed(answer)
-
-    def _pair(self, job: Job) -> tuple[Callable[[], Reply], Callable[[str], Input] | None]:
-        """What carrying out ``job`` does, and its answer when that raises (``None``: not a request)."""
-        work, now = self._work, time.monotonic
-        match job:
-            case CheckMarkers(ticket=t):  # refused when it cannot be judged: looked at again
-                return lambda: work.markers(job), lambda e: Markers(t, now(), Verdict.REFUSE, f"markers: {e}")
-            case Verify(ticket=t):
-                return lambda: work.verify(job), lambda e: Verified(t, now(), False, e)
-            case ProbeDrain(ticket=t):
-                attempt = self._state.attempt
-                target = attempt.target if attempt is not None else ""
-                return lambda: work.drain_probe(job, target), lambda e: Drain(t, now(), None, e)
-            case TakeLock(ticket=t):  # not taken: tried again, backing off
-                return lambda: work.take_lock(job), lambda e: Lock(t, now(), acquired=False, detail=e)
-            case ReadHead(ticket=t):
-                return lambda: self._read_head(t, fresh=True), lambda e: self._read_head(t, fresh=False)
-            case Act(ticket=t):
-                return lambda: work.act(job), lambda e: self._act_failed(t, e)
-            case ProbeConfirm(ticket=t):
-                return lambda: work.confirm_probe(job), lambda e: ConfirmProbed(t, now(), False, e)
-            case ReleaseLock():
-                return work.release_lock, None
-            case Retire(ticket=t):
-                return lambda: work.retire(t), None
-            case Abort(ticket=t):
-                return lambda: work.abort(t), None
-            case Rebind(revision=revision):  # its event comes back through notice()
-                return lambda: self._rebind(revision), None
-            case _:  # the worker's own job (Publish and Wake are carried out in feed())
-                guard = self._guard
-                return lambda: work.learn(guard.binding.dirs, guard.snapshot().current_revision), None
-
-    def _read_head(self, ticket: int, *, fresh: bool) -> Head:
-        """HEAD read now (``fresh``), else as last read (reading it now failed)."""
-        if fresh:
-            return Head(time.monotonic(), self._guard.refresh().current_revision, ticket)
-        try:
-            revision = self._guard.snapshot().current_revision
-        except Exception:
-            revision = None
-        return Head(time.monotonic(), revision, ticket)
-
-    def _rebind(self, revision: str) -> None:
-        self._guard.adopt(revision)
-
-    def _act_failed(self, ticket: int, error: str) -> Acted:
-        # It may have signalled before it failed: stop a new master it started, if any.
-        with contextlib.suppress(Exception):
-            self._work.abort(ticket)
-        return Acted(ticket, time.monotonic(), False, error)
 
     # -- stopping ------------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ reads a clock). Inputs are of three kinds:
   register), :class:`Reload` (new rules), :class:`Tick` (a requested wake-up);
 - answers to the machine's requests, each with the ``ticket`` of its request (an answer
   whose ticket is not the one awaited is stale and ignored): :class:`Markers`,
-  :class:`Verified`, :class:`Drain`, :class:`Lock`, :class:`Acted`,
-  :class:`ConfirmProbed`, and :class:`Head` with a ticket;
+  :class:`Verified`, :class:`Drain`, :class:`Lock`, :class:`Acted`, and
+  :class:`Head` with a ticket;
 - nothing else: stopping is the executor's business (it just stops feeding).
 """
 
@@ -133,7 +133,8 @@ class Markers(Answer):
 
 @dataclass(frozen=True)
 class Verified(Answer):
-    """The answer to ``Verify``: did the probe pass against that revision (``detail``: why not)."""
+    """The answer to ``Verify`` (did the probe pass against that revision; ``detail``: why
+    not), and to ``ProbeConfirm`` (one run of the confirm probe)."""
 
     ok: bool
     detail: str = ""
@@ -171,13 +172,5 @@ class Acted(Answer):
     refused: bool = False
 
 
-@dataclass(frozen=True)
-class ConfirmProbed(Answer):
-    """The answer to ``ProbeConfirm``: one run of the confirm probe."""
-
-    ok: bool
-    detail: str = ""
-
-
-Input = Head | Servers | Loaded | Reload | Tick | Markers | Verified | Drain | Lock | Acted | ConfirmProbed
+Input = Head | Servers | Loaded | Reload | Tick | Markers | Verified | Drain | Lock | Acted
 """One input of :func:`~.machine.step`."""

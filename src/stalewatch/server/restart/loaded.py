@@ -26,8 +26,8 @@ Unknown is said, never guessed: the machine keeps what it knew (its presumption)
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ...core.procs import Proc, children, read_proc
 from ...core.revisions import is_object_id
@@ -37,6 +37,7 @@ from .. import commands
 from ..commands import parse_pid
 from ..drain import OutputDrain
 from . import pidfile
+from .inputs import Loaded
 from .policy import RestartPolicy
 
 PID_COMMAND_TIMEOUT = 10.0
@@ -44,17 +45,19 @@ PID_COMMAND_TIMEOUT = 10.0
 _CLOCK = 0.1  # seconds of error allowed between the process's clock and git's
 
 
-@dataclass(frozen=True)
-class Told:
-    """What the process tells (the fields of :class:`~.inputs.Loaded`), and why."""
+def _told(
+    revision: str | None = None, not_revision: str | None = None, stopped: bool = False, why: str = ""
+) -> Loaded:
+    """What the process tells, and why, in words (the ``idle`` phase's reason while no
+    server registers): unknown is said as such."""
+    if stopped:
+        why = f"no server runs: {why}"
+    elif revision is None and not_revision is None:
+        why = f"cannot tell what the server runs: {why}"
+    return Loaded(time.monotonic(), revision, not_revision, stopped, why)
 
-    revision: str | None = None
-    not_revision: str | None = None
-    stopped: bool = False
-    why: str = ""
 
-
-def told_at(start: float, entries: Sequence[Entry], whole: bool, head: str) -> Told:
+def told_at(start: float, entries: Sequence[Entry], whole: bool, head: str) -> Loaded:
     """What a process whose code was loaded at ``start`` (Unix time) runs, by the reflog.
 
     ``entries``: ``logs/HEAD``'s newest entries, oldest first; ``whole``: all of it.
@@ -69,7 +72,7 @@ def told_at(start: float, entries: Sequence[Entry], whole: bool, head: str) -> T
     """
     moves = [e for e in entries if e.old != e.new]
     if not moves:
-        return Told(why="the reflog of HEAD says nothing")
+        return _told(why="the reflog of HEAD says nothing")
     fewest = max((n for n, e in enumerate(moves, 1) if e.at + 1 + _CLOCK <= start), default=0)
     most = max((n for n, e in enumerate(moves, 1) if e.at - _CLOCK <= start), default=0)
     counts = range(fewest, most + 1)  # fewest <= most: a second that ended had begun
@@ -79,17 +82,17 @@ def told_at(start: float, entries: Sequence[Entry], whole: bool, head: str) -> T
     if len(maybe) > 1:
         within = f"it started within the second HEAD moved to {moves[most - 1].new[:7]}"
         if not not_head:
-            return Told(why=f"the server {within}")
+            return _told(why=f"the server {within}")
         runs = " or ".join(_name(revision) for revision in maybe)
-        return Told(not_revision=head, why=f"the server runs {runs}, not {head[:7]}: {within}")
+        return _told(not_revision=head, why=f"the server runs {runs}, not {head[:7]}: {within}")
     (loaded,) = maybe
     if loaded is not None and _commit(loaded):
-        return Told(revision=loaded, why=f"the server started when HEAD was {loaded[:7]}")
+        return _told(revision=loaded, why=f"the server started when HEAD was {loaded[:7]}")
     if loaded is not None:
-        return Told(not_revision=head, why="HEAD had no commit when the server started")
+        return _told(not_revision=head, why="HEAD had no commit when the server started")
     if not_head:
-        return Told(not_revision=head, why=f"the server started before HEAD moved to {head[:7]}")
-    return Told(why="the server started before the oldest entry of the reflog read")
+        return _told(not_revision=head, why=f"the server started before HEAD moved to {head[:7]}")
+    return _told(why="the server started before the oldest entry of the reflog read")
 
 
 def _after(moves: Sequence[Entry], count: int, whole: bool) -> str | None:
@@ -127,25 +130,25 @@ def code_start(proc: Proc) -> float:
     return min(child.start for child in workers) if workers else proc.start
 
 
-def _pid_from(policy: RestartPolicy, stop: threading.Event, drain: OutputDrain | None) -> Proc | Told:
+def _pid_from(policy: RestartPolicy, stop: threading.Event, drain: OutputDrain | None) -> Proc | Loaded:
     if policy.pidfile is not None:
         found = pidfile.server(policy.pidfile)
         if found.proc is not None:
             return found.proc
-        return Told(stopped=found.stopped, why=found.reason)
+        return _told(stopped=found.stopped, why=found.reason)
     argv = policy.pid_command or ()
     # As an action's: output bounded, and a background child's drained, never cut.
     outcome = commands.run(argv, timeout=PID_COMMAND_TIMEOUT, stop=stop, drain=drain, label="the pid_command")
     if not outcome.ok:
-        return Told(why=f"the pid_command {outcome.detail}")
+        return _told(why=f"the pid_command {outcome.detail}")
     last = outcome.output.splitlines()[-1].strip() if outcome.output.strip() else ""
     if last in ("", "0"):
-        return Told(stopped=True, why="the pid_command says the server does not run")
+        return _told(stopped=True, why="the pid_command says the server does not run")
     pid = parse_pid(last.encode())
     proc = None if pid is None else read_proc(pid)
     if proc is None:
         what = "no pid" if pid is None else f"pid {pid}, which does not run"
-        return Told(stopped=pid is not None, why=f"the pid_command printed {what}")
+        return _told(stopped=pid is not None, why=f"the pid_command printed {what}")
     return proc
 
 
@@ -155,26 +158,17 @@ def learn(
     head: str | None,
     stop: threading.Event,
     drain: OutputDrain | None = None,
-) -> Told:
+) -> Loaded:
     """What the servers run, as far as the process and the reflog tell (see the module doc).
 
     ``drain``: where the ``pid_command``'s output goes while a background child holds it.
     """
     if policy.pidfile is None and policy.pid_command is None:
-        return Told(why="no pidfile nor pid_command tells which process serves")
+        return _told(why="no pidfile nor pid_command tells which process serves")
     found = _pid_from(policy, stop, drain)
-    if isinstance(found, Told):
+    if isinstance(found, Loaded):
         return found
     if dirs is None or head is None:
-        return Told(why="HEAD cannot be read")
+        return _told(why="HEAD cannot be read")
     entries, whole = head_log(dirs)
     return told_at(code_start(found), entries, whole, head)
-
-
-def describe(told: Told) -> str:
-    """What was learnt, in words (the ``idle`` phase's reason while no server registers)."""
-    if told.stopped:
-        return f"no server runs: {told.why}"
-    if told.revision is not None or told.not_revision is not None:
-        return told.why
-    return f"cannot tell what the server runs: {told.why}"

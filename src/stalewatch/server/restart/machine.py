@@ -43,27 +43,13 @@ next wake-up; :class:`~.run.Run` holds the step's bookkeeping and the outcomes.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from ...core.phases import RestartPhase
-from .decisions import held
+from . import inputs
 from .effects import Effect, ReadHead, Stage
-from .inputs import (
-    Acted,
-    ConfirmProbed,
-    Drain,
-    Head,
-    Input,
-    Loaded,
-    Lock,
-    Markers,
-    Reload,
-    Servers,
-    Tick,
-    Verdict,
-    Verified,
-)
-from .run import Run
+from .run import Run, held
 from .stages import advance, drain_under_lock, final
 from .state import (
     CONFIRM_POLL,
@@ -79,22 +65,22 @@ from .state import (
     Taken,
 )
 
-Answer = Head | Markers | Verified | Drain | Lock | Acted | ConfirmProbed
+Answer = inputs.Head | inputs.Markers | inputs.Verified | inputs.Drain | inputs.Lock | inputs.Acted
 
 
-def step(state: State, event: Input) -> tuple[State, tuple[Effect, ...]]:
+def step(state: State, event: inputs.Input) -> tuple[State, tuple[Effect, ...]]:
     """One input in: the new state and the effects to carry out, in order. Never raises."""
     r = Run(state, event.now)
     match event:
-        case Head():
+        case inputs.Head():
             _head(r, event)
-        case Servers():
+        case inputs.Servers():
             _servers(r, event)
-        case Loaded():
+        case inputs.Loaded():
             r.s = replace(r.s, belief=r.s.belief.told(event), why=event.why or r.s.why)
-        case Reload():
+        case inputs.Reload():
             _reload(r, event)
-        case Tick():
+        case inputs.Tick():
             r.s = replace(r.s, timer=None)  # that timer is spent; advance() looks
         case _:
             _answer(r, event)
@@ -106,31 +92,28 @@ def step(state: State, event: Input) -> tuple[State, tuple[Effect, ...]]:
 # -- what the world says -----------------------------------------------------------------
 
 
-def _head(r: Run, event: Head) -> None:
+def _head(r: Run, event: inputs.Head) -> None:
     """A reading of HEAD: an event (a move before the action starts over: advance), or an answer."""
     r.s = replace(r.s, head=event.revision, belief=r.s.belief.heard(event.revision))
     _answer(r, event)
 
 
-def _servers(r: Run, event: Servers) -> None:
+def _servers(r: Run, event: inputs.Servers) -> None:
     s, servers = r.s, event.servers
     pids = {x.pid for x in servers}
     a = s.attempt
+    ours = a is not None and a.stage >= Stage.ACT  # a restart of ours under way
     # Work in flight that left with its registration, outside our action: it may still
     # run (R8). Counted until it registers again, its process is gone, or the bound.
-    departed = [d for d in held(s.departed, r.now, s.rules) if d.pid not in pids]
-    if a is None or a.stage < Stage.ACT:
-        left: dict[int, int] = {}
-        for x in s.servers:
-            if x.pid not in pids and x.pid not in s.retiring and x.inflight > 0:
-                left[x.pid] = left.get(x.pid, 0) + x.inflight
-        departed = [d for d in departed if d.pid not in left]
-        departed += [Departed(pid, count, r.now) for pid, count in left.items()]
-    belief = s.belief
-    if s.servers and not servers and (a is None or a.stage < Stage.ACT):
-        # Every registered server went away, and not in a restart of ours: they were
-        # stopped. Restarting now would start them (the Hermes WebUI bug): wait.
-        belief = belief.gone()
+    left: Counter[int] = Counter()
+    for x in s.servers:
+        if not ours and x.pid not in pids and x.pid not in s.retiring and x.inflight > 0:
+            left[x.pid] += x.inflight
+    departed = [d for d in held(s.departed, r.now, s.rules) if d.pid not in pids and d.pid not in left]
+    departed += [Departed(pid, count, r.now) for pid, count in left.items()]
+    # Every registered server went away, and not in a restart of ours: they were
+    # stopped. Restarting now would start them (the Hermes WebUI bug): wait.
+    belief = s.belief.gone() if s.servers and not servers and not ours else s.belief
     r.s = replace(
         s,
         servers=servers,
@@ -147,7 +130,7 @@ def _servers(r: Run, event: Servers) -> None:
             r.effects.append(ReadHead(r.ticket()))
 
 
-def _reload(r: Run, event: Reload) -> None:
+def _reload(r: Run, event: inputs.Reload) -> None:
     r.s = replace(r.s, rules=event.rules, gave_up=None, actions=0, drain_since=None)
     a = r.s.attempt
     if a is not None and a.action is not None:
@@ -165,36 +148,38 @@ def _answer(r: Run, event: Answer) -> None:
     a = replace(a, ask=None)
     r.put(a)
     match event:
-        case Markers() if a.stage in (Stage.MARKERS, Stage.LOCKED_MARKERS):
+        case inputs.Markers() if a.stage in (Stage.MARKERS, Stage.LOCKED_MARKERS):
             _markers(r, a, event)
-        case Verified() if a.stage in (Stage.VERIFY, Stage.LOCKED_VERIFY):
+        case inputs.Verified() if a.stage in (Stage.VERIFY, Stage.LOCKED_VERIFY):
             _verified(r, a, event)
-        case Verified() if a.stage is Stage.CONFIRM_VERIFY and a.action and a.confirm and a.confirm.running:
+        case inputs.Verified() if (
+            a.stage is Stage.CONFIRM_VERIFY and a.action and a.confirm and a.confirm.running
+        ):
             _verified_loaded(r, a, a.action, a.confirm.running, event)
-        case Drain() if a.stage in (Stage.DRAIN, Stage.LOCKED_DRAIN, Stage.FINAL_HEAD):
+        case inputs.Drain() if a.stage in (Stage.DRAIN, Stage.LOCKED_DRAIN, Stage.FINAL_HEAD):
             _probed(r, a, event)
-        case Lock() if a.stage is Stage.LOCK:
+        case inputs.Lock() if a.stage is Stage.LOCK:
             _locked(r, a, event)
-        case Head() if a.stage is Stage.LOCKED_HEAD and event.revision == a.target:
+        case inputs.Head() if a.stage is Stage.LOCKED_HEAD and event.revision == a.target:
             r.next()  # else HEAD moved: advance() starts over for the new target
-        case Head() if a.stage is Stage.FINAL_HEAD and event.revision == a.target:
+        case inputs.Head() if a.stage is Stage.FINAL_HEAD and event.revision == a.target:
             final(r, a)
-        case Acted() if a.stage is Stage.ACT and a.action is not None:
+        case inputs.Acted() if a.stage is Stage.ACT and a.action is not None:
             _acted(r, a, a.action, event)
-        case ConfirmProbed() if a.stage is Stage.CONFIRM and a.confirm is not None:
+        case inputs.Verified() if a.stage is Stage.CONFIRM and a.confirm is not None:
             _probed_confirm(r, a, a.confirm, event)
 
 
 # -- the answers: a handler per type ------------------------------------------------------
 
 
-def _markers(r: Run, a: Attempt, event: Markers) -> None:
+def _markers(r: Run, a: Attempt, event: inputs.Markers) -> None:
     reason = event.reason or f"markers: {event.verdict.value}"
-    if event.verdict is Verdict.GO:
+    if event.verdict is inputs.Verdict.GO:
         r.next()
     elif a.stage is Stage.LOCKED_MARKERS:
         r.again()  # an update began before the lock: wait for it, verify again
-    elif event.verdict is Verdict.WAIT:
+    elif event.verdict is inputs.Verdict.WAIT:
         r.publish(RestartPhase.WAITING, reason, Stage.MARKERS)
         r.wait_until(r.now + MARKER_POLL)
     else:
@@ -202,7 +187,7 @@ def _markers(r: Run, a: Attempt, event: Markers) -> None:
         r.wait_until(r.now + REFUSED_POLL)  # lifts when the marker goes
 
 
-def _verified(r: Run, a: Attempt, event: Verified) -> None:
+def _verified(r: Run, a: Attempt, event: inputs.Verified) -> None:
     if event.ok:
         r.s = replace(r.s, verify_seconds=r.now - a.asked_at)
         r.next()
@@ -210,7 +195,7 @@ def _verified(r: Run, a: Attempt, event: Verified) -> None:
         r.give_up(RestartPhase.REFUSED, f"verify-failed: {event.detail}")
 
 
-def _verified_loaded(r: Run, a: Attempt, act: Taken, running: str, event: Verified) -> None:
+def _verified_loaded(r: Run, a: Attempt, act: Taken, running: str, event: inputs.Verified) -> None:
     """The only probe of what the restarted servers loaded (a commit that landed meanwhile)."""
     if event.ok:
         r.confirmed(a, act, running)
@@ -226,7 +211,7 @@ def _verified_loaded(r: Run, a: Attempt, act: Taken, running: str, event: Verifi
         r.give_up(RestartPhase.FAILED, why, running, loaded=True)
 
 
-def _probed(r: Run, a: Attempt, event: Drain) -> None:
+def _probed(r: Run, a: Attempt, event: inputs.Drain) -> None:
     probed = None if event.inflight is None else max(0, event.inflight)
     departed = tuple(d for d in r.held() if d.pid not in event.gone)
     r.s = replace(r.s, probed=probed, probe_detail=event.detail, departed=departed)
@@ -239,7 +224,7 @@ def _probed(r: Run, a: Attempt, event: Drain) -> None:
     # else advance reads HEAD, the last look before the action
 
 
-def _locked(r: Run, a: Attempt, event: Lock) -> None:
+def _locked(r: Run, a: Attempt, event: inputs.Lock) -> None:
     lock = a.lock or Locking()
     if event.error is not None:
         r.give_up(RestartPhase.FAILED, f"lock: {event.error}")
@@ -251,7 +236,7 @@ def _locked(r: Run, a: Attempt, event: Lock) -> None:
         r.put(replace(a, deadline=r.now + lock.delay, lock=later))
 
 
-def _acted(r: Run, a: Attempt, act: Taken, event: Acted) -> None:
+def _acted(r: Run, a: Attempt, act: Taken, event: inputs.Acted) -> None:
     if event.refused and not event.ok:
         r.give_up(RestartPhase.REFUSED, f"signal: {event.detail}")  # nothing was done
     elif not event.ok:
@@ -266,7 +251,7 @@ def _acted(r: Run, a: Attempt, act: Taken, event: Acted) -> None:
         r.next(replace(a, confirm=Confirming(by, r.now + rules.confirm_timeout)))
 
 
-def _probed_confirm(r: Run, a: Attempt, c: Confirming, event: ConfirmProbed) -> None:
+def _probed_confirm(r: Run, a: Attempt, c: Confirming, event: inputs.Verified) -> None:
     until = min(r.now + c.probe_delay, c.until)
     delay = min(c.probe_delay * 2, CONFIRM_POLL[1])
     c = replace(c, probe_ok=event.ok, last=f"the probe {event.detail}", probe_delay=delay)

@@ -19,7 +19,6 @@ import math
 import os
 import stat
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,47 +61,35 @@ def exists(path: Path) -> bool | None:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    except OSError as exc:
+    except OSError as exc:  # EPERM: another user's process, alive
         return exc.errno != errno.ESRCH
     return True
 
 
 def read_pid_marker(path: Path, max_age: float, now: float | None = None) -> Verdict:
     """The verdict of an updater's PID marker at ``path`` (absent: go)."""
+    special = Verdict("refuse", f"update-marker: {path} is not a regular file")
     try:
-        info = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return GO
-    except OSError as exc:
-        return Verdict("wait", f"update-marker: cannot read {path}: {exc.strerror or exc}")
-    if stat.S_ISLNK(info.st_mode):
-        return Verdict("refuse", f"update-marker: {path} is a symlink; the update did not end cleanly")
-    if not stat.S_ISREG(info.st_mode):
-        return Verdict("refuse", f"update-marker: {path} is not a regular file")
-    if info.st_size > MAX_MARKER:
-        return Verdict("refuse", f"update-marker: {path} is larger than {MAX_MARKER} bytes")
-    try:
-        # O_NOFOLLOW and O_NONBLOCK: a symlink or FIFO swapped in since lstat is refused
-        # or read without blocking, never followed or waited on.
+        # O_NOFOLLOW and O_NONBLOCK: a symlink is refused, a FIFO read without blocking;
+        # fstat judges what was opened, whatever was at the path before.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return GO  # removed in between: the update just ended
+    except (FileNotFoundError, NotADirectoryError):
+        return GO  # none, or removed as we looked: the update just ended
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
+        if exc.errno == errno.ELOOP and path.is_symlink():  # not a loop above it
             return Verdict("refuse", f"update-marker: {path} is a symlink; the update did not end cleanly")
+        if exc.errno == errno.ENXIO:  # a socket
+            return special
         return Verdict("wait", f"update-marker: cannot read {path}: {exc.strerror or exc}")
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return Verdict("refuse", f"update-marker: {path} is not a regular file")
-        data = os.read(fd, MAX_MARKER + 1)
+        info = os.fstat(fd)
+        data = os.read(fd, MAX_MARKER + 1) if stat.S_ISREG(info.st_mode) else b""
     except OSError as exc:
         return Verdict("wait", f"update-marker: cannot read {path}: {exc.strerror or exc}")
     finally:
         os.close(fd)
+    if not stat.S_ISREG(info.st_mode):
+        return special
     if len(data) > MAX_MARKER:
         return Verdict("refuse", f"update-marker: {path} is larger than {MAX_MARKER} bytes")
     return _judge(path, data, max_age, time.time() if now is None else now)
@@ -130,14 +117,6 @@ def _judge(path: Path, data: bytes, max_age: float, now: float) -> Verdict:
     return Verdict("wait", f"update-running: pid {pid} since {max(0.0, age):.0f} s")
 
 
-def _first_present(paths: Iterable[Path]) -> tuple[Path, bool | None] | None:
-    for path in paths:
-        present = exists(path)
-        if present is not False:
-            return path, present
-    return None
-
-
 def assess(policy: RestartPolicy, now: float | None = None) -> Verdict:
     """Whether the update is over and clean, per ``policy``'s markers.
 
@@ -148,14 +127,14 @@ def assess(policy: RestartPolicy, now: float | None = None) -> Verdict:
         verdict = read_pid_marker(policy.update_marker, policy.update_marker_max_age, now)
         if not verdict.go:
             return verdict
-    found = _first_present(policy.incomplete_markers)
-    if found is not None:
-        path, present = found
+    for path in policy.incomplete_markers:
+        present = exists(path)
         if present is None:
             return Verdict("refuse", f"incomplete: cannot tell whether {path} exists")
-        return Verdict("refuse", f"incomplete: {path} exists; the update did not finish")
-    found = _first_present(policy.hold_while)
-    if found is not None:
-        path, present = found
-        return Verdict("wait", f"hold: {path} {'exists' if present else 'cannot be checked'}")
+        if present:
+            return Verdict("refuse", f"incomplete: {path} exists; the update did not finish")
+    for path in policy.hold_while:
+        present = exists(path)
+        if present is not False:
+            return Verdict("wait", f"hold: {path} {'exists' if present else 'cannot be checked'}")
     return GO

@@ -1,23 +1,134 @@
-"""One step of the restart machine: the state it builds and the effects it asks for.
+"""One step of the restart machine: the state it builds, the effects it asks for, and
+the pure decisions it takes on the way (see :mod:`.machine`).
 
 :class:`Run` is the bookkeeping shared by the machine's transitions (:mod:`.stages`,
 :mod:`.machine`): changing the run under way, giving tickets to requests, telling a
 phase once with a truthful ``retry_after``, asking for the next wake-up, and the
 outcomes that end a run (confirmed, failed, a give-up). It is created for one step and
 thrown away; only its :class:`~.state.State` survives.
+
+**The drain** (R8). Registered servers say what they have in flight; a server that does
+not register is asked by the drain probe; the restart waits, ``drain_timeout`` at most,
+then ``on_drain_timeout`` decides. A server whose registration went away with work in
+flight outside the restart's own action took its count with it, not its work: it stays
+counted (:class:`~.state.Departed`) until it registers again or its process is gone
+(without a pid: for ``reconnect_grace``); at most :data:`~.state.DEPARTED` are kept.
+
+**Confirmation** (R5, R9). Plain restarts: every registered server runs one revision,
+the target or HEAD now, and at least one registered since the action. New servers
+beside the old (``Traits.beside``): those registered since the action, not among the
+old, all run one such revision, and as many of them as old ones (at least one).
+Servers are counted as processes, by pid.
+
+**retry_after** (R7): every wait the machine knows of, added up; probe and restart
+times as last measured. A lower bound on what is known, never a promise.
 """
 
 from __future__ import annotations
 
+import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from ...core.phases import RestartPhase, RestartState
-from .decisions import Waits, estimate, grace, held, in_flight, newcomers, retry_after
 from .effects import Abort, Effect, ProbeDrain, Publish, Rebind, ReleaseLock, Retire, Stage, Wake
 from .inputs import Server
-from .state import MARKER_POLL, Attempt, Departed, GiveUp, Locking, State, Taken, interval_left
+from .policy import DrainOutcome, Rules
+from .state import DEPARTED, MARKER_POLL, Attempt, Departed, GiveUp, Locking, State, Taken, interval_left
+
+
+def grace(rules: Rules) -> float:
+    """Seconds silence is not taken for nothing in flight after the daemon starts, or a
+    pid-less server leaves: the servers may be reconnecting (never past the drain's bound)."""
+    return min(rules.reconnect_grace, rules.drain_timeout)
+
+
+def held(departed: Sequence[Departed], now: float, rules: Rules) -> tuple[Departed, ...]:
+    """The departed servers whose work still counts (see the module doc)."""
+    return tuple(d for d in departed if d.pid > 0 or now < d.left + grace(rules))[-DEPARTED:]
+
+
+class Next(enum.Enum):
+    """What a drain decision says: go on, wait, or the bound's outcome."""
+
+    GO = "go"
+    WAIT = "wait"
+    RESTART = "restart"  # the bound passed: restart anyway
+    REFUSE = "refuse"  # the bound passed: give up on this revision
+
+
+def in_flight(
+    servers: Sequence[Server], rules: Rules, probed: int | None, departed: Sequence[Departed] = ()
+) -> int | None:
+    """The work in flight: the registrations', the departed's still held, plus ``probed``,
+    the drain probe's last answer (``None``: failed or not run yet, so the total)."""
+    total = sum(max(0, server.inflight) for server in servers) + sum(d.inflight for d in departed)
+    if not rules.drain_probe:
+        return total
+    return None if probed is None else total + max(0, probed)
+
+
+def describe(total: int | None, detail: str) -> str:
+    """``3 in flight``, or what is known when the probe cannot tell."""
+    if total is None:
+        return f"unknown in flight (the drain probe {detail or 'has not answered'})"
+    return f"{total} in flight"
+
+
+def decide(total: int | None, since: float | None, now: float, rules: Rules) -> Next:
+    """Whether to go on, wait, or apply the bound (reached at exactly ``since + drain_timeout``;
+    ``since``: when the drain began, ``None``: now)."""
+    if total == 0:
+        return Next.GO
+    if since is None or now < since + rules.drain_timeout:
+        return Next.WAIT
+    return Next.RESTART if rules.on_drain_timeout is DrainOutcome.RESTART else Next.REFUSE
+
+
+def newcomers(servers: Sequence[Server], acted_at: float, old: Collection[int]) -> list[Server]:
+    """The servers registered since the action that are not among the old ones."""
+    return [s for s in servers if s.since >= acted_at and s.pid not in old]
+
+
+def registered_on(
+    servers: Sequence[Server],
+    heads: Collection[str | None],
+    acted_at: float,
+    *,
+    beside: bool,
+    old: Collection[int] = (),
+) -> str | None:
+    """The revision the restarted servers run, once confirmed, among ``heads`` (the
+    target, and HEAD now); else ``None``."""
+    group = newcomers(servers, acted_at, old) if beside else list(servers)
+    revisions = {s.revision for s in group}
+    if len(revisions) != 1 or (beside and len({s.pid for s in group}) < max(1, len(set(old)))):
+        return None
+    if not beside and not any(s.since >= acted_at for s in group):
+        return None
+    (revision,) = revisions
+    return revision if revision in heads else None
+
+
+def old_code(servers: Sequence[Server], heads: Collection[str | None]) -> bool:
+    """Whether a registered server runs other code than ``heads`` (a confirm probe is not enough)."""
+    return any(s.revision not in heads for s in servers)
+
+
+def runs(servers: Sequence[Server]) -> str:
+    """Who runs what: ``1a2b3c4: pids [10, 11]; ...`` (``(none): pids []`` when nobody)."""
+    table: dict[str, list[int]] = {}
+    for server in servers:
+        table.setdefault(server.revision[:7], []).append(server.pid)
+    return "; ".join(f"{rev}: pids {pids}" for rev, pids in (table or {"(none)": []}).items())
+
+
+def estimate(settle: float, verify: bool, verify_seconds: float, restart_seconds: float) -> float:
+    """Seconds from a new commit to new servers when nothing else waits: settle, the two
+    verify probes and the restart, as last measured (a server that sees a commit first
+    tells ``estimate + max(0, earliest - now)``)."""
+    return settle + (2 * verify_seconds if verify else 0.0) + restart_seconds
 
 
 class Run:
@@ -100,7 +211,8 @@ class Run:
     def probe_drain(self) -> None:
         """Ask for a look at the drain."""
         pids = frozenset(d.pid for d in self.held() if d.pid > 0)
-        self.ask(lambda t: ProbeDrain(t, pids))
+        target = "" if self.s.attempt is None else self.s.attempt.target
+        self.ask(lambda t: ProbeDrain(t, pids, target))
 
     def publish(
         self,
@@ -111,12 +223,9 @@ class Run:
         *,
         inflight: int | None = None,
     ) -> None:
-        """Tell a phase, unless it is the one told last (same phase, reason and revision).
-
-        Every phase carries the ``estimate`` and, on the machine's clock, ``earliest``:
-        a server that sees a commit before this machine does can tell its clients
-        when to retry from the last phase it heard. ``inflight``: the drain's count.
-        """
+        """Tell a phase, unless it is the one told last (same phase, reason and revision),
+        with the ``estimate`` and ``earliest`` (for a server that sees a commit first) and
+        ``inflight``, the drain's count."""
         s = self.s
         if revision is None and s.attempt is not None and phase is not RestartPhase.IDLE:
             revision = s.attempt.target
@@ -124,7 +233,7 @@ class Run:
         if (phase, reason, revision) == (old.phase, old.reason, old.revision):
             return
         attempt = s.actions if revision else 0
-        wait = retry_after(self.waits(stage), s.verify_seconds, s.restart_seconds) if phase.coming else None
+        wait = self.retry_after(stage) if phase.coming else None
         guess = estimate(s.rules.settle, s.rules.verify, s.verify_seconds, s.restart_seconds)
         state = RestartState(phase, reason, revision, attempt, wait, inflight=inflight, estimate=guess)
         self.s = replace(s, published=state, published_at=self.now)
@@ -140,15 +249,10 @@ class Run:
         )
 
     def heard_at(self) -> float | None:
-        """When the servers' counts are in, if that is still ahead: one ``drain_poll``
-        after this run's announcement (they report at once), and after the daemon's start
-        the clients' reconnect grace.
-
-        A count from a registration made long before is not one: servers report only
-        while a restart is coming (with ``settle = 0`` the drain would be judged in the
-        step that announces it). No registration just after the daemon started is not
-        nothing in flight: the servers are still reconnecting (backing off up to 2 s).
-        """
+        """When the servers' counts are in, if that is still ahead: one ``drain_poll`` after
+        this run's announcement (a count from a registration long before is not one), and
+        the clients' reconnect grace after the daemon's start (no registration yet is not
+        nothing in flight)."""
         a, s = self.s.attempt, self.s
         times = [-math.inf]
         announced = None if a is None or a.drain is None else a.drain.announced
@@ -159,11 +263,13 @@ class Run:
         at = max(times)
         return at if self.now < at else None
 
-    def waits(self, stage: Stage) -> Waits:
-        """The waits ahead of a phase told at ``stage`` (all of them, or ``retry_after`` is too short)."""
+    def retry_after(self, stage: Stage) -> float:
+        """Seconds until the new servers should answer, for a phase told at ``stage``: the
+        waits ahead added up (settle, the interval and the counts run at once: the longest
+        of them), then the stage's own look, a drain, the verify probes and the restart."""
         s, a, now = self.s, self.s.attempt, self.now
         if a is None:
-            return Waits()  # no run: nothing is coming
+            return s.restart_seconds  # no run: nothing is coming
         rules = s.rules
         settle = a.began + rules.settle - now if a.began is not None and stage <= Stage.SETTLE else 0.0
         interval = interval_left(s, now) if stage < Stage.ACT else 0.0
@@ -177,7 +283,8 @@ class Run:
             # after the announcement, the reconnect grace after the daemon's start).
             counts = heard - now
         poll = {Stage.MARKERS: MARKER_POLL, Stage.LOCK: (a.lock or Locking()).delay}.get(stage, 0.0)
-        return Waits(settle, interval, counts, poll, flowing, verifies)
+        start = max(0.0, settle, interval, counts)
+        return start + poll + flowing + verifies * s.verify_seconds + s.restart_seconds
 
     def wake(self) -> None:
         """Ask for the next tick the run needs (while an answer is awaited: when it is lost)."""
@@ -215,11 +322,8 @@ class Run:
         self.effects.append(Rebind(running))
 
     def restart_failed(self, a: Attempt, act: Taken, reason: str, *, signalled: bool = True) -> None:
-        """The restart did not come up; the new servers go (if the action aborts), the old serve on.
-
-        ``signalled``: the action may have started new servers (an action that says it
-        failed signalled nothing: it has nothing to abort).
-        """
+        """The restart did not come up; the new servers go (if the action aborts and,
+        ``signalled``, may have started some), the old serve on."""
         if act.traits.aborts and signalled:
             new = newcomers(self.s.servers, act.at, act.old_pids)
             self.effects.append(Abort(frozenset(s.pid for s in new), act.ticket))
@@ -228,12 +332,8 @@ class Run:
         self.failure(a, reason)
 
     def unanswered(self, a: Attempt) -> None:
-        """The answer awaited never came (the executor answers every request; a backstop).
-
-        Before the action: a failed attempt (a new run after ``min_interval``, the lock
-        released). The action or its confirmation: a failed restart; an action that
-        aborts stops only what that very action started, if anything.
-        """
+        """The answer awaited never came (a backstop): before the action a failed attempt,
+        the lock released; the action or its confirmation, a failed restart."""
         a = replace(a, ask=None)
         self.put(a)
         if a.stage is Stage.LOCK:

@@ -13,9 +13,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ...core.phases import RestartPhase
-from .decisions import Next, decide, describe, grace, old_code, registered_on, runs
 from .effects import Act, CheckMarkers, ProbeConfirm, ReadHead, Stage, TakeLock, Verify
-from .run import Run
+from .run import Next, Run, decide, describe, grace, old_code, registered_on, runs
 from .state import Attempt, Confirm, Draining, Taken, interval_left, wanted
 
 _MOST_MOVES = 64  # transitions in one step at most (a run has 17 stages): never a hang

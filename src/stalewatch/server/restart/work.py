@@ -1,8 +1,9 @@
-"""The restart machine's slow requests, carried out: probes, the lock, the action,
+"""The restart machine's slow jobs, carried out: probes, the lock, the action, HEAD,
 and what servers that do not register run (:mod:`.loaded`).
 
 :class:`Work` runs on the executor's one worker thread (:mod:`.executor`) and turns each
-request of :mod:`.effects` into the answer of :mod:`.inputs` that carries its ticket.
+request of :mod:`.effects` into the answer of :mod:`.inputs` that carries its ticket;
+each job's doing and its answer when that raises are paired in :meth:`Work._pair`.
 Commands are configured argv lists run with :mod:`..commands` (own session, timeout,
 bounded output, done when the process exits, a background child's output drained as a
 hook's) and the variables that say which revision they are about.
@@ -17,21 +18,23 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from ...core.procs import read_proc
-from ...git.refs import GitDirs
+from ...guard.guard import Guard
 from ...protocol.messages import MAX_INFLIGHT
 from .. import commands
 from ..commands import Outcome
 from ..drain import OutputDrain
-from . import loaded
-from .actions import Action, Started, action_of
-from .effects import Act, CheckMarkers, ProbeConfirm, ProbeDrain, TakeLock, Verify
-from .inputs import Acted, ConfirmProbed, Drain, Loaded, Lock, Markers, Verdict, Verified
+from . import effects, loaded
+from .actions import Begun, action_of
+from .inputs import Acted, Drain, Head, Input, Loaded, Lock, Markers, Verdict, Verified
 from .markers import assess
 from .policy import RestartPolicy
 
 logger = logging.getLogger(__name__)
+
+Job = effects.Effect | Literal["learn"]  # "learn": the worker's own job, ask what the servers run
 
 
 def parse_count(output: str) -> int | None:
@@ -44,13 +47,13 @@ def parse_count(output: str) -> int | None:
 
 
 class Work:
-    """Carries out one checkout's slow requests (one at a time, on the worker thread).
+    """Carries out one checkout's slow jobs (one at a time, on the worker thread).
 
     Args:
         key: the checkout as the daemon names it.
         worktree: where probes run.
         policy: the restart policy (replaced on reload through :attr:`policy`).
-        loaded: the daemon's loaded revision now (for the commands' variables).
+        guard: the daemon's guard (HEAD read, the loaded revision, re-bound once confirmed).
         drain: where a command's output goes while its background child holds it.
         stop: set when the daemon stops: a running command is killed.
     """
@@ -61,36 +64,71 @@ class Work:
         worktree: Path,
         policy: RestartPolicy,
         *,
-        loaded: Callable[[], str | None],
+        guard: Guard,
         drain: OutputDrain | None,
         stop: threading.Event,
     ) -> None:
         self.key = key
         self.worktree = worktree
         self.policy = policy  # a reload sets it, and so the action
-        self._loaded = loaded
+        self._guard = guard
         self._drain = drain
         self._stop = stop
         self._lock: tuple[Path, int] | None = None  # the handoff lock's path and descriptor
         self._releasing = threading.Lock()  # the worker and stop() may both release
         # What the last action started beside the old servers, with the ticket of its
         # Act: Retire and Abort act on it only when they name that very action (R9).
-        self.started: tuple[int, Started] | None = None
+        self._started: tuple[int, Begun] | None = None
         self._pending: tuple[str, float] | None = None  # an action under way, first seen at
         self._learnt = ""  # what runs, as last learnt (logged when it changes)
 
-    @property
-    def action(self) -> Action:
-        """The policy's action (:mod:`.actions`)."""
-        return action_of(self.policy)
+    def carry(self, job: Job) -> Input | None:
+        """Carry out one job: its answer (``None``: not a request). A request is answered
+        whatever raises (a lost answer would leave the machine waiting, the lock held)."""
+        do, failed = self._pair(job)
+        try:
+            return do()
+        except Exception as exc:
+            logger.exception("stalewatch: restart of %s: carrying out %s failed", self.key, job)
+            return None if failed is None else failed(f"failed: {type(exc).__name__}: {exc}")
+
+    def _pair(self, job: Job) -> tuple[Callable[[], Input | None], Callable[[str], Input] | None]:
+        """What carrying out ``job`` does, and its answer when that raises (``None``: not a request)."""
+        now, guard = time.monotonic, self._guard
+        match job:
+            case effects.CheckMarkers(ticket=t):  # refused when it cannot be judged: looked at again
+                return lambda: self._markers(t), lambda e: Markers(t, now(), Verdict.REFUSE, f"markers: {e}")
+            case effects.Verify(ticket=t):
+                return lambda: self._verify(job), lambda e: Verified(t, now(), False, e)
+            case effects.ProbeDrain(ticket=t):
+                return lambda: self._drain_probe(job), lambda e: Drain(t, now(), None, e)
+            case effects.TakeLock(ticket=t):  # not taken: tried again, backing off
+                return lambda: self._take_lock(t), lambda e: Lock(t, now(), acquired=False, detail=e)
+            case effects.ReadHead(ticket=t):  # reading it now failed: HEAD as last read
+                return lambda: Head(now(), guard.refresh().current_revision, t), lambda e: self._last_head(t)
+            case effects.Act(ticket=t):
+                return lambda: self._act(job), lambda e: self._act_failed(t, e)
+            case effects.ProbeConfirm(ticket=t):
+                return lambda: self._confirm_probe(job), lambda e: Verified(t, now(), False, e)
+            case effects.ReleaseLock():
+                return self.release_lock, None
+            case effects.Retire(ticket=t):
+                return lambda: self._retire(t), None
+            case effects.Abort(ticket=t):
+                return lambda: self._abort(t), None
+            case effects.Rebind(revision=revision):  # its event comes back through the executor's notice()
+                return lambda: self._rebind(revision), None
+            case _:  # "learn" (Publish and Wake are carried out by the executor)
+                return lambda: self._learn(guard.snapshot().current_revision), None
 
     def _run(
         self, argv: tuple[str, ...], what: str, revision: str, timeout: float, level: int = logging.WARNING
     ) -> Outcome:
         """Run a configured argv with the ``STALEWATCH_*`` variables: the checkout, the revision
         restarted onto (``STALEWATCH_REVISION``, also ``..._CURRENT_...``) and the loaded one."""
-        env = {"STALEWATCH_CHECKOUT": self.key, "STALEWATCH_LOADED_REVISION": self._loaded() or ""}
-        env |= dict.fromkeys(("STALEWATCH_REVISION", "STALEWATCH_CURRENT_REVISION"), revision)
+        env = dict.fromkeys(("STALEWATCH_REVISION", "STALEWATCH_CURRENT_REVISION"), revision)
+        env["STALEWATCH_CHECKOUT"] = self.key
+        env["STALEWATCH_LOADED_REVISION"] = self._guard.loaded_revision or ""
         outcome = commands.run(
             argv,
             cwd=self.worktree,
@@ -104,11 +142,11 @@ class Work:
             logger.log(level, "stalewatch: %s for %s printed:\n%s", what, self.key, outcome.output)
         return outcome
 
-    def markers(self, request: CheckMarkers) -> Markers:
+    def _markers(self, ticket: int) -> Markers:
         verdict, now = assess(self.policy), time.monotonic()
         if verdict.go and (held := self._under_way(now)) is not None:
-            return Markers(request.ticket, now, *held)
-        return Markers(request.ticket, now, Verdict(verdict.action), verdict.reason)
+            return Markers(ticket, now, *held)
+        return Markers(ticket, now, Verdict(verdict.action), verdict.reason)
 
     def _under_way(self, now: float) -> tuple[Verdict, str] | None:
         """A previous action still under way: a handoff's old master finishes its requests.
@@ -117,7 +155,7 @@ class Work:
         new master: the next action waits (told as a wait), ``drain_timeout`` at most,
         then refuses until it is over (it lifts by itself). Never a failure, never a signal.
         """
-        what = self.action.under_way()
+        what = action_of(self.policy).under_way()
         if what is None:
             self._pending = None
             return None
@@ -128,12 +166,12 @@ class Work:
             return Verdict.REFUSE, f"handoff: {what}: still after {waited:.0f} s"
         return Verdict.WAIT, f"handoff: {what}"
 
-    def verify(self, request: Verify) -> Verified:
+    def _verify(self, request: effects.Verify) -> Verified:
         probe = self.policy.verify or ()
         outcome = self._run(probe, "the verify probe", request.revision, self.policy.verify_timeout)
         return Verified(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
 
-    def drain_probe(self, request: ProbeDrain, target: str) -> Drain:
+    def _drain_probe(self, request: effects.ProbeDrain) -> Drain:
         """A look at the drain: the probe's count, and which departed servers are gone."""
         # Their pids came from the kernel (SO_PEERCRED): while the process runs, the work
         # it had in flight may still run.
@@ -141,17 +179,17 @@ class Work:
         probe = self.policy.drain_probe
         if probe is None:
             return Drain(request.ticket, time.monotonic(), 0, gone=gone)
-        outcome = self._run(probe, "the drain probe", target, self.policy.drain_probe_timeout)
+        outcome = self._run(probe, "the drain probe", request.revision, self.policy.drain_probe_timeout)
         count = parse_count(outcome.output) if outcome.ok else None
         detail = outcome.detail if not outcome.ok else "printed no whole number"
         return Drain(request.ticket, time.monotonic(), count, "" if count is not None else detail, gone)
 
-    def take_lock(self, request: TakeLock) -> Lock:
+    def _take_lock(self, ticket: int) -> Lock:
         """The handoff lock, as ``flock(1)`` takes it (an exclusive ``flock`` on the file,
         created, never through a symlink), without blocking; held until released."""
         path, now = self.policy.lock, time.monotonic
         if path is None or (self._lock is not None and self._lock[0] == path):
-            return Lock(request.ticket, now(), acquired=True)
+            return Lock(ticket, now(), acquired=True)
         import fcntl  # noqa: PLC0415 - Unix only, and the CLI imports this module everywhere
 
         what = "open the lock"
@@ -164,64 +202,77 @@ class Work:
                 os.close(fd)
                 raise
         except BlockingIOError:
-            return Lock(request.ticket, now(), False, f"{path} is held")
+            return Lock(ticket, now(), False, f"{path} is held")
         except OSError as exc:
             error = f"[Errno {exc.errno}] cannot {what} {path}: {exc.strerror}"
-            return Lock(request.ticket, now(), False, error=error)
+            return Lock(ticket, now(), False, error=error)
         self._lock = (path, fd)
-        return Lock(request.ticket, now(), acquired=True)
+        return Lock(ticket, now(), acquired=True)
 
     def release_lock(self) -> None:
         """Release the handoff lock (harmless when not held)."""
         with self._releasing:
             held, self._lock = self._lock, None
             if held is not None:
-                import fcntl  # noqa: PLC0415 - Unix only (see take_lock)
+                import fcntl  # noqa: PLC0415 - Unix only (see _take_lock)
 
                 with contextlib.suppress(OSError):
                     fcntl.flock(held[1], fcntl.LOCK_UN)
                 os.close(held[1])
 
-    def act(self, request: Act) -> Acted:
+    def _act(self, request: effects.Act) -> Acted:
         """Restart through the supervisor: the policy's action (:mod:`.actions`)."""
-        self.started = None  # whatever happens now, an earlier action's is never aborted
-        done = self.action.act(request.revision, self._run, self._stop)
+        self._started = None  # whatever happens now, an earlier action's is never aborted
+        done = action_of(self.policy).act(request.revision, self._run, self._stop)
         if done.started is not None:
-            self.started = (request.ticket, done.started)
+            self._started = (request.ticket, done.started)
         log = logger.warning if done.refused else logger.info
         log("stalewatch: restart of %s: %s", self.key, done.detail)
         return Acted(request.ticket, time.monotonic(), done.ok, done.detail, refused=done.refused)
 
-    def confirm_probe(self, request: ProbeConfirm) -> ConfirmProbed:
-        probe = self.policy.confirm or ()
+    def _act_failed(self, ticket: int, error: str) -> Acted:
+        # It may have signalled before it failed: stop a new master it started, if any.
+        with contextlib.suppress(Exception):
+            self._abort(ticket)
+        return Acted(ticket, time.monotonic(), False, error)
+
+    def _confirm_probe(self, request: effects.ProbeConfirm) -> Verified:
         # A probe refused while the new server still starts is expected: the machine asks
         # again until confirm_timeout, and only then warns once (the `failed` phase, with
         # the probe's last line). Its output meanwhile is for DEBUG.
-        outcome = self._run(
-            probe, "the confirm probe", request.revision, self.policy.confirm_timeout, logging.DEBUG
-        )
-        return ConfirmProbed(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
+        probe, timeout = self.policy.confirm or (), self.policy.confirm_timeout
+        outcome = self._run(probe, "the confirm probe", request.revision, timeout, logging.DEBUG)
+        return Verified(request.ticket, time.monotonic(), outcome.ok, outcome.detail)
 
-    def _of(self, ticket: int) -> Started | None:
-        """What the action with ``ticket`` started beside the old servers, if anything."""
-        return self.started[1] if self.started is not None and self.started[0] == ticket else None
+    def _last_head(self, ticket: int) -> Head:
+        try:
+            revision = self._guard.snapshot().current_revision
+        except Exception:
+            revision = None
+        return Head(time.monotonic(), revision, ticket)
 
-    def learn(self, dirs: GitDirs | None, head: str | None) -> Loaded:
+    def _rebind(self, revision: str) -> None:
+        self._guard.adopt(revision)
+
+    def _learn(self, head: str | None) -> Loaded:
         """What the servers run, when they do not register, as the machine is told it;
         logged when it changes."""
-        told = loaded.learn(self.policy, dirs, head, self._stop, self._drain)
-        line = loaded.describe(told)
-        if line != self._learnt:
-            self._learnt = line
-            logger.info("stalewatch: restart of %s: %s", self.key, line)
-        return Loaded(time.monotonic(), told.revision, told.not_revision, told.stopped, line)
+        told = loaded.learn(self.policy, self._guard.binding.dirs, head, self._stop, self._drain)
+        if told.why != self._learnt:
+            self._learnt = told.why
+            logger.info("stalewatch: restart of %s: %s", self.key, told.why)
+        return told
 
-    def retire(self, ticket: int) -> None:
+    def _of(self, ticket: int) -> Begun | None:
+        """What the action with ``ticket`` started beside the old servers, if anything."""
+        return self._started[1] if self._started is not None and self._started[0] == ticket else None
+
+    def _retire(self, ticket: int) -> None:
         started = self._of(ticket)
         if started is not None:
             logger.info("stalewatch: restart of %s: %s", self.key, started.retire())
 
-    def abort(self, ticket: int) -> None:
+    def _abort(self, ticket: int) -> None:
         """Stop the new servers the action ``ticket`` started, if any, never others."""
         started = self._of(ticket)
         if started is None:

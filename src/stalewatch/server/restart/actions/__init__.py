@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import REPLACES, Action, Started, Traits
+from .base import REPLACES, Action, Traits
 from .command import Command
-from .handoff import Handoff
+from .handoff import Begun, Handoff
 from .signal import Signal
 
 if TYPE_CHECKING:
     from ..policy import RestartPolicy
 
-__all__ = ["REPLACES", "Action", "Handoff", "Signal", "Started", "Traits", "action_of"]
+__all__ = ["REPLACES", "Action", "Begun", "Handoff", "Signal", "Traits", "action_of"]
 
 
 def action_of(policy: RestartPolicy) -> Action:

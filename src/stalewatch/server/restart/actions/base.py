@@ -4,7 +4,7 @@ The pure machine (:mod:`..machine`) never knows which action runs: it asks the
 action's :class:`Traits` what it can do (start the new servers beside the old,
 retire the old, abort the new, still be under way). The executor's worker carries
 the action out through :class:`Action`: check it can be done at all, do it; what it
-started beside the old servers is retired or aborted later (:class:`Started`).
+started beside the old servers is retired or aborted later (:class:`~.handoff.Begun`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 from ...commands import Outcome
+
+if TYPE_CHECKING:
+    from .handoff import Begun
 
 Run = Callable[[tuple[str, ...], str, str, float], Outcome]
 """Runs a configured argv: ``(argv, what, revision, timeout)`` (the worker's commands)."""
@@ -42,19 +45,6 @@ class Traits:
     lingers: bool = False
 
 
-class Started(Protocol):
-    """What an action started beside the old servers: retired or aborted once the machine
-    decided (only the very action's)."""
-
-    def retire(self) -> str:
-        """The new servers run the target: stop the old ones. What was done."""
-        ...
-
-    def abort(self) -> str:
-        """The new servers did not come up: stop them, if still this action's. What was done."""
-        ...
-
-
 REPLACES = Traits()
 """An action whose new servers replace the old: nothing beside, retired, aborted, lingering."""
 
@@ -63,22 +53,21 @@ REPLACES = Traits()
 class Done:
     """How an action went: ``ok``; ``detail`` for the phase and the log; ``refused``:
     nothing was done, and doing it again would be refused too (a verdict, not a failure);
-    ``started``: what it started beside the old servers (``Traits.beside``), if anything."""
+    ``started``: what it started beside the old servers (``Traits.beside``), if anything:
+    retired or aborted once the machine decided (only the very action's)."""
 
     ok: bool
     detail: str
     refused: bool = False
-    started: Started | None = None
+    started: Begun | None = None
 
 
-class Action(Protocol):
-    """One way to restart a checkout's servers (one class per way, :mod:`.`)."""
+class Action:
+    """One way to restart a checkout's servers (one class per way, :mod:`.`). By default
+    its new servers replace the old (a stop-then-start, a reload): nothing to refuse,
+    nothing under way, nothing started beside the old."""
 
-    traits: ClassVar[Traits]
-
-    def describe(self) -> str:
-        """What it does, in a few words (the daemon's log)."""
-        ...
+    traits: ClassVar[Traits] = REPLACES
 
     def check(self) -> None:
         """Refuse, at start and on reload, what cannot end with one server the supervisor knows.
@@ -86,25 +75,11 @@ class Action(Protocol):
         Raises:
             SupervisedHandoffError: the server's supervisor cannot follow this action.
         """
-        ...
 
     def act(self, revision: str, run: Run, stop: threading.Event) -> Done:
         """Restart the servers onto ``revision`` (on the worker thread)."""
-        ...
+        raise NotImplementedError
 
     def under_way(self) -> str | None:
         """A previous action still under way (what, said), else ``None``."""
-        ...
-
-
-class Replacing:
-    """The defaults of an action whose new servers replace the old (a stop-then-start, a
-    reload): nothing to refuse, nothing under way, nothing started beside the old."""
-
-    traits: ClassVar[Traits] = REPLACES
-
-    def check(self) -> None:
-        return None
-
-    def under_way(self) -> str | None:
         return None

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import threading
 
-from .base import Done, Replacing, Run
+from .base import Action, Done, Run
 
 
-class Command(Replacing):
+class Command(Action):
     """Run ``argv`` (never through a shell of ours) with the restart's variables."""
 
     def __init__(self, argv: tuple[str, ...], timeout: float) -> None:
         self.argv = argv
         self.timeout = timeout
-
-    def describe(self) -> str:
-        return f"the command {self.argv[0] if self.argv else '(none)'}"
 
     def act(self, revision: str, run: Run, stop: threading.Event) -> Done:
         if not self.argv:  # the parser refuses a policy with neither action nor pidfile

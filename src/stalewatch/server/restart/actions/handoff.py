@@ -67,7 +67,7 @@ from ....core.errors import SupervisedHandoffError
 from ....core.procs import PROC, Proc, read, read_proc
 from .. import pidfile
 from ..pidfile import TOLERANCE
-from .base import Done, Run, Traits
+from .base import Action, Done, Run, Traits
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def alternative(who: Supervised) -> str:
     )
 
 
-class Handoff:
+class Handoff(Action):
     """The action: ``SIG<name>`` (``USR2``) to gunicorn's master in ``pidfile``, a new master
     beside the old; the old retired once new workers registered on the target."""
 
@@ -192,9 +192,6 @@ class Handoff:
     def __init__(self, path: Path, name: str = "USR2") -> None:
         self.path = path
         self.name = name
-
-    def describe(self) -> str:
-        return f"SIG{self.name} to the master in {self.path}: a new master beside the old (handoff)"
 
     def refusal(self) -> SupervisedHandoffError | None:
         """Why this handoff would leave a master no supervisor knows, if the master runs now."""

@@ -11,19 +11,16 @@ import threading
 from pathlib import Path
 
 from ..pidfile import signal_server
-from .base import Done, Replacing, Run
+from .base import Action, Done, Run
 from .handoff import promoted
 
 
-class Signal(Replacing):
+class Signal(Action):
     """Send ``SIG<name>`` to the master in ``pidfile``."""
 
     def __init__(self, pidfile: Path, name: str) -> None:
         self.pidfile = pidfile
         self.name = name
-
-    def describe(self) -> str:
-        return f"SIG{self.name} to the pid in {self.pidfile}"
 
     def act(self, revision: str, run: Run, stop: threading.Event) -> Done:
         # Right after a handoff (the policy changed by a reload) the new master has yet
