@@ -530,3 +530,35 @@ def test_the_path_caches_stay_bounded_over_a_long_life_of_branch_switches() -> N
         sizes = (dirs.ref_path.cache_info().currsize, dirs.log_path.cache_info().currsize)  # type: ignore[attr-defined]
         most = [max(most[0], sizes[0]), max(most[1], sizes[1])]
     assert most == [256, 256]
+
+
+def test_a_fifo_with_data_in_place_of_a_ref_is_refused_and_not_drained(tmp_path: Path) -> None:
+    """A FIFO whose writer wrote a ref-like line is refused, not read as the ref (a read
+    would take the bytes from whoever owns the pipe)."""
+    fifo = tmp_path / "HEAD"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # keep the pipe open for the writer
+    writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(writer, ("1" * 40 + "\n").encode())
+        with pytest.raises(RefError, match="not a regular file"):
+            files.read_small(fifo, ref=True)
+        assert os.read(reader, 100) == ("1" * 40 + "\n").encode()  # the writer's bytes are still there
+    finally:
+        os.close(writer)
+        os.close(reader)
+
+
+def test_a_terminal_in_place_of_a_file_is_refused_and_its_input_left_alone(tmp_path: Path) -> None:
+    """A character device is read too now: a symlink (a .git file, commondir, or a
+    symlinked ref read through) to a terminal takes what the user typed as the file."""
+    master, slave = os.openpty()
+    try:
+        os.write(master, b"gitdir: /elsewhere\n")
+        link = tmp_path / "commondir"
+        link.symlink_to(os.ttyname(slave))
+        with pytest.raises(RefError, match="not a regular file"):
+            files.read_small(link)
+    finally:
+        os.close(master)
+        os.close(slave)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from stalewatch import BindError, Event, Guard, StaleError, Status
+from stalewatch.core.revisions import is_object_id
+from stalewatch.guard.head import checked_revision
 from tests.support.recorder import Recorder
 from tests.support.repos import Repo
 
@@ -366,3 +368,25 @@ def test_c9_wait_ready_returns_once_a_polling_watcher_runs(git_repo: Repo) -> No
         git_repo.commit("seen by the re-read, before any poll")
         with pytest.raises(StaleError):
             guard.check()
+
+
+def test_a_misspelt_keyword_is_a_type_error_not_ignored(git_repo: Repo) -> None:
+    """A typo such as latchh=True never builds a guard without the latch asked for."""
+    with pytest.raises(TypeError):
+        Guard.for_checkout(git_repo.path, latchh=True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Guard.for_checkout(git_repo.path, loaded_revison="0" * 40)  # type: ignore[call-arg]
+
+
+def test_bytes_are_not_a_loaded_revision() -> None:
+    """A loaded revision is text: bytes (or a list of ints) are no commit id."""
+    with pytest.raises(BindError):
+        checked_revision(b"a" * 40)  # type: ignore[arg-type]
+    assert not is_object_id([ord("a")] * 40)  # type: ignore[arg-type]
+
+
+def test_a_guard_given_bytes_refuses_them_instead_of_being_stale_forever(git_repo: Repo) -> None:
+    """Bytes would never equal HEAD's text: refused, not a guard stale for ever."""
+    revision = git_repo.git("rev-parse", "HEAD").strip()
+    with pytest.raises(BindError):
+        Guard.for_checkout(git_repo.path, loaded_revision=revision.encode())  # type: ignore[arg-type]

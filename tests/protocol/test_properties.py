@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -221,7 +222,7 @@ def test_a_restart_state_from_a_daemon_is_parsed_or_ignored(data: Any) -> None:
 # controls, separators, quotes, backslashes (st.text never draws a surrogate).
 _TEXT = st.lists(st.characters() | st.sampled_from('\udcff\ud800\x00\u2028"\\'), max_size=40).map("".join)
 _MAYBE_ID = st.none() | st.text("0123456789abcdef", min_size=40, max_size=40)
-_TIME = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False)
+_TIME = st.floats()  # NaN and infinities too: encode refuses them, so must the line
 _COUNT = st.none() | st.integers(min_value=0, max_value=10**9)
 _CAUSES = st.none() | st.builds(
     Cause, _TEXT, st.none() | _TEXT, _TEXT, _TEXT, _TEXT, _TIME, _TEXT, _TEXT, _COUNT, _COUNT
@@ -233,7 +234,7 @@ _CAUSES = st.none() | st.builds(
     checkout=_TEXT.filter(bool),
     statuses=st.tuples(st.sampled_from(Status), st.sampled_from(Status)),
     revisions=st.tuples(_MAYBE_ID, _MAYBE_ID),
-    numbers=st.tuples(st.integers(min_value=0, max_value=2**63), st.integers(min_value=0, max_value=2**63)),
+    numbers=st.tuples(st.integers(min_value=0, max_value=2**63), st.integers(min_value=0) | st.booleans()),
     at=_TIME,
     error=st.none() | _TEXT,
     cause=_CAUSES,
@@ -248,5 +249,13 @@ def test_the_event_line_is_what_encode_writes_of_the_event(
     cause: Cause | None,
 ) -> None:
     event = Event(Path(checkout), *statuses, *revisions, numbers[0], at, error, cause)
-    wanted = encode({"type": "event", **event.to_dict(), "generation": numbers[1]})
-    assert event_line(event, numbers[1]) == wanted
+    assert _outcome(lambda: event_line(event, numbers[1])) == _outcome(
+        lambda: encode({"type": "event", **event.to_dict(), "generation": numbers[1]})
+    )
+
+
+def _outcome(make: Callable[[], bytes]) -> bytes | str:
+    try:
+        return make()
+    except ValueError as exc:  # what encode raises for a float that is not finite
+        return f"ValueError: {exc}"

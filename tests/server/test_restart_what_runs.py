@@ -8,6 +8,7 @@ with it), so a start "within the second of a move" is arranged, not waited for.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -17,6 +18,9 @@ from pathlib import Path
 import pytest
 
 from stalewatch.core.procs import read_proc
+from stalewatch.core.status import Event
+from stalewatch.server.checkout import Checkout, EventSeen
+from stalewatch.server.config import CheckoutConfig
 from tests.support.daemons import DaemonProcess, Subscriber, greet, short_dir, start_daemon
 from tests.support.repos import Repo, make_repo
 from tests.support.restarts import config, names, phases, phases_since, runs
@@ -103,3 +107,38 @@ def test_r10_a_restart_table_added_by_sighup_keeps_what_the_servers_run(
         assert runs(workdir) == 1
         assert f"presumed to be {loaded[:7]}" in daemon.log_text()
         assert f"presumed to be {moved[:7]}" not in daemon.log_text()
+
+
+def test_a_revision_is_known_by_the_time_its_event_line_goes_out(git_repo: Repo) -> None:
+    """A server that reads an event line and registers its revision is believed (R10).
+
+    An event is delivered after the refresh lock is released, so another thread's read
+    may already have applied the next move when the watcher hands B's line over. With
+    no reflog to say B was HEAD (core.logAllRefUpdates=false), only the checkout's own
+    record does: it must hold B before the line goes out.
+    """
+    repo = git_repo
+    repo.git("config", "core.logAllRefUpdates", "false")
+    shutil.rmtree(repo.path / ".git/logs", ignore_errors=True)
+    a = repo.git("rev-parse", "HEAD").strip()
+    b = repo.git("commit-tree", "-p", a, "-m", "b", f"{a}^{{tree}}").strip()
+    c = repo.git("commit-tree", "-p", b, "-m", "c", f"{a}^{{tree}}").strip()
+    known_at_post: list[bool] = []
+    checkout: Checkout
+
+    def post(message: object) -> None:
+        if isinstance(message, EventSeen):
+            known_at_post.append(checkout.knows(message.event.current_revision))
+
+    checkout = Checkout(CheckoutConfig(path=Path(repo.path)), post)
+    ref = repo.path / ".git/refs/heads/main"
+    ref.write_text(b + "\n")
+    events: list[Event] = []
+    unsubscribe = checkout.guard.subscribe(events.append)
+    checkout.guard.refresh()  # B applied (this thread)
+    ref.write_text(c + "\n")
+    checkout.guard.refresh()  # C applied by "another" strict check before B's delivery
+    unsubscribe()
+    event_b = next(e for e in events if e.current_revision == b)
+    checkout._on_event(event_b)  # the watcher thread delivers B now
+    assert known_at_post == [True]

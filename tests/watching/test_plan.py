@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from stalewatch import Guard, Status
 from stalewatch.git import files, reftable
 from stalewatch.git.refs import GitDirs, find_git_dirs
-from stalewatch.watching.plan import Relevance, plan
+from stalewatch.watching.plan import Planner, Relevance, plan
 from tests.support.recorder import Recorder
 from tests.support.repos import Repo
 
@@ -291,3 +293,21 @@ def test_behind_a_deploy_link_only_the_links_directory_is_an_anchor(tmp_path: Pa
     p = plan(GitDirs.plain(release, tmp_path / "current"))
     assert p.anchors == {str(tmp_path)}
     assert p.relevance_in(tmp_path, "current") is Relevance.REF
+
+
+def test_a_planner_dropped_is_freed_at_once_not_by_the_cycle_collector(git_repo: Repo) -> None:
+    """A stopped watcher's planner, its GitDirs and its plans go with it, not when the
+    cycle collector runs: the planner's caches never hold the planner."""
+    dirs = find_git_dirs(git_repo.path)
+    assert dirs is not None
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        planner = Planner(dirs)
+        planner.plan()
+        gone = weakref.ref(planner)
+        del planner
+        assert gone() is None
+    finally:
+        if enabled:
+            gc.enable()

@@ -64,18 +64,14 @@ def read_small(path: Path, *, ref: bool = False) -> str | None:
             return _read_symlinked_ref(path)
         raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
     try:
-        try:
-            data = os.read(fd, _MAX_SMALL_FILE + 1)
-        except (IsADirectoryError, BlockingIOError):  # (a FIFO with a writer, no data yet)
-            data = b""
-        # A ref is one short line: only a read that gives none, or too much, asks what
-        # the file is (an fstat less on an update's path, issue 27).
-        if not data or len(data) > _MAX_SMALL_FILE:
-            mode = os.fstat(fd).st_mode
+        # What the file is, before a byte is read: a FIFO's or a terminal's bytes are
+        # someone else's (a read takes them), and never a ref.
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
             if stat.S_ISDIR(mode):
                 return None  # refs/heads/a is a directory when only a/b exists
-            if not stat.S_ISREG(mode):
-                raise RefError(path, "not a regular file")
+            raise RefError(path, "not a regular file")
+        data = os.read(fd, _MAX_SMALL_FILE + 1)
     except OSError as exc:
         raise RefError(path, f"cannot read: {exc.strerror or exc}") from exc
     finally:

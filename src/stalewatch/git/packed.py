@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..core.cache import BoundedCache
 from ..core.errors import RefError
-from ..core.revisions import is_object_id
+from ..core.revisions import is_object_id_bytes
 
 RACY_NS = 3_000_000_000
 """A file changed less than this long ago (ns) may change again without its stat data
@@ -154,7 +154,7 @@ def _bisect(path: Path, data: _Pages, body: int, wanted: bytes) -> bytes | None:
             start = above
         end = _line_end(path, data, start)
         oid, _, ref = data[start:end].partition(b" ")
-        if not is_object_id(oid) or not ref:
+        if not is_object_id_bytes(oid) or not ref:
             raise _malformed(path, data, start, "expected '<object id> <ref>'")
         if ref == wanted:
             return oid
@@ -171,7 +171,7 @@ def _bisect(path: Path, data: _Pages, body: int, wanted: bytes) -> bytes | None:
 def _peeled_end(path: Path, data: _Pages, start: int) -> int:
     """Where the peeled line at ``start`` ends, once it is found well formed."""
     end = _line_end(path, data, start)
-    if not is_object_id(data[start + 1 : end]):
+    if not is_object_id_bytes(data[start + 1 : end]):
         raise _malformed(path, data, start, "malformed peeled line")
     return end
 
@@ -215,9 +215,9 @@ def _index(path: Path, data: bytes, body: int) -> dict[bytes, bytes]:
         oid, _, ref = line.partition(b" ")
         if peeled and not after_ref:
             raise _malformed(path, data, here, "peeled line without a ref")
-        if peeled and not is_object_id(line[1:]):
+        if peeled and not is_object_id_bytes(line[1:]):
             raise _malformed(path, data, here, "malformed peeled line")
-        if is_ref and (not is_object_id(oid) or not ref):
+        if is_ref and (not is_object_id_bytes(oid) or not ref):
             raise _malformed(path, data, here, "expected '<object id> <ref>'")
         if is_ref:
             refs.setdefault(ref, oid)  # the first record wins, as a linear scan finds it

@@ -60,9 +60,15 @@ class Guard(GuardState):
         BindError: bad input, or HEAD unreadable while no revision is known.
     """
 
-    def __init__(self, binding: Binding, **options: Unpack[Options]) -> None:
-        super().__init__(binding, options.get("loaded_revision"), options.get("latch", False))
-        source = options.get("source")
+    def __init__(
+        self,
+        binding: Binding,
+        *,
+        loaded_revision: str | None = None,
+        latch: bool = False,
+        source: Source | None = None,
+    ) -> None:  # named: a misspelt option is a TypeError, never a guard without it
+        super().__init__(binding, loaded_revision, latch)
         self._source: Source = source if source is not None else LocalSource()
         self._lifecycle = threading.Lock()
         self._watch: Watch | None = None

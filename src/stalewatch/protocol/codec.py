@@ -38,6 +38,13 @@ def encode(message: Mapping[str, Any]) -> bytes:
 quote: Callable[[str], str] = json.encoder.encode_basestring_ascii
 """A string as :func:`encode` writes it (quoted, ASCII, escaped)."""
 
+
+def encode_value(value: object) -> str:
+    """A str, number, bool or ``None`` as :func:`encode` writes it (``ValueError`` where it
+    raises: a float that is not finite)."""
+    return quote(value) if isinstance(value, str) else "".join(_encode(value, 0))
+
+
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 # JSONEncoder.encode makes a C encoder per call: made once, ~20 µs less of a cold update's
 # path (issue 27). No circularity check: every message is a tree built here or decoded.

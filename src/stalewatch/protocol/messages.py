@@ -19,6 +19,7 @@ from ..core.phases import RestartState
 from ..core.revisions import is_object_id
 from ..core.status import Event, Snapshot, WatchMode
 from .codec import PROTOCOL_VERSION, decode, encode, quote
+from .codec import encode_value as _json
 
 FEATURES = ("register", "inflight")
 """What this daemon offers beyond protocol 1's base, listed in its hello: a client sends
@@ -81,20 +82,15 @@ def event_line(event: Event, generation: int) -> bytes:
         "null"
         if c is None
         else f'{{"action":{q(c.action)},"detail":{_json(c.detail)},"message":{q(c.message)},'
-        f'"name":{q(c.name)},"email":{q(c.email)},"at":{c.at!r},"tz":{q(c.tz)},"relation":{q(c.relation)},'
+        f'"name":{q(c.name)},"email":{q(c.email)},"at":{_json(c.at)},"tz":{q(c.tz)},"relation":{q(c.relation)},'
         f'"ahead":{_json(c.ahead)},"behind":{_json(c.behind)},"summary":{q(c.describe())}}}'
     )
     return (
         f'{{"type":"event","checkout":{q(str(e.checkout))},"status":{q(e.status)},'
         f'"previous_status":{q(e.previous_status)},"loaded_revision":{_json(e.loaded_revision)},'
-        f'"current_revision":{_json(e.current_revision)},"generation":{generation!r},"at":{e.at!r},'
+        f'"current_revision":{_json(e.current_revision)},"generation":{_json(generation)},"at":{_json(e.at)},'
         f'"error":{_json(e.error)},"cause":{cause}}}\n'
     ).encode()
-
-
-def _json(value: str | int | None) -> str:
-    # As encode() writes a str, an int or None.
-    return "null" if value is None else quote(value) if isinstance(value, str) else repr(value)
 
 
 def health_message(checkout: str, trusted: bool, mode: WatchMode) -> dict[str, Any]:

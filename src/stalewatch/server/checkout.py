@@ -216,6 +216,9 @@ class Checkout:
         # On the watcher's thread: hand over, never block here. A restart phase first:
         # a client that learns the code is stale learns in the same breath that a
         # restart is coming (its 409s say so from the first one).
+        # Known before the line goes out: a server that reads it may register it at once,
+        # and another thread's read may already have moved the snapshot on (R10).
+        self._saw(event.loaded_revision, event.current_revision)
         restarter = self.restarter
         if restarter is not None:
             try:
@@ -223,7 +226,6 @@ class Checkout:
             except Exception:  # a bug there: the event must still go out
                 logger.exception("stalewatch: the restart machine of %s missed an event", self.key)
         self._post(EventSeen(self, event))
-        self._saw(event.loaded_revision, event.current_revision)  # once the line is out (issue 27)
         hooks = self.hooks  # read each time: a reload may add the runner
         if hooks is not None:
             hooks.submit(event, self.base + event.generation)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,9 +153,10 @@ class Planner:
             files.add(link)
             fixed.append(link.parent)
         self._fixed = tuple(dict.fromkeys((p, str(p)) for p in fixed))
-        self._files, self._wide = files, wide
-        self._walk = functools.lru_cache(256)(functools.partial(_walk, dirs))
-        self._build = functools.lru_cache(64)(self._make)
+        self._walk = walk = functools.lru_cache(256)(functools.partial(_walk, dirs))
+        # A function of the planner's parts, not a bound method: a cache on the planner
+        # that held the planner would keep a stopped watcher's until the cycle collector.
+        self._build = functools.lru_cache(64)(functools.partial(_make, (dirs, files, wide, walk)))
 
     def plan(self, chain: Sequence[Path] | None = None) -> Plan:
         """The plan for ``chain`` (``None``: read HEAD now) and the directories as they are."""
@@ -170,31 +171,38 @@ class Planner:
         )
         return self._build(refs, existing, homes)
 
-    def _make(self, refs: Sequence[Path], existing: Sequence[Path], homes: Sequence[Path | None]) -> Plan:
-        dirs = self._dirs
-        files, watch, wide, parents = set(self._files), set(existing), set(self._wide), set[Path]()
-        for ref, home in zip(refs, homes, strict=True):
-            if home is None:
-                continue  # its git dir is gone (a release deleted): nothing there to watch
-            files.add(ref)
-            watch.add(home)
-            wide.add(home)
-            # Its directories up to refs/ itself: a linked worktree's git dir has none
-            # until its first per-worktree ref (refs/worktree/, refs/bisect/) is written.
-            parents.update(path for path, _ in self._walk(ref)[:-1])
-        marks = anchors(dirs)
-        interest: dict[Path, set[str]] = {directory: set() for directory in watch}
-        for path in (*files, *parents, *(Path(a) for a in marks)):
-            if path.parent in interest:
-                interest[path.parent].add(path.name)
-        return Plan(
-            # Ref directories are not filtered again: one git removes right after the
-            # check above fails to be watched, and the watcher plans again (never a
-            # blind gap).
-            watch=frozenset(watch),
-            anchors=marks,
-            files=frozenset(str(p) for p in files),
-            parents=frozenset(str(p) for p in parents),
-            narrow=frozenset(watch - wide),
-            interest={directory: frozenset(names) for directory, names in interest.items()},
-        )
+
+def _make(
+    parts: tuple[GitDirs, set[Path], set[Path], Callable[[Path], Sequence[tuple[Path, str]]]],
+    refs: Sequence[Path],
+    existing: Sequence[Path],
+    homes: Sequence[Path | None],
+) -> Plan:
+    """The plan a :class:`Planner` builds for what it found (``parts``: its own, fixed)."""
+    dirs, fixed_files, fixed_wide, walk = parts
+    files, watch, wide, parents = set(fixed_files), set(existing), set(fixed_wide), set[Path]()
+    for ref, home in zip(refs, homes, strict=True):
+        if home is None:
+            continue  # its git dir is gone (a release deleted): nothing there to watch
+        files.add(ref)
+        watch.add(home)
+        wide.add(home)
+        # Its directories up to refs/ itself: a linked worktree's git dir has none
+        # until its first per-worktree ref (refs/worktree/, refs/bisect/) is written.
+        parents.update(path for path, _ in walk(ref)[:-1])
+    marks = anchors(dirs)
+    interest: dict[Path, set[str]] = {directory: set() for directory in watch}
+    for path in (*files, *parents, *(Path(a) for a in marks)):
+        if path.parent in interest:
+            interest[path.parent].add(path.name)
+    return Plan(
+        # Ref directories are not filtered again: one git removes right after the
+        # check above fails to be watched, and the watcher plans again (never a
+        # blind gap).
+        watch=frozenset(watch),
+        anchors=marks,
+        files=frozenset(str(p) for p in files),
+        parents=frozenset(str(p) for p in parents),
+        narrow=frozenset(watch - wide),
+        interest={directory: frozenset(names) for directory, names in interest.items()},
+    )
