@@ -30,7 +30,7 @@ import shlex
 from pathlib import Path
 
 from ...core.errors import SetupError
-from ..discovery import Process, cgroup_unit, read_bytes, read_text, resolved, webui_unit
+from ..discovery import MOST_BYTES, Process, cgroup_unit, read_bytes, read_text, resolved, webui_unit
 from .base import DAEMON_NAME, Found, Install, Service, Supervisor, assignments, mentions_webui
 
 _SYSTEM_UNITS = (Path("/etc/systemd/system"), Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
@@ -185,10 +185,6 @@ class Launchd(Supervisor):
                 f"launchctl kickstart -k {domain}/{found.name}",
             ],
         )
-
-
-MOST_BYTES = 1 << 20
-"""Bytes of one LaunchAgent read at most."""
 
 
 def _launch_agent(plist: Path) -> tuple[str, list[str], dict[str, str]] | None:

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from ..discovery import Process, probe, read_text
+from ..discovery import MOST_BYTES, Process, probe, read_text
 from .base import DAEMON_NAME, Found, Install, Service, Supervisor, assignments, mentions_webui
 
 _CONFIGS = (Path("/etc/supervisor/supervisord.conf"), Path("/etc/supervisord.conf"))
@@ -96,8 +96,6 @@ def _config(parent: Process) -> Path | None:
     return next((c for c in _CONFIGS if c.is_file()), None)
 
 
-MOST_BYTES = 1 << 20
-"""Bytes of one configuration file read at most."""
 MOST_INCLUDED = 256
 """Files the ``[include]`` patterns may add in all (a configuration is outside input)."""
 
