@@ -49,8 +49,8 @@ def open_regular(path: Path) -> BinaryIO:
     raise OSError("not a regular file")
 
 
-def read_bytes(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> bytes | None:
-    """The first ``limit`` bytes of ``path``; ``None`` if unreadable, not a regular file (a FIFO
+def read_bytes(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> bytes:
+    """The first ``limit`` bytes of ``path``; none if unreadable, not a regular file (a FIFO
     never blocks the read) or, ``whole``, longer than ``limit``.
 
     Everything setup reads of the machine is outside input: a bounded read that never raises.
@@ -59,14 +59,13 @@ def read_bytes(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> by
         with open_regular(path) as file:
             data = file.read(limit + 1 if whole else limit)
     except OSError:
-        return None
-    return None if len(data) > limit else data
+        return b""
+    return b"" if len(data) > limit else data
 
 
-def read_text(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> str | None:
+def read_text(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> str:
     """:func:`read_bytes` as text (odd bytes replaced)."""
-    data = read_bytes(path, limit, whole=whole)
-    return None if data is None else data.decode("utf-8", "replace")
+    return read_bytes(path, limit, whole=whole).decode("utf-8", "replace")
 
 
 def probe(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
@@ -183,7 +182,7 @@ def read_dotenv(path: Path) -> dict[str, str]:
     Read whole (a line cut at a bound would be another value), ``{}`` past :data:`MOST_BYTES`;
     never raises for a missing or unreadable file.
     """
-    return read_dotenv_text(read_text(path, MOST_BYTES, whole=True) or "")
+    return read_dotenv_text(read_text(path, MOST_BYTES, whole=True))
 
 
 def read_dotenv_text(text: str) -> dict[str, str]:

@@ -107,7 +107,7 @@ def _programs(config: Path) -> list[Found]:
     for file in files:  # supervisord's own first: the files it includes are added as it is read
         parser = configparser.RawConfigParser(strict=False, interpolation=None)
         try:  # refused past MOST_BYTES (an include may name /proc/kcore: read whole, it fills the memory)
-            parser.read_string(read_text(file, MOST_BYTES, whole=True) or "", str(file))
+            parser.read_string(read_text(file, MOST_BYTES, whole=True), str(file))
         except configparser.Error:
             continue
         for pattern in parser.get("include", "files", fallback="").split() if file is config else []:
@@ -135,7 +135,7 @@ def _programs(config: Path) -> list[Found]:
 
 
 def _text(file: Path | None) -> str:
-    return (read_text(file, MOST_BYTES, whole=True) if file else None) or ""
+    return read_text(file, MOST_BYTES, whole=True) if file else ""
 
 
 def webui_programs(config: Path, webui_dir: Path | None) -> list[Found]:
