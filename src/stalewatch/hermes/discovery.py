@@ -234,11 +234,7 @@ def webui_servers(proc: Path = procs.PROC, uid: int | None = None) -> list[tuple
     """
     uid = os.getuid() if uid is None else uid
     found: list[tuple[Process, Path]] = []
-    try:
-        entries = [int(e.name) for e in proc.iterdir() if e.name.isdigit()]
-    except OSError:
-        return found
-    for pid in entries:
+    for pid in procs.pids(proc):
         if uid != 0 and not probe(proc / str(pid), lambda path: path.stat().st_uid == uid):
             continue  # another user's, or gone
         # Its command line first: only a server.py is read whole (its environment: up to 256 KiB).
