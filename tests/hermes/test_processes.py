@@ -37,7 +37,8 @@ def fake_process(
 ) -> Path:
     base = proc / str(pid)
     base.mkdir(parents=True)
-    (base / "stat").write_text(f"{pid} ({name}) S {ppid} {pid} {pid} 0 -1 4194560 0 0 0 0\n")
+    rest = "0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 12345 " + " ".join(["0"] * 30)  # as the kernel writes it
+    (base / "stat").write_text(f"{pid} ({name}) S {ppid} {pid} {pid} {rest}\n")
     (base / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
     (base / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in (environ or {}).items()))
     if cwd is not None:

@@ -86,14 +86,18 @@ def read_proc(pid: int) -> Proc | None:
     return Proc(pid, parsed[0], boot + parsed[1] / os.sysconf("SC_CLK_TCK"), uids)
 
 
-def children(pid: int) -> list[Proc]:
-    """The processes whose parent is ``pid`` now (a scan of ``/proc``)."""
+def pids(proc: Path = PROC) -> list[int]:
+    """Every process's pid now (a scan of ``proc``); none where it cannot be listed."""
     try:
-        names = [entry.name for entry in PROC.iterdir() if entry.name.isdigit()]
+        return [int(entry.name) for entry in proc.iterdir() if entry.name.isdigit()]
     except OSError:
         return []
+
+
+def children(pid: int) -> list[Proc]:
+    """The processes whose parent is ``pid`` now (a scan of ``/proc``)."""
     # The parent first (the stat alone): most processes are not ours.
-    found = (read_proc(int(name)) for name in names if (stat := read_stat(int(name))) and stat[0] == pid)
+    found = (read_proc(child) for child in pids() if (stat := read_stat(child)) and stat[0] == pid)
     return [proc for proc in found if proc is not None and proc.ppid == pid]
 
 

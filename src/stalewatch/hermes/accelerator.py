@@ -228,12 +228,9 @@ class RestartView:
         restart is coming, HEAD is read first: a commit the daemon has not announced
         yet is a restart pending (``scheduled``).
         """
-        with self._lock:
-            if self._bound is not None and self._pid != os.getpid():
-                self._pid = os.getpid()
-                self._start(*self._bound)  # a forked worker: the parent's client thread is not ours
-            guard = self._guard
-        if guard is None:
+        if (bound := self._bound) is not None:
+            self.bound(*bound)  # a no-op but in a forked worker: the parent's client thread is not ours
+        if (guard := self._guard) is None:
             return None
         state = guard.snapshot().restart
         if state is not None and not state.scheduled:

@@ -63,10 +63,9 @@ def read(agent_dir: Any, module_path: Any) -> str | None:
     """
     if agent_dir is None:
         raise Defer  # upstream answers None at once, without a process
+    module_path = loaded_module_path() if module_path is None else module_path  # upstream's default
     if module_path is None:
-        module_path = loaded_module_path()  # as upstream: the loaded run_agent's file
-        if module_path is None:
-            return None
+        return None  # no run_agent loaded
     if not isinstance(module_path, PurePath):
         raise Defer  # upstream's own behaviour for odd input, whatever it is
     key = (agent_dir, module_path)

@@ -26,11 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from ..core import procs
 from ..core.errors import SetupError
 
 AGENT_MODULE = "run_agent"
 """The Agent module the WebUI imports ``AIAgent`` from."""
 _SYSTEM_CANDIDATES = ("/opt/hermes-agent", "/usr/local/hermes-agent", "/usr/local/share/hermes-agent")
+MOST_BYTES = 1 << 20
+"""Bytes of a definition (a ``.env``, a LaunchAgent, a supervisord file) read whole at most."""
 
 
 def open_regular(path: Path) -> BinaryIO:
@@ -46,8 +49,8 @@ def open_regular(path: Path) -> BinaryIO:
     raise OSError("not a regular file")
 
 
-def read_bytes(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> bytes | None:
-    """The first ``limit`` bytes of ``path``; ``None`` if unreadable, not a regular file (a FIFO
+def read_bytes(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> bytes:
+    """The first ``limit`` bytes of ``path``; none if unreadable, not a regular file (a FIFO
     never blocks the read) or, ``whole``, longer than ``limit``.
 
     Everything setup reads of the machine is outside input: a bounded read that never raises.
@@ -56,14 +59,13 @@ def read_bytes(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> by
         with open_regular(path) as file:
             data = file.read(limit + 1 if whole else limit)
     except OSError:
-        return None
-    return None if len(data) > limit else data
+        return b""
+    return b"" if len(data) > limit else data
 
 
-def read_text(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> str | None:
+def read_text(path: Path, limit: int = 64 * 1024, *, whole: bool = False) -> str:
     """:func:`read_bytes` as text (odd bytes replaced)."""
-    data = read_bytes(path, limit, whole=whole)
-    return None if data is None else data.decode("utf-8", "replace")
+    return read_bytes(path, limit, whole=whole).decode("utf-8", "replace")
 
 
 def probe(path: Path, test: Callable[[Path], bool] = Path.is_file) -> bool:
@@ -177,14 +179,10 @@ def discover_agent_dir(webui_dir: Path | None = None, env: Mapping[str, str] = o
 def read_dotenv(path: Path) -> dict[str, str]:
     """``KEY=VALUE`` lines of a ``.env`` file as the WebUI's bootstrap reads them (``{}`` if none).
 
-    Read whole (a line cut at a bound would be another value), ``{}`` past :data:`DOTENV_LIMIT`;
+    Read whole (a line cut at a bound would be another value), ``{}`` past :data:`MOST_BYTES`;
     never raises for a missing or unreadable file.
     """
-    return read_dotenv_text(read_text(path, DOTENV_LIMIT, whole=True) or "")
-
-
-DOTENV_LIMIT = 1024 * 1024
-"""Bytes of a ``.env`` read at most (setup rewrites none longer)."""
+    return read_dotenv_text(read_text(path, MOST_BYTES, whole=True))
 
 
 def read_dotenv_text(text: str) -> dict[str, str]:
@@ -194,8 +192,11 @@ def read_dotenv_text(text: str) -> dict[str, str]:
     return {key: value.strip().strip('"').strip("'") for key, value in named if key}
 
 
-PROC = Path("/proc")
-_LIMIT = 256 * 1024
+_LIMIT = 256 * 1024  # of a command line, an environment, a control group
+
+
+def _proc_text(path: Path) -> str:
+    return (procs.read(path, _LIMIT) or b"").decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)
@@ -210,25 +211,22 @@ class Process:
     cwd: Path | None = None
 
     @classmethod
-    def read(cls, pid: int, proc: Path = PROC) -> Process | None:
+    def read(cls, pid: int, proc: Path = procs.PROC) -> Process | None:
         """The process ``pid`` now; ``None`` once it is gone or unreadable."""
         base = proc / str(pid)
-        line = read_text(base / "stat", _LIMIT) or ""
-        try:  # "" (gone, unreadable) included
-            name = line[line.index("(") + 1 : line.rindex(")")]
-            ppid = int(line[line.rindex(")") + 2 :].split()[1])
-        except (ValueError, IndexError):
+        stat = procs.read(base / "stat") or b""
+        if (parsed := procs.parse_stat(stat)) is None:  # gone, unreadable or odd
             return None
-        argv = tuple(a for a in (read_text(base / "cmdline", _LIMIT) or "").split("\0") if a)
-        pairs = (entry.partition("=") for entry in (read_text(base / "environ", _LIMIT) or "").split("\0"))
-        environ = {key: value for key, sep, value in pairs if sep and key}
+        name = stat.partition(b"(")[2].rpartition(b")")[0].decode("utf-8", "replace")
+        argv = tuple(a for a in _proc_text(base / "cmdline").split("\0") if a)
+        pairs = (entry.partition("=") for entry in _proc_text(base / "environ").split("\0"))
         cwd = None
         with contextlib.suppress(OSError):
             cwd = (base / "cwd").readlink()
-        return cls(pid, ppid, name, argv, environ, cwd)
+        return cls(pid, parsed[0], name, argv, {key: value for key, sep, value in pairs if sep and key}, cwd)
 
 
-def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Process, Path]]:
+def webui_servers(proc: Path = procs.PROC, uid: int | None = None) -> list[tuple[Process, Path]]:
     """Every running Hermes WebUI server (a Python running ``server.py`` of a WebUI checkout).
 
     Returns ``(process, checkout)`` pairs: the caller's own processes (``uid``, default
@@ -236,15 +234,11 @@ def webui_servers(proc: Path = PROC, uid: int | None = None) -> list[tuple[Proce
     """
     uid = os.getuid() if uid is None else uid
     found: list[tuple[Process, Path]] = []
-    try:
-        entries = [int(e.name) for e in proc.iterdir() if e.name.isdigit()]
-    except OSError:
-        return found
-    for pid in entries:
+    for pid in procs.pids(proc):
         if uid != 0 and not probe(proc / str(pid), lambda path: path.stat().st_uid == uid):
             continue  # another user's, or gone
         # Its command line first: only a server.py is read whole (its environment: up to 256 KiB).
-        argv = [a for a in (read_text(proc / str(pid) / "cmdline", _LIMIT) or "").split("\0") if a]
+        argv = [a for a in _proc_text(proc / str(pid) / "cmdline").split("\0") if a]
         script = next((a for a in argv[1:3] if a.endswith("server.py")), None)
         if script is None or (process := Process.read(pid, proc)) is None:
             continue
@@ -288,7 +282,7 @@ def port_of(server: Process) -> str:
     return server.environ.get("HERMES_WEBUI_PORT", "8787")  # the WebUI's default
 
 
-def ancestors(pid: int, proc: Path = PROC, limit: int = 64) -> list[Process]:
+def ancestors(pid: int, proc: Path = procs.PROC, limit: int = 64) -> list[Process]:
     """The parents of ``pid``, nearest first, up to (not including) pid 1's parent."""
     chain: list[Process] = []
     current = Process.read(pid, proc)
@@ -298,14 +292,14 @@ def ancestors(pid: int, proc: Path = PROC, limit: int = 64) -> list[Process]:
     return chain
 
 
-def cgroup_unit(pid: int, proc: Path = PROC) -> tuple[str, bool] | None:
+def cgroup_unit(pid: int, proc: Path = procs.PROC) -> tuple[str, bool] | None:
     """The systemd service ``pid`` runs in: ``(unit, user)``; ``None`` outside one.
 
     From the unified hierarchy's line of ``/proc/PID/cgroup``: the last ``*.service``
     component; ``user`` when it is under a user manager (``user@UID.service``).
     A session or terminal scope (``*.scope``) is not a service: ``None``.
     """
-    for line in (read_text(proc / str(pid) / "cgroup", _LIMIT) or "").splitlines():
+    for line in _proc_text(proc / str(pid) / "cgroup").splitlines():
         hierarchy, _, path = line.partition("::")
         if hierarchy != "0" or not path:
             continue

@@ -164,7 +164,7 @@ class Supervisor(abc.ABC):
 
     def arguments(self, definition: Path) -> list[str]:
         """The words of ``definition`` that may name the WebUI's checkout."""
-        return (read_text(definition) or "").replace("=", " ").split()
+        return read_text(definition).replace("=", " ").split()
 
     @abc.abstractmethod
     def service(self, found: Found, install: Install) -> Service:

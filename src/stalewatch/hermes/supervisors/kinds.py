@@ -30,7 +30,7 @@ import shlex
 from pathlib import Path
 
 from ...core.errors import SetupError
-from ..discovery import Process, cgroup_unit, read_bytes, read_text, resolved, webui_unit
+from ..discovery import MOST_BYTES, Process, cgroup_unit, read_bytes, read_text, resolved, webui_unit
 from .base import DAEMON_NAME, Found, Install, Service, Supervisor, assignments, mentions_webui
 
 _SYSTEM_UNITS = (Path("/etc/systemd/system"), Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
@@ -127,7 +127,7 @@ def _unit_environment(unit: Path) -> tuple[dict[str, str], str | None]:
     """``Environment=`` assignments and ``User=`` of a unit file (a bounded, plain read)."""
     variables: dict[str, str] = {}
     user = None
-    for key, sep, value in (line.strip().partition("=") for line in (read_text(unit) or "").splitlines()):
+    for key, sep, value in (line.strip().partition("=") for line in read_text(unit).splitlines()):
         if sep and key == "Environment":
             variables.update(assignments(value))
         elif sep and key == "User":
@@ -187,17 +187,12 @@ class Launchd(Supervisor):
         )
 
 
-MOST_BYTES = 1 << 20
-"""Bytes of one LaunchAgent read at most."""
-
-
 def _launch_agent(plist: Path) -> tuple[str, list[str], dict[str, str]] | None:
     """A LaunchAgent's label, program and arguments, and environment; ``None`` for a file that is
     not one (unreadable, not a regular file, past :data:`MOST_BYTES`, not a plist), or whose keys
     read here are not of launchd's types (strings; a list of them; a dict of them)."""
-    raw = read_bytes(plist, MOST_BYTES, whole=True)
-    try:  # a malformed plist raises no one type (ExpatError, AttributeError, binascii.Error...)
-        data = plistlib.loads(raw) if raw is not None else None
+    try:  # a malformed (or unread: empty) plist raises no one type (ExpatError, binascii.Error...)
+        data = plistlib.loads(read_bytes(plist, MOST_BYTES, whole=True))
     except Exception:
         return None
     if not isinstance(data, dict):
@@ -236,7 +231,7 @@ class ServiceDirectory(Supervisor):
             for run in sorted(directory.glob("*/run")) if directory.is_dir() else []:
                 s6 = "s6" in str(directory) or (run.parent / "type").exists()  # s6-rc's definition
                 ours = s6 == self.s6 and not run.parent.name.startswith("stalewatch")
-                if ours and mentions_webui(read_text(run) or "", webui_dir):
+                if ours and mentions_webui(read_text(run), webui_dir):
                     found.append(Found(self, str(run.parent), f"service directory {run.parent}", run))
         return found
 
@@ -277,7 +272,7 @@ class Ctl(Supervisor):
         default = (hermes_home or Path("/nonexistent")) / "webui.pid"
         pidfile = Path(server.environ.get("HERMES_WEBUI_PID_FILE", "") or default)
         try:
-            recorded = int((read_text(pidfile) or "").split()[0])
+            recorded = int(read_text(pidfile).split()[0])
         except (ValueError, IndexError):
             return None
         if recorded != server.pid or not (webui_dir / "ctl.sh").is_file():

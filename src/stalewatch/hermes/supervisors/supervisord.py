@@ -16,7 +16,7 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from ..discovery import Process, probe, read_text
+from ..discovery import MOST_BYTES, Process, probe, read_text
 from .base import DAEMON_NAME, Found, Install, Service, Supervisor, assignments, mentions_webui
 
 _CONFIGS = (Path("/etc/supervisor/supervisord.conf"), Path("/etc/supervisord.conf"))
@@ -96,8 +96,6 @@ def _config(parent: Process) -> Path | None:
     return next((c for c in _CONFIGS if c.is_file()), None)
 
 
-MOST_BYTES = 1 << 20
-"""Bytes of one configuration file read at most."""
 MOST_INCLUDED = 256
 """Files the ``[include]`` patterns may add in all (a configuration is outside input)."""
 
@@ -109,7 +107,7 @@ def _programs(config: Path) -> list[Found]:
     for file in files:  # supervisord's own first: the files it includes are added as it is read
         parser = configparser.RawConfigParser(strict=False, interpolation=None)
         try:  # refused past MOST_BYTES (an include may name /proc/kcore: read whole, it fills the memory)
-            parser.read_string(read_text(file, MOST_BYTES, whole=True) or "", str(file))
+            parser.read_string(read_text(file, MOST_BYTES, whole=True), str(file))
         except configparser.Error:
             continue
         for pattern in parser.get("include", "files", fallback="").split() if file is config else []:
@@ -137,7 +135,7 @@ def _programs(config: Path) -> list[Found]:
 
 
 def _text(file: Path | None) -> str:
-    return (read_text(file, MOST_BYTES, whole=True) if file else None) or ""
+    return read_text(file, MOST_BYTES, whole=True) if file else ""
 
 
 def webui_programs(config: Path, webui_dir: Path | None) -> list[Found]:
