@@ -281,12 +281,17 @@ def _in_the_way(path: Path, text: str) -> bool:
 def make_private_dirs(directory: Path) -> None:
     """Create ``directory`` and its missing parents with mode 0700, whatever the umask.
 
-    Directories that exist are left as they are. The mode is the one each directory is
-    created with (under umask 077 for the call: never loose for a moment, nor set again
-    through a path a link could replace).
+    Directories that exist are left as they are. The mode is set on the descriptor of
+    the directory just made (never through a path a link could replace), and the
+    process's umask is never changed (another thread may be creating files).
     """
-    umask = os.umask(0o077)  # setup runs alone in its process: no other thread creates files
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    finally:
-        os.umask(umask)
+    for path in reversed([p for p in (directory, *directory.parents) if not os.path.lexists(p)]):
+        try:
+            os.mkdir(path, 0o700)  # noqa: PTH102 - the mode is set on its descriptor below
+        except FileExistsError:
+            continue
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, 0o700)  # mkdir's mode went through the umask
+        finally:
+            os.close(fd)
