@@ -138,13 +138,10 @@ class Checkout:
         """The restart sequence's latest phase (``None`` without a restart policy)."""
         return self.restarter.state if self.restarter is not None else None
 
-    def generation(self) -> int:
-        """The daemon's generation for this checkout now."""
-        return self.base + self.guard.snapshot().generation
-
     def continue_from(self, previous: Checkout) -> None:
-        """This checkout re-binds ``previous`` (a reload): its generations go on from there."""
-        self.base = previous.generation() + 1
+        """This checkout re-binds ``previous`` (a reload): its generations go on from
+        there (the daemon's generation is ``base`` plus the guard's)."""
+        self.base = previous.base + previous.guard.snapshot().generation + 1
 
     @property
     def trusted(self) -> bool:

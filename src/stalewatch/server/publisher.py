@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from ..core.phases import RestartState
 from ..core.status import Event, WatchMode
@@ -56,16 +57,14 @@ def _hello_around_at(keys: list[str], keepalive: float) -> tuple[bytes, bytes]:
     return before, after
 
 
-class _Line:
+class _Line(NamedTuple):
     """A checkout's encoded ``snapshot`` line, and what it was made from."""
 
-    __slots__ = ("entry", "generation", "line", "restart", "version")
-
-    def __init__(
-        self, entry: Checkout, version: tuple[object, ...], restart: object, generation: int, line: bytes
-    ):
-        self.entry, self.version, self.restart = entry, version, restart
-        self.generation, self.line = generation, line
+    entry: Checkout
+    version: tuple[object, ...]
+    restart: object
+    generation: int
+    line: bytes
 
 
 class Publisher:
@@ -122,11 +121,6 @@ class Publisher:
         if block:
             self._clients.send(client, block, flush=False)
 
-    def _snapshot(self, client: Client, entry: Checkout) -> None:
-        cached = self._line(entry)
-        client.gens[entry.key] = cached.generation
-        self._clients.send(client, cached.line, flush=False)
-
     def snapshots(self, entries: list[Checkout]) -> None:
         """Every client learns where (new or re-bound) checkouts stand now."""
         if not entries:
@@ -134,7 +128,11 @@ class Publisher:
         for client in self._clients:
             with self._clients.isolated(client):
                 for entry in entries:
-                    self._snapshot(client, entry)  # written by the loop's flush_pending
+                    cached = self._line(entry)
+                    client.gens[entry.key] = cached.generation
+                    self._clients.send(
+                        client, cached.line, flush=False
+                    )  # written by the loop's flush_pending
 
     def event(self, entry: Checkout, event: Event) -> None:
         """A change of status: sent to every client that has not seen it (queued, for

@@ -205,8 +205,9 @@ class Inotify:
             return len(self._watches)
 
     def release(self) -> None:
-        """A watcher is done with this instance; the last one closes it."""
-        release(self)
+        """A watcher is done with this instance; the last one closes it (reader joined)."""
+        if _shared.release(self):
+            self.close()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -387,14 +388,3 @@ def acquire() -> Inotify:
     if not AVAILABLE:
         raise OSError(errno.ENOSYS, "inotify is not available on this platform")
     return _shared.acquire()
-
-
-def release(instance: Inotify) -> None:
-    """A user is done with ``instance``; the last one closes it (reader joined)."""
-    if _shared.release(instance):
-        instance.close()
-
-
-def users(instance: Inotify) -> int:
-    """The watchers holding ``instance`` now."""
-    return _shared.users(instance)
