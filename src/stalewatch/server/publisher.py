@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from ..core.phases import RestartState
 from ..core.status import Event, WatchMode
@@ -57,23 +56,14 @@ def _hello_around_at(keys: list[str], keepalive: float) -> tuple[bytes, bytes]:
     return before, after
 
 
-class _Line(NamedTuple):
-    """A checkout's encoded ``snapshot`` line, and what it was made from."""
-
-    entry: Checkout
-    version: tuple[object, ...]
-    restart: object
-    generation: int
-    line: bytes
-
-
 class Publisher:
     """Builds and queues the protocol's lines for the daemon's clients."""
 
     def __init__(self, clients: ClientSet, registry: Registry) -> None:
         self._clients = clients
         self._registry = registry
-        self._lines: dict[str, _Line] = {}  # by checkout: the snapshot line while it holds
+        # By checkout, while it holds: the snapshot line, its generation, what it was made from.
+        self._lines: dict[str, tuple[tuple[object, ...], int, bytes]] = {}
         # The greeting for one tuple of checkouts: (entries, hello split around its `at`,
         # the snapshot lines joined, their generations).
         self._greeting: tuple[Sequence[Checkout], tuple[bytes, bytes], bytes, dict[str, int]] | None = None
@@ -84,22 +74,18 @@ class Publisher:
         self._lines.pop(entry.key, None)
         self._greeting = None
 
-    def _line(self, entry: Checkout) -> _Line:
-        version, restart = entry.guard.version(), entry.restart_state
+    def _line(self, entry: Checkout) -> tuple[tuple[object, ...], int, bytes]:
+        restart = entry.restart_state
+        made = (entry, entry.guard.version(), restart)
         cached = self._lines.get(entry.key)
-        if (
-            cached is None
-            or cached.entry is not entry
-            or cached.version != version
-            or cached.restart is not restart
-        ):
+        if cached is None or cached[0] != made:
             snap = entry.guard.snapshot()
             generation = entry.base + snap.generation
             processes = [p.to_dict() for p in self._registry.processes(entry.key)]
             line = encode(snapshot_message(snap, generation, restart=restart, processes=processes))
             # The version read before the snapshot: a change in between only makes the
             # next greeting encode again.
-            cached = self._lines[entry.key] = _Line(entry, version, restart, generation, line)
+            cached = self._lines[entry.key] = (made, generation, line)
         return cached
 
     def greet(self, client: Client, entries: Sequence[Checkout], keepalive: float) -> None:
@@ -111,9 +97,9 @@ class Publisher:
         greeting = self._greeting
         if greeting is None or greeting[0] is not entries:
             lines = [self._line(entry) for entry in entries]
-            gens = {entry.key: line.generation for entry, line in zip(entries, lines, strict=True)}
+            gens = {entry.key: line[1] for entry, line in zip(entries, lines, strict=True)}
             hello = _hello_around_at([entry.key for entry in entries], keepalive)
-            greeting = self._greeting = (entries, hello, b"".join(line.line for line in lines), gens)
+            greeting = self._greeting = (entries, hello, b"".join(line[2] for line in lines), gens)
         _, (before, after), block, gens = greeting
         # Each client's hello says when it was sent: only `at` is written per client.
         self._clients.send(client, before + repr(time.time()).encode() + after, flush=False)
@@ -128,11 +114,8 @@ class Publisher:
         for client in self._clients:
             with self._clients.isolated(client):
                 for entry in entries:
-                    cached = self._line(entry)
-                    client.gens[entry.key] = cached.generation
-                    self._clients.send(
-                        client, cached.line, flush=False
-                    )  # written by the loop's flush_pending
+                    _, client.gens[entry.key], line = self._line(entry)
+                    self._clients.send(client, line, flush=False)  # written by the loop's flush_pending
 
     def event(self, entry: Checkout, event: Event) -> None:
         """A change of status: sent to every client that has not seen it (queued, for
