@@ -108,10 +108,8 @@ class GuardState:
         # checkout's): nothing is known, so the flag is not trusted until a read succeeds.
         self._doubt = False
         status, loaded, current = head.initial(binding, self._reader, loaded_revision)
-        # An untracked guard's status never changes: its reason is told once, and kept.
-        why = (
-            None if binding.reason is None else f"{binding.source} {binding.reason}, then restart the process"
-        )
+        # An untracked guard's status never changes: its reason (never empty) is told once, and kept.
+        why = binding.reason and f"{binding.source} {binding.reason}, then restart the process"
         self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time(), error=why)
         if why is not None:
             logger.warning("stalewatch: this guard will never block: %s", why)

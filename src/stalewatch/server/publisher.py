@@ -49,8 +49,7 @@ def _hello_around_at(keys: list[str], keepalive: float) -> tuple[bytes, bytes]:
     ``encode`` writes a float as ``repr`` does, so ``before + repr(t) + after`` is the
     line ``encode`` would write for ``at = t``.
     """
-    message = hello_message(keys, keepalive, __version__)
-    message["at"] = _AT
+    message = hello_message(keys, keepalive, __version__) | {"at": _AT}
     # `at` comes last in a hello: split at the last quoted _AT (a checkout may hold it too).
     before, after = encode(message).rsplit(encode({"": _AT})[4:-2], 1)
     return before, after
