@@ -284,8 +284,7 @@ class GuardState:
         with self._lock:
             if token is not self._token:
                 return  # a report from a watch this guard no longer runs
-            self._trusted = trusted
-            self._mode = mode
+            self._trusted, self._mode = trusted, mode
             self._pass = trusted and not self._doubt and not self._snap.status.blocks
             # Ready = the watcher runs: trusted, or polling (a mode never trusted, in
             # which every check re-reads HEAD; waiting for trust would wait for ever).

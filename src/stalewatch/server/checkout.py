@@ -114,7 +114,7 @@ class Checkout:
         self._was_trusted = False
         self._health: tuple[bool, WatchMode] | None = None  # the last report the loop handled
         self._post = post
-        self._unsubscribe: Callable[[], None] | None = None
+        self._unsubscribe: Callable[[], None] = lambda: None  # unsubscribing is harmless twice
         self.source.on_report = lambda trusted, mode: post(HealthReported(self, trusted, mode))
 
     def _hook_runner(self, config: CheckoutConfig) -> HookRunner:
@@ -260,9 +260,7 @@ class Checkout:
 
     def stop(self) -> None:
         """Unsubscribe and stop the hooks, the restarts and the watcher (harmless twice)."""
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
+        self._unsubscribe()
         if self.hooks is not None:
             self.hooks.stop()
         if self.restarter is not None:

@@ -40,6 +40,7 @@ from .registry import Registry
 
 logger = logging.getLogger(__name__)
 
+_LOGGED = "stalewatch: %s is %s (loaded %s, current %s, generation %d)"  # an event, after its line
 _AT = "\x00at\x00"  # stands for hello's `at` in its kept encoding (no real value is a string)
 
 
@@ -138,16 +139,9 @@ class Publisher:
         update's path a tenth of a millisecond and its subscribers wait for nothing it
         says (issue 17)."""
         unlogged, self._unlogged = self._unlogged, []
-        for key, event, generation in unlogged:
-            logger.log(
-                logging.WARNING if event.status.blocks else logging.INFO,
-                "stalewatch: %s is %s (loaded %s, current %s, generation %d)",
-                key,
-                event.status.value,
-                event.loaded_revision,
-                event.current_revision,
-                generation,
-            )
+        for key, e, generation in unlogged:
+            level = logging.WARNING if e.status.blocks else logging.INFO
+            logger.log(level, _LOGGED, key, e.status.value, e.loaded_revision, e.current_revision, generation)
 
     def health(self, entry: Checkout, trusted: bool, mode: WatchMode) -> None:
         """The daemon's own watcher for a checkout became trusted or not."""
