@@ -261,17 +261,17 @@ def test_the_instance_is_shared_and_closed_by_its_last_user() -> None:
     first = inotify_module.acquire()
     second = inotify_module.acquire()
     try:
-        assert first is second and inotify_module.users(first) == 2
+        assert first is second and inotify_module._shared.users(first) == 2
     finally:
-        inotify_module.release(second)
+        second.release()
     assert first.thread.is_alive()
-    inotify_module.release(first)
+    first.release()
     assert not first.thread.is_alive()
     third = inotify_module.acquire()
     try:
         assert third is not first  # a fresh one after the last user left
     finally:
-        inotify_module.release(third)
+        third.release()
 
 
 def test_instance_limit_is_a_clear_os_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -242,7 +242,7 @@ def test_c9_an_observer_emitter_that_dies_is_noticed_and_watched_anew(
     with Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=0.2)) as guard:
         assert guard.wait_ready(5)
         watcher = _watcher(guard)
-        hub = watcher.instance
+        hub = watcher._watches.instance
         assert isinstance(hub, observer_module.ObserverNotifier)
         emitters = [e for e in hub._observer.emitters if Path(e.watch.path) == git_repo.path / ".git"]
         assert len(emitters) == 1

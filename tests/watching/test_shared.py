@@ -79,9 +79,9 @@ def test_twenty_checkouts_share_one_instance_and_a_few_threads(tmp_path: Path, g
     assert added <= inotify_module._READERS + scheduler_module.MAX_WORKERS  # readers and workers, whatever N
     names = {t.name for t in threading.enumerate()}
     assert "stalewatch-inotify" in names
-    hub = watcher_of(guards[0]).instance
+    hub = watcher_of(guards[0])._watches.instance
     assert hub is not None
-    assert all(watcher_of(g).instance is hub for g in guards)
+    assert all(watcher_of(g)._watches.instance is hub for g in guards)
     # Every checkout's directories are watched once; their common parent once for all.
     assert hub.watch_count() == 1 + 3 * len(repos)
     recorders = [Recorder(g) for g in guards]
@@ -270,7 +270,7 @@ def test_c9_overflow_on_the_shared_instance_resyncs_every_checkout(
     lost = [repo.commit("its events fall into the overflow") for repo in repos]
     for guard in guards:
         monkeypatch.setattr(watcher_of(guard), "signal", Watcher.signal.__get__(watcher_of(guard)))
-    hub = watcher_of(guards[0]).instance
+    hub = watcher_of(guards[0])._watches.instance
     assert hub is not None
     overflow = inotify_calls.IN_Q_OVERFLOW
     hub._dispatch(struct.pack("iIII", -1, overflow, 0, 0))  # what the kernel writes
@@ -286,7 +286,7 @@ def test_c9_forked_child_gets_its_own_instance_and_leaves_the_parents_alone(
 ) -> None:
     (guard,) = start_all([git_repo], guards)
     rec = Recorder(guard)
-    parent_hub = watcher_of(guard).instance
+    parent_hub = watcher_of(guard)._watches.instance
     assert parent_hub is not None
     events: queue.SimpleQueue[Event] = queue.SimpleQueue()
     guard.subscribe(events.put)
@@ -294,7 +294,7 @@ def test_c9_forked_child_gets_its_own_instance_and_leaves_the_parents_alone(
     def child() -> str:
         guard.check()  # starts the child's own watcher
         ready = guard.wait_ready(10)
-        hub = watcher_of(guard).instance
+        hub = watcher_of(guard)._watches.instance
         own = hub is not None and hub is not parent_hub and hub.pid == os.getpid()
         mine = git_repo.commit("in child")
         seen = False
@@ -313,7 +313,7 @@ def test_c9_forked_child_gets_its_own_instance_and_leaves_the_parents_alone(
     # The parent's watches were neither removed nor read by the child: it sees the commit.
     rec.wait_for("stale")
     assert guard.snapshot().trusted
-    assert watcher_of(guard).instance is parent_hub
+    assert watcher_of(guard)._watches.instance is parent_hub
 
 
 def test_issue12_a_debug_log_in_and_beside_the_checkout_wakes_nothing(
@@ -328,7 +328,7 @@ def test_issue12_a_debug_log_in_and_beside_the_checkout_wakes_nothing(
     (guard,) = start_all([git_repo], guards)
     rec = Recorder(guard)
     watcher = watcher_of(guard)
-    hub = watcher.instance
+    hub = watcher._watches.instance
     assert hub is not None
     root = logging.getLogger()
     handlers = [

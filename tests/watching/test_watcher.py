@@ -248,7 +248,7 @@ def test_c9_queue_overflow_resyncs_an_update_whose_event_was_lost(
         guard.check()  # the flag cannot know yet: this is what an overflow does
         monkeypatch.setattr(watcher, "signal", real)
         # What the kernel writes into the instance when its queue overflows.
-        instance = watcher.instance
+        instance = watcher._watches.instance
         assert instance is not None
         overflow = inotify_calls.IN_Q_OVERFLOW
         instance._dispatch(struct.pack("iIII", -1, overflow, 0, 0))
@@ -459,7 +459,7 @@ def test_c9_dead_inotify_reader_thread_is_noticed_and_restarted(
     with started(Guard.for_checkout(git_repo.path, source=LocalSource(verify_interval=3600))) as guard:
         rec = Recorder(guard)
         watcher = watcher_of(guard)
-        instance = watcher.instance
+        instance = watcher._watches.instance
         assert instance is not None
         reader = instance.thread
         assert reader.name == "stalewatch-inotify"
@@ -473,7 +473,7 @@ def test_c9_dead_inotify_reader_thread_is_noticed_and_restarted(
         assert not reader.is_alive()
         rec.wait_for("stale", new)  # seen after the restart on a new instance
         assert guard.wait_ready(5)
-        assert watcher.instance is not instance
+        assert watcher._watches.instance is not instance
         again = git_repo.commit("and the new instance reads on")
         rec.wait_for("stale", again)
     assert "died" in caplog.text

@@ -2,8 +2,7 @@
 
 - :mod:`.guard`: :class:`~.guard.Guard`, its constructors, the barrier, the lifecycle.
 - :mod:`.state`: :class:`~.state.GuardState`, Guard's base: the flag, the status, the
-  read-and-apply that moves them.
-- :mod:`.delivery`: ordered, exactly-once delivery of events to subscribers.
+  read-and-apply that moves them, and the ordered, exactly-once delivery of events.
 - :mod:`.head`: reading a guard's HEAD (grace for ``git branch -m``, first state).
 - :mod:`.identity`: which checkout a guard watches.
 

@@ -1,4 +1,4 @@
-"""What a guard knows, and the barrier's flag computed from it.
+"""What a guard knows, the barrier's flag computed from it, and its subscribers.
 
 :class:`GuardState` is :class:`~.guard.Guard`'s base: the snapshot (status, revisions,
 generation), what its watch last reported (trust, mode, a daemon's restart phase), the
@@ -6,27 +6,83 @@ flag the barrier reads (``_pass``, recomputed under a lock whenever one of them
 changes), and the read-and-apply that moves them on, in order, with their events.
 The flag is an attribute of the guard itself, so the barrier's fast path stays one
 attribute read.
+
+The guard appends events under its own lock, in generation order, and then calls
+:meth:`Subscribers.drain` outside it. Whoever holds the delivery lock delivers
+everything pending; a thread that finds it taken leaves its events to the holder, who
+looks at the queue again after releasing. So events go out in the order they were
+made, one subscriber call at a time, and a subscriber that calls back into the guard
+(``check(strict=True)`` from a callback) cannot deadlock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from ..core.errors import ResourceExhaustedError
 from ..core.phases import RestartState
 from ..core.status import Event, Snapshot, Status, WatchMode, transition, with_cause
 from . import head
-from .delivery import Subscribers
 from .identity import Binding
 from .restart_as_seen import restart_as_seen
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Subscribers(Generic[T]):
+    """A guard's subscriber callbacks and the items (events) waiting for them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: deque[T] = deque()
+        self._callbacks: dict[int, Callable[[T], object]] = {}
+        self._ids = itertools.count()
+
+    def add(self, callback: Callable[[T], object]) -> Callable[[], None]:
+        """Register ``callback``; return the function that unregisters it (harmless twice)."""
+        key = next(self._ids)
+        self._callbacks[key] = callback
+
+        def remove() -> None:
+            self._callbacks.pop(key, None)
+
+        return remove
+
+    def push(self, item: T) -> None:
+        """Queue ``item`` (called under the guard's lock, so in generation order)."""
+        self._pending.append(item)
+
+    def drain(self) -> None:
+        """Deliver every queued event, unless another thread is delivering already."""
+        while self._pending:
+            if not self._lock.acquire(blocking=False):
+                return  # the holder re-checks the queue after releasing
+            try:
+                while self._pending:
+                    item = self._pending.popleft()
+                    for key, callback in list(self._callbacks.items()):
+                        if key not in self._callbacks:
+                            continue  # unsubscribed while this item was being delivered
+                        try:
+                            callback(item)
+                        except Exception:
+                            logger.exception("stalewatch: subscriber %r failed", callback)
+            finally:
+                self._lock.release()
+
+    def after_fork(self) -> None:
+        """In a forked child: the delivering thread is gone, and maybe with it the lock."""
+        self._lock = threading.Lock()
 
 
 class GuardState:
@@ -52,10 +108,8 @@ class GuardState:
         # checkout's): nothing is known, so the flag is not trusted until a read succeeds.
         self._doubt = False
         status, loaded, current = head.initial(binding, self._reader, loaded_revision)
-        # An untracked guard's status never changes: its reason is told once, and kept.
-        why = (
-            None if binding.reason is None else f"{binding.source} {binding.reason}, then restart the process"
-        )
+        # An untracked guard's status never changes: its reason (never empty) is told once, and kept.
+        why = binding.reason and f"{binding.source} {binding.reason}, then restart the process"
         self._snap = Snapshot(status, binding.checkout, loaded, current, 0, time.time(), error=why)
         if why is not None:
             logger.warning("stalewatch: this guard will never block: %s", why)
@@ -230,8 +284,7 @@ class GuardState:
         with self._lock:
             if token is not self._token:
                 return  # a report from a watch this guard no longer runs
-            self._trusted = trusted
-            self._mode = mode
+            self._trusted, self._mode = trusted, mode
             self._pass = trusted and not self._doubt and not self._snap.status.blocks
             # Ready = the watcher runs: trusted, or polling (a mode never trusted, in
             # which every check re-reads HEAD; waiting for trust would wait for ever).

@@ -114,7 +114,7 @@ class Checkout:
         self._was_trusted = False
         self._health: tuple[bool, WatchMode] | None = None  # the last report the loop handled
         self._post = post
-        self._unsubscribe: Callable[[], None] | None = None
+        self._unsubscribe: Callable[[], None] = lambda: None  # unsubscribing is harmless twice
         self.source.on_report = lambda trusted, mode: post(HealthReported(self, trusted, mode))
 
     def _hook_runner(self, config: CheckoutConfig) -> HookRunner:
@@ -138,13 +138,10 @@ class Checkout:
         """The restart sequence's latest phase (``None`` without a restart policy)."""
         return self.restarter.state if self.restarter is not None else None
 
-    def generation(self) -> int:
-        """The daemon's generation for this checkout now."""
-        return self.base + self.guard.snapshot().generation
-
     def continue_from(self, previous: Checkout) -> None:
-        """This checkout re-binds ``previous`` (a reload): its generations go on from there."""
-        self.base = previous.generation() + 1
+        """This checkout re-binds ``previous`` (a reload): its generations go on from
+        there (the daemon's generation is ``base`` plus the guard's)."""
+        self.base = previous.base + previous.guard.snapshot().generation + 1
 
     @property
     def trusted(self) -> bool:
@@ -265,9 +262,7 @@ class Checkout:
 
     def stop(self) -> None:
         """Unsubscribe and stop the hooks, the restarts and the watcher (harmless twice)."""
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
+        self._unsubscribe()
         if self.hooks is not None:
             self.hooks.stop()
         if self.restarter is not None:

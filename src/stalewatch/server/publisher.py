@@ -40,6 +40,7 @@ from .registry import Registry
 
 logger = logging.getLogger(__name__)
 
+_LOGGED = "stalewatch: %s is %s (loaded %s, current %s, generation %d)"  # an event, after its line
 _AT = "\x00at\x00"  # stands for hello's `at` in its kept encoding (no real value is a string)
 
 
@@ -49,23 +50,10 @@ def _hello_around_at(keys: list[str], keepalive: float) -> tuple[bytes, bytes]:
     ``encode`` writes a float as ``repr`` does, so ``before + repr(t) + after`` is the
     line ``encode`` would write for ``at = t``.
     """
-    message = hello_message(keys, keepalive, __version__)
-    message["at"] = _AT
+    message = hello_message(keys, keepalive, __version__) | {"at": _AT}
     # `at` comes last in a hello: split at the last quoted _AT (a checkout may hold it too).
     before, after = encode(message).rsplit(encode({"": _AT})[4:-2], 1)
     return before, after
-
-
-class _Line:
-    """A checkout's encoded ``snapshot`` line, and what it was made from."""
-
-    __slots__ = ("entry", "generation", "line", "restart", "version")
-
-    def __init__(
-        self, entry: Checkout, version: tuple[object, ...], restart: object, generation: int, line: bytes
-    ):
-        self.entry, self.version, self.restart = entry, version, restart
-        self.generation, self.line = generation, line
 
 
 class Publisher:
@@ -74,7 +62,8 @@ class Publisher:
     def __init__(self, clients: ClientSet, registry: Registry) -> None:
         self._clients = clients
         self._registry = registry
-        self._lines: dict[str, _Line] = {}  # by checkout: the snapshot line while it holds
+        # By checkout, while it holds: the snapshot line, its generation, what it was made from.
+        self._lines: dict[str, tuple[tuple[object, ...], int, bytes]] = {}
         # The greeting for one tuple of checkouts: (entries, hello split around its `at`,
         # the snapshot lines joined, their generations).
         self._greeting: tuple[Sequence[Checkout], tuple[bytes, bytes], bytes, dict[str, int]] | None = None
@@ -85,22 +74,18 @@ class Publisher:
         self._lines.pop(entry.key, None)
         self._greeting = None
 
-    def _line(self, entry: Checkout) -> _Line:
-        version, restart = entry.guard.version(), entry.restart_state
+    def _line(self, entry: Checkout) -> tuple[tuple[object, ...], int, bytes]:
+        restart = entry.restart_state
+        made = (entry, entry.guard.version(), restart)
         cached = self._lines.get(entry.key)
-        if (
-            cached is None
-            or cached.entry is not entry
-            or cached.version != version
-            or cached.restart is not restart
-        ):
+        if cached is None or cached[0] != made:
             snap = entry.guard.snapshot()
             generation = entry.base + snap.generation
             processes = [p.to_dict() for p in self._registry.processes(entry.key)]
             line = encode(snapshot_message(snap, generation, restart=restart, processes=processes))
             # The version read before the snapshot: a change in between only makes the
             # next greeting encode again.
-            cached = self._lines[entry.key] = _Line(entry, version, restart, generation, line)
+            cached = self._lines[entry.key] = (made, generation, line)
         return cached
 
     def greet(self, client: Client, entries: Sequence[Checkout], keepalive: float) -> None:
@@ -112,20 +97,15 @@ class Publisher:
         greeting = self._greeting
         if greeting is None or greeting[0] is not entries:
             lines = [self._line(entry) for entry in entries]
-            gens = {entry.key: line.generation for entry, line in zip(entries, lines, strict=True)}
+            gens = {entry.key: line[1] for entry, line in zip(entries, lines, strict=True)}
             hello = _hello_around_at([entry.key for entry in entries], keepalive)
-            greeting = self._greeting = (entries, hello, b"".join(line.line for line in lines), gens)
+            greeting = self._greeting = (entries, hello, b"".join(line[2] for line in lines), gens)
         _, (before, after), block, gens = greeting
         # Each client's hello says when it was sent: only `at` is written per client.
         self._clients.send(client, before + repr(time.time()).encode() + after, flush=False)
         client.gens.update(gens)
         if block:
             self._clients.send(client, block, flush=False)
-
-    def _snapshot(self, client: Client, entry: Checkout) -> None:
-        cached = self._line(entry)
-        client.gens[entry.key] = cached.generation
-        self._clients.send(client, cached.line, flush=False)
 
     def snapshots(self, entries: list[Checkout]) -> None:
         """Every client learns where (new or re-bound) checkouts stand now."""
@@ -134,7 +114,8 @@ class Publisher:
         for client in self._clients:
             with self._clients.isolated(client):
                 for entry in entries:
-                    self._snapshot(client, entry)  # written by the loop's flush_pending
+                    _, client.gens[entry.key], line = self._line(entry)
+                    self._clients.send(client, line, flush=False)  # written by the loop's flush_pending
 
     def event(self, entry: Checkout, event: Event) -> None:
         """A change of status: sent to every client that has not seen it (queued, for
@@ -158,16 +139,9 @@ class Publisher:
         update's path a tenth of a millisecond and its subscribers wait for nothing it
         says (issue 17)."""
         unlogged, self._unlogged = self._unlogged, []
-        for key, event, generation in unlogged:
-            logger.log(
-                logging.WARNING if event.status.blocks else logging.INFO,
-                "stalewatch: %s is %s (loaded %s, current %s, generation %d)",
-                key,
-                event.status.value,
-                event.loaded_revision,
-                event.current_revision,
-                generation,
-            )
+        for key, e, generation in unlogged:
+            level = logging.WARNING if e.status.blocks else logging.INFO
+            logger.log(level, _LOGGED, key, e.status.value, e.loaded_revision, e.current_revision, generation)
 
     def health(self, entry: Checkout, trusted: bool, mode: WatchMode) -> None:
         """The daemon's own watcher for a checkout became trusted or not."""

@@ -205,8 +205,9 @@ class Inotify:
             return len(self._watches)
 
     def release(self) -> None:
-        """A watcher is done with this instance; the last one closes it."""
-        release(self)
+        """A watcher is done with this instance; the last one closes it (reader joined)."""
+        if _shared.release(self):
+            self.close()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -223,23 +224,21 @@ class Inotify:
             if reader is not threading.current_thread() and reader not in self._dispatching:
                 reader.join(timeout=max(0.0, deadline - time.monotonic()))
 
-    def forget_after_fork(self) -> None:
-        """In a forked child: close our copies of the descriptors, touch nothing else.
-
-        The child's descriptor refers to the parent's instance: removing a watch
-        through it would remove the parent's, and reading it would steal its events.
+    def forget(self) -> None:
+        """Close the descriptors, once: by the last reader to end (under the lock), or in
+        a forked child, touching nothing else (the lock may be held by a parent thread
+        that is gone: not taken). The child's descriptor refers to the parent's instance:
+        removing a watch through it would remove the parent's, and reading it would steal
+        its events.
         """
         self._closing = True
-        if self._fds_open:  # the lock may be held by a parent thread that is gone: not taken
+        if self._fds_open:
             self._fds_open = False
-            self._close_fds()
-
-    def _close_fds(self) -> None:
-        for fd in (self.fd, self._kill_r, self._kill_w):
+            for fd in (self.fd, self._kill_r, self._kill_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             with contextlib.suppress(OSError):
-                os.close(fd)
-        with contextlib.suppress(OSError):
-            self._epoll.close()
+                self._epoll.close()
 
     # -- the reader thread ----------------------------------------------------------
 
@@ -297,9 +296,8 @@ class Inotify:
             self._running -= 1
             if self._fds_open and self._running:
                 os.write(self._kill_w, b"x")  # the next reader ends too
-            elif self._fds_open:
-                self._fds_open = False
-                self._close_fds()
+            elif not self._running:
+                self.forget()
         if died:
             logger.error("stalewatch: the inotify reader thread died; every watcher opens a new instance")
             for listener in listeners:
@@ -372,9 +370,7 @@ def _error(what: str, path: Path | None = None) -> OSError:
 
 # -- the process's instance --------------------------------------------------------------
 
-_shared: Shared[Inotify] = Shared(
-    Inotify, usable=lambda instance: not instance.dead, forget=Inotify.forget_after_fork
-)
+_shared: Shared[Inotify] = Shared(Inotify, usable=lambda instance: not instance.dead, forget=Inotify.forget)
 
 
 def acquire() -> Inotify:
@@ -387,14 +383,3 @@ def acquire() -> Inotify:
     if not AVAILABLE:
         raise OSError(errno.ENOSYS, "inotify is not available on this platform")
     return _shared.acquire()
-
-
-def release(instance: Inotify) -> None:
-    """A user is done with ``instance``; the last one closes it (reader joined)."""
-    if _shared.release(instance):
-        instance.close()
-
-
-def users(instance: Inotify) -> int:
-    """The watchers holding ``instance`` now."""
-    return _shared.users(instance)

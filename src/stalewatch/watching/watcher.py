@@ -41,7 +41,7 @@ from ..git.refs import GitDirs
 from . import scheduler
 from .fallback import NO_NOTIFICATION, Fallback
 from .health import Health
-from .notifier import Notifier, Registration
+from .notifier import Registration
 from .plan import Plan, Planner, Relevance, anchors
 from .source import OnChange, OnHealth
 from .stamp import Stamp, take
@@ -140,11 +140,6 @@ class Watcher:
             return self._settings.poll_interval
         count = self._scheduler.slots if self._scheduler is not None else 1
         return max(self._settings.verify_interval, count / VERIFY_RATE)
-
-    @property
-    def instance(self) -> Notifier | None:
-        """The process's notifier while this watcher uses it."""
-        return self._watches.instance
 
     def wake(self) -> None:
         """Ask for a re-resolve soon (coalesces)."""
@@ -308,7 +303,8 @@ class Watcher:
 
     def _verify(self, now: float) -> None:
         """The periodic backstop: identity, then stamps; read HEAD only if they say so."""
-        self._beat()
+        if self.on_verified is not None:  # the daemon's: it sets a time (a failure: the turn's)
+            self.on_verified()
         self._next_verify = now + self.verify_period
         self._verifies += 1
         if any(identity_of(path) != ident for path, ident in self._identities.items()):
@@ -321,17 +317,14 @@ class Watcher:
             # lost() just compared every directory's identity: recheck only if it found one.
             self._resolve_checked(recheck=lost, stamp=stamp)
 
-    def _beat(self) -> None:
-        if self.on_verified is not None:  # the daemon's: it sets a time (a failure: the turn's)
-            self.on_verified()
-
     def _restart(self, now: float) -> None:
         faults = self._health.faults
         self._restart_at = _NEVER
         self._health.report(False, self._health.mode)
         self._watches.close()
         self._stamp = None
-        self._beat()
+        if self.on_verified is not None:
+            self.on_verified()
         identities = {path: identity_of(path) for path in anchors(self._dirs)}
         if None in identities.values():
             self._health.mode = WatchMode.NONE  # checkout gone: HEAD reads unreadable; retried soon
