@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ..core.errors import RefError
 from ..core.revisions import is_object_id
 from . import packed
+from .packed import READ_FLAGS
 
 if TYPE_CHECKING:  # refs imports this module for its default store
     from .refs import GitDirs
@@ -36,7 +37,6 @@ _MAX_SMALL_FILE = 4096  # HEAD and loose refs are one line; never read a corrupt
 _MAX_SYMREF_DEPTH = 5  # git's own limit for chains of symbolic refs
 _SPACE = " \t\n\r"  # what git trims around a ref's value (its isspace): not "\v", "\f", U+00A0
 
-_OPEN = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -56,7 +56,7 @@ def read_small(path: Path, *, ref: bool = False) -> str | None:
         # O_NONBLOCK: a FIFO planted where a ref should be must not hang the reader.
         # O_NOFOLLOW: a symlinked ref fails with ELOOP instead of being read through,
         # which would hide the branch it names (and so the file to watch).
-        fd = os.open(path, _OPEN | (_NOFOLLOW if ref else 0))
+        fd = os.open(path, READ_FLAGS | (_NOFOLLOW if ref else 0))
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:

@@ -44,7 +44,7 @@ Key = tuple[int, int, int, int, int]
 READ_FLAGS = (
     os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 )
-"""How git's files are opened to be read (by the reflog reader too): a FIFO never blocks."""
+"""How git's files are opened to be read (loose refs, reflogs too): a FIFO never blocks."""
 
 
 def pread(fd: int, size: int, offset: int) -> bytes:
